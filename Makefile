@@ -1,0 +1,58 @@
+# The course's commands. `make lab` and `make test` create the environment when it is missing.
+#   make lab        set up, then open the course in JupyterLab
+#   make test       set up, then run every test (unit, notebooks, grader)
+#   make release    rebuild the student notebooks in notebooks/ from solutions/
+#   make autograde  grade every notebook under submissions/ into feedback/gradebook.csv
+#   make reference  regenerate data/reference/*.json
+#   make bench      measurements, as ratios against a baseline and the physical bound
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A CPU build of torch on machines without an NVIDIA GPU, installed before anything else can
+# pull a multi-gigabyte CUDA build. Override TORCH_SPEC or TORCH_INDEX for another build.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+SUBMISSIONS ?= submissions
+FEEDBACK ?= feedback
+PORT ?= 8888
+
+.PHONY: lab test release autograde reference bench model clean
+
+$(BIN)/.installed-base: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_SPEC) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q -e ".[lab]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name course --display-name "Python 3 (course)" >/dev/null
+	touch $@
+
+$(BIN)/.installed-dev: $(BIN)/.installed-base
+	$(BIN)/python -m pip install -q -e ".[lab,dev]"
+	@# nbgrader's JupyterLab menus are for instructors' own servers, not the course's
+	-$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
+	-$(BIN)/jupyter server extension disable --sys-prefix nbgrader >/dev/null 2>&1
+	touch $@
+
+lab: $(BIN)/.installed-base
+	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT)
+
+test: $(BIN)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+release: $(BIN)/.installed-dev
+	$(BIN)/python -m autograder.release
+
+autograde: $(BIN)/.installed-dev
+	@test -d $(SUBMISSIONS) || { echo "put submissions in $(SUBMISSIONS)/LEARNER/NN_chapter.ipynb (or set SUBMISSIONS=folder)"; exit 1; }
+	$(BIN)/python -m autograder grade-folder $(SUBMISSIONS) --out $(FEEDBACK)
+
+reference: $(BIN)/.installed-base
+	$(BIN)/python -m course.reference
+
+bench: $(BIN)/.installed-dev
+	$(BIN)/python -m course.benchmarks
+
+clean:
+	rm -rf $(VENV) $(FEEDBACK) .pytest_cache

@@ -1,0 +1,238 @@
+"""Checks: how each exercise is probed and judged, shared by the grader and the notebooks.
+
+A :class:`Check` makes a probe (a call of the learner's function on inputs it chooses) and judges
+the plain-data result against the course's reference implementation. When the answer is wrong,
+the judge recomputes the common mistakes on the same inputs and names the one that matches.
+
+The grader runs probes in a sandbox and judges here, out of the learner's reach. In a notebook,
+:func:`check` runs the visible checks of one exercise in the learner's own kernel (and all of
+them in the instructor's source), so Colab learners get the same feedback without nbgrader.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from autograder import wire
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One graded test of one exercise.
+
+    ``probe(rng)`` returns ``{"call": name, "args": [...], "kwargs": {...}}`` with torch values;
+    ``judge(probe, result)`` gets that probe back and the decoded result (see :func:`outcome`).
+    """
+
+    id: str
+    exercise: str
+    points: int
+    what: str
+    probe: Callable[[np.random.Generator], dict]
+    judge: Callable[[dict, dict], Verdict]
+    visible: bool = False
+
+
+@dataclass
+class Exercise:
+    """An answer cell: its grade_id, the names it must define, and its checks."""
+
+    grade_id: str
+    defines: tuple[str, ...]
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def points(self) -> int:
+        return sum(c.points for c in self.checks)
+
+
+def encode_probe(probe: dict) -> dict:
+    return {
+        "call": probe["call"],
+        "args": [wire.encode(a) for a in probe.get("args", [])],
+        "kwargs": {k: wire.encode(v) for k, v in probe.get("kwargs", {}).items()},
+    }
+
+
+# --- judging helpers ---------------------------------------------------------------------------
+
+NOT_ANSWERED = "not answered yet: replace `raise NotImplementedError()` with your code and run the cell"
+
+
+def outcome(result: dict) -> tuple[object, Verdict | None]:
+    """The returned value, or a failing verdict saying what happened instead."""
+    if "returned" in result:
+        return wire.decode(result["returned"]), None
+    if "raised" in result:
+        if result["raised"] == "NotImplementedError":
+            return None, Verdict(False, NOT_ANSWERED)
+        where = f" ({result['where'][-1]})" if result.get("where") else ""
+        return None, Verdict(False, f"raised {result['raised']}: {result['message']}{where}")
+    if "timeout" in result:
+        return None, Verdict(False, f"did not finish within {result['timeout']:.0f} s: look for an endless loop")
+    if "crashed" in result:
+        return None, Verdict(False, f"the process died while running it: {result['crashed']} (sys.exit, os._exit or a crash?)")
+    return None, Verdict(False, "no result came back")
+
+
+def fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def as_tensor(value, what: str) -> tuple[torch.Tensor | None, str]:
+    """``value`` as a float64 tensor, or a message saying why it is not one."""
+    if isinstance(value, torch.Tensor):
+        return value.double(), ""
+    if isinstance(value, wire.Opaque):
+        return None, f"returned a {value.type_name}; {what} should be a torch.Tensor"
+    return None, f"returned {type(value).__name__} {str(value)[:60]}; {what} should be a torch.Tensor"
+
+
+def compare_tensors(
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    step: torch.Tensor | None = None,
+    tie_share: float = 0.01,
+) -> tuple[bool, str]:
+    """Whether ``got`` matches ``expected``; a few values off by exactly one ``step`` are
+    forgiven (a value on a rounding tie can go either way when computed differently)."""
+    if tuple(got.shape) != tuple(expected.shape):
+        return False, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+    expected = expected.double()
+    got = got.double()
+    if torch.isnan(got).any() and not torch.isnan(expected).any():
+        where = tuple(torch.nonzero(torch.isnan(got))[0].tolist())
+        return False, f"NaN at {where}, where {fmt(expected[where].item())} was expected"
+    tolerance = atol + rtol * expected.abs().max().clamp(min=1e-12)
+    off = (got - expected).abs() > tolerance
+    if not off.any():
+        return True, ""
+    if step is not None:
+        one_step = ((got - expected).abs() - step.double()).abs() <= tolerance + 1e-6 * step.double()
+        if (off & ~one_step).sum() == 0 and off.float().mean() <= tie_share:
+            return True, ""
+    index = tuple(torch.nonzero(off)[0].tolist())
+    return False, (
+        f"{int(off.sum())} of {off.numel()} values differ; at {index} expected "
+        f"{fmt(expected[index].item())}, got {fmt(got[index].item())}"
+    )
+
+
+def diagnose(
+    got: torch.Tensor, expected: torch.Tensor, mistakes: list[tuple[str, Callable[[], torch.Tensor]]], **tolerances
+) -> Verdict:
+    """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference."""
+    same, difference = compare_tensors(got, expected, **tolerances)
+    if same:
+        return Verdict(True)
+    for hint, make in mistakes:
+        try:
+            wrong = make()
+        except (ValueError, RuntimeError, ZeroDivisionError):
+            continue
+        if tuple(wrong.shape) == tuple(got.shape) and not torch.equal(wrong.double(), expected.double()):
+            if compare_tensors(got, wrong, **tolerances)[0]:
+                return Verdict(False, f"{hint} ({difference})")
+    return Verdict(False, difference)
+
+
+def number(value, what: str) -> tuple[float | None, str]:
+    """``value`` as a Python float (0-d tensors accepted), or why it is not a number."""
+    if isinstance(value, bool):
+        return None, f"returned a bool; {what} should be a number"
+    if isinstance(value, (int, float)):
+        return float(value), ""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.reshape(())), ""
+    if isinstance(value, wire.Opaque):
+        return None, f"returned a {value.type_name}; {what} should be a number"
+    return None, f"returned {type(value).__name__}; {what} should be a number"
+
+
+def judge_number(
+    got, expected: float, mistakes: list[tuple[str, float]], what: str, rel: float = 1e-6, abs_tol: float = 1e-9
+) -> Verdict:
+    """Compare a number, naming the matching mistake when it is wrong."""
+    value, problem = number(got, what)
+    if problem:
+        return Verdict(False, problem)
+    if math.isfinite(value) and math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol):
+        return Verdict(True)
+    for hint, wrong in mistakes:
+        if math.isfinite(value) and not math.isclose(wrong, expected, rel_tol=rel, abs_tol=abs_tol) and math.isclose(
+            value, wrong, rel_tol=rel, abs_tol=abs_tol
+        ):
+            return Verdict(False, f"{hint} (expected {fmt(expected)}, got {fmt(value)})")
+    return Verdict(False, f"expected {fmt(expected)}, got {fmt(value)}")
+
+
+def judge_raises(result: dict, error: str, why: str) -> Verdict:
+    """The probe must have raised ``error`` (a subclass name counts only if it is the same name)."""
+    if result.get("raised") == error:
+        return Verdict(True)
+    if result.get("raised") == "NotImplementedError":
+        return Verdict(False, NOT_ANSWERED)
+    if "raised" in result:
+        return Verdict(False, f"raised {result['raised']} ({result['message'][:120]}); expected {error}: {why}")
+    if "returned" in result:
+        return Verdict(False, f"returned a result; expected {error}: {why}")
+    return outcome(result)[1] or Verdict(False, f"expected {error}")
+
+
+# --- running checks in a notebook --------------------------------------------------------------
+
+VISIBLE_SEED = 2024
+
+
+def run_in_process(check: Check, namespace: dict, seed: int) -> Verdict:
+    """Probe and judge one check against functions in ``namespace`` (the caller's own kernel)."""
+    probe = check.probe(np.random.default_rng(seed))
+    encoded = encode_probe(probe)
+    function = namespace.get(encoded["call"])
+    if function is None:
+        return Verdict(False, f"{encoded['call']} is not defined: run the cell that defines it, keeping its name")
+    try:
+        returned = function(*[wire.decode(a) for a in encoded["args"]],
+                            **{k: wire.decode(v) for k, v in encoded["kwargs"].items()})
+        result = {"returned": wire.encode(returned)}
+    except Exception as error:  # the learner's own error, reported as a hint
+        result = {"raised": type(error).__name__, "message": str(error)[:500]}
+    return check.judge(probe, result)
+
+
+def check(exercise: str, hidden: bool = False, namespace: dict | None = None) -> None:
+    """Run the checks of ``exercise`` on the caller's functions and print one line per check.
+
+    Raises AssertionError when any check fails, so the cell shows that something is left to do.
+    ``hidden=True`` runs every check (the instructor's source does); learners see the visible ones.
+    """
+    from autograder.chapters import exercise_by_id
+
+    namespace = namespace if namespace is not None else inspect.currentframe().f_back.f_globals
+    found = exercise_by_id(exercise)
+    chosen = [c for c in found.checks if hidden or c.visible]
+    failures = 0
+    for index, item in enumerate(chosen):
+        verdict = run_in_process(item, namespace, VISIBLE_SEED + index)
+        mark = "ok  " if verdict.passed else "FAIL"
+        print(f"{mark} {item.what} [{item.points} pt]" + ("" if verdict.passed else f"\n     hint: {verdict.hint}"))
+        failures += not verdict.passed
+    hidden_count = len(found.checks) - len(chosen)
+    if hidden_count:
+        print(f"     ({hidden_count} more checks run when your notebook is graded)")
+    if failures:
+        raise AssertionError(f"{failures} of {len(chosen)} checks of {exercise} failed: read the hints above")

@@ -1,0 +1,161 @@
+"""Grade one submission, or a folder of them into a gradebook: the steps end to end.
+
+``grade`` never raises for a bad submission: every problem becomes a message in the report and
+the points it costs. A folder is graded in parallel, one sandbox per submission, and yields a row
+for every file whatever happens to the others.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from autograder import notebook, runner
+from autograder.chapters import CHAPTERS
+from autograder.checks import Verdict, encode_probe
+
+
+@dataclass
+class TestResult:
+    id: str
+    points: float
+    max_points: float
+    passed: bool
+    hint: str
+
+
+@dataclass
+class Report:
+    notebook: str
+    chapter: str
+    score: float
+    max_score: float
+    tests: list[TestResult] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    seed: int = 0
+
+    def as_json(self) -> dict:
+        return {"notebook": self.notebook, "chapter": self.chapter, "score": self.score, "max_score": self.max_score,
+                "tests": [asdict(t) for t in self.tests], "messages": self.messages,
+                "seconds": round(self.seconds, 2), "seed": self.seed}
+
+    def text(self) -> str:
+        lines = [f"{self.notebook} ({self.chapter or 'unknown chapter'}): {self.score:g} / {self.max_score:g} points"]
+        lines += [f"  note: {m}" for m in self.messages]
+        last_hint = ""
+        for test in self.tests:
+            mark = "ok  " if test.passed else "FAIL"
+            lines.append(f"  {mark} {test.id:<40} {test.points:g}/{test.max_points:g}")
+            if not test.passed:
+                lines.append(f"       hint: {test.hint if test.hint != last_hint else '(as above)'}")
+                last_hint = test.hint
+        return "\n".join(lines)
+
+
+def _max_score(chapter: str) -> float:
+    return float(sum(e.points for e in CHAPTERS.get(chapter, [])))
+
+
+def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = None, hide=()) -> Report:
+    """Grade ``path``; every failure is a message and a score, never an exception."""
+    started = time.monotonic()
+    path = Path(path)
+    limits = limits or runner.Limits()
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    report = Report(path.name, "", 0.0, 0.0, seed=seed)
+    try:
+        nb = notebook.load(path)
+        report.chapter, notes = notebook.identify(nb, path)
+        report.messages += notes
+    except notebook.NotebookError as error:
+        report.messages.append(str(error))
+        report.seconds = time.monotonic() - started
+        return report
+    exercises = CHAPTERS[report.chapter]
+    report.max_score = _max_score(report.chapter)
+    release = notebook.released(report.chapter)
+    found = notebook.answers(nb, exercises, release)
+    report.messages += found.notes
+
+    rng = np.random.default_rng(seed)
+    checks = [c for e in exercises for c in e.checks]
+    probes = {c.id: c.probe(rng) for c in checks}
+    job = {
+        "setup": notebook.setup_sources(release),
+        "answers": [{"grade_id": g, "source": s} for g, s in found.sources.items()],
+        "probes": [{"id": c.id, **encode_probe(probes[c.id])} for c in checks if c.exercise in found.sources],
+    }
+    outcome = runner.run(job, limits, hide=hide)
+    if outcome.isolation != "namespace":
+        report.messages.append(f"isolation: {outcome.isolation} (run the grader as root for the full sandbox)")
+    if outcome.problem:
+        report.messages.append(f"grading stopped: {outcome.problem}")
+    results = (outcome.results or {}).get("probes", {})
+    for cell in (outcome.results or {}).get("cells", []):
+        where = f" at {cell['where'][-1]}" if cell.get("where") else ""
+        report.messages.append(f"cell {cell['cell']} raised {cell['raised']}: {cell['message'][:200]}{where}")
+    for check in checks:
+        if check.exercise not in found.sources:
+            verdict = Verdict(False, f"no answer cell for {check.exercise} was found")
+        elif check.id not in results:
+            verdict = Verdict(False, outcome.problem or "the grading process ended before this test ran")
+        else:
+            try:
+                verdict = check.judge(probes[check.id], results[check.id])
+            except Exception as error:  # a result shaped so oddly that judging it failed
+                verdict = Verdict(False, f"the result could not be judged ({type(error).__name__}: {error})")
+        report.tests.append(TestResult(check.id, check.points if verdict.passed else 0, check.points,
+                                       verdict.passed, verdict.hint))
+    report.score = float(sum(t.points for t in report.tests))
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def grade_folder(folder: Path, out: Path, limits: runner.Limits | None = None, workers: int | None = None,
+                 seed: int | None = None) -> list[Report]:
+    """Grade every ``*.ipynb`` under ``folder``; write ``gradebook.csv`` and a feedback file each.
+
+    The learner is the first folder under ``folder`` (``folder/alice/03_quantization.ipynb``),
+    or the file name for files directly in it.
+    """
+    folder, out = Path(folder), Path(out)
+    files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    workers = workers or os.cpu_count() or 1
+    hide = [folder.resolve(), out.resolve()]
+    out.mkdir(parents=True, exist_ok=True)
+
+    def one(path: Path) -> Report:
+        try:
+            return grade(path, limits, seed, hide=hide)
+        except Exception as error:  # the grader's own failure: still a row, with the reason
+            return Report(path.name, "", 0.0, 0.0, messages=[f"grader error: {type(error).__name__}: {error}"])
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        reports = list(pool.map(one, files))
+    ids = sorted({t.id for r in reports for t in r.tests})
+    with open(out / "gradebook.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["learner", "notebook", "chapter", "score", "max_score", *ids, "messages"])
+        for path, report in zip(files, reports):
+            learner = _learner(folder, path)
+            points = {t.id: t.points for t in report.tests}
+            writer.writerow([learner, path.name, report.chapter, report.score, report.max_score,
+                             *[points.get(i, "") for i in ids], " | ".join(report.messages)])
+            stem = f"{learner}__{path.stem}" if learner != path.stem else learner
+            (out / f"{stem}.txt").write_text(report.text() + "\n")
+            (out / f"{stem}.json").write_text(json.dumps(report.as_json(), indent=1) + "\n")
+    return reports
+
+
+def _learner(folder: Path, path: Path) -> str:
+    relative = path.relative_to(folder)
+    return relative.parts[0] if len(relative.parts) > 1 else path.stem

@@ -1,0 +1,189 @@
+"""Read a submitted notebook defensively and take out what grading needs: the learner's answers.
+
+Grading never runs the submitted notebook as it is. It rebuilds a program from the released
+notebook's ``grader-setup`` cells (the instructor's copy, not the learner's) and the learner's
+answer cells, found by their nbgrader ``grade_id`` or, where an editor dropped the metadata
+(Colab, VS Code), by the names the answer must define. Edited or deleted locked and test cells
+are reported; they cannot change a score because they are not run.
+
+Not handled: answers split across several cells (the cell that defines the names is taken).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.chapters import CHAPTERS
+from autograder.checks import Exercise
+from course import paths
+
+SETUP_TAG = "grader-setup"
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+
+
+class NotebookError(Exception):
+    """The file cannot be graded at all; the message says why and what to do."""
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    if isinstance(source, list):
+        source = "".join(s for s in source if isinstance(s, str))
+    return source if isinstance(source, str) else ""
+
+
+def _nbgrader(cell: dict) -> dict:
+    meta = cell.get("metadata")
+    meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def load(path: Path) -> dict:
+    """The notebook as a dict with a list of cells, or NotebookError."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+            raise NotebookError(f"the file is over {MAX_NOTEBOOK_BYTES // 2**20} MiB: clear the outputs and save again")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise NotebookError("the file is not text: submit the .ipynb notebook file") from None
+    except OSError as error:
+        raise NotebookError(f"cannot read the file: {error.strerror}") from None
+    try:
+        notebook = json.loads(text)
+    except ValueError as error:
+        raise NotebookError(f"not a notebook: invalid JSON ({error}); download it again with File > Download") from None
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        raise NotebookError("not a notebook: no list of cells; submit the .ipynb file of the chapter")
+    notebook["cells"] = [c for c in notebook["cells"] if isinstance(c, dict)]
+    return notebook
+
+
+def released(chapter: str) -> dict:
+    """The released student copy of ``chapter`` (the grader's own copy of the locked cells)."""
+    return load(paths.require(paths.NOTEBOOKS / f"{chapter}.ipynb"))
+
+
+def setup_sources(release: dict) -> list[str]:
+    """The release's code cells tagged ``grader-setup``, run before the answers."""
+    return [
+        _source(c) for c in release["cells"]
+        if c.get("cell_type") == "code" and SETUP_TAG in (c.get("metadata", {}).get("tags") or [])
+    ]
+
+
+def _defines(source: str) -> set[str]:
+    """Top-level names a cell defines (functions, classes, assignments), even with magics in it."""
+    try:
+        tree = ast.parse(without_magics(source))
+    except (SyntaxError, ValueError):
+        return set(re.findall(r"^(?:def|class)\s+(\w+)", source, flags=re.M))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def without_magics(source: str) -> str:
+    """IPython-only lines (``%time``, ``!pip``, ``%%capture``) turned into ``pass``: they mean
+    nothing outside a notebook, and would be syntax errors."""
+    return "\n".join(
+        re.sub(r"^(\s*)[%!].*$", r"\1pass  # IPython-only line removed for grading", line) for line in source.split("\n")
+    )
+
+
+def identify(notebook: dict, path: Path) -> tuple[str, list[str]]:
+    """Which chapter a submission is: from its metadata, its file name, or its answer cells."""
+    notes = []
+    meta = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
+    claimed = (meta.get("course") or {}).get("chapter") if isinstance(meta.get("course"), dict) else None
+    by_answers = {
+        name for name, exercises in CHAPTERS.items()
+        if any(_nbgrader(c).get("grade_id") in {e.grade_id for e in exercises} for c in notebook["cells"])
+    }
+    if not by_answers:
+        defined = set().union(*(_defines(_source(c)) for c in notebook["cells"] if c.get("cell_type") == "code"))
+        by_answers = {
+            name for name, exercises in CHAPTERS.items() if any(set(e.defines) <= defined for e in exercises)
+        }
+    if claimed in CHAPTERS:
+        if by_answers and claimed not in by_answers:
+            raise NotebookError(f"the notebook says it is {claimed} but its answers belong to {', '.join(sorted(by_answers))}")
+        return claimed, notes
+    by_name = [name for name in CHAPTERS if name in Path(path).name]
+    if len(by_name) == 1 and (not by_answers or by_name[0] in by_answers):
+        return by_name[0], notes
+    if len(by_answers) == 1:
+        notes.append("chapter recognised from the answer cells (the notebook's metadata was missing)")
+        return by_answers.pop(), notes
+    raise NotebookError(
+        "cannot tell which chapter this is: submit the chapter's own notebook "
+        f"(one of {', '.join(CHAPTERS)}) without renaming its answer functions"
+    )
+
+
+@dataclass
+class Answers:
+    sources: dict[str, str] = field(default_factory=dict)  # grade_id -> learner's code
+    notes: list[str] = field(default_factory=list)  # integrity findings, shown to learner and instructor
+
+
+def answers(notebook: dict, exercises: list[Exercise], release: dict) -> Answers:
+    """The learner's answer for each exercise, and what was found wrong with the notebook."""
+    found = Answers()
+    cells = [c for c in notebook["cells"] if c.get("cell_type") == "code"]
+    by_id: dict[str, list[dict]] = {}
+    for cell in cells:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if isinstance(grade_id, str):
+            by_id.setdefault(grade_id, []).append(cell)
+    for grade_id, same in by_id.items():
+        if len(same) > 1:
+            found.notes.append(f"cell {grade_id} appears {len(same)} times (copied cell?): the last one is used")
+    for exercise in exercises:
+        tagged = [c for c in by_id.get(exercise.grade_id, []) if _nbgrader(c).get("solution")]
+        if tagged:
+            found.sources[exercise.grade_id] = without_magics(_source(tagged[-1]))
+            continue
+        defining = [c for c in cells if set(exercise.defines) <= _defines(_source(c))]
+        if defining:
+            found.sources[exercise.grade_id] = without_magics(_source(defining[-1]))
+            found.notes.append(f"answer {exercise.grade_id} found by its content (its cell metadata was missing)")
+        else:
+            found.notes.append(f"no answer cell for {exercise.grade_id}: it defines {', '.join(exercise.defines)}")
+    found.notes += _locked_cell_findings(notebook, release)
+    return found
+
+
+def _without_hidden_tests(source: str) -> str:
+    """A test cell as the student copy has it: the instructor's hidden-test region dropped."""
+    return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", source, flags=re.S).strip()
+
+
+def _locked_cell_findings(notebook: dict, release: dict) -> list[str]:
+    """Locked and test cells of the release that the submission edited or deleted."""
+    submitted = {}
+    for cell in notebook["cells"]:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if isinstance(grade_id, str):
+            submitted[grade_id] = _source(cell)
+    notes = []
+    for cell in release["cells"]:
+        meta = _nbgrader(cell)
+        grade_id = meta.get("grade_id")
+        if not grade_id or meta.get("solution"):
+            continue
+        kind = "test cell" if meta.get("grade") else "locked cell"
+        if grade_id not in submitted:
+            if submitted:  # metadata present elsewhere, so this cell really went missing
+                notes.append(f"{kind} {grade_id} was deleted (grading uses the original)")
+        elif _without_hidden_tests(submitted[grade_id]) != _without_hidden_tests(_source(cell)):
+            notes.append(f"{kind} {grade_id} was edited (grading uses the original)")
+    return notes

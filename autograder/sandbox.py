@@ -1,0 +1,142 @@
+"""The program that runs a submission inside the sandbox: define the answers, call them, report.
+
+Usage (by the grader, never by hand): ``python -I sandbox.py JOB.json FD``, FD being the
+descriptor of the result pipe. The job holds the instructor's setup cells, the learner's answer cells and the
+probes: calls of the learner's functions on inputs the grader chose. Each probe runs in a forked
+child with its own alarm, so an exit, a crash or a hang in one function costs that probe only.
+Only plain data comes back (see ``wire.py``); whether an answer is right is decided by the
+grader, outside this process.
+
+This file is copied into the sandbox and must import only the standard library, numpy and torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import wire  # noqa: E402  (the copy beside this file)
+
+MAX_PAYLOAD = 8 * 2**20
+
+
+def _describe(error: BaseException, filename_prefix: str = "<") -> dict:
+    """An exception as plain data, with the learner's own lines of the traceback."""
+    try:
+        message = str(error)[:500]
+    except BaseException:
+        message = "<message could not be printed>"
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(filename_prefix)]
+    where = [f"{f.filename}, line {f.lineno}: {(f.line or '').strip()[:120]}" for f in frames[-3:]]
+    return {"raised": type(error).__name__, "message": message, "where": where}
+
+
+def _on_alarm(signum, frame):
+    raise TimeoutError("took too long")
+
+
+def define(job: dict) -> tuple[dict, list]:
+    """Execute the setup and answer cells in one namespace; collect what each cell raised."""
+    namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+    problems = []
+    for label, source in [(f"setup {i}", s) for i, s in enumerate(job["setup"])] + [
+        (f"answer {a['grade_id']}", a["source"]) for a in job["answers"]
+    ]:
+        signal.alarm(job["cell_seconds"])
+        try:
+            exec(compile(source, f"<{label}>", "exec"), namespace)
+        except BaseException as error:  # SystemExit and KeyboardInterrupt too: keep going
+            problems.append({"cell": label, **_describe(error)})
+        finally:
+            signal.alarm(0)
+    return namespace, problems
+
+
+def call(namespace: dict, probe: dict):
+    """The generic probe: ``namespace[probe["call"]](*args, **kwargs)``."""
+    function = namespace.get(probe["call"])
+    if function is None:
+        raise NameError(f"{probe['call']} is not defined: run the cell that defines it, keeping its name")
+    args = [wire.decode(a) for a in probe.get("args", [])]
+    kwargs = {k: wire.decode(v) for k, v in probe.get("kwargs", {}).items()}
+    return function(*args, **kwargs)
+
+
+def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
+    """Run one probe in a forked child; the child's result, or what became of it."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read_end)
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.alarm(max(1, int(seconds)))
+        try:
+            payload = {"returned": wire.encode(call(namespace, probe))}
+        except BaseException as error:
+            payload = _describe(error)
+        signal.alarm(0)
+        try:
+            data = json.dumps(payload).encode()
+        except BaseException:
+            data = json.dumps({"raised": "EncodeError", "message": "the result could not be sent back"}).encode()
+        view = memoryview(data[:MAX_PAYLOAD])
+        while view:
+            view = view[os.write(write_end, view):]
+        os._exit(0)
+    os.close(write_end)
+    chunks, size, deadline = [], 0, time.monotonic() + seconds + 2
+    timed_out = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([read_end], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size <= MAX_PAYLOAD:
+            chunks.append(chunk)
+    os.close(read_end)
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return {"timeout": seconds}
+    try:
+        return json.loads(b"".join(chunks))
+    except ValueError:
+        if os.WIFSIGNALED(status):
+            return {"crashed": f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"}
+        return {"crashed": f"the process ended (exit code {os.WEXITSTATUS(status)}) before returning"}
+
+
+def main() -> None:
+    with open(sys.argv[1]) as handle:
+        job = json.load(handle)
+    result_pipe = os.fdopen(int(sys.argv[2]), "w")  # opened before learner code can close it
+    import torch
+
+    torch.set_num_threads(1)  # before any parallel work, so that fork() is safe
+    signal.signal(signal.SIGALRM, _on_alarm)
+    namespace, problems = define(job)
+    results = {}
+    for probe in job["probes"]:
+        results[probe["id"]] = run_probe(namespace, probe, job["probe_seconds"])
+    result_pipe.write(json.dumps({"cells": problems, "probes": results}))
+    result_pipe.flush()
+    os._exit(0)  # skip interpreter teardown, which learner code could hook
+
+
+if __name__ == "__main__":
+    main()

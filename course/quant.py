@@ -1,0 +1,341 @@
+"""Weight quantization, the reference implementations behind chapter 3.
+
+Symmetric absmax integer quantization at any bit width with one scale per tensor, per row or per
+group of consecutive columns; int8 codes with per-row scales; the relative error of an
+approximation; the storage cost of the scales; NormalFloat-4 (NF4, QLoRA); and LLM.int8()'s
+split of a matrix product into an int8 part and a 16-bit part for outlier features.
+
+A worked example: one row ``[0.5, -0.2, 0.1, 0.0]`` at 4 bits has scale 0.5 / 7 = 0.0714, codes
+``[7, -3, 1, 0]`` (-2.8 and 1.4 round to -3 and 1) and comes back as ``[0.5, -0.2143, 0.0714, 0.0]``.
+
+Not handled: asymmetric (zero-point) schemes, activations-aware methods (GPTQ, AWQ), packing two
+4-bit codes into one byte, and fused low-bit matrix kernels. Everything works in float32 on the
+tensor's device; inputs must be 2-D floating-point matrices. Every bad argument (shape, type,
+bits, group size) raises ValueError with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+MIN_BITS, MAX_BITS = 2, 16
+
+
+def _check_matrix(weight: torch.Tensor, name: str = "weight") -> None:
+    if not isinstance(weight, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(weight).__name__}; wrap it with torch.as_tensor")
+    if weight.dim() != 2:
+        raise ValueError(
+            f"{name} must be a 2-D matrix (rows, cols), got shape {tuple(weight.shape)}; "
+            "reshape it first, for example weight.reshape(weight.shape[0], -1)"
+        )
+    if not weight.is_floating_point():
+        raise ValueError(f"{name} must hold floating-point numbers, got {weight.dtype}")
+    if not torch.isfinite(weight).all():
+        raise ValueError(f"{name} contains NaN or infinity; quantization needs finite values")
+
+
+def _working(weight: torch.Tensor) -> torch.Tensor:
+    """Compute in float32, or float64 when given float64 (bf16 and fp16 are widened)."""
+    return weight.to(torch.promote_types(weight.dtype, torch.float32))
+
+
+def absmax_levels(bits: int) -> int:
+    """The largest integer code of a symmetric ``bits``-bit scheme: 2^(bits-1) - 1 (127 at 8 bits, 7 at 4).
+
+    Symmetric absmax gives up the most negative code (-128 at 8 bits) so that the codes run from
+    -levels to +levels and zero is exact.
+    """
+    if isinstance(bits, bool) or not isinstance(bits, int):
+        raise ValueError(f"bits must be a whole number such as 4 or 8, got {bits!r}")
+    if not MIN_BITS <= bits <= MAX_BITS:
+        raise ValueError(f"bits must be between {MIN_BITS} and {MAX_BITS}, got {bits}")
+    return 2 ** (bits - 1) - 1
+
+
+def _group_columns(weight: torch.Tensor, group_size: int | None) -> int:
+    """Columns per scale; checks that ``group_size`` divides the number of columns."""
+    cols = weight.shape[1]
+    if group_size is None:
+        return cols
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise ValueError(f"group_size must be a whole number of columns or None (one scale per row), got {group_size!r}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be positive, got {group_size}")
+    if cols % group_size != 0:
+        divisors = [g for g in (8, 16, 32, 64, 128, 256) if cols % g == 0]
+        hint = f"; try one of {divisors}" if divisors else "; use None for one scale per row"
+        raise ValueError(f"group_size {group_size} does not divide {cols} columns{hint}")
+    return group_size
+
+
+def quantize(
+    weight: torch.Tensor, bits: int, group_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric absmax quantization: integer codes and one scale per row or per group.
+
+    Args:
+        weight: (rows, cols) floating-point matrix.
+        bits: code width, 2 to 16.
+        group_size: consecutive columns sharing a scale; None for one scale per row.
+
+    Returns:
+        codes: (rows, cols) int32 in [-levels, levels]; scale: (rows, cols // group) in float32
+        (float64 for float64 input), zero for an all-zero group (whose codes are all zero).
+    """
+    _check_matrix(weight)
+    levels = absmax_levels(bits)
+    group = _group_columns(weight, group_size)
+    rows, cols = weight.shape
+    grouped = _working(weight).reshape(rows, cols // group, group)  # (rows, groups, group)
+    scale = grouped.abs().amax(dim=-1) / levels  # (rows, groups)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero group divides by 1
+    codes = torch.round(grouped / safe.unsqueeze(-1)).clamp(-levels, levels)
+    return codes.reshape(rows, cols).to(torch.int32), scale
+
+
+def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Codes times their group's scale; the group size is read off the shapes."""
+    rows, cols = codes.shape
+    groups = scale.shape[-1]
+    if scale.shape[0] != rows or cols % groups != 0:
+        raise ValueError(f"scale of shape {tuple(scale.shape)} does not fit codes of shape {(rows, cols)}")
+    grouped = codes.to(scale.dtype).reshape(rows, groups, cols // groups)  # (rows, groups, group)
+    return (grouped * scale.unsqueeze(-1)).reshape(rows, cols)
+
+
+def quantize_dequantize(
+    weight: torch.Tensor, bits: int, group_size: int | None = None
+) -> torch.Tensor:
+    """Round-trip ``weight`` through ``bits``-bit symmetric absmax codes (per row, or per group).
+
+    Raises:
+        ValueError: when ``group_size`` does not divide the number of columns, or ``bits`` is
+            outside 2 to 16.
+    """
+    codes, scale = quantize(weight, bits, group_size)
+    return dequantize(codes, scale).to(weight.dtype)
+
+
+def quantize_dequantize_per_tensor(weight: torch.Tensor, bits: int) -> torch.Tensor:
+    """Round-trip with a single scale for the whole matrix (the coarsest granularity)."""
+    _check_matrix(weight)
+    flat = weight.reshape(1, -1)  # (1, rows * cols): one row, one scale
+    return quantize_dequantize(flat, bits).reshape(weight.shape)
+
+
+def relative_error(weight: torch.Tensor, approx: torch.Tensor) -> float:
+    """Frobenius-norm ratio ||W - W_hat|| / ||W||."""
+    if weight.shape != approx.shape:
+        raise ValueError(f"shapes differ: weight {tuple(weight.shape)} vs approx {tuple(approx.shape)}")
+    norm = weight.float().norm()
+    if norm == 0:
+        raise ValueError("relative error is undefined for an all-zero weight")
+    return ((weight.float() - approx.float()).norm() / norm).item()
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric int8: codes in [-127, 127] as torch.int8 and a (rows, 1) float32 scale."""
+    codes, scale = quantize(weight, 8)
+    return codes.to(torch.int8), scale.float()  # scale: (rows, 1)
+
+
+def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Map int8 codes back to float32 with their per-row scale."""
+    return codes.float() * scale.float().reshape(-1, 1)  # scale: (rows,) or (rows, 1)
+
+
+def effective_bits(bits: int, group_size: int | None, scale_bits: int = 16, cols: int | None = None) -> float:
+    """Bits stored per weight, the scales included: bits + scale_bits / group_size.
+
+    With ``group_size=None`` (one scale per row) pass ``cols``. Int4 with an fp16 scale per 64
+    weights costs 4 + 16/64 = 4.25 bits.
+    """
+    group = cols if group_size is None else group_size
+    if not group or group < 1:
+        raise ValueError("give a positive group_size, or cols when there is one scale per row")
+    return bits + scale_bits / group
+
+
+def effective_bits_double_quant(
+    bits: int = 4, group_size: int = 64, scale_bits: int = 8, block: int = 256, block_scale_bits: int = 32
+) -> float:
+    """QLoRA's double quantization: the group scales themselves stored in 8 bits with one fp32
+    scale per ``block`` of them: 4 + 8/64 + 32/(64*256) = 4.127 bits."""
+    return bits + scale_bits / group_size + block_scale_bits / (group_size * block)
+
+
+# --- NormalFloat-4 ---------------------------------------------------------------------------
+
+NF4_OFFSET = 0.9677083  # QLoRA: the outermost quantile, (1 - 1/(2*15) + 1 - 1/(2*16)) / 2
+
+
+def nf4_levels() -> torch.Tensor:
+    """The 16 NF4 levels in [-1, 1]: quantiles of a standard normal, with an exact zero.
+
+    Eight positive levels are quantiles at probabilities evenly spaced from 0.5 to the offset,
+    seven negative ones likewise, then all are divided by the largest. Built from
+    ``torch.special.ndtri``; the tests compare it with the published bitsandbytes table.
+    """
+    normal = torch.distributions.Normal(0.0, 1.0)
+    positive = normal.icdf(torch.linspace(NF4_OFFSET, 0.5, 9, dtype=torch.float64)[:-1])  # 8 values
+    negative = -normal.icdf(torch.linspace(NF4_OFFSET, 0.5, 8, dtype=torch.float64)[:-1])  # 7 values
+    levels = torch.cat([negative, torch.zeros(1, dtype=torch.float64), positive]).sort().values
+    return (levels / levels.abs().max()).float()
+
+
+def quantize_nf4(weight: torch.Tensor, group_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """NF4 codes (uint8, 0..15, the index of the nearest level) and one absmax scale per group."""
+    _check_matrix(weight)
+    group = _group_columns(weight, group_size)
+    rows, cols = weight.shape
+    grouped = _working(weight).reshape(rows, cols // group, group)  # (rows, groups, group)
+    scale = grouped.abs().amax(dim=-1)  # (rows, groups): absmax maps to level +-1
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    normalised = grouped / safe.unsqueeze(-1)
+    levels = nf4_levels().to(device=weight.device, dtype=grouped.dtype)
+    midpoints = (levels[1:] + levels[:-1]) / 2  # 15 decision boundaries
+    codes = torch.bucketize(normalised, midpoints)
+    return codes.reshape(rows, cols).to(torch.uint8), scale
+
+
+def dequantize_nf4(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """NF4 codes back to float32: level[code] times the group's scale."""
+    levels = nf4_levels().to(device=codes.device, dtype=scale.dtype)
+    return dequantize(levels[codes.long()], scale)
+
+
+def nf4_quantize_dequantize(weight: torch.Tensor, group_size: int = 64) -> torch.Tensor:
+    """Round-trip through NF4 with one absmax scale per ``group_size`` columns."""
+    return dequantize_nf4(*quantize_nf4(weight, group_size)).to(weight.dtype)
+
+
+# --- LLM.int8(): outlier features kept in 16 bits ------------------------------------------------
+
+def int8_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` with both sides in int8: x per row (token), weight per row (output channel).
+
+    The int32 accumulation is emulated in float64, which is exact for these sizes.
+    """
+    x_codes, x_scale = quantize_int8(x)  # (tokens, in), (tokens, 1)
+    w_codes, w_scale = quantize_int8(weight)  # (out, in), (out, 1)
+    accumulated = x_codes.double() @ w_codes.double().T  # (tokens, out), integer-valued
+    return (accumulated * x_scale.double() * w_scale.double().T).float()
+
+
+def int8_matmul_with_outliers(
+    x: torch.Tensor, weight: torch.Tensor, threshold: float = 6.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """LLM.int8()'s mixed-precision decomposition of ``x @ weight.T``.
+
+    Input feature columns where any |x| reaches ``threshold`` are multiplied in floating point;
+    the rest go through :func:`int8_matmul`. Returns the product and the outlier column indices.
+    """
+    _check_matrix(x, "x")
+    _check_matrix(weight)
+    if x.shape[1] != weight.shape[1]:
+        raise ValueError(f"x has {x.shape[1]} features but weight expects {weight.shape[1]}")
+    outlier = (x.abs() >= threshold).any(dim=0)  # (in,) boolean
+    columns = outlier.nonzero().flatten()
+    regular = ~outlier
+    out = x[:, outlier].float() @ weight[:, outlier].float().T  # (tokens, out) in floating point
+    if regular.any():
+        out = out + int8_matmul(x[:, regular], weight[:, regular])
+    return out, columns
+
+
+# --- Matrices the chapter studies --------------------------------------------------------------
+
+def gaussian_matrix(rows: int, cols: int, std: float = 0.02, seed: int = 0) -> torch.Tensor:
+    """A (rows, cols) float32 matrix of N(0, std^2) weights, like a trained layer's bulk."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, cols, generator=generator) * std
+
+
+def outlier_matrix(
+    rows: int = 256,
+    cols: int = 512,
+    n_outlier_cols: int = 4,
+    magnitude: float = 20.0,
+    std: float = 0.02,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Gaussian weights with a few outlier columns ``magnitude`` times larger than the rest.
+
+    Outlier columns are what trained transformers show in a handful of feature dimensions; the
+    columns are chosen with the same seed.
+    """
+    weight = gaussian_matrix(rows, cols, std, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    columns = torch.randperm(cols, generator=generator)[:n_outlier_cols]
+    weight[:, columns] *= magnitude
+    return weight
+
+
+def granularity_errors(weight: torch.Tensor, bits_list=(8, 4), groups=(None, 128, 32)) -> dict[str, float]:
+    """Relative error at each bit width and granularity, keyed like ``int4_g32`` or ``int8_row``."""
+    errors = {}
+    for bits in bits_list:
+        for group in groups:
+            key = f"int{bits}_{'row' if group is None else f'g{group}'}"
+            errors[key] = relative_error(weight, quantize_dequantize(weight, bits, group))
+    return errors
+
+
+def reference_numbers() -> dict[str, tuple[float, float, str]]:
+    """Chapter 3's headline numbers: name -> (value, tolerance, how it was made)."""
+    numbers: dict[str, tuple[float, float, str]] = {}
+    clean = gaussian_matrix(256, 512, seed=0)
+    spiky = outlier_matrix(256, 512, seed=0)
+    for key, value in granularity_errors(spiky).items():
+        numbers[f"outlier_{key}"] = (value, 2e-4, f"relative error, outlier_matrix(256, 512, seed=0), {key}")
+    for key, value in granularity_errors(clean).items():
+        numbers[f"clean_{key}"] = (value, 2e-4, f"relative error, gaussian_matrix(256, 512, seed=0), {key}")
+    numbers["outlier_error_ratio_int8_row"] = (
+        numbers["outlier_int8_row"][0] / numbers["clean_int8_row"][0],
+        0.05,
+        "int8 per-row error with outlier columns over the error without them",
+    )
+    numbers["int4_g64_fp16_bits"] = (effective_bits(4, 64), 0.0, "4 + 16/64")
+    numbers["nf4_double_quant_bits"] = (effective_bits_double_quant(), 1e-9, "4 + 8/64 + 32/(64*256)")
+    numbers["nf4_g64_normal"] = (
+        relative_error(clean, nf4_quantize_dequantize(clean, 64)), 2e-4, "NF4, groups of 64, gaussian_matrix(seed=0)"
+    )
+    numbers["int4_g64_normal"] = (
+        relative_error(clean, quantize_dequantize(clean, 4, 64)), 2e-4, "int4, groups of 64, gaussian_matrix(seed=0)"
+    )
+    return numbers
+
+
+def outlier_row_example(outlier: float = 4.2, seed: int = 3) -> dict[str, float]:
+    """One row of 64 ordinary weights, int8 per-row, before and after one weight becomes ``outlier``."""
+    row = gaussian_matrix(1, 64, std=0.15, seed=seed)
+    spiked = row.clone()
+    spiked[0, 0] = outlier
+    before = quantize_dequantize(row, 8)
+    after = quantize_dequantize(spiked, 8)
+    rest = slice(1, None)
+    return {
+        "scale_before": row.abs().max().item() / 127,
+        "scale_after": spiked.abs().max().item() / 127,
+        "scale_ratio": spiked.abs().max().item() / row.abs().max().item(),
+        "outlier_error": (after[0, 0] - spiked[0, 0]).abs().item(),
+        "rest_error_before": relative_error(row[:, rest], before[:, rest]),
+        "rest_error_after": relative_error(spiked[:, rest], after[:, rest]),
+        "zeroed_before": (before[0, rest] == 0).float().mean().item(),
+        "zeroed_after": (after[0, rest] == 0).float().mean().item(),
+    }
+
+
+def half_step(weight: torch.Tensor, bits: int, group_size: int | None = None) -> torch.Tensor:
+    """Half the quantization step of each weight's group, broadcast to the weight's shape."""
+    _, scale = quantize(weight, bits, group_size)
+    group = _group_columns(weight, group_size)
+    return (scale / 2).repeat_interleave(group, dim=1)
+
+
+def signal_to_noise_db(weight: torch.Tensor, approx: torch.Tensor) -> float:
+    """20 log10 of 1 / relative error: about 6 dB per extra bit for uniform codes."""
+    return -20 * math.log10(relative_error(weight, approx))

@@ -1,0 +1,79 @@
+"""Reference numbers: regenerated from the package with fixed seeds, stored with their tolerances.
+
+Each chapter's module has a ``reference_numbers()`` returning ``{name: (value, tolerance, how)}``.
+``python -m course.reference`` (``make reference``) writes ``data/reference/<topic>.json``; the
+tests regenerate and compare, and the chapters' checks compare learners' results with the stored
+values. Not handled: numbers that depend on the machine (timings); those are measured, never stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+from typing import Callable
+
+from course import paths
+
+# topic -> the module whose reference_numbers() makes its file
+TOPICS = {
+    "quantization": "course.quant",
+}
+
+
+def generate(topic: str) -> dict[str, dict]:
+    """Recompute the numbers of ``topic`` as JSON-ready entries."""
+    if topic not in TOPICS:
+        raise KeyError(f"unknown topic {topic!r}; known: {', '.join(TOPICS)}")
+    make: Callable[[], dict] = importlib.import_module(TOPICS[topic]).reference_numbers
+    return {
+        name: {"value": float(value), "tolerance": float(tolerance), "how": how}
+        for name, (value, tolerance, how) in sorted(make().items())
+    }
+
+
+def load(topic: str) -> dict[str, dict]:
+    """The stored entries of ``topic``: ``{name: {"value", "tolerance", "how"}}``."""
+    path = paths.require(paths.REFERENCE / f"{topic}.json")
+    return json.loads(path.read_text())
+
+
+def value(topic: str, name: str) -> float:
+    """One stored number."""
+    return load(topic)[name]["value"]
+
+
+def close(entry: dict, observed: float) -> bool:
+    """Whether ``observed`` lies within the entry's tolerance of its value."""
+    return math.isfinite(observed) and abs(observed - entry["value"]) <= entry["tolerance"] + 1e-12
+
+
+def compare(topic: str) -> list[str]:
+    """Differences between the stored numbers and a fresh regeneration; empty when they agree."""
+    stored, fresh = load(topic), generate(topic)
+    problems = [f"{name}: stored but no longer generated" for name in stored.keys() - fresh.keys()]
+    problems += [f"{name}: generated but not stored (run `make reference`)" for name in fresh.keys() - stored.keys()]
+    for name in sorted(stored.keys() & fresh.keys()):
+        if not close(stored[name], fresh[name]["value"]):
+            problems.append(f"{name}: stored {stored[name]['value']!r}, regenerated {fresh[name]['value']!r}")
+    return problems
+
+
+def write(topic: str) -> None:
+    """Regenerate and store ``topic``."""
+    paths.REFERENCE.mkdir(parents=True, exist_ok=True)
+    target = paths.REFERENCE / f"{topic}.json"
+    target.write_text(json.dumps(generate(topic), indent=2) + "\n")
+    print(f"wrote {target.relative_to(paths.ROOT)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Regenerate data/reference/*.json.")
+    parser.add_argument("topics", nargs="*", default=list(TOPICS), help="topics to write (default: all)")
+    for topic in parser.parse_args().topics:
+        write(topic)
+
+
+if __name__ == "__main__":
+    main()

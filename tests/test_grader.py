@@ -1,0 +1,188 @@
+"""The grader: full marks for the solution, none for the blank copy, and each planted mistake
+loses points with a hint that names it. All submissions are graded as one batch, in parallel,
+so the batch itself shows that one submission cannot cost another anything."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autograder import grade
+from course import paths
+
+from conftest import copy_into
+
+QUANTIZE = '''
+def quantize_dequantize(weight, bits, group_size=None):
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group:
+        raise ValueError("group_size must divide the columns")
+    levels = {levels}
+    grouped = weight.reshape(rows, cols // group, group)
+    scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+    {guard}
+    return ({rounding}(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
+'''
+SAFE = "scale = torch.where(scale > 0, scale, torch.ones_like(scale))"
+
+
+def quantize_variant(levels="2 ** (bits - 1) - 1", rounding="torch.round", guard=SAFE):
+    return QUANTIZE.format(levels=levels, rounding=rounding, guard=guard)
+
+
+# name -> (answer cell, its code, check ids that must fail, words the hint must contain)
+PLANTED = {
+    "too_many_levels": ("quantize_dequantize", quantize_variant(levels="2 ** bits - 1"),
+                        {"quantize_dequantize.int8_per_row"}, "levels instead of"),
+    "one_level_too_many": ("quantize_dequantize", quantize_variant(levels="2 ** (bits - 1)"),
+                           {"quantize_dequantize.int8_per_row"}, "one level too many"),
+    "truncation": ("quantize_dequantize", quantize_variant(rounding="torch.trunc"),
+                   {"quantize_dequantize.int8_per_row"}, "truncated"),
+    "nan_on_zero_group": ("quantize_dequantize", quantize_variant(guard="pass"),
+                          {"quantize_dequantize.zero_groups"}, "all-zero group"),
+    "groups_ignored": ("quantize_dequantize", '''
+def quantize_dequantize(weight, bits, group_size=None):
+    if group_size is not None and weight.shape[1] % group_size:
+        raise ValueError("bad group")
+    levels = 2 ** (bits - 1) - 1
+    scale = weight.abs().amax(dim=1, keepdim=True) / levels
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(weight / scale).clamp(-levels, levels) * scale
+''', {"quantize_dequantize.int4_groups"}, "group_size was ignored"),
+    "groups_down_the_rows": ("quantize_dequantize", '''
+def quantize_dequantize(weight, bits, group_size=None):
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group:
+        raise ValueError("bad group")
+    levels = 2 ** (bits - 1) - 1
+    if group_size is None:
+        grouped = weight.reshape(rows, 1, cols)
+    else:
+        grouped = weight.T.reshape(cols, rows // group, group)
+    scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    out = torch.round(grouped / scale).clamp(-levels, levels) * scale
+    return out.reshape(rows, cols) if group_size is None else out.reshape(cols, rows).T
+''', {"quantize_dequantize.int4_groups"}, "groups were taken down the columns"),
+    "no_value_error": ("quantize_dequantize", quantize_variant().replace(
+        'raise ValueError("group_size must divide the columns")', "group = cols"),
+        {"quantize_dequantize.bad_group"}, "expected ValueError"),
+    "squared_error": ("relative_error", '''
+def relative_error(weight, approx):
+    return ((weight - approx).norm() ** 2 / weight.norm() ** 2).item()
+''', {"relative_error.random", "relative_error.zeros"}, "square root"),
+    "int8_scale_128": ("int8", '''
+def quantize_int8(weight):
+    scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 128
+    return torch.round(weight / scale).clamp(-128, 127).to(torch.int8), scale
+
+def dequantize_int8(codes, scale):
+    return codes.float() * scale
+''', {"int8.codes_and_scale"}, "absmax / 128"),
+    "int8_float_codes": ("int8", '''
+def quantize_int8(weight):
+    scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
+    return torch.round(weight / scale), scale
+
+def dequantize_int8(codes, scale):
+    return codes.float() * scale
+''', {"int8.codes_and_scale"}, "torch.int8"),
+    "bits_upside_down": ("effective_bits", '''
+def effective_bits(bits, group_size, scale_bits=16):
+    return bits + group_size / scale_bits
+''', {"effective_bits.int4_g64", "effective_bits.other"}, "upside down"),
+}
+
+
+def _replace_answer(notebook: dict, grade_id: str, source: str) -> dict:
+    for cell in notebook["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            cell["source"] = source
+            return notebook
+    raise KeyError(grade_id)
+
+
+@pytest.fixture(scope="module")
+def batch(instructor_notebooks, tmp_path_factory):
+    """Grade the solution, the blank copy, the planted bugs and broken files in one batch."""
+    folder = tmp_path_factory.mktemp("submissions")
+    solution = instructor_notebooks["03_quantization"]
+    copy_into(solution, folder / "solution", "03_quantization.ipynb")
+    copy_into(paths.NOTEBOOKS / "03_quantization.ipynb", folder / "blank")
+    for name, (grade_id, source, _, _) in PLANTED.items():
+        notebook = _replace_answer(json.loads(solution.read_text()), grade_id, source)
+        (folder / name).mkdir()
+        (folder / name / "03_quantization.ipynb").write_text(json.dumps(notebook))
+    stripped = json.loads(solution.read_text())  # as an editor that drops cell metadata saves it
+    stripped["metadata"] = {}
+    for cell in stripped["cells"]:
+        cell["metadata"] = {}
+    (folder / "stripped").mkdir()
+    (folder / "stripped" / "chapter3.ipynb").write_text(json.dumps(stripped))
+    (folder / "broken").mkdir()
+    (folder / "broken" / "03_quantization.ipynb").write_text('{"cells": [')
+    out = tmp_path_factory.mktemp("feedback")
+    reports = grade.grade_folder(folder, out, seed=7)
+    by_learner = {grade._learner(folder, folder / r_path): r for r_path, r in zip(
+        sorted(p.relative_to(folder) for p in folder.rglob("*.ipynb")), reports)}
+    return by_learner, out
+
+
+def test_solution_gets_full_marks(batch):
+    report = batch[0]["solution"]
+    assert report.max_score == 16 and report.score == report.max_score, report.text()
+
+
+def test_blank_copy_gets_no_exercise_points(batch):
+    report = batch[0]["blank"]
+    assert report.score == 0 and report.max_score == 16
+    assert all("not answered yet" in t.hint for t in report.tests)
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistake_loses_points_with_a_hint(batch, name):
+    _, _, must_fail, words = PLANTED[name]
+    report = batch[0][name]
+    failed = {t.id: t.hint for t in report.tests if not t.passed}
+    assert must_fail <= set(failed), report.text()
+    assert all(words in failed[i] for i in must_fail), report.text()
+    assert report.score < report.max_score
+    exercise = PLANTED[name][0]
+    others = [t for t in report.tests if not t.id.startswith(exercise + ".")]
+    assert all(t.passed for t in others), "a mistake in one exercise must not cost another"
+
+
+def test_metadata_stripped_by_an_editor_still_grades(batch):
+    report = batch[0]["stripped"]
+    assert report.chapter == "03_quantization" and report.score == 16, report.text()
+    assert any("found by its content" in m for m in report.messages)
+
+
+def test_invalid_json_is_reported_not_raised(batch):
+    report = batch[0]["broken"]
+    assert report.score == 0 and any("invalid JSON" in m for m in report.messages)
+
+
+def test_gradebook_has_a_row_and_feedback_for_every_submission(batch):
+    reports, out = batch
+    with open(out / "gradebook.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["learner"] for r in rows} == set(reports)
+    assert float(next(r for r in rows if r["learner"] == "solution")["score"]) == 16
+    assert len(list(out.glob("*.txt"))) == len(reports) and len(list(out.glob("*.json"))) == len(reports)
+
+
+def test_command_line_json(instructor_notebooks):
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(instructor_notebooks["03_quantization"]),
+                           "--json", "--seed", "3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {"notebook", "score", "max_score", "tests"} <= set(report)
+    assert report["score"] == report["max_score"] == 16
+    assert all({"id", "points", "max_points", "passed", "hint"} <= set(t) for t in report["tests"])
