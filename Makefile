@@ -5,6 +5,7 @@
 #   make autograde  grade every notebook under submissions/ into feedback/gradebook.csv
 #   make reference  regenerate data/reference/*.json
 #   make bench      measurements, as ratios against a baseline and the physical bound
+#   make model      train the course's target and draft models from scratch (under an hour, 2 cores)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
@@ -53,6 +54,9 @@ reference: $(BIN)/.installed-base
 
 bench: $(BIN)/.installed-dev
 	$(BIN)/python -m course.benchmarks
+
+model: $(BIN)/.installed-base
+	$(BIN)/python -m course.train
 
 clean:
 	rm -rf $(VENV) $(FEEDBACK) .pytest_cache
