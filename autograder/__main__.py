@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("folder", type=Path)
     many.add_argument("--out", type=Path, default=Path("feedback"), help="where gradebook.csv and feedback go")
     many.add_argument("--workers", type=int, default=None, help="parallel submissions (default: all cores)")
+    many.add_argument("--chapter", default=None, help="expected chapter, e.g. 03_quantization: others score 0")
     for command in (one, many):
         command.add_argument("--seed", type=int, default=None, help="fix the hidden inputs (default: fresh)")
         command.add_argument("--timeout", type=float, default=runner.Limits.wall_seconds,
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report.as_json()) if args.json else report.text())
         return 0
     started = time.monotonic()
-    reports = grade.grade_folder(args.folder, args.out, limits, args.workers, args.seed)
+    reports = grade.grade_folder(args.folder, args.out, limits, args.workers, args.seed, args.chapter)
     for report in reports:
         print(f"{report.notebook:<40} {report.score:g}/{report.max_score:g}")
     print(f"graded {len(reports)} notebooks in {time.monotonic() - started:.1f} s; "

@@ -82,6 +82,8 @@ def outcome(result: dict) -> tuple[object, Verdict | None]:
         return None, Verdict(False, f"raised {result['raised']}: {result['message']}{where}")
     if "timeout" in result:
         return None, Verdict(False, f"did not finish within {result['timeout']:.0f} s: look for an endless loop")
+    if "skipped" in result:
+        return None, Verdict(False, f"not run: {result['skipped']}")
     if "crashed" in result:
         return None, Verdict(False, f"the process died while running it: {result['crashed']} (sys.exit, os._exit or a crash?)")
     return None, Verdict(False, "no result came back")

@@ -65,8 +65,12 @@ def _max_score(chapter: str) -> float:
     return float(sum(e.points for e in CHAPTERS.get(chapter, [])))
 
 
-def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = None, hide=()) -> Report:
-    """Grade ``path``; every failure is a message and a score, never an exception."""
+def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = None, hide=(),
+          chapter: str | None = None) -> Report:
+    """Grade ``path``; every failure is a message and a score, never an exception.
+
+    With ``chapter``, a notebook of any other chapter scores 0 out of that chapter's points.
+    """
     started = time.monotonic()
     path = Path(path)
     limits = limits or runner.Limits()
@@ -76,8 +80,12 @@ def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = No
         nb = notebook.load(path)
         report.chapter, notes = notebook.identify(nb, path)
         report.messages += notes
+        if chapter and report.chapter != chapter:
+            raise notebook.NotebookError(f"this is {report.chapter}, not {chapter}: submit the {chapter} notebook")
     except notebook.NotebookError as error:
-        report.messages.append(str(error))
+        report.messages.append(str(error) if not chapter else f"expected {chapter}: {error}")
+        if chapter:
+            report.chapter, report.max_score = chapter, _max_score(chapter)
         report.seconds = time.monotonic() - started
         return report
     exercises = CHAPTERS[report.chapter]
@@ -102,7 +110,10 @@ def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = No
     results = (outcome.results or {}).get("probes", {})
     for cell in (outcome.results or {}).get("cells", []):
         where = f" at {cell['where'][-1]}" if cell.get("where") else ""
-        report.messages.append(f"cell {cell['cell']} raised {cell['raised']}: {cell['message'][:200]}{where}")
+        if cell["raised"] == "timeout":
+            report.messages.append(f"cell {cell['cell']} {cell['message']}")
+        else:
+            report.messages.append(f"cell {cell['cell']} raised {cell['raised']}: {cell['message'][:200]}{where}")
     for check in checks:
         if check.exercise not in found.sources:
             verdict = Verdict(False, f"no answer cell for {check.exercise} was found")
@@ -121,7 +132,7 @@ def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = No
 
 
 def grade_folder(folder: Path, out: Path, limits: runner.Limits | None = None, workers: int | None = None,
-                 seed: int | None = None) -> list[Report]:
+                 seed: int | None = None, chapter: str | None = None) -> list[Report]:
     """Grade every ``*.ipynb`` under ``folder``; write ``gradebook.csv`` and a feedback file each.
 
     The learner is the first folder under ``folder`` (``folder/alice/03_quantization.ipynb``),
@@ -135,7 +146,7 @@ def grade_folder(folder: Path, out: Path, limits: runner.Limits | None = None, w
 
     def one(path: Path) -> Report:
         try:
-            return grade(path, limits, seed, hide=hide)
+            return grade(path, limits, seed, hide=hide, chapter=chapter)
         except Exception as error:  # the grader's own failure: still a row, with the reason
             return Report(path.name, "", 0.0, 0.0, messages=[f"grader error: {type(error).__name__}: {error}"])
 

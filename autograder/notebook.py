@@ -113,6 +113,9 @@ def identify(notebook: dict, path: Path) -> tuple[str, list[str]]:
         by_answers = {
             name for name, exercises in CHAPTERS.items() if any(set(e.defines) <= defined for e in exercises)
         }
+    if isinstance(claimed, str) and claimed not in CHAPTERS:
+        raise NotebookError(f"this notebook is {claimed}, which is not a chapter the grader knows "
+                            f"({', '.join(CHAPTERS)})")
     if claimed in CHAPTERS:
         if by_answers and claimed not in by_answers:
             raise NotebookError(f"the notebook says it is {claimed} but its answers belong to {', '.join(sorted(by_answers))}")
@@ -158,8 +161,21 @@ def answers(notebook: dict, exercises: list[Exercise], release: dict) -> Answers
             found.notes.append(f"answer {exercise.grade_id} found by its content (its cell metadata was missing)")
         else:
             found.notes.append(f"no answer cell for {exercise.grade_id}: it defines {', '.join(exercise.defines)}")
-    found.notes += _locked_cell_findings(notebook, release)
+    found.notes += _locked_cell_findings(notebook, release) + _format_findings(notebook)
     return found
+
+
+def _format_findings(notebook: dict) -> list[str]:
+    """What an editor or a hand edit broke in the file itself (grading does not depend on it)."""
+    notes = []
+    ids = [c.get("id") for c in notebook["cells"] if isinstance(c.get("id"), str)]
+    duplicated = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicated:
+        notes.append(f"duplicated cell ids {', '.join(duplicated[:5])} (cells copied by hand?)")
+    meta = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
+    if not isinstance(meta.get("kernelspec"), dict):
+        notes.append("the notebook has no kernel spec (saved by another editor?); it was graded all the same")
+    return notes
 
 
 def _without_hidden_tests(source: str) -> str:

@@ -4,7 +4,8 @@ Layers, strongest first, each used where this machine allows it (see :func:`isol
 
 - a new network and mount namespace (``unshare``), in which the course's folders, the
   submissions and the grader's output are covered by empty tmpfs mounts;
-- an unprivileged user (``setpriv`` to nobody, no new privileges);
+- an unprivileged user of its own (``setpriv`` to an unused uid, no new privileges), so that the
+  process limit of one sandbox is not shared with another;
 - resource limits: address space, CPU seconds, file size, open files, no core dumps;
 - a wall-clock limit on the whole process group and a cap on what it may print.
 
@@ -15,6 +16,7 @@ between submissions graded at the same time (timing, /tmp), which cannot change 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import resource
@@ -23,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,17 +33,27 @@ from pathlib import Path
 from course import paths
 
 HERE = Path(__file__).resolve().parent
-NOBODY = 65534
+FIRST_SANDBOX_UID = 200_000  # unused by any account: each sandbox gets its own, so limits are per sandbox
+UNSHARE = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+_next_uid = itertools.count()
+_uid_lock = threading.Lock()
+
+
+def sandbox_uid() -> int:
+    """A user id for one sandbox, distinct from every other sandbox of this grader run."""
+    with _uid_lock:
+        return FIRST_SANDBOX_UID + (os.getpid() % 1000) * 1000 + next(_next_uid) % 1000
 
 
 @dataclass
 class Limits:
     wall_seconds: float = 60.0
     probe_seconds: float = 10.0
-    cell_seconds: int = 20
+    cell_seconds: int = 10
     memory_bytes: int = 3 * 2**30
     output_bytes: int = 2**20
     file_bytes: int = 16 * 2**20
+    processes: int = 64  # per sandbox user: threads count too
 
 
 @dataclass
@@ -64,28 +77,33 @@ def _can_run(command: list[str]) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def isolation() -> str:
-    """'namespace' (root: unshare + setpriv to nobody), 'unprivileged' (setpriv only) or 'limits'."""
+    """'namespace' (root: unshare, then setpriv to a user of its own), 'unprivileged' (setpriv
+    only) or 'limits' (neither: not root, or ``AUTOGRADER_ISOLATION=limits``)."""
     if os.name != "posix" or os.geteuid() != 0 or os.environ.get("AUTOGRADER_ISOLATION") == "limits":
         return "limits"
-    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs"]
+    drop = ["setpriv", f"--reuid={FIRST_SANDBOX_UID}", f"--regid={FIRST_SANDBOX_UID}", "--clear-groups",
+            "--no-new-privs"]
     if not shutil.which("setpriv") or not _can_run(drop + [sys.executable, "-I", "-c", "import torch"]):
         return "limits"
-    if shutil.which("unshare") and _can_run(["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", "true"]):
+    if shutil.which("unshare") and _can_run(UNSHARE + ["true"]):
         return "namespace"
     return "unprivileged"
 
 
-def _preexec(limits: Limits):
+def _preexec(limits: Limits, own_user: bool):
     def apply() -> None:
         os.setsid()
         cpu = int(limits.wall_seconds) + 5
-        for name, value in (
+        settings = [
             ("RLIMIT_AS", limits.memory_bytes),
             ("RLIMIT_CPU", cpu),
             ("RLIMIT_FSIZE", limits.file_bytes),
             ("RLIMIT_NOFILE", 256),
             ("RLIMIT_CORE", 0),
-        ):
+        ]
+        if own_user:  # counted per user: only meaningful for a user of the sandbox's own
+            settings.append(("RLIMIT_NPROC", limits.processes))
+        for name, value in settings:
             resource.setrlimit(getattr(resource, name), (value, value))
 
     return apply
@@ -126,11 +144,12 @@ def run(job: dict, limits: Limits, hide: list[Path] = ()) -> Outcome:
         for item in work.iterdir():
             item.chmod(0o644)
         python = [sys.executable, "-I", str(work / "sandbox.py"), str(work / "job.json")]
-        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs", "--"]
+        uid = sandbox_uid()
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
         if mode == "namespace":
             hidden = [paths.ROOT, *hide]
             script = _hide_script(sorted({p.resolve() for p in hidden}, key=str)) + '\nexec "$@"'
-            command = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", "sh", "-c", script, "sandbox", *drop, *python]
+            command = UNSHARE + ["sh", "-c", script, "sandbox", *drop, *python]
         elif mode == "unprivileged":
             command = drop + python
         else:
@@ -162,7 +181,7 @@ def _collect(command: list[str], env: dict, work: Path, limits: Limits, mode: st
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         pass_fds=(write_end,),
-        preexec_fn=_preexec(limits),
+        preexec_fn=_preexec(limits, own_user=mode != "limits"),
     )
     os.close(write_end)
     problem, printed, result = _pump(process, read_end, started, limits)

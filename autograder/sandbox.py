@@ -38,8 +38,12 @@ def _describe(error: BaseException, filename_prefix: str = "<") -> dict:
     return {"raised": type(error).__name__, "message": message, "where": where}
 
 
+class OutOfTime(BaseException):
+    """Raised by the alarm; a BaseException so that ``except Exception`` in learner code misses it."""
+
+
 def _on_alarm(signum, frame):
-    raise TimeoutError("took too long")
+    raise OutOfTime()
 
 
 def define(job: dict) -> tuple[dict, list]:
@@ -52,6 +56,9 @@ def define(job: dict) -> tuple[dict, list]:
         signal.alarm(job["cell_seconds"])
         try:
             exec(compile(source, f"<{label}>", "exec"), namespace)
+        except OutOfTime:
+            problems.append({"cell": label, "raised": "timeout",
+                             "message": f"did not finish within {job['cell_seconds']} s (an endless loop?)"})
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: keep going
             problems.append({"cell": label, **_describe(error)})
         finally:
@@ -73,12 +80,15 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
     """Run one probe in a forked child; the child's result, or what became of it."""
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child
+    if pid == 0:  # child, in a process group of its own so that its descendants die with it
+        os.setpgid(0, 0)
         os.close(read_end)
         signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(max(1, int(seconds)))
         try:
             payload = {"returned": wire.encode(call(namespace, probe))}
+        except OutOfTime:
+            payload = {"timeout": seconds}
         except BaseException as error:
             payload = _describe(error)
         signal.alarm(0)
@@ -108,8 +118,10 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
         if size <= MAX_PAYLOAD:
             chunks.append(chunk)
     os.close(read_end)
-    if timed_out:
-        os.kill(pid, signal.SIGKILL)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the child if it hangs, and whatever it started
+    except (ProcessLookupError, PermissionError):
+        pass
     _, status = os.waitpid(pid, 0)
     if timed_out:
         return {"timeout": seconds}
@@ -130,9 +142,14 @@ def main() -> None:
     torch.set_num_threads(1)  # before any parallel work, so that fork() is safe
     signal.signal(signal.SIGALRM, _on_alarm)
     namespace, problems = define(job)
-    results = {}
+    results, hung = {}, set()
     for probe in job["probes"]:
+        if probe["call"] in hung:  # one endless loop must not eat the time of every other exercise
+            results[probe["id"]] = {"skipped": f"an earlier call of {probe['call']} did not finish"}
+            continue
         results[probe["id"]] = run_probe(namespace, probe, job["probe_seconds"])
+        if "timeout" in results[probe["id"]]:
+            hung.add(probe["call"])
     result_pipe.write(json.dumps({"cells": problems, "probes": results}))
     result_pipe.flush()
     os._exit(0)  # skip interpreter teardown, which learner code could hook
