@@ -39,7 +39,7 @@ class TrainConfig:
     bf16: bool = True
 
 
-SCHEDULES = {"target": TrainConfig(steps=3000), "draft": TrainConfig(steps=2000, lr=3e-3)}
+SCHEDULES = {"target": TrainConfig(steps=1800), "draft": TrainConfig(steps=1500, lr=3e-3)}
 
 
 def batches(data: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator):
