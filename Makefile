@@ -33,11 +33,12 @@ $(BIN)/.installed-dev: $(BIN)/.installed-base
 	$(BIN)/python -m pip install -q -e ".[lab,dev]"
 	@# nbgrader's JupyterLab menus are for instructors' own servers, not the course's
 	-$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
-	-$(BIN)/jupyter server extension disable --sys-prefix nbgrader >/dev/null 2>&1
+	-for extension in formgrader validate_assignment assignment_list course_list; do \
+	  $(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$extension >/dev/null 2>&1; done
 	touch $@
 
 lab: $(BIN)/.installed-base
-	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: $(BIN)/.installed-dev
 	$(BIN)/python -m pytest -q

@@ -11,6 +11,7 @@ them in the instructor's source), so Colab learners get the same feedback withou
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -87,6 +88,34 @@ def outcome(result: dict) -> tuple[object, Verdict | None]:
     if "crashed" in result:
         return None, Verdict(False, f"the process died while running it: {result['crashed']} (sys.exit, os._exit or a crash?)")
     return None, Verdict(False, "no result came back")
+
+
+def judges_value(judge: Callable[[dict, object], Verdict]) -> Callable[[dict, dict], Verdict]:
+    """Turn ``judge(probe, value)`` into a check's judge of the raw result: a call that raised,
+    hung or crashed fails with what happened, and ``judge`` only sees returned values."""
+
+    @functools.wraps(judge)
+    def judge_result(probe: dict, result: dict) -> Verdict:
+        value, failed = outcome(result)
+        return failed or judge(probe, value)
+
+    return judge_result
+
+
+def judges_tensor(what: str):
+    """Like :func:`judges_value` for a returned tensor, given to ``judge`` in float64; anything
+    else fails with a hint naming what came back instead of ``what``."""
+
+    def decorate(judge: Callable[[dict, torch.Tensor], Verdict]) -> Callable[[dict, dict], Verdict]:
+        @judges_value
+        @functools.wraps(judge)
+        def judge_value(probe: dict, value) -> Verdict:
+            tensor, problem = as_tensor(value, what)
+            return Verdict(False, problem) if problem else judge(probe, tensor)
+
+        return judge_value
+
+    return decorate
 
 
 def fmt(x: float) -> str:

@@ -49,3 +49,20 @@ def matvec_bandwidth(rows: int, cols: int, dtype: torch.dtype, device: torch.dev
     n_bytes = weight.numel() * weight.element_size()
     return {"dtype": str(dtype).replace("torch.", ""), "seconds": seconds, "bytes": n_bytes,
             "gb_per_s": gb_per_s(n_bytes, seconds)}
+
+
+def copy_bandwidth(device: torch.device, n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
+    """GB/s of copying a large buffer, reads plus writes: the memory bound decode lives under."""
+    source = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
+    target = torch.empty_like(source)
+    seconds = median_seconds(lambda: target.copy_(source), device, repeats=repeats)
+    return gb_per_s(2 * n_bytes, seconds)
+
+
+def matmul_flops(n: int, dtype: torch.dtype, device: torch.device, repeats: int = 5) -> float:
+    """FLOP/s of an (n, n) @ (n, n) product: 2 n^3 FLOPs, the compute bound prefill lives under."""
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
+    seconds = median_seconds(lambda: a @ b, device, repeats=repeats)
+    return 2 * n**3 / seconds

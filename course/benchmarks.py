@@ -16,14 +16,6 @@ from course import bench, quant, viz
 from course.device import best_device, describe, synchronize
 
 
-def copy_bandwidth(device: torch.device, n_bytes: int = 256 * 2**20) -> float:
-    """GB/s of a large tensor copy (read plus write): the memory bound the others are held to."""
-    source = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).fill_(1.0)
-    target = torch.empty_like(source)
-    seconds = bench.median_seconds(lambda: target.copy_(source), device)
-    return bench.gb_per_s(2 * n_bytes, seconds)
-
-
 def quantization(device: torch.device, bound: float) -> None:
     print("\n== chapter 3: quantization ==")
     weight = quant.gaussian_matrix(4096, 4096).to(device)
@@ -54,34 +46,87 @@ def quantization(device: torch.device, bound: float) -> None:
 
 
 def slider_latency() -> None:
+    """Median time of one slider update (recompute plus redraw to PNG) over a sweep of its values."""
     print("\n== slider updates (recompute + redraw to PNG; goal 100 ms) ==")
     sweeps = {
-        "ch3 bits": [dict(bits=b, group_size=32, outlier=20.0) for b in range(2, 9)],
-        "ch3 group size": [dict(bits=4, group_size=g, outlier=20.0) for _, g in viz.GROUP_CHOICES],
-        "ch3 outlier": [dict(bits=4, group_size=None, outlier=o) for o in (1.0, 10.0, 20.0, 40.0, 60.0)],
+        "ch1 batch": (viz.plot_roofline, [dict(batch=b) for b in (1, 4, 16, 64, 256, 1024)]),
+        "ch1 hardware": (viz.plot_roofline, [dict(hardware=h) for h in ("T4", "A100-80G", "H100 SXM", "H200")]),
+        "ch1 arrival rate": (viz.plot_batching, [dict(rate=r) for r in (2.0, 8.0, 20.0, 40.0)]),
+        "ch3 bits": (viz.plot_quantization, [dict(bits=b, group_size=32) for b in range(2, 9)]),
+        "ch3 group size": (viz.plot_quantization, [dict(group_size=g) for _, g in viz.GROUP_CHOICES]),
+        "ch3 outlier": (viz.plot_quantization, [dict(outlier=o) for o in (1.0, 10.0, 20.0, 40.0, 60.0)]),
     }
-    viz.figure_png(viz.plot_quantization())  # warm-up: fonts, caches
-    for name, values in sweeps.items():
+    over = []
+    for name, (plot, values) in sweeps.items():
+        viz.figure_png(plot(**values[0]))  # warm-up: fonts, caches
         times = []
         for kwargs in values:
             start = time.perf_counter()
-            viz.figure_png(viz.plot_quantization(**kwargs))
+            viz.figure_png(plot(**kwargs))
             times.append(time.perf_counter() - start)
         median = statistics.median(times)
         verdict = "ok" if median <= 0.1 else f"over by {1e3 * (median - 0.1):.0f} ms"
-        print(f"{name:16s} median {1e3 * median:6.1f} ms over {len(values)} values ({verdict})")
+        over += [name] if median > 0.1 else []
+        print(f"{name:17s} median {1e3 * median:6.1f} ms over {len(values)} values ({verdict})")
+    print(f"{len(over)} of {len(sweeps)} sliders over the 100 ms budget" + (f": {', '.join(over)}" if over else ""))
 
 
 def main() -> None:
     device = best_device()
     torch.manual_seed(0)
     print(describe(device))
-    bound = copy_bandwidth(device)
+    bound = bench.copy_bandwidth(device)
     print(f"copy bandwidth (the memory bound below): {bound:.1f} GB/s")
     synchronize(device)
     quantization(device, bound)
+    decode_roofline(device, bound)
+    course_model(device)
     slider_latency()
 
 
 if __name__ == "__main__":
     main()
+
+
+def course_model(device: torch.device) -> None:
+    from course import checkpoints, corpus, evaluation
+
+    print("\n== the course model ==")
+    for name in ("target", "draft"):
+        model = checkpoints.load(name, device)
+        loss = evaluation.text_loss(model, corpus.tokens("validation").to(device))
+        print(f"{name}: {model.num_parameters():,} parameters, {loss:.3f} nats/byte on all held-out plays "
+              f"(perplexity {evaluation.perplexity(loss):.2f})")
+    target = checkpoints.load("target", device, max_seq_len=1024)
+    cached = evaluation.decode_tokens_per_second(target, 1, new_tokens=512, prompt_len=1, use_cache=True, repeats=1)
+    uncached = evaluation.decode_tokens_per_second(target, 1, new_tokens=512, prompt_len=1, use_cache=False, repeats=1)
+    print(f"decode, 512 generated tokens: {cached:.0f} tokens/s with the KV cache, {uncached:.1f} without: "
+          f"{cached / uncached:.1f}x (goal 10x)")
+    prefill = evaluation.prefill_seconds_per_token(target, 1, 256)
+    step = evaluation.decode_step_seconds(target, 1)
+    print(f"prefill {1e3 * prefill:.3f} ms per prompt token, decode {1e3 * step:.2f} ms per generated token: "
+          f"a generated token costs {step / prefill:.0f}x a prompt token")
+
+
+def decode_roofline(device: torch.device, bound: float) -> None:
+    from course import arithmetic, evaluation
+    from course.model import TIMING, LanguageModel
+
+    print("\n== chapter 1: decode against the memory roofline ==")
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    torch.manual_seed(0)
+    model = LanguageModel(TIMING).to(device=device, dtype=dtype).eval()
+    n_bytes = model.num_parameters() * model.embed.weight.element_size()
+    per_batch = {}
+    for batch in (1, 2, 4, 8, 16, 32, 64, 128):
+        per_batch[batch] = batch / evaluation.decode_step_seconds(model, batch, steps=6)
+    predicted = bound * 1e9 / n_bytes  # tokens/s at batch 1 if reading the weights were all
+    print(f"{n_bytes / 1e6:.0f} MB of weights; batch 1 decodes {per_batch[1]:.1f} tokens/s = "
+          f"{per_batch[1] / predicted:.0%} of the memory roofline ({predicted:.1f} tokens/s at {bound:.1f} GB/s)")
+    for batch, rate in per_batch.items():
+        print(f"  batch {batch:3d}: {rate:7.1f} tokens/s, {rate / (batch * per_batch[1]):4.0%} of perfect scaling")
+    bend = next((b for b, r in per_batch.items() if r / (b * per_batch[1]) < 0.5), None)
+    peak = bench.matmul_flops(1024, dtype, device)
+    here = arithmetic.Hardware("here", peak, bound * 1e9, 0)
+    print(f"scaling falls below half of perfect at batch {bend}; the roofline's bend "
+          f"(matmul {peak / 1e9:.0f} GFLOP/s) is at {arithmetic.critical_batch(here, 8 * model.embed.weight.element_size()):.0f}")

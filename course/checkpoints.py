@@ -56,8 +56,13 @@ def card(name: str, folder: Path = MODELS) -> dict:
     return json.loads(paths.require(folder / name / "card.json").read_text())
 
 
-def load(name: str, device: torch.device | str | None = None, folder: Path = MODELS) -> LanguageModel:
-    """The trained model ``name`` ("target" or "draft"), checked against its recorded sha256."""
+def load(name: str, device: torch.device | str | None = None, folder: Path = MODELS,
+         max_seq_len: int | None = None) -> LanguageModel:
+    """The trained model ``name`` ("target" or "draft"), checked against its recorded sha256.
+
+    ``max_seq_len`` extends the rotary tables beyond the trained length (for timing long
+    generations; quality beyond the training windows of 256 bytes degrades).
+    """
     from safetensors.torch import load_file
 
     manifest = _manifest(folder)
@@ -74,7 +79,8 @@ def load(name: str, device: torch.device | str | None = None, folder: Path = MOD
         raise ValueError(f"checksum mismatch for {weights.name} of {name}: expected {manifest[name]['sha256'][:12]}..., "
                          f"found {actual[:12]}...; the file is corrupted or was changed. Restore it with "
                          "`git checkout -- data/models` (or `git lfs pull`), or retrain with `make model`")
-    config = ModelConfig(**card(name, folder)["config"])
+    settings = card(name, folder)["config"]
+    config = ModelConfig(**{**settings, "max_seq_len": max_seq_len or settings["max_seq_len"]})
     model = LanguageModel(config)
     model.load_state_dict(load_file(weights))
     return model.to(device or "cpu").eval()

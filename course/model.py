@@ -280,3 +280,6 @@ def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, te
 TARGET = ModelConfig(d_model=256, n_layers=6, n_heads=8, n_kv_heads=2, d_ff=704)
 DRAFT = ModelConfig(d_model=96, n_layers=3, n_heads=4, n_kv_heads=1, d_ff=256)
 CONFIGS = {"target": TARGET, "draft": DRAFT}
+# For timing only, with random weights (timing does not depend on their values): about 90M
+# parameters, 360 MB in float32, far more than any CPU cache.
+TIMING = ModelConfig(d_model=1024, n_layers=8, n_heads=16, n_kv_heads=4, d_ff=2816, max_seq_len=1024)

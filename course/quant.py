@@ -246,6 +246,27 @@ def int8_matmul_with_outliers(
     return out, columns
 
 
+# --- Whole models -------------------------------------------------------------------------------
+
+def quantize_model(model: torch.nn.Module, bits: int | str, group_size: int | None = None) -> torch.nn.Module:
+    """A copy of ``model`` whose linear layers' weights went through a quantization round trip.
+
+    ``bits`` is an int for absmax integer codes or ``"nf4"``. Weight-only: activations and the
+    tied embedding stay in floating point, as in most weight-only schemes.
+    """
+    import copy
+
+    quantized = copy.deepcopy(model)
+    with torch.no_grad():
+        for module in quantized.modules():
+            if isinstance(module, torch.nn.Linear):
+                weight = module.weight
+                approx = (nf4_quantize_dequantize(weight, group_size or 64) if bits == "nf4"
+                          else quantize_dequantize(weight, bits, group_size))
+                weight.copy_(approx)
+    return quantized
+
+
 # --- Matrices the chapter studies --------------------------------------------------------------
 
 def gaussian_matrix(rows: int, cols: int, std: float = 0.02, seed: int = 0) -> torch.Tensor:

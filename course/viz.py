@@ -205,6 +205,23 @@ def plot_bits_sweep(weight: torch.Tensor, groups=(None, 128, 32), bits_range=ran
     return fig
 
 
+def plot_model_bits(losses: dict[str, dict[int, float]], baseline: float) -> Figure:
+    """Validation loss of a quantized model against bits, one line per granularity.
+
+    ``losses``: label -> {bits: loss in nats per byte}; ``baseline``: the unquantized loss.
+    """
+    fig = new_figure(6, 3.4, left=0.14)
+    ax = fig.subplots()
+    for label, by_bits in losses.items():
+        bits = sorted(by_bits)
+        ax.plot(bits, [by_bits[b] for b in bits], "o-", label=label)
+    ax.axhline(baseline, color=GREY, ls="--", lw=1, label="float32")
+    ax.set(xlabel="bits per weight (scales not counted)", ylabel="validation loss (nats/byte)",
+           title="the course model, quantized")
+    ax.legend(fontsize=8)
+    return fig
+
+
 def plot_nf4_levels(seed: int = 0) -> Figure:
     """Where int4 and NF4 put their 16 levels, over a histogram of normally distributed weights."""
     weights = quant.gaussian_matrix(1, 4096, std=1.0, seed=seed)[0]
@@ -220,3 +237,132 @@ def plot_nf4_levels(seed: int = 0) -> Figure:
     ax.set(xlabel="value / absmax of its group", yticks=[])
     ax.legend(fontsize=8, loc="upper left")
     return fig
+
+
+# --- chapter 1: prefill, decode, the roofline, batching -----------------------------------------
+
+def _hardware(name_or_hw):
+    from course import arithmetic
+
+    return arithmetic.PRESETS[name_or_hw] if isinstance(name_or_hw, str) else name_or_hw
+
+
+def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: int = 512, hardware="A100-80G",
+                  measured: list[tuple[str, float, float]] = ()) -> Figure:
+    """The roofline of ``hardware`` with this model's decode step and prefill on it.
+
+    ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
+    """
+    from course import arithmetic as ar
+
+    hw = _hardware(hardware)
+    fig = new_figure(11, 3.6, left=0.07, wspace=0.35)
+    ax, text_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
+    intensity = np.logspace(-1, 4, 200)
+    ax.loglog(intensity, np.minimum(hw.peak_flops, intensity * hw.bandwidth), color=GREY, lw=2)
+    ax.axvline(hw.ridge, color=GREY, ls=":", lw=1)
+    ax.text(hw.ridge * 1.1, hw.peak_flops * 0.02, f"ridge {hw.ridge:.0f} FLOP/B", fontsize=8, color=GREY)
+    points = {
+        f"decode, batch {batch}": (ar.decode_intensity(batch, bits),
+                                   2 * params * batch / ar.decode_step_time(params, bits, batch, hw), BLUE),
+        f"prefill, {prompt} tokens": (ar.prefill_flops(params, prompt) / ar.weight_bytes(params, bits),
+                                      ar.prefill_flops(params, prompt) / ar.prefill_time(params, bits, prompt, hw), ORANGE),
+    }
+    for label, (x, y, color) in points.items():
+        ax.loglog([x], [y], "o", color=color, ms=9, label=label)
+    for label, x, y in measured:
+        ax.loglog([x], [y], "x", color=RED, ms=9, mew=2, label=label)
+    ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", ylabel="FLOP/s", title=f"roofline: {hw.name}")
+    ax.set_xlim(0.1, 1e4)
+    ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
+    ax.legend(fontsize=8, loc="lower right")
+    ttft = ar.prefill_time(params, bits, prompt, hw)
+    step = ar.decode_step_time(params, bits, batch, hw)
+    lines = [
+        f"weights: {ar.weight_bytes(params, bits) / 1e9:.1f} GB ({params / 1e9:g}B at {bits} bits)",
+        f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if ar.weight_bytes(params, bits) < hw.memory_bytes else 'NO'}",
+        f"time to first token: {1e3 * ttft:.1f} ms",
+        f"decode step: {1e3 * step:.2f} ms",
+        f"tokens/s per sequence: {1 / step:.0f}",
+        f"tokens/s, whole batch: {batch / step:.0f}",
+        f"critical batch: {ar.critical_batch(hw, bits):.0f}",
+        "decode is " + ("compute-bound" if batch >= ar.critical_batch(hw, bits) else "memory-bound"),
+    ]
+    text_ax.axis("off")
+    text_ax.text(0, 0.95, "\n".join(lines), va="top", fontsize=10, family="monospace")
+    return fig
+
+
+def widget_roofline(this_machine=None) -> None:
+    """Sliders for parameters, bits, batch, prompt length and hardware over :func:`plot_roofline`.
+
+    ``this_machine``: a measured :class:`course.arithmetic.Hardware` added to the presets.
+    """
+    from course import arithmetic
+
+    hardware = list(arithmetic.PRESETS.items()) + ([(this_machine.name, this_machine)] if this_machine else [])
+    controls = {
+        "params": _slider("SelectionSlider", options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 8, 13, 34, 70, 180, 405)],
+                          value=8e9, description="parameters"),
+        "bits": _slider("SelectionSlider", options=[4, 8, 16], value=16, description="bits"),
+        "batch": _slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=1,
+                         description="batch"),
+        "prompt": _slider("SelectionSlider", options=[16, 64, 256, 1024, 4096, 16384], value=256,
+                          description="prompt tokens"),
+        "hardware": _slider("Dropdown", options=hardware, value=arithmetic.PRESETS["A100-80G"], description="hardware"),
+    }
+    interactive(plot_roofline, controls, "Prefill and decode on the roofline")
+
+
+def plot_decode_batch(params: float, bits: int, hardware, measured: dict[int, float] | None = None,
+                      batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) -> Figure:
+    """Predicted decode throughput (tokens/s, whole batch) against batch size, measured points on top."""
+    from course import arithmetic as ar
+
+    hw = _hardware(hardware)
+    fig = new_figure(6, 3.4, left=0.14)
+    ax = fig.subplots()
+    predicted = [b / ar.decode_step_time(params, bits, b, hw) for b in batches]
+    ax.loglog(batches, predicted, "-", color=GREY, label="roofline prediction")
+    ax.axvline(ar.critical_batch(hw, bits), color=GREY, ls=":", lw=1, label="critical batch")
+    if measured:
+        ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
+    ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_batching(rate: float = 8.0, max_batch: int = 16, params: float = 8e9, hardware="A100-80G", n: int = 200,
+                  seed: int = 0) -> Figure:
+    """Static against continuous batching on one request trace: latencies, and the summary numbers."""
+    from course import arithmetic as ar
+
+    hw = _hardware(hardware)
+    trace = ar.make_trace(n, rate, seed=seed)
+    fig = new_figure(11, 3.4, left=0.07, wspace=0.3)
+    ax_lat, ax_ttft, ax_text = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
+    summary = {}
+    for continuous, color, name in ((False, ORANGE, "static"), (True, BLUE, "continuous")):
+        served = ar.simulate(trace, params, 16, hw, max_batch, continuous)
+        summary[name] = ar.summarise(served)
+        ax_lat.plot([s.request.arrival for s in served], [s.latency for s in served], ".", color=color, ms=4, label=name)
+        ax_ttft.hist([s.ttft for s in served], bins=30, color=color, alpha=0.6, label=name)
+    ax_lat.set(xlabel="arrival time (s)", ylabel="latency (s)", title="each request's latency")
+    ax_ttft.set(xlabel="time to first token (s)", ylabel="requests", title="time to first token")
+    ax_lat.legend(fontsize=8)
+    lines = [f"{rate:g} requests/s, batch <= {max_batch}", ""]
+    for name, numbers in summary.items():
+        lines += [f"{name}:", f"  {numbers['throughput']:7.0f} tokens/s", f"  TTFT   {numbers['median_ttft']:6.2f} s median",
+                  f"  latency {numbers['median_latency']:5.2f} s median", f"  latency {numbers['p90_latency']:5.2f} s p90"]
+    ax_text.axis("off")
+    ax_text.text(0, 0.98, "\n".join(lines), va="top", fontsize=9, family="monospace")
+    return fig
+
+
+def widget_batching() -> None:
+    """Sliders for the arrival rate and the batch limit over :func:`plot_batching`."""
+    controls = {
+        "rate": _slider("FloatSlider", value=8.0, min=1.0, max=40.0, step=1.0, description="requests/s"),
+        "max_batch": _slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=16, description="max batch"),
+    }
+    interactive(plot_batching, controls, "Static against continuous batching")

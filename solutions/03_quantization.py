@@ -36,15 +36,17 @@ if "google.colab" in sys.modules:
 # 2. measure the error it leaves, and see one outlier wreck a whole row;
 # 3. pay for finer scales in bits, and compute what int4 really costs (graded);
 # 4. store int8 codes with their scales (graded);
-# 5. meet NF4, the 4-bit format of QLoRA, and LLM.int8()'s way of keeping outliers out of int8.
+# 5. meet NF4, the 4-bit format of QLoRA, and LLM.int8()'s way of keeping outliers out of int8;
+# 6. quantize a real (small) language model and watch its loss.
 #
 # Exercises are marked **Your turn**. Each is followed by a check cell: run it, read the hints,
 # fix, repeat. The chapter's figures use the course's own implementation, so they work before you
 # have written a line.
 
 # %% tags=["parameters"]
-# Sizes of the measurement at the end (papermill can change them: `-p MEASURE_SIZE 2048`).
-MEASURE_SIZE = 4096
+# Sizes of the measurements (papermill can change them: `-p MEASURE_SIZE 2048`).
+MEASURE_SIZE = 4096  # the matrix of the bandwidth measurement
+EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 
 # %%
 import torch
@@ -344,7 +346,47 @@ print(f"outlier features in float: {100 * quant.relative_error(exact, mixed):.2f
       f"({len(outlier_columns)} of {x.shape[1]} features kept in float)")
 
 # %% [markdown]
-# ## 8. Measured on your machine: fewer bytes to read
+# ## 8. The course model, quantized
+#
+# Errors in single matrices are one thing; what matters is the model's output. The course's
+# target model (4.3M parameters, a Llama-style decoder trained on Shakespeare's plays; its card is
+# `data/models/target/card.json`) goes through the same round trip in every linear layer, at
+# several bit widths and granularities. Its loss on held-out plays says what the rounding
+# costs. (A quick estimate on part of the held-out text; `make bench` runs all of it.)
+
+# %%
+from tqdm.auto import tqdm
+
+from course import checkpoints, corpus, evaluation
+
+target = checkpoints.load("target")
+held_out = corpus.tokens("validation")
+
+
+def held_out_loss(model):
+    return evaluation.text_loss(model, held_out, max_windows=EVAL_WINDOWS)
+
+
+baseline = held_out_loss(target)
+settings = [(bits, group) for group in (None, 64, 32) for bits in (8, 6, 5, 4, 3)]  # 64 and 32 divide every width
+losses = {}
+for bits, group in tqdm(settings, desc="quantizing the model"):
+    label = "per row" if group is None else f"group {group}"
+    losses.setdefault(label, {})[bits] = held_out_loss(quant.quantize_model(target, bits, group))
+nf4 = held_out_loss(quant.quantize_model(target, "nf4", 64))
+print(f"float32: {baseline:.3f} nats/byte (perplexity {evaluation.perplexity(baseline):.2f})")
+for label, by_bits in losses.items():
+    print(f"{label:9s} " + "  ".join(f"int{b}: {loss:.3f}" for b, loss in sorted(by_bits.items(), reverse=True)))
+print(f"NF4, group 64: {nf4:.3f}   int4, group 32: {losses['group 32'][4]:.3f}")
+viz.plot_model_bits(losses, baseline)
+
+# %% [markdown]
+# At 8 bits the model does not notice. At 4 bits one scale per row costs visibly more than small
+# groups, and at 3 bits groups are what keeps the model usable: the same story as the single
+# matrices, now in the model's own currency. This model is small and its weights have few extreme
+# outliers; large models, with their outlier features, are less forgiving.
+#
+# ## 9. Measured on your machine: fewer bytes to read
 #
 # Generating a token reads every weight once (chapter 1), so the time of a matrix-vector product
 # with a big matrix is set by the bytes of the matrix. Here is one on this machine in float32 and

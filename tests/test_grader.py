@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from autograder import grade
+from autograder.chapters import CHAPTERS
 from course import paths
 
 from conftest import copy_into
@@ -36,6 +37,20 @@ def quantize_variant(levels="2 ** (bits - 1) - 1", rounding="torch.round", guard
 
 
 # name -> (answer cell, its code, check ids that must fail, words the hint must contain)
+PLANTED_CH1 = {
+    "roofline_sum": ("roofline_step_time", "def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):\n"
+                     "    return flops / peak_flops + n_bytes / bandwidth\n",
+                     {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"}, "added the two times"),
+    "critical_no_half": ("critical_batch_size", "def critical_batch_size(peak_flops, bandwidth, bytes_per_param):\n"
+                         "    return peak_flops / bandwidth * bytes_per_param\n",
+                         {"critical_batch_size.a100_bf16"}, "division by 2 is missing"),
+    "static_mean": ("static_batch_throughput", "def static_batch_throughput(output_lengths, batch_size, step_seconds):\n"
+                    "    chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
+                    "    return sum(output_lengths) / (sum(sum(c) / len(c) for c in chunks) * step_seconds)\n",
+                    {"static_batch_throughput.example", "static_batch_throughput.random"}, "mean length"),
+    "memory_in_bits": ("weight_memory_gb", "def weight_memory_gb(params, bits):\n    return params * bits / 1e9\n",
+                       {"weight_memory_gb.70b", "weight_memory_gb.other"}, "divided by 8"),
+}
 PLANTED = {
     "too_many_levels": ("quantize_dequantize", quantize_variant(levels="2 ** bits - 1"),
                         {"quantize_dequantize.int8_per_row"}, "levels instead of"),
@@ -110,15 +125,17 @@ def _replace_answer(notebook: dict, grade_id: str, source: str) -> dict:
 
 @pytest.fixture(scope="module")
 def batch(instructor_notebooks, tmp_path_factory):
-    """Grade the solution, the blank copy, the planted bugs and broken files in one batch."""
+    """Grade every chapter's solution and blank copy, the planted bugs and broken files in one batch."""
     folder = tmp_path_factory.mktemp("submissions")
+    for chapter, path in instructor_notebooks.items():
+        copy_into(path, folder / "solution", f"{chapter}.ipynb")
+        copy_into(paths.NOTEBOOKS / f"{chapter}.ipynb", folder / "blank")
     solution = instructor_notebooks["03_quantization"]
-    copy_into(solution, folder / "solution", "03_quantization.ipynb")
-    copy_into(paths.NOTEBOOKS / "03_quantization.ipynb", folder / "blank")
-    for name, (grade_id, source, _, _) in PLANTED.items():
-        notebook = _replace_answer(json.loads(solution.read_text()), grade_id, source)
-        (folder / name).mkdir()
-        (folder / name / "03_quantization.ipynb").write_text(json.dumps(notebook))
+    for planted, chapter in ((PLANTED, "03_quantization"), (PLANTED_CH1, "01_prefill_decode")):
+        for name, (grade_id, source, _, _) in planted.items():
+            notebook = _replace_answer(json.loads(instructor_notebooks[chapter].read_text()), grade_id, source)
+            (folder / name).mkdir()
+            (folder / name / f"{chapter}.ipynb").write_text(json.dumps(notebook))
     stripped = json.loads(solution.read_text())  # as an editor that drops cell metadata saves it
     stripped["metadata"] = {}
     for cell in stripped["cells"]:
@@ -129,31 +146,37 @@ def batch(instructor_notebooks, tmp_path_factory):
     (folder / "broken" / "03_quantization.ipynb").write_text('{"cells": [')
     out = tmp_path_factory.mktemp("feedback")
     reports = grade.grade_folder(folder, out, seed=7)
-    by_learner = {grade._learner(folder, folder / r_path): r for r_path, r in zip(
-        sorted(p.relative_to(folder) for p in folder.rglob("*.ipynb")), reports)}
+    files = sorted(p for p in folder.rglob("*.ipynb"))
+    by_learner = {}
+    for path, report in zip(files, reports):
+        learner = grade._learner(folder, path)
+        by_learner[learner if learner not in ("solution", "blank") else f"{learner}/{path.stem}"] = report
     return by_learner, out
 
 
-def test_solution_gets_full_marks(batch):
-    report = batch[0]["solution"]
-    assert report.max_score == 16 and report.score == report.max_score, report.text()
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_solution_gets_full_marks(batch, chapter):
+    report = batch[0][f"solution/{chapter}"]
+    assert report.max_score == sum(e.points for e in CHAPTERS[chapter]) > 0
+    assert report.score == report.max_score, report.text()
 
 
-def test_blank_copy_gets_no_exercise_points(batch):
-    report = batch[0]["blank"]
-    assert report.score == 0 and report.max_score == 16
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_blank_copy_gets_no_exercise_points(batch, chapter):
+    report = batch[0][f"blank/{chapter}"]
+    assert report.score == 0 and report.max_score > 0
     assert all("not answered yet" in t.hint for t in report.tests)
 
 
-@pytest.mark.parametrize("name", sorted(PLANTED))
+@pytest.mark.parametrize("name", sorted(PLANTED) + sorted(PLANTED_CH1))
 def test_planted_mistake_loses_points_with_a_hint(batch, name):
-    _, _, must_fail, words = PLANTED[name]
+    _, _, must_fail, words = {**PLANTED, **PLANTED_CH1}[name]
     report = batch[0][name]
     failed = {t.id: t.hint for t in report.tests if not t.passed}
     assert must_fail <= set(failed), report.text()
     assert all(words in failed[i] for i in must_fail), report.text()
     assert report.score < report.max_score
-    exercise = PLANTED[name][0]
+    exercise = {**PLANTED, **PLANTED_CH1}[name][0]
     others = [t for t in report.tests if not t.id.startswith(exercise + ".")]
     assert all(t.passed for t in others), "a mistake in one exercise must not cost another"
 
@@ -173,8 +196,10 @@ def test_gradebook_has_a_row_and_feedback_for_every_submission(batch):
     reports, out = batch
     with open(out / "gradebook.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert {r["learner"] for r in rows} == set(reports)
-    assert float(next(r for r in rows if r["learner"] == "solution")["score"]) == 16
+    assert len(rows) == len(reports)
+    assert {r["learner"] for r in rows} == {name.split("/")[0] for name in reports}
+    solutions = [r for r in rows if r["learner"] == "solution"]
+    assert all(float(r["score"]) == float(r["max_score"]) for r in solutions) and len(solutions) == len(CHAPTERS)
     assert len(list(out.glob("*.txt"))) == len(reports) and len(list(out.glob("*.json"))) == len(reports)
 
 

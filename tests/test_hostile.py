@@ -166,7 +166,7 @@ KINDS: dict[str, Kind] = {
     "padded_with_noise": Kind(edit(_pad_with_noise), FULL, ""),
     "invalid_json": Kind(lambda notebook, context: '{"cells": [{"cell_type": "code", "source": "x"', 0,
                          "invalid JSON"),
-    "wrong_chapter": Kind(_other_chapter, 0, "expected 03_quantization: this notebook is 01_prefill_decode"),
+    "wrong_chapter": Kind(_other_chapter, 0, "expected 03_quantization: this is 01_prefill_decode"),
 }
 
 

@@ -12,6 +12,10 @@ PLOTS = {
     "outlier_row": lambda: viz.plot_outlier_row(4.2),
     "bits_sweep": lambda: viz.plot_bits_sweep(quant.gaussian_matrix(64, 128)),
     "nf4_levels": lambda: viz.plot_nf4_levels(),
+    "roofline": lambda: viz.plot_roofline(70e9, 4, 64, 1024, "H100 SXM", measured=[("here", 1.0, 1e12)]),
+    "decode_batch": lambda: viz.plot_decode_batch(8e9, 16, "A100-80G", {1: 100.0, 8: 700.0}),
+    "batching": lambda: viz.plot_batching(8.0, 16, n=60),
+    "model_bits": lambda: viz.plot_model_bits({"per row": {8: 1.40, 4: 1.9}, "group 32": {8: 1.39, 4: 1.5}}, 1.38),
 }
 
 
@@ -34,12 +38,13 @@ def test_every_group_choice_draws():
         viz.plot_quantization(3, group, 10.0)
 
 
-def test_widget_shows_sliders_and_a_static_view(monkeypatch):
+@pytest.mark.parametrize("widget", [viz.widget_quantization, viz.widget_roofline, viz.widget_batching])
+def test_widget_shows_sliders_and_a_static_view(monkeypatch, widget):
     import IPython.display
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.append((objs, kw)))
-    viz.widget_quantization()
+    widget()
     bundles = [objs[0] for objs, kw in shown if kw.get("raw")]
     assert len(bundles) == 1
     bundle = bundles[0]

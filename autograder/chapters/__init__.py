@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from autograder.checks import Exercise
-from autograder.chapters import quantization
+from autograder.chapters import arithmetic, quantization
 
 CHAPTERS: dict[str, list[Exercise]] = {
+    "01_prefill_decode": arithmetic.EXERCISES,
     "03_quantization": quantization.EXERCISES,
 }
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, as_tensor, diagnose, judge_number, judge_raises, outcome
+from autograder.checks import (Check, Exercise, Verdict, as_tensor, diagnose, judge_number, judge_raises, judges_tensor,
+                               judges_value, outcome)
 from course import quant, reference
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -68,13 +69,7 @@ ZERO_GROUP_HINT = (
 )
 
 
-def _judge_round_trip(probe: dict, result: dict) -> Verdict:
-    got, failed = outcome(result)
-    if failed:
-        return failed
-    got, problem = as_tensor(got, "the dequantized matrix")
-    if problem:
-        return Verdict(False, problem)
+def _round_trip_verdict(probe: dict, got: torch.Tensor) -> Verdict:
     weight, bits = probe["args"]
     group = probe["kwargs"].get("group_size")
     expected = quant.quantize_dequantize(weight.double(), bits, group)
@@ -82,6 +77,9 @@ def _judge_round_trip(probe: dict, result: dict) -> Verdict:
     if torch.isnan(got).any():
         return Verdict(False, ZERO_GROUP_HINT)
     return diagnose(got, expected, quantize_mistakes(weight, bits, group), step=step)
+
+
+_judge_round_trip = judges_tensor("the dequantized matrix")(_round_trip_verdict)
 
 
 def _probe_round_trip(rows, cols, bits, group, outliers=False):
@@ -99,16 +97,11 @@ def _probe_zero_groups(rng):
     return {"call": "quantize_dequantize", "args": [weight, 4], "kwargs": {"group_size": 8}}
 
 
-def _judge_zero_groups(probe, result):
-    got, failed = outcome(result)
-    if failed:
-        return failed
-    got, problem = as_tensor(got, "the dequantized matrix")
-    if problem:
-        return Verdict(False, problem)
+@judges_tensor("the dequantized matrix")
+def _judge_zero_groups(probe, got):
     if torch.isnan(got).any() or torch.isinf(got).any():
         return Verdict(False, ZERO_GROUP_HINT)
-    return _judge_round_trip(probe, result)
+    return _round_trip_verdict(probe, got)
 
 
 def _probe_bad_group(rng):
@@ -119,16 +112,11 @@ def _probe_chapter_matrix(rng):
     return {"call": "quantize_dequantize", "args": [quant.outlier_matrix(256, 512, seed=0), 4], "kwargs": {"group_size": 32}}
 
 
-def _judge_chapter_number(probe, result):
-    got, failed = outcome(result)
-    if failed:
-        return failed
-    got, problem = as_tensor(got, "the dequantized matrix")
-    if problem:
-        return Verdict(False, problem)
+@judges_tensor("the dequantized matrix")
+def _judge_chapter_number(probe, got):
     weight = probe["args"][0]
     if got.shape != weight.shape or torch.isnan(got).any():
-        return _judge_round_trip(probe, result)
+        return _round_trip_verdict(probe, got)
     entry = reference.load("quantization")["outlier_int4_g32"]
     error = quant.relative_error(weight, got.float())
     if reference.close(entry, error):
@@ -169,10 +157,8 @@ def _probe_relative_error(rows, cols, zeros_in_approx=False):
     return make
 
 
-def _judge_relative_error(probe, result):
-    got, failed = outcome(result)
-    if failed:
-        return failed
+@judges_value
+def _judge_relative_error(probe, got):
     weight, approx = (a.double() for a in probe["args"])
     expected = quant.relative_error(weight, approx)
     diff, norm_w, norm_a = (weight - approx).norm().item(), weight.norm().item(), approx.norm().item()
@@ -208,7 +194,7 @@ def _probe_int8(rows, cols, zero_row=False):
     return make
 
 
-def _judge_int8(probe, result):
+def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is part of the answer
     got, failed = outcome(result)
     if failed:
         return failed
@@ -253,13 +239,8 @@ def _probe_dequantize(rng):
     return {"call": "dequantize_int8", "args": [codes, scale]}
 
 
-def _judge_dequantize(probe, result):
-    got, failed = outcome(result)
-    if failed:
-        return failed
-    got, problem = as_tensor(got, "the dequantized matrix")
-    if problem:
-        return Verdict(False, problem)
+@judges_tensor("the dequantized matrix")
+def _judge_dequantize(probe, got):
     codes, scale = probe["args"]
     expected = quant.dequantize_int8(codes, scale)
     mistakes = [("divided by the scale: multiply the codes by it", lambda: codes.double() / scale.double()),
@@ -286,10 +267,8 @@ def _probe_bits(bits, group, scale_bits=None):
     return make
 
 
-def _judge_bits(probe, result):
-    got, failed = outcome(result)
-    if failed:
-        return failed
+@judges_value
+def _judge_bits(probe, got):
     bits, group = probe["args"]
     scale_bits = probe["kwargs"].get("scale_bits", 16)
     mistakes = [

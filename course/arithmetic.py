@@ -1,0 +1,180 @@
+"""The arithmetic of serving a language model: weight memory, prefill and decode cost, the roofline.
+
+A decode step reads every weight once and does 2 FLOPs per weight per sequence in the batch, so
+its arithmetic intensity is 2 * batch / bytes_per_weight FLOPs per byte; below the hardware's
+ratio peak / bandwidth it waits on memory. A worked example: a 70B model at 4 bits is 35 GB,
+and on an H100 (989 TFLOP/s, 3.35 TB/s) decode at batch 1 takes at least 35e9 / 3.35e12 = 10.4 ms
+per token.
+
+Not handled: attention's own FLOPs and KV-cache traffic (chapter 4), tensor parallelism,
+overlap of compute with memory traffic beyond the max() of the roofline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    peak_flops: float  # dense bf16/fp16 FLOP/s
+    bandwidth: float  # bytes/s of the memory the weights live in
+    memory_bytes: float
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte where the roofline turns from memory-bound to compute-bound."""
+        return self.peak_flops / self.bandwidth
+
+
+# Published dense (not sparse) peaks and memory bandwidths.
+PRESETS = {
+    "T4": Hardware("T4", 65e12, 320e9, 16e9),
+    "RTX 4090": Hardware("RTX 4090", 165e12, 1.008e12, 24e9),
+    "A100-80G": Hardware("A100-80G", 312e12, 2.039e12, 80e9),
+    "H100 SXM": Hardware("H100 SXM", 989e12, 3.35e12, 80e9),
+    "H200": Hardware("H200", 989e12, 4.8e12, 141e9),
+}
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+def weight_bytes(params: float, bits: float) -> float:
+    """Bytes of the weights: params * bits / 8 (70e9 at 16/8/4 bits: 140/70/35 GB)."""
+    _positive(params=params, bits=bits)
+    return params * bits / 8
+
+
+def prefill_flops(params: float, tokens: float) -> float:
+    """About 2 FLOPs per weight per prompt token (one multiply, one add)."""
+    _positive(params=params, tokens=tokens)
+    return 2 * params * tokens
+
+
+def roofline_time(flops: float, n_bytes: float, hardware: Hardware) -> float:
+    """Seconds for work that needs ``flops`` and moves ``n_bytes``: the slower of the two limits."""
+    return max(flops / hardware.peak_flops, n_bytes / hardware.bandwidth)
+
+
+def decode_step_time(params: float, bits: float, batch: int, hardware: Hardware) -> float:
+    """One decode step for ``batch`` sequences: read all weights once, 2 * params FLOPs each."""
+    _positive(batch=batch)
+    return roofline_time(2 * params * batch, weight_bytes(params, bits), hardware)
+
+
+def prefill_time(params: float, bits: float, tokens: int, hardware: Hardware) -> float:
+    """Time to first token: one pass over the prompt (compute-bound for all but tiny prompts)."""
+    return roofline_time(prefill_flops(params, tokens), weight_bytes(params, bits), hardware)
+
+
+def decode_intensity(batch: int, bits: float) -> float:
+    """FLOPs per byte of weights read in a decode step: 2 * batch / (bits / 8)."""
+    _positive(batch=batch, bits=bits)
+    return 2 * batch / (bits / 8)
+
+
+def critical_batch(hardware: Hardware, bits: float = 16) -> float:
+    """The batch where decode turns compute-bound: ridge * bytes_per_weight / 2."""
+    return hardware.ridge * (bits / 8) / 2
+
+
+# --- serving a trace of requests: static against continuous batching ---------------------------
+
+@dataclass(frozen=True, order=True)
+class Request:
+    arrival: float  # seconds
+    prompt: int  # tokens
+    output: int  # tokens to generate
+
+
+@dataclass(frozen=True)
+class Served:
+    request: Request
+    first_token: float  # time the first output token is ready
+    finished: float
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.request.arrival
+
+    @property
+    def latency(self) -> float:
+        return self.finished - self.request.arrival
+
+
+def make_trace(n: int, rate: float, prompt: tuple[int, int] = (32, 512), output: tuple[int, int] = (16, 256),
+               seed: int = 0) -> list[Request]:
+    """``n`` requests arriving as a Poisson process of ``rate`` per second, lengths uniform in ranges."""
+    import random
+
+    _positive(n=n, rate=rate)
+    rng = random.Random(seed)
+    time, requests = 0.0, []
+    for _ in range(n):
+        time += rng.expovariate(rate)
+        requests.append(Request(time, rng.randint(*prompt), rng.randint(*output)))
+    return requests
+
+
+def simulate(trace: list[Request], params: float, bits: float, hardware: Hardware, max_batch: int,
+             continuous: bool) -> list[Served]:
+    """Serve ``trace`` one step at a time on the roofline's cost model.
+
+    Static batching takes up to ``max_batch`` waiting requests, prefills them together, and
+    decodes until the longest is done; only then does the next batch start. Continuous batching
+    (Orca's iteration-level scheduling) admits waiting requests at every step, prefilling them
+    in that step, and lets each request leave as soon as it has its tokens.
+    """
+    _positive(max_batch=max_batch)
+    pending = sorted(trace, key=lambda r: r.arrival)
+    now, served = 0.0, []
+    running: list[dict] = []  # {"request", "left", "first"}
+    while pending or running:
+        if not running and pending and pending[0].arrival > now:
+            now = pending[0].arrival  # idle until the next arrival
+        joining = []
+        if continuous or not running:
+            while pending and pending[0].arrival <= now and len(running) + len(joining) < max_batch:
+                joining.append(pending.pop(0))
+        step = 0.0
+        if joining:
+            step += prefill_time(params, bits, sum(r.prompt for r in joining), hardware)
+        if running or joining:
+            step += decode_step_time(params, bits, len(running) + len(joining), hardware)
+        now += step
+        for item in running:
+            item["left"] -= 1
+        for request in joining:  # the prefill step also produces each newcomer's first token
+            running.append({"request": request, "left": request.output - 1, "first": now})
+        for item in running:
+            if item["left"] <= 0:
+                item.setdefault("finished", now)  # its last token is out; a static slot stays taken
+        if continuous:
+            served += [Served(i["request"], i["first"], i["finished"]) for i in running if "finished" in i]
+            running = [item for item in running if "finished" not in item]
+        elif all("finished" in item for item in running):  # static: the batch ends with its longest request
+            served += [Served(i["request"], i["first"], i["finished"]) for i in running]
+            running = []
+    return sorted(served, key=lambda s: s.request.arrival)
+
+
+def summarise(served: list[Served]) -> dict[str, float]:
+    """Throughput (generated tokens per second over the whole run), median TTFT and latency."""
+    import statistics
+
+    if not served:
+        raise ValueError("nothing was served")
+    start = min(s.request.arrival for s in served)
+    end = max(s.finished for s in served)
+    tokens = sum(s.request.output for s in served)
+    return {
+        "throughput": tokens / (end - start),
+        "median_ttft": statistics.median(s.ttft for s in served),
+        "median_latency": statistics.median(s.latency for s in served),
+        "p90_latency": sorted(s.latency for s in served)[int(0.9 * (len(served) - 1))],
+    }

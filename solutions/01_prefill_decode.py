@@ -1,0 +1,333 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,nbgrader,-all
+#     notebook_metadata_filter: -all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% tags=["colab"]
+# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
+import sys
+
+if "google.colab" in sys.modules:
+    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
+    %pip install -q -e /content/course
+    sys.path.insert(0, "/content/course")
+    from google.colab import output
+
+    output.enable_custom_widget_manager()
+
+# %% [markdown]
+# # Chapter 1: Prefill and decode arithmetic
+#
+# A language model answers in two phases that cost completely different things.
+#
+# * **Prefill** pushes the whole prompt through the weights at once. Every weight meets every
+#   prompt token, so the work is large and parallel: the phase is limited by arithmetic
+#   (*compute-bound*). It decides the **time to first token**, which grows with the prompt.
+# * **Decode** then produces one token at a time, each depending on the one before. Each step
+#   still reads *every* weight from memory, but does only two operations with each: the phase is
+#   limited by how fast memory delivers the weights (*memory-bound*). It decides **tokens per
+#   second**, and on any answer longer than a sentence, most of the wall-clock time.
+#
+# This chapter turns those sentences into numbers you can compute, plot and measure: weight
+# memory, FLOPs, the roofline that says which limit wins, the batch size where decode stops being
+# memory-bound, and why servers batch requests and let them join mid-flight.
+
+# %% tags=["parameters"]
+# Sizes of the measurements (papermill can change them, e.g. `-p MAX_BATCH 256`).
+MAX_BATCH = 64
+
+# %%
+import os
+
+import torch
+
+from course import arithmetic, evaluation, viz
+from course.bench import copy_bandwidth, matmul_flops
+from course.device import best_device, describe
+from course.model import TIMING, LanguageModel
+
+device = best_device()
+print(describe(device))
+
+# %% [markdown]
+# ## 1. Weights: bytes before anything else
+#
+# A model with $N$ parameters stored at $b$ bits needs $N b / 8$ bytes. For a 70-billion-parameter
+# model that is 140 GB at 16 bits, 70 GB at 8 and 35 GB at 4. Only the last fits on one 80 GB card
+# with room for the KV cache. This is why, when memory is short, dropping precision usually beats
+# dropping parameters: a 70B model at 4 bits (35 GB) generally answers better than an 8B model at
+# 16 bits (16 GB) and still fits on the same card. (Chapter 3 measures what the bits cost.)
+#
+# ### Your turn: `weight_memory_gb`
+#
+# Write `weight_memory_gb(params, bits)`: the weights' size in GB (10^9 bytes).
+
+# %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
+import math
+
+# %% nbgrader={"grade": false, "grade_id": "weight_memory_gb", "locked": false, "schema_version": 3, "solution": true}
+def weight_memory_gb(params, bits):
+    """GB (1e9 bytes) of `params` weights stored at `bits` bits each."""
+    ### BEGIN SOLUTION
+    return params * bits / 8 / 1e9
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_weight_memory_gb", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("weight_memory_gb")
+### BEGIN HIDDEN TESTS
+check("weight_memory_gb", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. Prefill: compute-bound
+#
+# A matrix-vector product with a weight matrix does one multiply and one add per weight, so a
+# forward pass over one token costs about $2N$ FLOPs, and prefill over a $T$-token prompt about
+# $2NT$. (Attention adds a term that grows with $T^2$; it matters for long prompts, and chapter 5
+# deals with it.) An 8B model reading a 1000-token prompt: 16 TFLOPs, about 51 ms at an A100's
+# 312 TFLOP/s peak.
+#
+# ### Your turn: `prefill_flops`
+
+# %% nbgrader={"grade": false, "grade_id": "prefill_flops", "locked": false, "schema_version": 3, "solution": true}
+def prefill_flops(params, tokens):
+    """Approximate FLOPs of one forward pass over a `tokens`-token prompt."""
+    ### BEGIN SOLUTION
+    return 2 * params * tokens
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_prefill_flops", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("prefill_flops")
+### BEGIN HIDDEN TESTS
+check("prefill_flops", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. The roofline
+#
+# Any piece of work needs some FLOPs and moves some bytes. Hardware can do at most its peak FLOP/s
+# and move at most its bandwidth in bytes/s, and the two proceed in parallel, so the work takes at
+# least
+#
+# $$ t = \max\left(\frac{\text{FLOPs}}{\text{peak FLOP/s}},\ \frac{\text{bytes}}{\text{bandwidth}}\right). $$
+#
+# Which term wins depends on the **arithmetic intensity**, FLOPs per byte moved. Below the
+# hardware's *ridge point*, peak / bandwidth (153 FLOPs per byte on an A100-80G), the work waits
+# on memory; above it, on arithmetic. Prefill of a long prompt does $2T$ FLOPs for every weight
+# read: far above the ridge. A decode step for one sequence does 2 FLOPs per weight, that is
+# 1 FLOP per byte at 16 bits: far below.
+#
+# ### Your turn: `roofline_step_time`
+#
+# Write `roofline_step_time(flops, n_bytes, peak_flops, bandwidth)`: the roofline's time in seconds.
+
+# %% nbgrader={"grade": false, "grade_id": "roofline_step_time", "locked": false, "schema_version": 3, "solution": true}
+def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):
+    """Seconds for work of `flops` FLOPs moving `n_bytes` bytes, by the roofline."""
+    ### BEGIN SOLUTION
+    return max(flops / peak_flops, n_bytes / bandwidth)
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_roofline_step_time", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("roofline_step_time")
+### BEGIN HIDDEN TESTS
+check("roofline_step_time", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. Batching: read the weights once, serve many
+#
+# Decode is memory-bound because one step reads all weights to make one token. Run $B$ sequences
+# in the same step and the weights are still read once, but they now make $B$ tokens: the
+# arithmetic intensity is $2B / \text{bytes per weight}$. Throughput rises almost linearly with
+# $B$ until the intensity reaches the ridge. That **critical batch size** is
+#
+# $$ B^* = \frac{\text{peak FLOP/s}}{\text{bandwidth}} \cdot \frac{\text{bytes per weight}}{2}, $$
+#
+# about 153 for an A100-80G in bf16, 295 for an H100 SXM. Past it, a bigger batch only makes each
+# step longer. Quantized weights (fewer bytes per weight) halve $B^*$ at 8 bits.
+#
+# ### Your turn: `critical_batch_size`
+#
+# Write `critical_batch_size(peak_flops, bandwidth, bytes_per_param)`.
+
+# %% nbgrader={"grade": false, "grade_id": "critical_batch_size", "locked": false, "schema_version": 3, "solution": true}
+def critical_batch_size(peak_flops, bandwidth, bytes_per_param):
+    """Batch size at which a decode step turns from memory-bound to compute-bound."""
+    ### BEGIN SOLUTION
+    return peak_flops / bandwidth * bytes_per_param / 2
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_critical_batch_size", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("critical_batch_size")
+### BEGIN HIDDEN TESTS
+check("critical_batch_size", hidden=True)
+### END HIDDEN TESTS
+
+# %%
+for name, hardware in arithmetic.PRESETS.items():
+    print(f"{name:9s} ridge {hardware.ridge:5.0f} FLOP/B   critical batch bf16 {arithmetic.critical_batch(hardware, 16):4.0f}"
+          f"   int8 weights {arithmetic.critical_batch(hardware, 8):4.0f}")
+
+# %% [markdown]
+# ## 5. Measured on your machine
+#
+# Two numbers describe this machine's roofline: how fast it copies memory (bandwidth) and how fast
+# it multiplies big matrices (peak FLOP/s). Each is the median of several runs after a warm-up.
+
+# %%
+dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+bandwidth = copy_bandwidth(device) * 1e9
+peak = matmul_flops(1024 if device.type == "cpu" else 8192, dtype, device)
+memory = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda"
+          else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+here = arithmetic.Hardware("this machine", peak, bandwidth, memory)
+print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s   matmul {peak / 1e9:.0f} GFLOP/s ({str(dtype)[6:]})   "
+      f"ridge {here.ridge:.1f} FLOP/B")
+
+# %% [markdown]
+# ### Try it
+#
+# The sliders put one model on one device; "this machine" is the one you just measured. Start at
+# 8B, 16 bits, batch 1 on an A100: decode sits far down the sloped (memory) part of the roof.
+# Raise the batch until the blue point reaches the flat part. Then try 70B at 16 bits on an
+# A100-80G (it does not fit), and at 4 bits. Watch the time to first token as the prompt grows,
+# and tokens per second as the bits shrink. How long would your machine take per token of an 8B model?
+
+# %%
+viz.widget_roofline(here)
+
+# %% [markdown]
+# Now a model too big for any cache: the course's decoder widened to about 90 million parameters,
+# with random weights (timing does not depend on what the weights are). We time prefill of a
+# 256-token prompt and decode of single tokens with a KV cache (chapter 4), and compare both with
+# the roofline of this machine.
+
+# %%
+torch.manual_seed(0)
+big = LanguageModel(TIMING).to(device=device, dtype=dtype).eval()
+n_params = big.num_parameters()
+n_bytes = n_params * big.embed.weight.element_size()
+prefill_per_token = evaluation.prefill_seconds_per_token(big, batch=1, prompt_len=256, repeats=3)
+decode_per_token = evaluation.decode_step_seconds(big, batch=1)
+predicted_decode = arithmetic.roofline_time(2 * n_params, n_bytes, here)
+print(f"{n_params / 1e6:.0f}M parameters, {n_bytes / 1e6:.0f} MB")
+print(f"prefill: {1e3 * prefill_per_token:.2f} ms per prompt token")
+print(f"decode:  {1e3 * decode_per_token:.2f} ms per generated token "
+      f"({decode_per_token / prefill_per_token:.0f}x a prefill token)")
+print(f"decode reaches {predicted_decode / decode_per_token:.0%} of the memory roofline "
+      f"(predicted {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s)")
+
+# %% [markdown]
+# A prompt token is many times cheaper than a generated token: prefill shares each weight read
+# across the whole prompt. Now decode with growing batches: if decode is memory-bound, a step for
+# 8 sequences costs barely more than a step for one.
+
+# %%
+batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= MAX_BATCH]
+measured = {}
+for batch in batches:
+    measured[batch] = batch / evaluation.decode_step_seconds(big, batch=batch)
+    efficiency = measured[batch] / (batch * measured[1])
+    print(f"batch {batch:3d}: {measured[batch]:7.0f} tokens/s   {measured[batch] / measured[1]:5.1f}x batch 1   "
+          f"({efficiency:.0%} of perfect scaling)")
+bend = next((b for b in batches if measured[b] / (b * measured[1]) < 0.5), None)
+critical = arithmetic.critical_batch(here, 8 * big.embed.weight.element_size())
+print(f"scaling falls below half of perfect at batch {bend or f'> {batches[-1]}'}; "
+      f"this machine's roofline puts the bend at {critical:.0f}")
+viz.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches=batches)
+
+# %%
+points = [(f"measured decode, batch {b}", 2 * b / big.embed.weight.element_size(), 2 * n_params * measured[b])
+          for b in (1, batches[-1])]
+points.append(("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.element_size(),
+               2 * n_params / prefill_per_token))
+viz.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
+
+# %% [markdown]
+# On a CPU, the measured points sit below the roof: real kernels never quite reach the copy
+# bandwidth, and small matrices never reach the big-matrix FLOP/s. The shape is what matters:
+# decode climbs the sloped roof as the batch grows, and prefill sits near the flat one.
+#
+# ## 6. Static and continuous batching
+#
+# A server receives requests at random times, with different prompt and answer lengths. **Static
+# batching** waits for a batch, runs it until its *longest* answer is done, and only then starts
+# the next: short answers idle in their slots and newcomers wait. **Continuous batching** (Orca,
+# OSDI 2022; vLLM, TGI) schedules at every step: a finished request leaves at once and a waiting
+# one joins in the next step. The simulator below serves the same trace of requests both ways on
+# the roofline's cost model of an 8B model on an A100.
+#
+# ### Your turn: `static_batch_throughput`
+#
+# Requests with output lengths `output_lengths` (in arrival order) are served in static batches of
+# `batch_size` consecutive requests (the last batch may be smaller). Every decode step takes
+# `step_seconds`, whatever the batch, and a batch runs as many steps as its longest request needs.
+# Return the throughput: generated tokens per second. For `[10, 40, 20, 30, 5, 15]`, batches of 3
+# and 0.02 s per step: the batches take 40 and 30 steps, so 120 tokens in 1.4 s: about 85.7 tokens/s.
+
+# %% nbgrader={"grade": false, "grade_id": "static_batch_throughput", "locked": false, "schema_version": 3, "solution": true}
+def static_batch_throughput(output_lengths, batch_size, step_seconds):
+    """Tokens per second when requests run in static batches of `batch_size`, in order."""
+    ### BEGIN SOLUTION
+    steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))
+    return sum(output_lengths) / (steps * step_seconds)
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_static_batch_throughput", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("static_batch_throughput")
+### BEGIN HIDDEN TESTS
+check("static_batch_throughput", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Try it
+#
+# Raise the arrival rate. Static batching's time to first token grows with the queue, and its
+# latencies spread out, because every request waits for the slowest of its batch. Continuous
+# batching keeps the first token near one step away until the batch limit is reached. Then lower
+# the batch limit to 1: both become the same one-at-a-time server.
+
+# %%
+viz.widget_batching()
+
+# %% [markdown]
+# ## In practice
+#
+# * **vLLM**, **TGI** and **TensorRT-LLM** all batch continuously; vLLM also pages the KV cache
+#   (chapter 4). Orca reported 36.9x the throughput of FasterTransformer at the same latency.
+# * Published decode speeds follow the roofline: torchao reports Llama-2-7B at batch 1 on an A100
+#   at about 107 tokens/s in bf16 (about 70% of peak bandwidth), 171 with int8 weights, 201 with
+#   int4: fewer bytes per token, more tokens per second.
+# * Servers split the two phases' budgets: time to first token (prefill, prompt length) and time
+#   per output token (decode, batch and model bytes), and some run prefill and decode on different
+#   machines for that reason.
+#
+# ## Check yourself
+#
+# 1. Why is prefill compute-bound and decode memory-bound on the same hardware?
+# 2. A 13B model in bf16 on an A100-80G: what is the smallest decode step time at batch 1?
+# 3. Why does batching help decode so much and prefill so little?
+# 4. Why does int8 weight storage halve the critical batch size?
+# 5. In static batching, which request's length sets how long a batch takes?
+#
+# <details><summary>Answers</summary>
+#
+# 1. Prefill does 2T FLOPs per weight read (T prompt tokens), far above the ridge; decode does 2
+#    per sequence, far below it.
+# 2. 26 GB / 2.039 TB/s = 12.8 ms (about 78 tokens/s).
+# 3. Batching raises decode's FLOPs per byte, which was the bottleneck; prefill is already
+#    compute-bound, so more work just takes proportionally longer.
+# 4. Each weight is one byte instead of two, so each byte read carries twice the FLOPs per
+#    sequence: the ridge is reached at half the batch.
+# 5. The longest one: every other request in the batch waits for it.
+#
+# </details>

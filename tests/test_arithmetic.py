@@ -1,0 +1,92 @@
+"""course.arithmetic: the published figures, the roofline's two regimes, and the batching simulator."""
+
+import pytest
+
+from course import arithmetic as ar
+
+A100 = ar.PRESETS["A100-80G"]
+
+
+def test_weight_memory_of_a_70b_model():
+    assert [ar.weight_bytes(70e9, b) / 1e9 for b in (16, 8, 4)] == [140, 70, 35]
+
+
+def test_critical_batch_sizes_match_the_published_ratios():
+    expected = {"A100-80G": 153, "H100 SXM": 295, "H200": 206, "T4": 203, "RTX 4090": 164}
+    for name, value in expected.items():
+        assert ar.critical_batch(ar.PRESETS[name], 16) == pytest.approx(value, abs=1)
+    assert ar.critical_batch(A100, 8) == pytest.approx(ar.critical_batch(A100, 16) / 2)
+
+
+def test_decode_is_memory_bound_below_the_critical_batch_and_compute_bound_above():
+    params = 8e9
+    one = ar.decode_step_time(params, 16, 1, A100)
+    assert one == pytest.approx(16e9 / A100.bandwidth)
+    assert ar.decode_step_time(params, 16, 64, A100) == pytest.approx(one)  # same weights read, free batch
+    big = ar.decode_step_time(params, 16, 1024, A100)
+    assert big == pytest.approx(2 * params * 1024 / A100.peak_flops)
+
+
+def test_prefill_is_compute_bound_and_grows_with_the_prompt():
+    short, long = (ar.prefill_time(8e9, 16, t, A100) for t in (1000, 4000))
+    assert short == pytest.approx(16e12 / A100.peak_flops)
+    assert long == pytest.approx(4 * short)
+    assert ar.prefill_flops(8e9, 1000) == 16e12
+
+
+def test_a_70b_model_at_4_bits_decodes_faster_than_at_16():
+    h100 = ar.PRESETS["H100 SXM"]
+    assert ar.decode_step_time(70e9, 4, 1, h100) == pytest.approx(35e9 / 3.35e12)
+    assert ar.decode_step_time(70e9, 16, 1, h100) == pytest.approx(4 * ar.decode_step_time(70e9, 4, 1, h100))
+
+
+def test_simulator_conserves_requests_and_tokens():
+    trace = ar.make_trace(60, 10.0, seed=3)
+    for continuous in (False, True):
+        served = ar.simulate(trace, 8e9, 16, A100, 8, continuous)
+        assert sorted(s.request for s in served) == sorted(trace)
+        assert all(s.request.arrival <= s.first_token <= s.finished for s in served)
+
+
+def test_static_batch_of_one_request_at_a_time_is_the_same_as_continuous():
+    trace = ar.make_trace(30, 2.0, seed=4)
+    static = ar.summarise(ar.simulate(trace, 8e9, 16, A100, 1, False))
+    continuous = ar.summarise(ar.simulate(trace, 8e9, 16, A100, 1, True))
+    assert static == pytest.approx(continuous)
+
+
+def test_continuous_batching_answers_sooner_at_moderate_load():
+    trace = ar.make_trace(200, 8.0, seed=0)
+    static = ar.summarise(ar.simulate(trace, 8e9, 16, A100, 16, False))
+    continuous = ar.summarise(ar.simulate(trace, 8e9, 16, A100, 16, True))
+    assert continuous["median_ttft"] < static["median_ttft"] / 10
+    assert continuous["median_latency"] < static["median_latency"] / 2
+
+
+def test_continuous_batching_serves_more_when_overloaded():
+    trace = ar.make_trace(200, 20.0, seed=0)
+    static = ar.summarise(ar.simulate(trace, 8e9, 16, A100, 16, False))
+    continuous = ar.summarise(ar.simulate(trace, 8e9, 16, A100, 16, True))
+    assert continuous["throughput"] > 1.2 * static["throughput"]
+    assert continuous["p90_latency"] < static["p90_latency"]
+
+
+def test_static_schedule_by_hand():
+    # two requests of 3 and 1 tokens, batch 2: one prefill step that makes the first tokens, then
+    # two more decode steps for the longer one; the short one is done after the prefill step
+    hw = ar.Hardware("toy", peak_flops=1e30, bandwidth=1.0, memory_bytes=1e12)  # 1 s per step
+    trace = [ar.Request(0.0, 4, 3), ar.Request(0.0, 4, 1)]
+    served = ar.simulate(trace, params=0.5, bits=16, hardware=hw, max_batch=2, continuous=False)
+    by_output = {s.request.output: s for s in served}
+    step = ar.decode_step_time(0.5, 16, 2, hw) + ar.prefill_time(0.5, 16, 8, hw)
+    assert by_output[1].finished == pytest.approx(step)
+    assert by_output[3].finished == pytest.approx(step + 2 * ar.decode_step_time(0.5, 16, 2, hw))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: ar.weight_bytes(-1, 16), lambda: ar.prefill_flops(1e9, 0), lambda: ar.decode_step_time(1e9, 16, 0, A100),
+    lambda: ar.make_trace(10, 0.0), lambda: ar.simulate([], 1e9, 16, A100, 0, True),
+])
+def test_bad_arguments_say_what_to_do(call):
+    with pytest.raises(ValueError, match="must be positive"):
+        call()
