@@ -253,9 +253,13 @@ points.append(("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.elemen
 viz.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
 
 # %% [markdown]
-# On a CPU, the measured points sit below the roof: real kernels never quite reach the copy
-# bandwidth, and small matrices never reach the big-matrix FLOP/s. The shape is what matters:
-# decode climbs the sloped roof as the batch grows, and prefill sits near the flat one.
+# Decode at batch 1 sits on the sloped roof: reading the weights is all it does, at about the
+# speed this machine copies memory. As the batch grows the point climbs toward the flat roof,
+# and prefill sits near it. On a CPU the climb usually bends earlier than the roofline predicts:
+# a decode step for a small batch multiplies thin matrices, which run well below the big-matrix
+# FLOP/s that sets the flat roof, and the work around the matrix products (norms, rotations,
+# attention over the cache) grows with the batch too. On a GPU the measured curve follows the
+# prediction much further.
 #
 # ## 6. Static and continuous batching
 #
