@@ -51,12 +51,11 @@ def matvec_bandwidth(rows: int, cols: int, dtype: torch.dtype, device: torch.dev
             "gb_per_s": gb_per_s(n_bytes, seconds)}
 
 
-def copy_bandwidth(device: torch.device, n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """GB/s of copying a large buffer, reads plus writes: the memory bound decode lives under."""
-    source = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
-    target = torch.empty_like(source)
-    seconds = median_seconds(lambda: target.copy_(source), device, repeats=repeats)
-    return gb_per_s(2 * n_bytes, seconds)
+def memory_bandwidth(device: torch.device, n_bytes: int = 256 * 2**20) -> float:
+    """GB/s of reading memory the way decode does: a matrix-vector product with an ``n_bytes``
+    float32 matrix, far larger than any cache. This is the roof decode is measured against."""
+    n = int((n_bytes / 4) ** 0.5)
+    return matvec_bandwidth(n, n, torch.float32, device)["gb_per_s"]
 
 
 def matmul_flops(n: int, dtype: torch.dtype, device: torch.device, repeats: int = 5) -> float:

@@ -1,7 +1,7 @@
 """``make bench``: the course's measurements on this machine, as ratios.
 
 Each line gives a ratio against a baseline timed in the same run, and against the physical bound
-where there is one (this machine's copy bandwidth, measured first). Nothing here asserts a time;
+where there is one (this machine's memory bandwidth, measured first). Nothing here asserts a time;
 the numbers are for reading, and for the closing notes of the work that changes them.
 """
 
@@ -22,7 +22,7 @@ def quantization(device: torch.device, bound: float) -> None:
     seconds = bench.median_seconds(lambda: quant.quantize_dequantize(weight, 4, 64), device, repeats=5)
     moved = 2 * weight.numel() * 4  # read the float32 weights, write them back
     print(f"int4 g64 round trip, 4096x4096: {1e3 * seconds:.1f} ms, {bench.gb_per_s(moved, seconds):.1f} GB/s "
-          f"= {bench.gb_per_s(moved, seconds) / bound:.2f} of copy bandwidth")
+          f"= {bench.gb_per_s(moved, seconds) / bound:.2f} of memory bandwidth")
 
     nf4 = bench.median_seconds(lambda: quant.quantize_nf4(weight, 64), device, repeats=3)
     levels = quant.nf4_levels().to(device)
@@ -40,7 +40,7 @@ def quantization(device: torch.device, bound: float) -> None:
     rows = {dtype: bench.matvec_bandwidth(4096, 4096, dtype, device) for dtype in (torch.float32, torch.bfloat16)}
     for dtype, row in rows.items():
         print(f"matvec 4096x4096 {row['dtype']:8s}: {1e3 * row['seconds']:.2f} ms, {row['gb_per_s']:.1f} GB/s "
-              f"= {row['gb_per_s'] / bound:.2f} of copy bandwidth")
+              f"= {row['gb_per_s'] / bound:.2f} of memory bandwidth")
     print(f"bf16 / fp32 matvec time: {rows[torch.bfloat16]['seconds'] / rows[torch.float32]['seconds']:.2f} "
           "(0.5 if reading the weights were all that counted)")
 
@@ -69,23 +69,6 @@ def slider_latency() -> None:
         over += [name] if median > 0.1 else []
         print(f"{name:17s} median {1e3 * median:6.1f} ms over {len(values)} values ({verdict})")
     print(f"{len(over)} of {len(sweeps)} sliders over the 100 ms budget" + (f": {', '.join(over)}" if over else ""))
-
-
-def main() -> None:
-    device = best_device()
-    torch.manual_seed(0)
-    print(describe(device))
-    bound = bench.copy_bandwidth(device)
-    print(f"copy bandwidth (the memory bound below): {bound:.1f} GB/s")
-    synchronize(device)
-    quantization(device, bound)
-    decode_roofline(device, bound)
-    course_model(device)
-    slider_latency()
-
-
-if __name__ == "__main__":
-    main()
 
 
 def course_model(device: torch.device) -> None:
@@ -130,3 +113,20 @@ def decode_roofline(device: torch.device, bound: float) -> None:
     here = arithmetic.Hardware("here", peak, bound * 1e9, 0)
     print(f"scaling falls below half of perfect at batch {bend}; the roofline's bend "
           f"(matmul {peak / 1e9:.0f} GFLOP/s) is at {arithmetic.critical_batch(here, 8 * model.embed.weight.element_size()):.0f}")
+
+
+def main() -> None:
+    device = best_device()
+    torch.manual_seed(0)
+    print(describe(device))
+    bound = bench.memory_bandwidth(device)
+    print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
+    synchronize(device)
+    quantization(device, bound)
+    decode_roofline(device, bound)
+    course_model(device)
+    slider_latency()
+
+
+if __name__ == "__main__":
+    main()

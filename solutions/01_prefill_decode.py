@@ -48,7 +48,7 @@ import os
 import torch
 
 from course import arithmetic, evaluation, viz
-from course.bench import copy_bandwidth, matmul_flops
+from course.bench import matmul_flops, memory_bandwidth
 from course.device import best_device, describe
 from course.model import TIMING, LanguageModel
 
@@ -180,12 +180,13 @@ for name, hardware in arithmetic.PRESETS.items():
 # %% [markdown]
 # ## 5. Measured on your machine
 #
-# Two numbers describe this machine's roofline: how fast it copies memory (bandwidth) and how fast
-# it multiplies big matrices (peak FLOP/s). Each is the median of several runs after a warm-up.
+# Two numbers describe this machine's roofline: how fast it reads memory (a matrix-vector product
+# with a 256 MB matrix, far larger than any cache: exactly the access pattern of decode) and how
+# fast it multiplies big matrices (peak FLOP/s). Each is the median of several runs after a warm-up.
 
 # %%
 dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-bandwidth = copy_bandwidth(device) * 1e9
+bandwidth = memory_bandwidth(device) * 1e9
 peak = matmul_flops(1024 if device.type == "cpu" else 8192, dtype, device)
 memory = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda"
           else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
@@ -253,8 +254,8 @@ points.append(("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.elemen
 viz.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
 
 # %% [markdown]
-# Decode at batch 1 sits on the sloped roof: reading the weights is all it does, at about the
-# speed this machine copies memory. As the batch grows the point climbs toward the flat roof,
+# Decode at batch 1 sits just under the sloped roof: reading the weights is almost all it does;
+# the gap is the smaller matrices of each layer and the work between them. As the batch grows the point climbs toward the flat roof,
 # and prefill sits near it. On a CPU the climb usually bends earlier than the roofline predicts:
 # a decode step for a small batch multiplies thin matrices, which run well below the big-matrix
 # FLOP/s that sets the flat roof, and the work around the matrix products (norms, rotations,
