@@ -140,10 +140,9 @@ KINDS: dict[str, Kind] = {
                                             "get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])"),
                                     FULL - 2, "get_ipython"),
     "reads_solution_and_reference": Kind(answer("relative_error", (
-        "try:\n    source = open({solutions!r}).read()\n    exec(source.split('def relative_error')[0])\n"
-        "    import json\n    json.load(open({reference!r}))\n"
-        + CORRECT_RELATIVE_ERROR.replace("\n", "\n    ").rstrip() +
-        "\nexcept OSError:\n    def relative_error(weight, approx):\n        return 0.0\n")), FULL - 2, "expected",
+        "import re\ntry:\n    source = open({solutions!r}).read()\n    open({reference!r}).read()\n"
+        "    exec(re.search(r'def relative_error\\(.*?### END SOLUTION', source, re.S).group(0))\n"
+        "except OSError:\n    def relative_error(weight, approx):\n        return 0.0\n")), FULL - 2, "expected",
         namespace_only=True),
     "reads_other_submissions": Kind(answer("relative_error", (
         "import glob, json\nfound = glob.glob({submissions!r} + '/**/*.ipynb', recursive=True)\n"
