@@ -145,9 +145,11 @@ def compare_tensors(
         return False, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
     expected = expected.double()
     got = got.double()
-    if torch.isnan(got).any() and not torch.isnan(expected).any():
-        where = tuple(torch.nonzero(torch.isnan(got))[0].tolist())
-        return False, f"NaN at {where}, where {fmt(expected[where].item())} was expected"
+    nan_got, nan_expected = torch.isnan(got), torch.isnan(expected)
+    if not torch.equal(nan_got, nan_expected):
+        where = tuple(torch.nonzero(nan_got != nan_expected)[0].tolist())
+        return False, f"at {where} expected {fmt(expected[where].item())}, got {fmt(got[where].item())}"
+    got, expected = got.nan_to_num(0.0), expected.nan_to_num(0.0)
     tolerance = atol + rtol * expected.abs().max().clamp(min=1e-12)
     off = (got - expected).abs() > tolerance
     if not off.any():

@@ -27,11 +27,14 @@ def _with_outlier_columns(rng: np.random.Generator, rows: int, cols: int, n: int
 # --- the common mistakes, recomputed on the learner's inputs ----------------------------------------
 
 def _grouped_round_trip(weight, bits, group, levels=None, rounding=torch.round, dequantize=True):
+    """The round trip with one thing changed. Computed in the input's precision, as learners do:
+    truncation is discontinuous at the integers, where float32 and float64 can land apart."""
     rows, cols = weight.shape
     group = cols if group is None else group
     levels = quant.absmax_levels(bits) if levels is None else levels
-    grouped = weight.double().reshape(rows, cols // group, group)  # (rows, groups, group)
+    grouped = weight.reshape(rows, cols // group, group)  # (rows, groups, group)
     scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # only the named mistake differs
     codes = rounding(grouped / scale).clamp(-levels, levels)
     out = codes * scale if dequantize else codes
     return out.reshape(rows, cols)
