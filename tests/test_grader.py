@@ -36,6 +36,10 @@ def quantize_variant(levels="2 ** (bits - 1) - 1", rounding="torch.round", guard
     return QUANTIZE.format(levels=levels, rounding=rounding, guard=guard)
 
 
+# Every check of these must fail with the mistake named, not only the first.
+ALL_ROUND_TRIPS = {f"quantize_dequantize.{c}" for c in ("int8_per_row", "int4_groups", "other_bits", "six_bits", "zero_groups")}
+GROUPED_ROUND_TRIPS = {f"quantize_dequantize.{c}" for c in ("int4_groups", "other_bits", "zero_groups")}
+
 # name -> (answer cell, its code, check ids that must fail, words the hint must contain)
 PLANTED_CH1 = {
     "roofline_sum": ("roofline_step_time", "def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):\n"
@@ -53,11 +57,11 @@ PLANTED_CH1 = {
 }
 PLANTED = {
     "too_many_levels": ("quantize_dequantize", quantize_variant(levels="2 ** bits - 1"),
-                        {"quantize_dequantize.int8_per_row"}, "levels instead of"),
+                        ALL_ROUND_TRIPS, "levels instead of"),
     "one_level_too_many": ("quantize_dequantize", quantize_variant(levels="2 ** (bits - 1)"),
                            {"quantize_dequantize.int8_per_row"}, "one level too many"),
     "truncation": ("quantize_dequantize", quantize_variant(rounding="torch.trunc"),
-                   {"quantize_dequantize.int8_per_row"}, "truncated"),
+                   ALL_ROUND_TRIPS, "truncated"),
     "nan_on_zero_group": ("quantize_dequantize", quantize_variant(guard="pass"),
                           {"quantize_dequantize.zero_groups"}, "all-zero group"),
     "groups_ignored": ("quantize_dequantize", '''
@@ -68,7 +72,7 @@ def quantize_dequantize(weight, bits, group_size=None):
     scale = weight.abs().amax(dim=1, keepdim=True) / levels
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     return torch.round(weight / scale).clamp(-levels, levels) * scale
-''', {"quantize_dequantize.int4_groups"}, "group_size was ignored"),
+''', GROUPED_ROUND_TRIPS, "group_size was ignored"),
     "groups_down_the_rows": ("quantize_dequantize", '''
 def quantize_dequantize(weight, bits, group_size=None):
     rows, cols = weight.shape
@@ -84,7 +88,7 @@ def quantize_dequantize(weight, bits, group_size=None):
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     out = torch.round(grouped / scale).clamp(-levels, levels) * scale
     return out.reshape(rows, cols) if group_size is None else out.reshape(cols, rows).T
-''', {"quantize_dequantize.int4_groups"}, "groups were taken down the columns"),
+''', GROUPED_ROUND_TRIPS, "groups were taken down the columns"),
     "no_value_error": ("quantize_dequantize", quantize_variant().replace(
         'raise ValueError("group_size must divide the columns")', "group = cols"),
         {"quantize_dequantize.bad_group"}, "expected ValueError"),
