@@ -109,6 +109,17 @@ def _preexec(limits: Limits, own_user: bool):
     return apply
 
 
+def outermost(folders) -> list[Path]:
+    """The folders not inside another one of them: a folder inside a hidden one is hidden already,
+    and once its parent is covered it no longer exists to mount on."""
+    resolved = sorted({Path(f).resolve() for f in folders}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for folder in resolved:
+        if not any(folder.is_relative_to(outer) for outer in kept):
+            kept.append(folder)
+    return kept
+
+
 def _hide_script(hide: list[Path]) -> str:
     """Shell lines, run as root inside the new mount namespace, covering ``hide`` with tmpfs.
 
@@ -147,8 +158,7 @@ def run(job: dict, limits: Limits, hide: list[Path] = ()) -> Outcome:
         uid = sandbox_uid()
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
         if mode == "namespace":
-            hidden = [paths.ROOT, *hide]
-            script = _hide_script(sorted({p.resolve() for p in hidden}, key=str)) + '\nexec "$@"'
+            script = _hide_script(outermost([paths.ROOT, *hide])) + '\nexec "$@"'
             command = UNSHARE + ["sh", "-c", script, "sandbox", *drop, *python]
         elif mode == "unprivileged":
             command = drop + python

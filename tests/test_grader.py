@@ -207,6 +207,25 @@ def test_gradebook_has_a_row_and_feedback_for_every_submission(batch):
     assert len(list(out.glob("*.txt"))) == len(reports) and len(list(out.glob("*.json"))) == len(reports)
 
 
+def test_outermost_folders_only():
+    from pathlib import Path
+
+    from autograder.runner import outermost
+
+    root = paths.ROOT
+    found = outermost([root / "submissions", root, root / "feedback", Path("/elsewhere/class")])
+    assert sorted(found) == sorted([root, Path("/elsewhere/class")])
+    assert outermost([root / "a" / "b", root / "a"]) == [root / "a"]
+
+
+def test_submissions_and_feedback_nested_inside_each_other(instructor_notebooks, tmp_path):
+    """As `make autograde` lays them out (both inside the repository): nested hidden folders."""
+    folder = tmp_path / "class"
+    copy_into(instructor_notebooks["03_quantization"], folder / "ada", "03_quantization.ipynb")
+    reports = grade.grade_folder(folder, folder / "feedback", seed=2)
+    assert [r.score for r in reports] == [16], reports[0].text()
+
+
 def test_command_line_json(instructor_notebooks):
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(instructor_notebooks["03_quantization"]),
                            "--json", "--seed", "3"], capture_output=True, text=True, timeout=300)
