@@ -247,6 +247,14 @@ def _hardware(name_or_hw):
     return arithmetic.PRESETS[name_or_hw] if isinstance(name_or_hw, str) else name_or_hw
 
 
+def _count(params: float) -> str:
+    """90M, 8B, 1.5T: a parameter count as people say it."""
+    for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if params >= size:
+            return f"{params / size:.3g}{suffix}"
+    return f"{params:.0f}"
+
+
 def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: int = 512, hardware="A100-80G",
                   measured: list[tuple[str, float, float]] = ()) -> Figure:
     """The roofline of ``hardware`` with this model's decode step and prefill on it.
@@ -270,8 +278,8 @@ def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: i
     }
     for label, (x, y, color) in points.items():
         ax.loglog([x], [y], "o", color=color, ms=9, label=label)
-    for label, x, y in measured:
-        ax.loglog([x], [y], "x", color=RED, ms=9, mew=2, label=label)
+    for (label, x, y), marker in zip(measured, "xP*Dv^"):
+        ax.loglog([x], [y], marker, color=RED, ms=9, mew=2, label=label)
     ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", ylabel="FLOP/s", title=f"roofline: {hw.name}")
     ax.set_xlim(0.1, 1e4)
     ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
@@ -279,7 +287,7 @@ def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: i
     ttft = ar.prefill_time(params, bits, prompt, hw)
     step = ar.decode_step_time(params, bits, batch, hw)
     lines = [
-        f"weights: {ar.weight_bytes(params, bits) / 1e9:.1f} GB ({params / 1e9:g}B at {bits} bits)",
+        f"weights: {ar.weight_bytes(params, bits) / 1e9:.1f} GB ({_count(params)} at {bits:g} bits)",
         f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if ar.weight_bytes(params, bits) < hw.memory_bytes else 'NO'}",
         f"time to first token: {1e3 * ttft:.1f} ms",
         f"decode step: {1e3 * step:.2f} ms",
@@ -327,6 +335,8 @@ def plot_decode_batch(params: float, bits: int, hardware, measured: dict[int, fl
     ax.axvline(ar.critical_batch(hw, bits), color=GREY, ls=":", lw=1, label="critical batch")
     if measured:
         ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
+    ax.set_xticks(list(batches), [str(b) for b in batches])
+    ax.minorticks_off()
     ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
     ax.legend(fontsize=8)
     return fig
