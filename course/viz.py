@@ -247,6 +247,16 @@ def _hardware(name_or_hw):
     return arithmetic.PRESETS[name_or_hw] if isinstance(name_or_hw, str) else name_or_hw
 
 
+def _plain_log_ticks(ax, y_unit: str = "") -> None:
+    """Log axes labelled 100 / 10 G rather than 10^2 / 10^10: easier to read, and it spares
+    matplotlib's math-text parser, which otherwise takes most of a redraw."""
+    from matplotlib.ticker import EngFormatter, FuncFormatter
+
+    ax.minorticks_off()
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_major_formatter(EngFormatter(unit=y_unit, sep=" ") if y_unit else FuncFormatter(lambda v, _: f"{v:g}"))
+
+
 def _count(params: float) -> str:
     """90M, 8B, 1.5T: a parameter count as people say it."""
     for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
@@ -264,7 +274,7 @@ def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: i
     from course import arithmetic as ar
 
     hw = _hardware(hardware)
-    fig = new_figure(11, 3.6, left=0.07, wspace=0.35)
+    fig = new_figure(11, 3.6, left=0.1, wspace=0.3)
     ax, text_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
     intensity = np.logspace(-1, 4, 200)
     ax.loglog(intensity, np.minimum(hw.peak_flops, intensity * hw.bandwidth), color=GREY, lw=2)
@@ -280,9 +290,10 @@ def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: i
         ax.loglog([x], [y], "o", color=color, ms=9, label=label)
     for (label, x, y), marker in zip(measured, "xP*Dv^"):
         ax.loglog([x], [y], marker, color=RED, ms=9, mew=2, label=label)
-    ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", ylabel="FLOP/s", title=f"roofline: {hw.name}")
+    ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", title=f"roofline: {hw.name}: FLOP/s achievable")
     ax.set_xlim(0.1, 1e4)
     ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
+    _plain_log_ticks(ax, y_unit="FLOP/s")
     ax.legend(fontsize=8, loc="lower right")
     ttft = ar.prefill_time(params, bits, prompt, hw)
     step = ar.decode_step_time(params, bits, batch, hw)
@@ -335,8 +346,8 @@ def plot_decode_batch(params: float, bits: int, hardware, measured: dict[int, fl
     ax.axvline(ar.critical_batch(hw, bits), color=GREY, ls=":", lw=1, label="critical batch")
     if measured:
         ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
+    _plain_log_ticks(ax)
     ax.set_xticks(list(batches), [str(b) for b in batches])
-    ax.minorticks_off()
     ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
     ax.legend(fontsize=8)
     return fig
