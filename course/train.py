@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from course import checkpoints, corpus
+from course import checkpoints, corpus, evaluation
 from course.model import CONFIGS, LanguageModel, ModelConfig, generate
 
 
@@ -109,24 +109,6 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
     return model.eval(), rows
 
 
-def evaluate(model: LanguageModel, split: str, max_bytes: int | None = None, seq_len: int = 256,
-             batch: int = 32) -> float:
-    """Mean nats per byte of ``split`` (its first ``max_bytes``), in non-overlapping windows."""
-    data = corpus.tokens(split)
-    if max_bytes is not None:
-        data = data[:max_bytes]
-    n = (len(data) - 1) // seq_len
-    inputs = data[: n * seq_len].view(n, seq_len)  # (N, T)
-    targets = data[1: n * seq_len + 1].view(n, seq_len)  # (N, T)
-    total = 0.0
-    with torch.no_grad():
-        for start in range(0, n, batch):
-            logits = model(inputs[start:start + batch])  # (b, T, vocab)
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[start:start + batch].reshape(-1),
-                                     reduction="sum").item()
-    return total / (n * seq_len)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="Train the course's target and draft models.")
     parser.add_argument("names", nargs="*", choices=[*SCHEDULES, []], metavar="NAME",
@@ -143,8 +125,8 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         model, rows = train(CONFIGS[name], cfg, train_data, validation, folder / "log.csv", description=name)
         started = time.monotonic()
-        val = evaluate(model, "validation")
-        comedies = evaluate(model, "comedies")
+        val = evaluation.text_loss(model, corpus.tokens("validation"), batch=32)
+        comedies = evaluation.text_loss(model, corpus.tokens("comedies"), batch=32)
         prompt = corpus.encode("KING HENRY:\n")[None]
         sample = corpus.decode(generate(model, prompt, 300, temperature=0.8, top_k=40,
                                         generator=torch.Generator().manual_seed(0))[0])

@@ -9,7 +9,7 @@ import torch
 
 from course import checkpoints, corpus
 from course.model import KVCache, LanguageModel, ModelConfig, generate, repeat_kv, sample
-from course.train import TrainConfig, evaluate, fixed_windows, loss_on, train
+from course.train import TrainConfig, fixed_windows, loss_on, train
 
 TINY = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=64)
 
