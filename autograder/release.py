@@ -29,16 +29,17 @@ def chapters() -> list[Path]:
     return sorted(paths.SOLUTIONS.glob("[0-9][0-9]_*.py"))
 
 
+def notebook_metadata(source: Path) -> dict:
+    """What every notebook built from ``source`` carries: a plain kernel spec and its chapter."""
+    return {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}, "course": {"chapter": source.stem}}
+
+
 def instructor_notebook(source: Path):
     """The source as an nbformat notebook, solutions and hidden tests included."""
     import jupytext
 
     notebook = jupytext.read(source)
-    notebook.metadata = {
-        "kernelspec": KERNELSPEC,
-        "language_info": {"name": "python"},
-        "course": {"chapter": source.stem},
-    }
+    notebook.metadata = notebook_metadata(source)
     for index, cell in enumerate(notebook.cells):
         cell.metadata.pop("lines_to_next_cell", None)
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -48,11 +49,7 @@ def instructor_notebook(source: Path):
 
 def _normalise(notebook: dict, source: Path) -> dict:
     """Fix what nbgrader leaves varying, and say on line 1 where the copy comes from."""
-    notebook["metadata"] = {
-        "kernelspec": KERNELSPEC,
-        "language_info": {"name": "python"},
-        "course": {"chapter": source.stem},
-    }
+    notebook["metadata"] = notebook_metadata(source)
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             cell.update(execution_count=None, outputs=[])
