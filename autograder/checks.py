@@ -233,17 +233,13 @@ VISIBLE_SEED = 2024
 
 def run_in_process(check: Check, namespace: dict, seed: int) -> Verdict:
     """Probe and judge one check against functions in ``namespace`` (the caller's own kernel)."""
+    from autograder import sandbox
+
     probe = check.probe(np.random.default_rng(seed))
-    encoded = encode_probe(probe)
-    function = namespace.get(encoded["call"])
-    if function is None:
-        return Verdict(False, f"{encoded['call']} is not defined: run the cell that defines it, keeping its name")
     try:
-        returned = function(*[wire.decode(a) for a in encoded["args"]],
-                            **{k: wire.decode(v) for k, v in encoded["kwargs"].items()})
-        result = {"returned": wire.encode(returned)}
+        result = {"returned": wire.encode(sandbox.call(namespace, encode_probe(probe)))}
     except Exception as error:  # the learner's own error, reported as a hint
-        result = {"raised": type(error).__name__, "message": str(error)[:500]}
+        result = sandbox.describe(error)
     return check.judge(probe, result)
 
 
