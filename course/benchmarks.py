@@ -100,15 +100,14 @@ def decode_roofline(device: torch.device, bound: float) -> None:
     torch.manual_seed(0)
     model = LanguageModel(TIMING).to(device=device, dtype=dtype).eval()
     n_bytes = model.num_parameters() * model.embed.weight.element_size()
-    per_batch = {}
-    for batch in (1, 2, 4, 8, 16, 32, 64, 128):
-        per_batch[batch] = batch / evaluation.decode_step_seconds(model, batch, steps=6)
+    per_batch = evaluation.decode_throughput(model, (1, 2, 4, 8, 16, 32, 64, 128), steps=6)
+    efficiency = evaluation.scaling_efficiency(per_batch)
     predicted = bound * 1e9 / n_bytes  # tokens/s at batch 1 if reading the weights were all
     print(f"{n_bytes / 1e6:.0f} MB of weights; batch 1 decodes {per_batch[1]:.1f} tokens/s = "
           f"{per_batch[1] / predicted:.0%} of the memory roofline ({predicted:.1f} tokens/s at {bound:.1f} GB/s)")
     for batch, rate in per_batch.items():
-        print(f"  batch {batch:3d}: {rate:7.1f} tokens/s, {rate / (batch * per_batch[1]):4.0%} of perfect scaling")
-    bend = next((b for b, r in per_batch.items() if r / (b * per_batch[1]) < 0.5), None)
+        print(f"  batch {batch:3d}: {rate:7.1f} tokens/s, {efficiency[batch]:4.0%} of perfect scaling")
+    bend = evaluation.scaling_bend(per_batch)
     peak = bench.matmul_flops(1024, dtype, device)
     here = arithmetic.Hardware("here", peak, bound * 1e9, 0)
     print(f"scaling falls below half of perfect at batch {bend}; the roofline's bend "

@@ -86,6 +86,22 @@ def decode_step_seconds(model: LanguageModel, batch: int = 1, context: int = 8, 
     return statistics.median(times)
 
 
+def decode_throughput(model: LanguageModel, batches, steps: int = 4) -> dict[int, float]:
+    """Tokens per second (the whole batch counted) of a cached decode step, for each batch size."""
+    return {batch: batch / decode_step_seconds(model, batch, steps=steps) for batch in batches}
+
+
+def scaling_efficiency(throughput: dict[int, float]) -> dict[int, float]:
+    """Each batch's throughput as a share of perfect scaling from the smallest batch."""
+    first = min(throughput)
+    return {batch: rate * first / (batch * throughput[first]) for batch, rate in throughput.items()}
+
+
+def scaling_bend(throughput: dict[int, float], share: float = 0.5) -> int | None:
+    """The first batch size whose scaling efficiency falls below ``share``: where the curve bends."""
+    return next((b for b, e in sorted(scaling_efficiency(throughput).items()) if e < share), None)
+
+
 @torch.no_grad()
 def decode_tokens_per_second(model: LanguageModel, batch: int = 1, new_tokens: int = 128, prompt_len: int = 8,
                              use_cache: bool = True, repeats: int = 3) -> float:

@@ -234,13 +234,12 @@ print(f"decode reaches {predicted_decode / decode_per_token:.0%} of the memory r
 
 # %%
 batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= MAX_BATCH]
-measured = {}
-for batch in batches:
-    measured[batch] = batch / evaluation.decode_step_seconds(big, batch=batch)
-    efficiency = measured[batch] / (batch * measured[1])
-    print(f"batch {batch:3d}: {measured[batch]:7.0f} tokens/s   {measured[batch] / measured[1]:5.1f}x batch 1   "
-          f"({efficiency:.0%} of perfect scaling)")
-bend = next((b for b in batches if measured[b] / (b * measured[1]) < 0.5), None)
+measured = evaluation.decode_throughput(big, batches)
+efficiency = evaluation.scaling_efficiency(measured)
+for batch, rate in measured.items():
+    print(f"batch {batch:3d}: {rate:7.0f} tokens/s   {rate / measured[1]:5.1f}x batch 1   "
+          f"({efficiency[batch]:.0%} of perfect scaling)")
+bend = evaluation.scaling_bend(measured)
 critical = arithmetic.critical_batch(here, 8 * big.embed.weight.element_size())
 print(f"scaling falls below half of perfect at batch {bend or f'> {batches[-1]}'}; "
       f"this machine's roofline puts the bend at {critical:.0f}")

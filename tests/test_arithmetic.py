@@ -90,3 +90,12 @@ def test_static_schedule_by_hand():
 def test_bad_arguments_say_what_to_do(call):
     with pytest.raises(ValueError, match="must be positive"):
         call()
+
+
+def test_scaling_bend_finds_where_throughput_stops_growing_with_the_batch():
+    from course import evaluation
+
+    throughput = {1: 10.0, 2: 20.0, 4: 38.0, 8: 60.0, 16: 70.0}  # efficiency 1, 1, .95, .75, .44
+    assert evaluation.scaling_efficiency(throughput)[8] == pytest.approx(0.75)
+    assert evaluation.scaling_bend(throughput) == 16
+    assert evaluation.scaling_bend({1: 10.0, 2: 20.0}) is None
