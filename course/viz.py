@@ -56,16 +56,21 @@ def interactive(plot: Callable[..., Figure], controls: dict, title: str = "") ->
     default view, which front ends without a widget manager show instead of the sliders.
     """
     import ipywidgets as widgets
-    from IPython.display import display
+    from IPython.display import Image, display
+
+    defaults = {name: control.value for name, control in controls.items()}
+    first = [figure_png(plot(**defaults))]  # drawn once: the widget's first view and the static one
 
     def redraw(**values):
-        display(plot(**values))
+        if first and values == defaults:
+            display(Image(data=first.pop(), format="png"))
+        else:
+            display(plot(**values))
 
+    static = base64.b64encode(first[0]).decode("ascii")
     output = widgets.interactive_output(redraw, controls)
     children = ([widgets.HTML(f"<b>{title}</b>")] if title else []) + [widgets.HBox(list(controls.values())), output]
     box = widgets.VBox(children)
-    defaults = {name: control.value for name, control in controls.items()}
-    static = base64.b64encode(figure_png(plot(**defaults))).decode("ascii")
     bundle = {
         "application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0, "model_id": box.model_id},
         "image/png": static,
