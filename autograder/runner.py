@@ -68,26 +68,54 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def _can_run(command: list[str]) -> bool:
+def _can_run(command: list[str], env: dict | None = None) -> bool:
     try:
-        return subprocess.run(command, capture_output=True, timeout=60).returncode == 0
+        return subprocess.run(command, capture_output=True, timeout=60, env=env).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def _drop(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
+
+
+def _namespace_command(work: Path, hide: list[Path], uid: int, args: list[str]) -> list[str]:
+    """Run ``python args`` as ``uid`` in new namespaces, with ``hide`` covered, from ``work``.
+
+    The Python environment is bound onto ``work/venv`` first and run from there: ``work`` is
+    readable by every user, while the environment's own folder may sit under one that is not
+    (a clone in a mode-700 folder), and may itself be hidden.
+    """
+    venv = Path(sys.prefix).resolve()
+    executable = Path(sys.executable)
+    python = (work / "venv" / executable.relative_to(sys.prefix) if executable.is_relative_to(sys.prefix)
+              else executable)
+    script = _hide_script(venv, outermost(hide)) + '\nexec "$@"'
+    return UNSHARE + ["sh", "-c", script, "sandbox", *_drop(uid), str(python), *args]
 
 
 @functools.lru_cache(maxsize=None)
 def isolation() -> str:
     """'namespace' (root: unshare, then setpriv to a user of its own), 'unprivileged' (setpriv
-    only) or 'limits' (neither: not root, or ``AUTOGRADER_ISOLATION=limits``)."""
+    only) or 'limits' (neither: not root, or ``AUTOGRADER_ISOLATION=limits``). Each is tried
+    with the command grading runs, importing torch."""
     if os.name != "posix" or os.geteuid() != 0 or os.environ.get("AUTOGRADER_ISOLATION") == "limits":
         return "limits"
-    drop = ["setpriv", f"--reuid={FIRST_SANDBOX_UID}", f"--regid={FIRST_SANDBOX_UID}", "--clear-groups",
-            "--no-new-privs"]
-    if not shutil.which("setpriv") or not _can_run(drop + [sys.executable, "-I", "-c", "import torch"]):
+    if not shutil.which("setpriv"):
         return "limits"
-    if shutil.which("unshare") and _can_run(UNSHARE + ["true"]):
-        return "namespace"
-    return "unprivileged"
+    probe = ["-I", "-c", "import torch"]
+    if shutil.which("unshare"):
+        work = Path(tempfile.mkdtemp(prefix="autograder-probe-"))
+        try:
+            work.chmod(0o755)
+            command = _namespace_command(work, [paths.ROOT], FIRST_SANDBOX_UID, probe)
+            if _can_run(command, {**os.environ, "WORK": str(work)}):
+                return "namespace"
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    if _can_run(_drop(FIRST_SANDBOX_UID) + [sys.executable, *probe]):
+        return "unprivileged"
+    return "limits"
 
 
 def _preexec(limits: Limits, own_user: bool):
@@ -120,23 +148,11 @@ def outermost(folders) -> list[Path]:
     return kept
 
 
-def _hide_script(hide: list[Path]) -> str:
-    """Shell lines, run as root inside the new mount namespace, covering ``hide`` with tmpfs.
-
-    The Python environment stays visible when it lives inside a hidden folder: it is bound to
-    a side path first and bound back after the cover is in place.
-    """
-    venv = Path(sys.prefix).resolve()
-    lines = ["set -e", "mount --make-rprivate /"]
-    for index, folder in enumerate(hide):
-        if not folder.is_dir():
-            continue
-        keep = venv.is_relative_to(folder) and venv != folder
-        if keep:
-            lines.append(f'mkdir -p "$WORK/keep{index}" && mount --bind "{venv}" "$WORK/keep{index}"')
-        lines.append(f'mount -t tmpfs -o size=64k,mode=755 none "{folder}"')
-        if keep:
-            lines.append(f'mkdir -p "{venv}" && mount --bind "$WORK/keep{index}" "{venv}"')
+def _hide_script(venv: Path, hide: list[Path]) -> str:
+    """Shell lines, run as root inside the new mount namespace: bind the Python environment onto
+    ``$WORK/venv``, then cover each folder of ``hide`` with an empty tmpfs."""
+    lines = ["set -e", "mount --make-rprivate /", f'mkdir -p "$WORK/venv" && mount --bind "{venv}" "$WORK/venv"']
+    lines += [f'mount -t tmpfs -o size=64k,mode=755 none "{folder}"' for folder in hide if folder.is_dir()]
     if Path("/dev/shm").is_dir():
         lines.append("mount -t tmpfs -o size=16m none /dev/shm")
     return "\n".join(lines)
@@ -154,16 +170,14 @@ def run(job: dict, limits: Limits, hide: list[Path] = ()) -> Outcome:
         work.chmod(0o755)
         for item in work.iterdir():
             item.chmod(0o644)
-        python = [sys.executable, "-I", str(work / "sandbox.py"), str(work / "job.json")]
+        args = ["-I", str(work / "sandbox.py"), str(work / "job.json")]
         uid = sandbox_uid()
-        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
         if mode == "namespace":
-            script = _hide_script(outermost([paths.ROOT, *hide])) + '\nexec "$@"'
-            command = UNSHARE + ["sh", "-c", script, "sandbox", *drop, *python]
+            command = _namespace_command(work, [paths.ROOT, *hide], uid, args)
         elif mode == "unprivileged":
-            command = drop + python
+            command = _drop(uid) + [sys.executable, *args]
         else:
-            command = python
+            command = [sys.executable, *args]
         env = {
             "PATH": "/usr/bin:/bin",
             "HOME": str(work),
