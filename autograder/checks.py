@@ -33,7 +33,8 @@ class Verdict:
 class Check:
     """One graded test of one exercise.
 
-    ``probe(rng)`` returns ``{"call": name, "args": [...], "kwargs": {...}}`` with torch values;
+    ``probe(rng)`` returns ``{"call": name, "args": [...], "kwargs": {...}}`` with torch values,
+    plus ``"scenario"`` when the learner's function is driven by one of ``sandbox.SCENARIOS``;
     ``judge(probe, result)`` gets that probe back and the decoded result (see :func:`outcome`).
     """
 
@@ -62,6 +63,7 @@ class Exercise:
 def encode_probe(probe: dict) -> dict:
     return {
         "call": probe["call"],
+        "scenario": probe.get("scenario"),
         "args": [wire.encode(a) for a in probe.get("args", [])],
         "kwargs": {k: wire.encode(v) for k, v in probe.get("kwargs", {}).items()},
     }

@@ -1,7 +1,7 @@
 """Plain-data encoding of what crosses the sandbox boundary: inputs in, learners' outputs out.
 
-Tensors travel as base64 bytes with dtype and shape; tuples, lists, numbers, strings and None as
-JSON; anything else as its type name and a short repr. Nothing is pickled, so a hostile object
+Tensors travel as base64 bytes with dtype and shape; tuples, lists, dicts with string keys,
+numbers, strings and None as JSON; anything else as its type name and a short repr. Nothing is pickled, so a hostile object
 cannot run code in the grader, and an object whose ``__eq__`` always answers True arrives as a
 string that equals nothing.
 
@@ -31,6 +31,8 @@ def encode(obj, depth: int = 0):
     if type(obj) in (tuple, list):
         items = [encode(item, depth + 1) for item in list(obj)[:MAX_ITEMS]]
         return {"tuple": items} if type(obj) is tuple else {"list": items}
+    if type(obj) is dict and all(type(key) is str for key in obj):
+        return {"dict": {key: encode(value, depth + 1) for key, value in list(obj.items())[:MAX_ITEMS]}}
     if isinstance(obj, torch.Tensor):
         tensor = torch.Tensor.detach(obj).cpu()
         if tensor.dtype == torch.bfloat16:
@@ -72,6 +74,8 @@ def decode(data):
             return tuple(decode(item) for item in data["tuple"])
         if "list" in data:
             return [decode(item) for item in data["list"]]
+        if "dict" in data and isinstance(data["dict"], dict):
+            return {str(key): decode(value) for key, value in data["dict"].items()}
         return Opaque(data.get("object", "?"), data.get("repr", ""))
     return data
 

@@ -98,3 +98,17 @@ def summary() -> dict[str, dict]:
     for split in SPLITS:
         rows[split]["bytes"] = len(text(split).encode("utf-8"))
     return rows
+
+
+# Chapter 2 adapts the model to the held-out genre: most comedies to train on, two to measure with.
+DOMAIN_EVAL_PLAYS = ("much-ado-about-nothing", "twelfth-night")
+
+
+@functools.lru_cache(maxsize=None)
+def domain_tokens(part: str) -> torch.Tensor:
+    """The held-out genre split by play: ``"adapt"`` (six comedies) or ``"eval"`` (two others)."""
+    if part not in ("adapt", "eval"):
+        raise ValueError(f"part must be 'adapt' or 'eval', got {part!r}")
+    plays = [markdown_to_play(path.read_text(encoding="utf-8")) for slug, (genre, path) in catalogue().items()
+             if genre == HELD_OUT_GENRE and (slug in DOMAIN_EVAL_PLAYS) == (part == "eval")]
+    return encode("\n\n".join(plays))

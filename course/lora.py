@@ -115,3 +115,99 @@ def finetune_memory_gib(params: float, method: str) -> float:
     if not params > 0:
         raise ValueError(f"params must be positive, got {params!r}")
     return params * per_parameter[method] / GiB
+
+
+# --- adapters on a whole model ---------------------------------------------------------------------
+
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def _layers(model: nn.Module, targets) -> dict[str, nn.Linear]:
+    """The base linear layers named in ``targets``, by path, whether or not an adapter is in place."""
+    found = {}
+    for path, module in model.named_modules():
+        if isinstance(module, LoRALinear) or path.rsplit(".", 1)[-1] not in targets:
+            continue
+        if isinstance(module, nn.Linear) and not path.endswith(".base"):
+            found[path] = module
+    for path, module in model.named_modules():
+        if isinstance(module, LoRALinear) and path.rsplit(".", 1)[-1] in targets:
+            found[path] = module.base
+    return found
+
+
+def make_adapter(model: nn.Module, rank: int, alpha: float | None = None, targets=ATTENTION, seed: int = 0) -> dict[str, LoRALinear]:
+    """A new adapter for ``model``: one :class:`LoRALinear` per target layer, wrapping the shared base.
+
+    The model is not changed; :func:`use_adapter` puts the adapter in (and takes it out again).
+    Every parameter of the model is frozen, so only adapters train.
+    """
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    torch.manual_seed(seed)
+    layers = _layers(model, targets)
+    if not layers:
+        raise ValueError(f"no nn.Linear named {', '.join(targets)} in the model")
+    return {path: LoRALinear(base, rank, alpha) for path, base in sorted(layers.items())}
+
+
+def use_adapter(model: nn.Module, adapter: dict[str, LoRALinear] | None) -> None:
+    """Switch ``model`` to ``adapter`` (``None``: the plain base). Only module references move:
+    no weight is copied or changed, so switching per request costs microseconds."""
+    for path, module in list(model.named_modules()):
+        if isinstance(module, LoRALinear):
+            parent, _, leaf = path.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, module.base)
+    for path, layer in (adapter or {}).items():
+        parent, _, leaf = path.rpartition(".")
+        current = getattr(model.get_submodule(parent), leaf)
+        if current is not layer.base:
+            raise ValueError(f"this adapter was made for another model: {path} is not its base layer")
+        setattr(model.get_submodule(parent), leaf, layer)
+
+
+def adapter_parameters(adapter: dict[str, LoRALinear]) -> list[nn.Parameter]:
+    return [p for layer in adapter.values() for p in (layer.lora_A, layer.lora_B)]
+
+
+def finetune(model: nn.Module, parameters: list[torch.Tensor], data: torch.Tensor, steps: int, lr: float,
+             batch: int = 8, seq_len: int = 128, seed: int = 0, progress: bool = True,
+             description: str = "fine-tuning") -> list[float]:
+    """Train ``parameters`` of ``model`` (an adapter's, or all of them) on random windows of ``data``.
+
+    AdamW at a constant ``lr``; returns the training loss of every step.
+    """
+    from tqdm.auto import tqdm
+
+    from course.train import batches
+
+    if not parameters:
+        raise ValueError("nothing to train: pass the adapter's parameters or the model's")
+    for parameter in parameters:
+        parameter.requires_grad_(True)
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+    stream = batches(data, batch, seq_len, torch.Generator().manual_seed(seed))
+    losses = []
+    model.train()
+    for _ in tqdm(range(steps), desc=description, disable=not progress, mininterval=1, leave=False):
+        window = next(stream)  # (B, T + 1)
+        logits = model(window[:, :-1])  # (B, T, vocab)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """A checksum of every base weight (adapters excluded): equal before and after means untouched."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        if "lora_" not in name:
+            digest.update(name.replace(".base.", ".").encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from course import checkpoints, corpus, evaluation
+from course import checkpoints, corpus, distill, evaluation
 from course.model import CONFIGS, LanguageModel, ModelConfig, generate
 
 
@@ -37,9 +37,15 @@ class TrainConfig:
     eval_windows: int = 32
     seed: int = 0
     bf16: bool = True
+    teacher: str | None = None  # a trained model to distil from (its soft targets), or hard labels only
+    temperature: float = 1.0
+    soft_weight: float = 1.0
 
 
-SCHEDULES = {"target": TrainConfig(steps=1800), "draft": TrainConfig(steps=1500, lr=3e-3)}
+# "distilled" is the draft's architecture and schedule, taught by the target instead of the text alone
+SCHEDULES = {"target": TrainConfig(steps=1800), "draft": TrainConfig(steps=1500, lr=3e-3),
+             "distilled": TrainConfig(steps=1500, lr=3e-3, teacher="target")}
+ARCHITECTURE = {"target": "target", "draft": "draft", "distilled": "draft"}
 
 
 def batches(data: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator):
@@ -70,8 +76,13 @@ def fixed_windows(data: torch.Tensor, count: int, seq_len: int) -> torch.Tensor:
 
 
 def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation: torch.Tensor,
-          log_path=None, progress: bool = True, description: str = "training") -> tuple[LanguageModel, list[dict]]:
-    """Train a fresh model; returns it and the log rows (step, train_loss, val_loss, seconds)."""
+          log_path=None, progress: bool = True, description: str = "training",
+          teacher: LanguageModel | None = None) -> tuple[LanguageModel, list[dict]]:
+    """Train a fresh model; returns it and the log rows (step, train_loss, val_loss, seconds).
+
+    With a ``teacher`` the loss is :func:`course.distill.soft_target_mix` of the teacher's soft
+    targets at ``cfg.temperature`` and the hard labels; ``train_loss`` logs that mix.
+    """
     torch.manual_seed(cfg.seed)
     model = LanguageModel(config)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -88,7 +99,12 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
         window = next(stream)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(window[:, :-1])  # (B, T, vocab)
-        loss = F.cross_entropy(logits.float().reshape(-1, config.vocab_size), window[:, 1:].reshape(-1))
+        if teacher is None:
+            loss = F.cross_entropy(logits.float().reshape(-1, config.vocab_size), window[:, 1:].reshape(-1))
+        else:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                soft = teacher(window[:, :-1])  # (B, T, vocab)
+            loss = distill.soft_target_mix(logits, soft, window[:, 1:], cfg.temperature, cfg.soft_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -112,7 +128,7 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Train the course's target and draft models.")
     parser.add_argument("names", nargs="*", choices=[*SCHEDULES, []], metavar="NAME",
-                        help=f"models to train: {', '.join(SCHEDULES)} (default: all)")
+                        help=f"models to train: {', '.join(SCHEDULES)} (default: all, in that order)")
     parser.add_argument("--steps", type=int, default=None, help="override the number of steps (for a trial)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -123,7 +139,9 @@ def main() -> None:
             cfg = TrainConfig(**{**cfg.__dict__, "steps": args.steps})
         folder = checkpoints.MODELS / name
         folder.mkdir(parents=True, exist_ok=True)
-        model, rows = train(CONFIGS[name], cfg, train_data, validation, folder / "log.csv", description=name)
+        teacher = checkpoints.load(cfg.teacher) if cfg.teacher else None
+        model, rows = train(CONFIGS[ARCHITECTURE[name]], cfg, train_data, validation, folder / "log.csv",
+                            description=name, teacher=teacher)
         started = time.monotonic()
         val = evaluation.text_loss(model, corpus.tokens("validation"), batch=32)
         comedies = evaluation.text_loss(model, corpus.tokens("comedies"), batch=32)

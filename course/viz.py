@@ -80,7 +80,7 @@ def interactive(plot: Callable[..., Figure], controls: dict, title: str = "") ->
     display(bundle, raw=True)
 
 
-def _slider(kind: str, **options):
+def slider(kind: str, **options):
     import ipywidgets as widgets
 
     style = {"description_width": "initial"}
@@ -150,9 +150,9 @@ def plot_quantization(bits: int = 4, group_size=None, outlier: float = 20.0, see
 def widget_quantization() -> None:
     """Sliders for bits, group size and outlier magnitude over :func:`plot_quantization`."""
     controls = {
-        "bits": _slider("IntSlider", value=4, min=2, max=8, description="bits"),
-        "group_size": _slider("Dropdown", options=list(GROUP_CHOICES), value=None, description="scales"),
-        "outlier": _slider("FloatSlider", value=20.0, min=1.0, max=60.0, step=1.0, description="outlier x"),
+        "bits": slider("IntSlider", value=4, min=2, max=8, description="bits"),
+        "group_size": slider("Dropdown", options=list(GROUP_CHOICES), value=None, description="scales"),
+        "outlier": slider("FloatSlider", value=20.0, min=1.0, max=60.0, step=1.0, description="outlier x"),
     }
     interactive(plot_quantization, controls, "Quantization error: bits, scales and outliers")
 
@@ -326,14 +326,14 @@ def widget_roofline(this_machine=None) -> None:
 
     hardware = list(arithmetic.PRESETS.items()) + ([(this_machine.name, this_machine)] if this_machine else [])
     controls = {
-        "params": _slider("SelectionSlider", options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 8, 13, 34, 70, 180, 405)],
+        "params": slider("SelectionSlider", options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 8, 13, 34, 70, 180, 405)],
                           value=8e9, description="parameters"),
-        "bits": _slider("SelectionSlider", options=[4, 8, 16], value=16, description="bits"),
-        "batch": _slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=1,
+        "bits": slider("SelectionSlider", options=[4, 8, 16], value=16, description="bits"),
+        "batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=1,
                          description="batch"),
-        "prompt": _slider("SelectionSlider", options=[16, 64, 256, 1024, 4096, 16384], value=256,
+        "prompt": slider("SelectionSlider", options=[16, 64, 256, 1024, 4096, 16384], value=256,
                           description="prompt tokens"),
-        "hardware": _slider("Dropdown", options=hardware, value=arithmetic.PRESETS["A100-80G"], description="hardware"),
+        "hardware": slider("Dropdown", options=hardware, value=arithmetic.PRESETS["A100-80G"], description="hardware"),
     }
     interactive(plot_roofline, controls, "Prefill and decode on the roofline")
 
@@ -388,7 +388,7 @@ def plot_batching(rate: float = 8.0, max_batch: int = 16, params: float = 8e9, h
 def widget_batching() -> None:
     """Sliders for the arrival rate and the batch limit over :func:`plot_batching`."""
     controls = {
-        "rate": _slider("FloatSlider", value=8.0, min=1.0, max=40.0, step=1.0, description="requests/s"),
-        "max_batch": _slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=16, description="max batch"),
+        "rate": slider("FloatSlider", value=8.0, min=1.0, max=40.0, step=1.0, description="requests/s"),
+        "max_batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=16, description="max batch"),
     }
     interactive(plot_batching, controls, "Static against continuous batching")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from autograder.checks import Exercise
-from autograder.chapters import arithmetic, quantization
+from autograder.chapters import arithmetic, attention, kv_cache, lora, quantization, speculative
 
 CHAPTERS: dict[str, list[Exercise]] = {
     "01_prefill_decode": arithmetic.EXERCISES,
+    "02_lora": lora.EXERCISES,
     "03_quantization": quantization.EXERCISES,
+    "04_kv_cache": kv_cache.EXERCISES,
+    "05_flash_attention": attention.EXERCISES,
+    "06_speculative_decoding": speculative.SPECULATIVE,
+    "07_distillation": speculative.DISTILLATION,
 }
 
 

@@ -1,0 +1,1 @@
+"""Triton kernels: imported only where Triton is usable (a CUDA device, or ``TRITON_INTERPRET=1``)."""

@@ -1,0 +1,183 @@
+"""The KV cache: its size, one cached attention step, and paged against contiguous allocation.
+
+Bytes per token = 2 (keys and values) x layers x kv heads x head dim x bytes per element. A worked
+example: a 7B model with 32 layers of 32 heads of 128 in fp16 keeps 2 * 32 * 32 * 128 * 2 =
+524,288 bytes (0.5 MiB) per token, so 32k tokens take 17.2 GB, more than its 13.5 GB of weights.
+
+The paging simulation is a model of a server's cache memory, not a server: one decode step per
+tick, requests admitted first come first served, a preempted request starts over. Not handled:
+prefix sharing between requests, swapping to CPU memory, chunked prefill.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The numbers of a published decoder that decide its weights and its KV cache."""
+
+    name: str
+    params: float
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+    @property
+    def kind(self) -> str:
+        if self.n_kv_heads == self.n_heads:
+            return "MHA"
+        return "MQA" if self.n_kv_heads == 1 else f"GQA ({self.n_heads // self.n_kv_heads} queries per kv head)"
+
+
+# From the models' published configurations (config.json): layers, heads, kv heads, head dim.
+PUBLISHED = {
+    "Llama-2-7B": Architecture("Llama-2-7B", 6.74e9, 32, 32, 32, 128),
+    "Llama-3-8B": Architecture("Llama-3-8B", 8.03e9, 32, 32, 8, 128),
+    "Llama-2-70B": Architecture("Llama-2-70B", 69.0e9, 80, 64, 8, 128),
+    "Falcon-7B": Architecture("Falcon-7B", 7.22e9, 32, 71, 1, 64),
+}
+
+
+def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1,
+                   bytes_per_element: float = 2) -> int:
+    """Bytes of keys and values cached for ``batch`` sequences of ``seq_len`` tokens."""
+    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
+                        ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
+        raise ValueError(f"seq_len must be a whole number >= 0, got {seq_len!r}")
+    if not bytes_per_element > 0:
+        raise ValueError(f"bytes_per_element must be positive, got {bytes_per_element!r}")
+    return int(2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element)
+
+
+def cache_bytes(arch: Architecture, seq_len: int, batch: int = 1, bytes_per_element: float = 2) -> int:
+    return kv_cache_bytes(arch.n_layers, arch.n_kv_heads, arch.head_dim, seq_len, batch, bytes_per_element)
+
+
+def crossover_tokens(arch: Architecture, batch: int = 1, bytes_per_element: float = 2, weight_bits: int = 16) -> int:
+    """Total cached tokens (all sequences of the batch) at which the cache outweighs the weights."""
+    per_token = cache_bytes(arch, 1, 1, bytes_per_element)
+    return math.ceil(arch.params * weight_bits / 8 / per_token / batch)
+
+
+def attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor,
+                   cache_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decoding step of single-head attention with a cache.
+
+    ``q, k, v``: (D,) for the new token; ``cache_k, cache_v``: (t, D) for the t tokens before it.
+    Appends k and v, attends from q to all t + 1 positions (itself included, as causal attention
+    does), and returns (output (D,), cache_k (t + 1, D), cache_v (t + 1, D)).
+    """
+    cache_k = torch.cat([cache_k, k[None]], dim=0)  # (t + 1, D)
+    cache_v = torch.cat([cache_v, v[None]], dim=0)
+    weights = torch.softmax(cache_k @ q / math.sqrt(q.shape[-1]), dim=0)  # (t + 1,)
+    return weights @ cache_v, cache_k, cache_v
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Full single-head causal attention over (T, D) inputs: the recomputation a cache avoids."""
+    scores = q @ k.T / math.sqrt(q.shape[-1])  # (T, T)
+    mask = torch.ones_like(scores, dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
+def pages_needed(lengths, page_size: int) -> int:
+    """Pages of ``page_size`` tokens that sequences of ``lengths`` tokens occupy: each its own."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be a positive whole number, got {page_size!r}")
+    return sum(math.ceil(n / page_size) for n in lengths)
+
+
+# --- a server's cache memory under a request trace -------------------------------------------
+
+@dataclass(frozen=True)
+class CacheRequest:
+    prompt: int
+    output: int
+
+    @property
+    def length(self) -> int:
+        return self.prompt + self.output
+
+
+def request_trace(n: int = 200, max_len: int = 2048, seed: int = 0) -> list[CacheRequest]:
+    """Requests with prompts and outputs of very different lengths (log-uniform), all queued at the start."""
+    generator = torch.Generator().manual_seed(seed)
+    requests = []
+    for _ in range(n):
+        prompt = int(math.exp(torch.empty(1).uniform_(math.log(16), math.log(max_len // 2), generator=generator)))
+        output = int(math.exp(torch.empty(1).uniform_(math.log(8), math.log(max_len // 2), generator=generator)))
+        requests.append(CacheRequest(prompt, output))
+    return requests
+
+
+@dataclass
+class AllocationResult:
+    steps: int  # decode steps to serve the whole trace
+    mean_batch: float  # sequences decoding together, on average
+    used_share: float  # tokens actually stored / cache memory reserved, averaged over steps
+    preemptions: int
+    timeline: list[tuple[int, int, int]]  # per step: (reserved tokens, used tokens, running sequences)
+
+
+def simulate_allocation(trace: list[CacheRequest], capacity_tokens: int, page_size: int | None,
+                        max_len: int = 2048) -> AllocationResult:
+    """Serve ``trace`` with a KV cache of ``capacity_tokens`` tokens.
+
+    ``page_size=None``: each request reserves ``max_len`` tokens up front, as systems without
+    paging did, since the output length is unknown in advance. Otherwise memory is handed out in
+    pages of ``page_size`` tokens as a sequence grows; when a page is needed and none is free, the
+    newest running request is preempted (its pages freed, it starts over later).
+    """
+    if page_size is not None and (page_size < 1 or capacity_tokens < page_size):
+        raise ValueError(f"page_size must be between 1 and the capacity ({capacity_tokens}), got {page_size}")
+    if any(r.length > max_len for r in trace):
+        raise ValueError(f"a request is longer than max_len {max_len}")
+    if capacity_tokens < max_len:
+        raise ValueError(f"capacity {capacity_tokens} tokens cannot hold one request of max_len {max_len}")
+    queue = list(trace)
+    running: list[list] = []  # [request, tokens stored, tokens reserved]
+    reserved_total, steps, preemptions, timeline = 0, 0, 0, []
+    unit = page_size or max_len
+
+    def reservation(tokens: int) -> int:
+        return max_len if page_size is None else math.ceil(tokens / page_size) * page_size
+
+    while queue or running:
+        while queue:  # admit in order while the first waiting request fits
+            need = reservation(queue[0].prompt + 1)
+            if reserved_total + need > capacity_tokens:
+                break
+            request = queue.pop(0)
+            running.append([request, request.prompt, need])
+            reserved_total += need
+        steps += 1
+        for entry in list(running):  # one decode step: every running sequence stores one more token
+            if entry not in running:
+                continue
+            if page_size is not None and entry[1] + 1 > entry[2]:
+                while reserved_total + unit > capacity_tokens and running[-1] is not entry:
+                    victim = running.pop()
+                    reserved_total -= victim[2]
+                    queue.insert(0, victim[0])
+                    preemptions += 1
+                if reserved_total + unit > capacity_tokens:
+                    continue  # it is the newest itself and cannot grow: it waits a step
+                entry[2] += unit
+                reserved_total += unit
+            entry[1] += 1
+        timeline.append((reserved_total, sum(e[1] for e in running), len(running)))
+        for entry in [e for e in running if e[1] >= e[0].length]:
+            running.remove(entry)
+            reserved_total -= entry[2]
+    used = [u / r for r, u, _ in timeline if r]
+    return AllocationResult(steps, sum(n for _, _, n in timeline) / len(timeline), sum(used) / len(used),
+                            preemptions, timeline)

@@ -1,0 +1,445 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,nbgrader,-all
+#     notebook_metadata_filter: -all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% tags=["colab"]
+# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
+import sys
+
+if "google.colab" in sys.modules:
+    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
+    %pip install -q -e /content/course
+    sys.path.insert(0, "/content/course")
+    from google.colab import output
+
+    output.enable_custom_widget_manager()
+
+# %% [markdown]
+# # Chapter 2: LoRA, adapting a model without paying for it
+#
+# Fine-tuning every weight of a 7B model takes about 104 GiB of memory for the weights and the
+# optimiser's state: more than any single consumer GPU has. Yet the *change* fine-tuning makes
+# to a weight matrix is usually simple: it can be written, almost exactly, as the product of two
+# thin matrices. LoRA (Hu et al., 2021) trains only those two: the base model stays frozen, and
+# the trainable part is a fraction of a per cent of it. QLoRA (Dettmers et al., 2023) then keeps
+# the frozen base in 4 bits (chapter 3's NF4).
+#
+# You will:
+#
+# 1. count what a low-rank adapter trains (graded);
+# 2. find, with the SVD, the best any rank-r adapter can do on a given change (graded);
+# 3. build `LoRALinear`: a frozen layer plus a scaled low-rank update that merges back in (graded);
+# 4. add up the memory of full fine-tuning, LoRA and QLoRA (graded);
+# 5. train real adapters on the course model for a genre it has not seen, swap two of them on one
+#    frozen base, and try QLoRA.
+#
+# Exercises are marked **Your turn**; run the check cell after each one.
+
+# %% tags=["parameters"]
+# Sizes of the measurements (papermill can change them: `-p ADAPT_STEPS 200`).
+ADAPT_STEPS = 30  # training steps per adapter; 200 gives a clearer picture in about five minutes
+RANKS = [1, 4, 16]  # the adapters' ranks in the comparison
+EVAL_WINDOWS = 24  # 256-byte windows of held-out comedies per loss estimate
+
+# %%
+import copy
+
+import torch
+from tqdm.auto import tqdm
+
+from course import checkpoints, corpus, evaluation, lora, quant, viz_lora
+from course.device import best_device, describe
+from course.model import generate
+
+device = best_device()
+print(describe(device))
+
+# %% [markdown]
+# ## 1. Two thin matrices instead of one big change
+#
+# Fine-tuning turns a weight $W$ (shape $d_{out} \times d_{in}$) into $W + \Delta W$. LoRA writes
+# the change as a product of rank $r$:
+#
+# $$ W' = W + \frac{\alpha}{r}\, B A, \qquad A \in \mathbb{R}^{r \times d_{in}}, \quad B \in \mathbb{R}^{d_{out} \times r}. $$
+#
+# $W$ is frozen; only $A$ and $B$ train: $r\,(d_{in} + d_{out})$ numbers instead of
+# $d_{in}\, d_{out}$. For a 1000 x 1000 layer at $r = 8$ that is 16,000 numbers against a
+# million; for a 4096 x 4096 projection, 65,536 against 16.8 million, 0.39%.
+#
+# ### Your turn: `lora_parameters`
+#
+# Write `lora_parameters(d_in, d_out, rank)`: the number of trainable numbers of a rank-`rank`
+# adapter on a `d_in` -> `d_out` layer.
+#
+# The cell below holds the only imports the grader gives your answers; you may import more
+# inside your own cells.
+
+# %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+# %% nbgrader={"grade": false, "grade_id": "lora_parameters", "locked": false, "schema_version": 3, "solution": true}
+def lora_parameters(d_in, d_out, rank):
+    """Trainable numbers of a rank-`rank` adapter on a d_in -> d_out layer."""
+    ### BEGIN SOLUTION
+    return rank * (d_in + d_out)
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_parameters", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("lora_parameters")
+### BEGIN HIDDEN TESTS
+check("lora_parameters", hidden=True)
+### END HIDDEN TESTS
+
+# %%
+for d, r in ((1000, 8), (4096, 8), (4096, 16), (8192, 64)):
+    share = lora.lora_parameters(d, d, r) / (d * d)
+    print(f"{d} x {d} at rank {r:2d}: {lora.lora_parameters(d, d, r):>9,} trainable numbers, {100 * share:.2f}% of the layer")
+
+# %% [markdown]
+# ## 2. How much rank does a change need? Ask the SVD
+#
+# Any matrix can be written as a sum of rank-one pieces ordered by size, its singular value
+# decomposition $\Delta = \sum_i \sigma_i u_i v_i^\top$ with $\sigma_1 \ge \sigma_2 \ge \dots$.
+# Keeping the $r$ largest pieces gives the **best** rank-$r$ approximation there is
+# (Eckart-Young): no adapter of rank $r$, however it is trained, can get closer. Its relative
+# error comes from the singular values alone:
+#
+# $$ \frac{\lVert \Delta - \Delta_r \rVert_F}{\lVert \Delta \rVert_F} = \sqrt{\frac{\sum_{i > r} \sigma_i^2}{\sum_i \sigma_i^2}} .$$
+#
+# ### Your turn: `best_low_rank_error`
+#
+# Write `best_low_rank_error(delta, rank)`, the relative error above, as a float.
+# `torch.linalg.svdvals(delta)` returns the singular values, largest first.
+
+# %% nbgrader={"grade": false, "grade_id": "best_low_rank_error", "locked": false, "schema_version": 3, "solution": true}
+def best_low_rank_error(delta, rank):
+    """Relative Frobenius error of the best rank-`rank` approximation of `delta`."""
+    ### BEGIN SOLUTION
+    s = torch.linalg.svdvals(delta.double())
+    return math.sqrt((s[rank:].square().sum() / s.square().sum()).item())
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_best_low_rank_error", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("best_low_rank_error")
+### BEGIN HIDDEN TESTS
+check("best_low_rank_error", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Here is a change of rank 4 with a little noise on top (5% of its size). The error falls
+# steeply up to rank 4 and then sits on the noise: a rank-2 adapter cannot represent this change,
+# and a rank-32 one buys nothing a rank-4 one does not.
+
+# %%
+delta = lora.low_rank_change(64, 64, true_rank=4, noise=0.05)
+for r in (1, 2, 4, 8, 32):
+    print(f"rank {r:2d}: best possible error {100 * lora.best_low_rank_error(delta, r):5.1f}%")
+
+# %% [markdown]
+# ### Try it
+#
+# Move the sliders. Raise the true rank: the knee moves with it. Raise the noise: the floor
+# rises and the knee softens. Real fine-tuning changes look like the noisy case, with a few large
+# directions on top of a long tail; the LoRA paper found ranks as small as 1 to 8 enough for
+# GPT-3's attention weights.
+
+# %%
+viz_lora.widget_rank_error()
+
+# %% [markdown]
+# ## 3. `LoRALinear`: a frozen layer plus a low-rank update
+#
+# The adapter wraps the base layer rather than copying it:
+#
+# $$ y = \text{base}(x) + \frac{\alpha}{r}\, x A^\top B^\top $$
+#
+# Two details make it work:
+#
+# * **B starts at zero**, so $BA = 0$ and the adapted model starts exactly where the pretrained
+#   one is. ($A$ starts random, or the gradient of $B$ would be zero too.)
+# * **The scale $\alpha / r$** keeps the update's size about the same when you change the rank,
+#   so a learning rate tuned at one rank still works at another. $\alpha$ defaults to $r$ (scale 1).
+#
+# Once trained, the update can be **merged**: $W + \frac{\alpha}{r} BA$ is an ordinary matrix of
+# the same shape, so the merged layer costs nothing extra at inference.
+#
+# ### Your turn: `LoRALinear`
+#
+# Write the class `LoRALinear(base, rank, alpha=None)`:
+#
+# * freeze the base layer's parameters (`requires_grad_(False)`) and keep the layer itself as
+#   `self.base`;
+# * `self.lora_A`: an `nn.Parameter` of shape `(rank, base.in_features)`, random (for example
+#   `torch.randn(...) / math.sqrt(base.in_features)`);
+# * `self.lora_B`: an `nn.Parameter` of shape `(base.out_features, rank)`, zeros;
+# * `forward(x)`: the formula above, for `x` of shape `(..., in_features)`;
+# * `merge()`: a **new** `nn.Linear` with weight `base.weight + (alpha / rank) * lora_B @ lora_A`
+#   and the base's bias; the base layer itself must not change, other adapters may share it.
+
+# %% nbgrader={"grade": false, "grade_id": "lora_linear", "locked": false, "schema_version": 3, "solution": true}
+class LoRALinear(nn.Module):
+    """A frozen nn.Linear plus a trainable update (alpha / rank) * B A."""
+
+    def __init__(self, base, rank, alpha=None):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.base = base
+        for parameter in base.parameters():
+            parameter.requires_grad_(False)
+        self.scale = (rank if alpha is None else alpha) / rank
+        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)
+        ### END SOLUTION
+
+    def merge(self):
+        ### BEGIN SOLUTION
+        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
+        with torch.no_grad():
+            merged.weight.copy_(self.base.weight + self.scale * self.lora_B @ self.lora_A)
+            if self.base.bias is not None:
+                merged.bias.copy_(self.base.bias)
+        return merged
+        ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_linear", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+check("lora_linear")
+### BEGIN HIDDEN TESTS
+check("lora_linear", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Can a trained adapter find the SVD's answer? Give a rank-4 adapter a layer whose target is
+# the base plus a rank-4 change, and train only $A$ and $B$ to match its outputs. (The course's
+# own `course.lora.LoRALinear` does the same as yours.)
+
+# %%
+torch.manual_seed(0)
+base_layer = nn.Linear(64, 64, bias=False)
+goal = base_layer.weight.detach() + lora.low_rank_change(64, 64, true_rank=4, noise=0.0) * 0.05
+adapter = lora.LoRALinear(base_layer, rank=4)
+optimizer = torch.optim.Adam([adapter.lora_A, adapter.lora_B], lr=1e-2)
+inputs = torch.randn(512, 64)
+for step in range(400):
+    loss = (adapter(inputs) - inputs @ goal.T).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+learned = adapter.merge().weight.detach()
+print(f"error of the learned change: {100 * ((learned - goal).norm() / (goal - base_layer.weight).norm()).item():.2f}% "
+      f"(the SVD's floor at rank 4: {100 * lora.best_low_rank_error(goal - base_layer.weight.detach(), 4):.2f}%)")
+print(f"the base weight is untouched: {torch.equal(base_layer.weight, adapter.base.weight)}")
+
+# %% [markdown]
+# ## 4. The memory bill of fine-tuning
+#
+# Training with Adam keeps, for every trainable parameter, the weight, its gradient and two
+# moments, and mixed-precision training adds an fp32 master copy of the weight:
+#
+# | | bytes per parameter | 7B model |
+# | --- | --- | --- |
+# | full fine-tune: bf16 weights 2 + bf16 gradients 2 + fp32 Adam moments 8 + fp32 master copy 4 | 16 | 104 GiB |
+# | LoRA: frozen bf16 weights, no gradients or moments for them | 2 | 13 GiB |
+# | QLoRA: frozen NF4 weights (chapter 3) | 0.5 | 3.3 GiB |
+#
+# The adapters' own weights, gradients and moments are left out: well under 1% of the model.
+# Activations come on top of all three and grow with batch and sequence length. (Without the
+# master copy full fine-tuning is 12 bytes, 84 GB for 7B: still past any single consumer GPU.)
+#
+# ### Your turn: `finetune_memory_gib`
+#
+# Write `finetune_memory_gib(params, method)` for `method` in `"full"`, `"lora"`, `"qlora"`,
+# in GiB (2**30 bytes), with the bytes per parameter of the table.
+
+# %% nbgrader={"grade": false, "grade_id": "finetune_memory", "locked": false, "schema_version": 3, "solution": true}
+def finetune_memory_gib(params, method):
+    """GiB of weights plus training state: "full" (Adam, master copy), "lora" or "qlora"."""
+    ### BEGIN SOLUTION
+    per_parameter = {"full": 2 + 2 + 8 + 4, "lora": 2, "qlora": 0.5}
+    return params * per_parameter[method] / 2**30
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_finetune_memory", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("finetune_memory")
+### BEGIN HIDDEN TESTS
+check("finetune_memory", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Try it
+#
+# Which methods fit a 13B model on a 24 GiB card? What does it take to fully fine-tune a 70B
+# model, and how many 80 GiB GPUs is that before a single activation?
+
+# %%
+viz_lora.widget_finetune_memory()
+
+# %% [markdown]
+# ## 5. Adapting the course model to comedies
+#
+# The course's target model (4.3M parameters, chapter 1) was trained on Shakespeare's histories
+# and tragedies; the comedies were held out. They are a new domain for it: more prose, more
+# banter, other names. Six comedies are for adapting, two others (*Much Ado About Nothing* and
+# *Twelfth Night*) for measuring.
+#
+# We put one adapter on each attention projection (`q_proj`, `k_proj`, `v_proj`, `o_proj`) of all
+# six layers and train it on the six comedies, at several ranks. For reference, the same number
+# of steps of full fine-tuning (every weight trains). The numbers are losses on the two unseen
+# comedies in nats per byte; lower is better. With the default 30 steps this is a quick
+# look; `-p ADAPT_STEPS 200` gives the clearer picture quoted in the course's notes.
+
+# %%
+target = checkpoints.load("target").to(device)
+adapt_text = corpus.domain_tokens("adapt")
+eval_text = corpus.domain_tokens("eval")
+
+
+def comedy_loss(model):
+    return evaluation.text_loss(model, eval_text, max_windows=EVAL_WINDOWS)
+
+
+base_loss = comedy_loss(target)
+fingerprint = lora.weights_fingerprint(target)
+adapters, rank_losses = {}, {}
+for rank in RANKS:
+    adapters[rank] = lora.make_adapter(target, rank)
+    lora.use_adapter(target, adapters[rank])
+    lora.finetune(target, lora.adapter_parameters(adapters[rank]), adapt_text, ADAPT_STEPS, lr=3e-3,
+                  description=f"LoRA rank {rank}")
+    rank_losses[rank] = comedy_loss(target)
+    lora.use_adapter(target, None)
+
+full_model = copy.deepcopy(target)
+lora.finetune(full_model, list(full_model.parameters()), adapt_text, ADAPT_STEPS, lr=3e-4, description="full fine-tune")
+full_loss = comedy_loss(full_model)
+del full_model
+
+print(f"base model:         {base_loss:.3f} nats/byte")
+for rank, loss in rank_losses.items():
+    trainable = sum(p.numel() for p in lora.adapter_parameters(adapters[rank]))
+    print(f"LoRA rank {rank:2d}:       {loss:.3f}  ({trainable:,} trainable numbers, "
+          f"{100 * trainable / target.num_parameters():.2f}% of the model)")
+print(f"full fine-tune:     {full_loss:.3f}  ({target.num_parameters():,} trainable numbers)")
+print(f"base weights untouched by all that training: {lora.weights_fingerprint(target) == fingerprint}")
+
+# %%
+viz_lora.plot_adapter_losses(base_loss, rank_losses, full_loss)
+
+# %% [markdown]
+# A few hundred thousandths of the model's size is enough to move it most of the way that full
+# fine-tuning goes. With this few steps the ranks sit close together: the change the comedies ask
+# for is simple, and rank buys little beyond the first few directions (section 2 in miniature).
+#
+# ## 6. Hot-swapping adapters on one frozen base
+#
+# Because an adapter only *wraps* the base layers, one base model can carry many adapters and
+# switch between them per request by swapping module references: nothing is copied, and the
+# base weights never change. A server keeps one copy of the base in memory and one small adapter
+# per customer or task.
+#
+# A second adapter, for a domain with an obvious signature: the same comedies set in capitals.
+# Then the prompt goes to the base, the comedy adapter and the capitals adapter in turn:
+
+# %%
+shouting = corpus.encode(corpus.decode(adapt_text).upper())
+adapters["capitals"] = lora.make_adapter(target, 4, seed=1)
+lora.use_adapter(target, adapters["capitals"])
+lora.finetune(target, lora.adapter_parameters(adapters["capitals"]), shouting, ADAPT_STEPS, lr=3e-3,
+              description="LoRA, capitals")
+prompt = corpus.encode("VIOLA:\n")[None].to(device)
+for name, adapter in (("base", None), ("comedies, rank 4", adapters[4]), ("capitals", adapters["capitals"])):
+    lora.use_adapter(target, adapter)
+    text = generate(target, prompt, 100, temperature=0.8, top_k=40, generator=torch.Generator().manual_seed(0))
+    print(f"--- {name} ---\n{corpus.decode(text[0].cpu())}\n")
+lora.use_adapter(target, None)
+assert lora.weights_fingerprint(target) == fingerprint, "the base weights changed"
+print("base weights identical after training three adapters and switching five times")
+
+# %% [markdown]
+# Merging is the other option: fold one adapter into the weights and serve the merged model with
+# no extra work per token, at the price of one copy of the model per adapter. Merging every
+# adapted layer of the model changes no output beyond rounding:
+
+# %%
+lora.use_adapter(target, adapters[4])
+windows = adapt_text[: 4 * 129].reshape(4, 129)[:, :-1].to(device)
+with torch.no_grad():
+    adapted_logits = target(windows)
+merged = copy.deepcopy(target)
+for path, module in list(merged.named_modules()):
+    if isinstance(module, lora.LoRALinear):
+        parent, _, leaf = path.rpartition(".")
+        setattr(merged.get_submodule(parent), leaf, module.merge())
+lora.use_adapter(target, None)
+with torch.no_grad():
+    print(f"largest logit difference, merged vs adapter: {(merged(windows) - adapted_logits).abs().max().item():.2e}")
+
+# %% [markdown]
+# ## 7. QLoRA: the frozen base in 4 bits
+#
+# QLoRA stores the frozen base in NF4 (chapter 3), dequantizing each weight on the fly for the
+# matrix product, and trains the adapters in 16 bits on top. Here the base's linear layers go
+# through NF4 with groups of 64 (simulated: the rounded weights are kept as floats), and a
+# rank-4 adapter trains on top. The adapter learns to make up some of the rounding error too.
+
+# %%
+nf4_base = quant.quantize_model(target, "nf4", 64)
+nf4_loss = comedy_loss(nf4_base)
+qlora_adapter = lora.make_adapter(nf4_base, 4)
+lora.use_adapter(nf4_base, qlora_adapter)
+lora.finetune(nf4_base, lora.adapter_parameters(qlora_adapter), adapt_text, ADAPT_STEPS, lr=3e-3,
+              description="QLoRA rank 4")
+qlora_loss = comedy_loss(nf4_base)
+print(f"NF4 base:           {nf4_loss:.3f} nats/byte (fp32 base {base_loss:.3f})")
+print(f"QLoRA rank 4:       {qlora_loss:.3f}            (LoRA rank 4 on the fp32 base {rank_losses[4]:.3f})")
+
+# %% [markdown]
+# ## In practice
+#
+# * **peft**: `LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])` and
+#   `get_peft_model(model, config)` wrap the named layers as you did; `model.merge_and_unload()`
+#   merges; `load_adapter(...)` and `set_adapter(name)` hot-swap adapters on one base.
+# * **bitsandbytes**: `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+#   bnb_4bit_use_double_quant=True)` loads the frozen base in NF4 for QLoRA; peft's
+#   `prepare_model_for_kbit_training` sets it up for training.
+# * Servers such as **vLLM** and **LoRAX** serve many LoRA adapters over one base model, batching
+#   requests for different adapters together.
+#
+# ## Check yourself
+#
+# 1. Why is B initialised to zero, and why must A not be?
+# 2. A 4096 x 4096 layer gets a rank-16 adapter. What share of the layer trains?
+# 3. A change has rank 4 plus a little noise. What does a rank-2 adapter achieve, and a rank-32?
+# 4. Why does QLoRA fit a 7B fine-tune on a 24 GiB GPU when full fine-tuning needs about 104 GiB?
+# 5. When would you merge an adapter, and when keep it separate?
+#
+# <details><summary>Answers</summary>
+#
+# 1. B = 0 makes BA = 0, so training starts at the pretrained model. If A were zero too, both
+#    gradients would be zero (each is proportional to the other factor) and nothing would train.
+# 2. 16 x (4096 + 4096) = 131,072 of 16.8 million: 0.78%.
+# 3. Rank 2 stays above the floor (it misses two of the four directions); rank 32 reaches the
+#    noise floor like rank 4, with eight times the parameters.
+# 4. No gradients or optimiser state for the frozen weights, and those weights in 4 bits:
+#    0.5 bytes per parameter, about 3.3 GiB, against 16 bytes per parameter.
+# 5. Merge to serve one adapter at full speed; keep them separate to serve many adapters from
+#    one base, switching per request.
+#
+# </details>
