@@ -35,6 +35,11 @@ $(BIN)/.installed-dev: $(BIN)/.installed-base
 	-$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
 	-for extension in formgrader validate_assignment assignment_list course_list; do \
 	  $(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$extension >/dev/null 2>&1; done
+	@# the real-browser test uses the system's Chromium; Playwright cannot download browsers here
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
+	    { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } || \
+	  echo "no Chromium: the browser test will be skipped (install it with: sudo apt-get install chromium)"
 	touch $@
 
 lab: $(BIN)/.installed-base

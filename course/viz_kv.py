@@ -13,11 +13,13 @@ from course.viz import BLUE, GREY, ORANGE, RED, _plain_log_ticks, interactive, n
 DTYPES = {"fp32": 4, "fp16 / bf16": 2, "fp8 / int8": 1, "int4": 0.5}
 
 
-def plot_kv_cache(model: str = "Llama-2-7B", context: int = 4096, batch: int = 1, n_kv_heads: int | None = None,
+def plot_kv_cache(model: str = "Llama-2-7B", context: int = 4096, batch: int = 1, n_kv_heads: int = 0,
                   bytes_per_element: float = 2) -> Figure:
-    """The cache of ``batch`` sequences against context length, next to the fp16 weights."""
+    """The cache of ``batch`` sequences against context length, next to the fp16 weights.
+
+    ``n_kv_heads`` overrides the model's (capped at its query heads); 0 keeps the published number."""
     arch = kc.PUBLISHED[model]
-    if n_kv_heads is not None:
+    if n_kv_heads:
         n_kv_heads = min(n_kv_heads, arch.n_heads)
         arch = dataclasses.replace(arch, n_kv_heads=n_kv_heads)
     contexts = np.array([2**i for i in range(7, 18)])
@@ -49,7 +51,7 @@ def widget_kv_cache() -> None:
         "model": slider("Dropdown", options=list(kc.PUBLISHED), value="Llama-2-7B", description="model"),
         "context": slider("SelectionSlider", options=[2**i for i in range(9, 18)], value=4096, description="context"),
         "batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=1, description="batch"),
-        "n_kv_heads": slider("SelectionSlider", options=[("as published", None), 1, 2, 4, 8, 16, 32, 64], value=None,
+        "n_kv_heads": slider("SelectionSlider", options=[("as published", 0)] + [(str(n), n) for n in (1, 2, 4, 8, 16, 32, 64)], value=0,
                              description="kv heads"),
         "bytes_per_element": slider("Dropdown", options=list(DTYPES.items()), value=2, description="cache dtype"),
     }

@@ -119,6 +119,86 @@ def effective_bits(bits, group_size, scale_bits=16):
 }
 
 
+LORA_CLASS = """
+class LoRALinear(nn.Module):
+    def __init__(self, base, rank, alpha=None):
+        super().__init__()
+        self.base = base
+        for parameter in base.parameters():
+            parameter.requires_grad_(False)
+        self.scale = {scale}
+        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.lora_B = nn.Parameter({b_init}(base.out_features, rank))
+
+    def forward(self, x):
+        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)
+
+    def merge(self):
+        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
+        with torch.no_grad():
+            merged.weight.copy_(self.base.weight + self.scale * self.lora_B @ self.lora_A)
+            if self.base.bias is not None:
+                merged.bias.copy_(self.base.bias)
+        return merged
+"""
+BLOCKWISE = """
+def online_softmax_update(m, l, o, scores, v):
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    correction = {correction}
+    p = torch.exp(scores - {shift})
+    return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
+
+def blockwise_attention(q, k, v, block):
+    m = torch.full((q.shape[0], 1), float("-inf"))
+    l = torch.zeros(q.shape[0], 1)
+    o = torch.zeros(q.shape[0], v.shape[-1])
+    for start in range(0, k.shape[0], block):
+        scores = q @ k[start:start + block].T / math.sqrt(q.shape[-1])
+        m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
+    return o / l
+"""
+SPECULATIVE_TOKEN = """
+def speculative_token(target, draft, generator):
+    x = int(torch.multinomial(draft, 1, generator=generator))
+    if torch.rand(1, generator=generator).item() < min(1.0, (target[x] / draft[x]).item()):
+        return x, True
+    leftover = {leftover}
+    return int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator)), False
+"""
+
+# Chapters 2, 4 to 7: the mistakes named in the course's contract.
+PLANTED_LATER = {
+    "lora_b_not_zero": ("02_lora", "lora_linear", LORA_CLASS.format(scale="(rank if alpha is None else alpha) / rank",
+                                                                    b_init="torch.randn"),
+                        {"lora_linear.starts_at_base"}, "initialise lora_B to zeros"),
+    "lora_scale_not_divided": ("02_lora", "lora_linear", LORA_CLASS.format(scale="(rank if alpha is None else alpha)",
+                                                                           b_init="torch.zeros"),
+                               {"lora_linear.forward", "lora_linear.alpha"}, "not divided by the rank"),
+    "kv_no_factor_2": ("04_kv_cache", "kv_cache_bytes",
+                       "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):\n"
+                       "    return n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element\n",
+                       {"kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"}, "factor 2"),
+    "flash_no_rescale": ("05_flash_attention", "online_softmax_update",
+                         BLOCKWISE.format(correction="torch.ones_like(m)", shift="m_new"),
+                         {"online_softmax_update.larger", "blockwise_attention.block16"}, "rescaled"),
+    "flash_overflow": ("05_flash_attention", "online_softmax_update",
+                       BLOCKWISE.format(correction="torch.ones_like(m)", shift="0"),
+                       {"blockwise_attention.large_scores"}, "overflows"),
+    "resample_from_p": ("06_speculative_decoding", "speculative_token", SPECULATIVE_TOKEN.format(leftover="target"),
+                        {"speculative_token.distribution", "speculative_token.random"}, "resampled from p"),
+    "series_off_by_one": ("06_speculative_decoding", "expected_tokens_per_call",
+                          "def expected_tokens_per_call(alpha, draft_length):\n"
+                          "    return (1 - alpha ** draft_length) / (1 - alpha)\n",
+                          {"expected_tokens_per_call.example", "expected_tokens_per_call.random"}, "one term short"),
+    "distill_no_t_squared": ("07_distillation", "distillation_loss",
+                             "def distillation_loss(student_logits, teacher_logits, temperature):\n"
+                             "    s = torch.log_softmax(student_logits / temperature, -1)\n"
+                             "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
+                             "    return (t.exp() * (t - s)).sum(-1).mean()\n",
+                             {"distillation_loss.t4", "distillation_loss.3d"}, "T^2 factor"),
+}
+
+
 def _replace_answer(notebook: dict, grade_id: str, source: str) -> dict:
     for cell in notebook["cells"]:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
@@ -140,6 +220,10 @@ def batch(instructor_notebooks, tmp_path_factory):
             notebook = _replace_answer(json.loads(instructor_notebooks[chapter].read_text()), grade_id, source)
             (folder / name).mkdir()
             (folder / name / f"{chapter}.ipynb").write_text(json.dumps(notebook))
+    for name, (chapter, grade_id, source, _, _) in PLANTED_LATER.items():
+        notebook = _replace_answer(json.loads(instructor_notebooks[chapter].read_text()), grade_id, source)
+        (folder / name).mkdir()
+        (folder / name / f"{chapter}.ipynb").write_text(json.dumps(notebook))
     stripped = json.loads(solution.read_text())  # as an editor that drops cell metadata saves it
     stripped["metadata"] = {}
     for cell in stripped["cells"]:
@@ -234,3 +318,16 @@ def test_command_line_json(instructor_notebooks):
     assert {"notebook", "score", "max_score", "tests"} <= set(report)
     assert report["score"] == report["max_score"] == 16
     assert all({"id", "points", "max_points", "passed", "hint"} <= set(t) for t in report["tests"])
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_LATER))
+def test_planted_mistake_in_later_chapters(batch, name):
+    _, grade_id, _, must_fail, words = PLANTED_LATER[name]
+    report = batch[0][name]
+    failed = {t.id: t.hint for t in report.tests if not t.passed}
+    assert must_fail <= set(failed), report.text()
+    assert all(words in failed[i] for i in must_fail), report.text()
+    # exercises that call the learner's own earlier answer may lose points with it
+    calls_it = {"online_softmax_update": {"blockwise_attention"}, "expected_tokens_per_call": {"speculative_speedup"}}
+    touched = {i.split(".")[0] for i in must_fail} | {grade_id} | calls_it.get(grade_id, set())
+    assert all(t.passed for t in report.tests if t.id.split(".")[0] not in touched), report.text()

@@ -1,0 +1,243 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,nbgrader,-all
+#     notebook_metadata_filter: -all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% tags=["colab"]
+# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
+import sys
+
+if "google.colab" in sys.modules:
+    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
+    %pip install -q -e /content/course
+    sys.path.insert(0, "/content/course")
+    from google.colab import output
+
+    output.enable_custom_widget_manager()
+
+# %% [markdown]
+# # Chapter 7: Distillation, and a better draft
+#
+# Chapter 6's speed-up rests on one number: how often the draft agrees with the target. The
+# draft was trained on the text alone, to predict the next byte. **Knowledge distillation**
+# (Hinton et al., 2015) trains it on something richer: the target's whole predicted distribution
+# at every position. This chapter writes the distillation loss, compares a draft distilled from
+# the target with the draft trained on hard labels, and ends with a short look at pruning.
+#
+# You will:
+#
+# 1. write the soft-target loss with a temperature (graded);
+# 2. compare the two drafts: validation loss, acceptance rate and speed-up in chapter 6's loop;
+# 3. prune the target two ways and measure what each costs.
+
+# %% tags=["parameters"]
+# Sizes of the measurements (papermill can change them: `-p NEW_TOKENS 300`).
+NEW_TOKENS = 120  # tokens per speculative run
+DRAFT_LENGTH = 4
+EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
+
+# %%
+import torch
+
+from course import checkpoints, corpus, distill, evaluation, speculative, viz_speculative
+from course.device import best_device, describe
+from course.model import generate
+
+device = best_device()
+print(describe(device))
+
+# %% [markdown]
+# ## 1. Soft targets
+#
+# A hard label says only which byte came next. The target's distribution says much more: after
+# "KING HEN" it puts most of its weight on "R", and after "my lord, I" it spreads its weight over
+# a few plausible words' first letters, in proportions that encode what it learned. Matching that
+# distribution gives the student a signal at every one of the 256 outputs, not one.
+#
+# A **temperature** T > 1 softens both distributions, $\operatorname{softmax}(z / T)$, so that the
+# small probabilities (which rival continuations are nearly right) weigh more. The loss is the
+# KL divergence from the teacher's softened distribution to the student's, multiplied by $T^2$
+# (the gradients of the softened distributions shrink like $1/T^2$; the factor keeps the loss's
+# pull the same as T changes):
+#
+# $$ \mathcal{L} = T^2 \cdot \frac{1}{N} \sum_{\text{positions}} \sum_{x} p^T_{\text{teacher}}(x)\, \log \frac{p^T_{\text{teacher}}(x)}{p^T_{\text{student}}(x)} .$$
+#
+# For a draft, the aim is specific: speculative decoding accepts with the overlap of the two
+# distributions at the sampling temperature, so the course's distilled draft was trained with
+# T = 1 and the soft targets alone (`course.train`, schedule `distilled`: same architecture,
+# steps, data and seed as the ordinary draft; only the loss differs).
+#
+# ### Your turn: `distillation_loss`
+#
+# Write `distillation_loss(student_logits, teacher_logits, temperature)` for logits of shape
+# `(..., vocab)`: the formula above, averaged over all leading positions, as a 0-d tensor or a
+# float. `torch.log_softmax` gives stable log-probabilities.
+#
+# The cell below holds the only imports the grader gives your answers; you may import more
+# inside your own cells.
+
+# %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
+import math
+
+import numpy as np
+import torch
+
+# %% nbgrader={"grade": false, "grade_id": "distillation_loss", "locked": false, "schema_version": 3, "solution": true}
+def distillation_loss(student_logits, teacher_logits, temperature):
+    """T^2 * KL(teacher || student) of the temperature-softened distributions, mean over positions."""
+    ### BEGIN SOLUTION
+    vocab = student_logits.shape[-1]
+    student = torch.log_softmax(student_logits.reshape(-1, vocab) / temperature, dim=-1)
+    teacher = torch.log_softmax(teacher_logits.reshape(-1, vocab) / temperature, dim=-1)
+    return (teacher.exp() * (teacher - student)).sum(dim=-1).mean() * temperature**2
+    ### END SOLUTION
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_distillation_loss", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("distillation_loss")
+### BEGIN HIDDEN TESTS
+check("distillation_loss", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. Two drafts, one architecture
+#
+# Both drafts have 315,552 parameters and saw the same 1,500 batches. Their cards record how
+# they were trained and their losses on the held-out plays:
+
+# %%
+target = checkpoints.load("target").to(device)
+drafts = {name: checkpoints.load(name).to(device) for name in ("draft", "distilled")}
+for name in drafts:
+    card = checkpoints.card(name)
+    teacher = card["training"].get("teacher") or "none (hard labels)"
+    print(f"{name:9s} teacher: {teacher:18s} held-out plays {card['validation_loss']:.3f} nats/byte, "
+          f"comedies {card['comedies_loss']:.3f}")
+print(f"target    held-out plays {checkpoints.card('target')['validation_loss']:.3f} nats/byte")
+
+# %% [markdown]
+# The distilled draft is better at the draft's real job too. Its acceptance rate, measured
+# directly as the overlap $\sum \min(p, q)$ of its next-byte distributions with the target's on
+# held-out text, and then in chapter 6's loop:
+
+# %%
+held_out = corpus.tokens("validation")
+windows = torch.stack([held_out[s:s + 256] for s in torch.linspace(0, len(held_out) - 257, EVAL_WINDOWS).long().tolist()])
+with torch.no_grad():
+    p = torch.softmax(target(windows.to(device)).double(), dim=-1)
+    overlap = {name: torch.minimum(p, torch.softmax(model(windows.to(device)).double(), dim=-1)).sum(-1).mean().item()
+               for name, model in drafts.items()}
+prompts = [held_out[s:s + 64][None].to(device) for s in (1000, 90_000, 200_000, 350_000)]  # held-out openings
+alone = speculative.timed(lambda: generate(target, prompts[0], NEW_TOKENS, temperature=1.0,
+                                           generator=torch.Generator().manual_seed(1)), repeats=3)
+results = {}
+for name, model in drafts.items():
+    runs = [speculative.speculative_generate(target, model, prompt, DRAFT_LENGTH, NEW_TOKENS, temperature=1.0,
+                                             generator=torch.Generator().manual_seed(i)) for i, prompt in enumerate(prompts)]
+    seconds = speculative.timed(lambda: speculative.speculative_generate(
+        target, model, prompts[0], DRAFT_LENGTH, NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(1)),
+        repeats=3)
+    results[name] = {"alpha": sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs),
+                     "per_call": len(runs) * NEW_TOKENS / sum(r["target_calls"] for r in runs),
+                     "speedup": alone / seconds}
+    print(f"{name:9s} overlap with the target on held-out text {overlap[name]:.3f};  in the loop (k = {DRAFT_LENGTH}, "
+          f"{len(prompts)} prompts): acceptance {results[name]['alpha']:.2f}, {results[name]['per_call']:.2f} tokens "
+          f"per call, speed-up {results[name]['speedup']:.2f}x")
+
+# %% [markdown]
+# Same size, same data, same number of steps: learning from the target's distributions instead
+# of single bytes makes a draft whose distributions overlap the target's more, and the overlap is
+# the acceptance rate (chapter 6). In the loop, a few hundred proposals per draft leave the
+# acceptance rates a few points noisy; `-p NEW_TOKENS 400` narrows that down. DistillSpec (Zhou et al., 2023)
+# reports 10 to 45% more speed-up from distilled drafts on real models.
+#
+# ## 3. Pruning, briefly
+#
+# The other way to a smaller model is to remove weights.
+#
+# * **Unstructured** (magnitude) pruning zeroes the individual weights of smallest magnitude. It
+#   keeps quality well at moderate sparsity, but a matrix with scattered zeros is as large and as
+#   slow as before unless the hardware supports the pattern (NVIDIA's 2:4 sparsity: two zeros in
+#   every four weights).
+# * **Structured** pruning removes whole rows, columns or heads, so the matrices really shrink
+#   and get faster, at a higher cost in quality for the same number of weights removed.
+#
+# Here both are applied to the target's feed-forward layers at several sparsities: unstructured
+# zeroes the smallest weights of each matrix; structured removes the hidden units (a row of the
+# gate and up projections and the matching column of the down projection) with the smallest norms.
+
+# %%
+import copy
+
+
+def prune_unstructured(model, share):
+    pruned = copy.deepcopy(model)
+    for block in pruned.blocks:
+        for layer in (block.mlp.gate_proj, block.mlp.up_proj, block.mlp.down_proj):
+            w = layer.weight.data
+            cutoff = w.abs().flatten().kthvalue(max(1, int(share * w.numel()))).values
+            w[w.abs() <= cutoff] = 0
+    return pruned
+
+
+def prune_structured(model, share):
+    pruned = copy.deepcopy(model)
+    for block in pruned.blocks:
+        mlp = block.mlp
+        norms = mlp.gate_proj.weight.norm(dim=1) * mlp.up_proj.weight.norm(dim=1) * mlp.down_proj.weight.norm(dim=0)
+        drop = norms.argsort()[: int(share * len(norms))]
+        for layer, dim in ((mlp.gate_proj, 0), (mlp.up_proj, 0), (mlp.down_proj, 1)):
+            layer.weight.data.index_fill_(dim, drop, 0.0)  # zeroing the unit = removing it
+    return pruned
+
+
+baseline = evaluation.text_loss(target, held_out, max_windows=EVAL_WINDOWS)
+print(f"unpruned: {baseline:.3f} nats/byte")
+shares, unstructured, structured = [0.25, 0.5, 0.75], [], []
+for share in shares:
+    unstructured.append(evaluation.text_loss(prune_unstructured(target, share), held_out, max_windows=EVAL_WINDOWS))
+    structured.append(evaluation.text_loss(prune_structured(target, share), held_out, max_windows=EVAL_WINDOWS))
+    print(f"{int(100 * share):2d}% of the feed-forward weights removed: unstructured {unstructured[-1]:.3f}, "
+          f"structured {structured[-1]:.3f}")
+viz_speculative.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baseline)
+
+# %% [markdown]
+# Removing whole units costs more than removing the same number of scattered weights, but only
+# structured pruning gives smaller dense matrices that run faster anywhere. In practice pruned
+# models are fine-tuned (or distilled) afterwards to recover most of the loss.
+#
+# ## In practice
+#
+# * Distilled small models: DistilBERT (40% smaller, 97% of BERT's quality), and most small
+#   open models are distilled from larger ones.
+# * Draft training: DistillSpec, EAGLE and Medusa train the draft (or draft heads) on the
+#   target's own outputs for exactly the agreement measured here.
+# * Pruning: `torch.nn.utils.prune` for experiments, SparseGPT and Wanda for one-shot pruning of
+#   LLMs, NVIDIA's 2:4 structured sparsity for hardware speed-ups.
+#
+# ## Check yourself
+#
+# 1. What does the teacher's distribution tell the student that the hard label does not?
+# 2. Why multiply the softened loss by T^2?
+# 3. Why does a distilled draft make speculative decoding faster without changing its output?
+# 4. Why does unstructured sparsity not speed up a dense matrix product?
+#
+# <details><summary>Answers</summary>
+#
+# 1. How plausible every other continuation is: which mistakes are nearly right and which are
+#    absurd, at every position.
+# 2. Softening by T scales the gradients of the KL by about 1/T^2; the factor restores them, so
+#    mixing with the hard-label loss or changing T does not change the balance.
+# 3. The output is the target's by construction (chapter 6); the draft only decides how often
+#    proposals are accepted, which a draft closer to the target raises.
+# 4. The zeros are scattered: the matrix keeps its shape and the hardware multiplies them anyway,
+#    unless the pattern is one it can skip (2:4) or the sparsity is very high.
+#
+# </details>
