@@ -145,7 +145,7 @@ def simulate_allocation(trace: list[CacheRequest], capacity_tokens: int, page_si
         raise ValueError(f"capacity {capacity_tokens} tokens cannot hold one request of max_len {max_len}")
     queue = list(trace)
     running: list[list] = []  # [request, tokens stored, tokens reserved]
-    reserved_total, steps, preemptions, timeline = 0, 0, 0, []
+    reserved_total, used_total, steps, preemptions, timeline = 0, 0, 0, 0, []
     unit = page_size or max_len
 
     def reservation(tokens: int) -> int:
@@ -159,14 +159,17 @@ def simulate_allocation(trace: list[CacheRequest], capacity_tokens: int, page_si
             request = queue.pop(0)
             running.append([request, request.prompt, need])
             reserved_total += need
+            used_total += request.prompt
         steps += 1
-        for entry in list(running):  # one decode step: every running sequence stores one more token
-            if entry not in running:
-                continue
+        index = 0
+        while index < len(running):  # one decode step: every running sequence stores one more token
+            entry = running[index]
+            index += 1
             if page_size is not None and entry[1] + 1 > entry[2]:
                 while reserved_total + unit > capacity_tokens and running[-1] is not entry:
-                    victim = running.pop()
+                    victim = running.pop()  # the newest: always after this entry, so the loop stays valid
                     reserved_total -= victim[2]
+                    used_total -= victim[1]
                     queue.insert(0, victim[0])
                     preemptions += 1
                 if reserved_total + unit > capacity_tokens:
@@ -174,10 +177,12 @@ def simulate_allocation(trace: list[CacheRequest], capacity_tokens: int, page_si
                 entry[2] += unit
                 reserved_total += unit
             entry[1] += 1
-        timeline.append((reserved_total, sum(e[1] for e in running), len(running)))
+            used_total += 1
+        timeline.append((reserved_total, used_total, len(running)))
         for entry in [e for e in running if e[1] >= e[0].length]:
             running.remove(entry)
             reserved_total -= entry[2]
+            used_total -= entry[1]
     used = [u / r for r, u, _ in timeline if r]
     return AllocationResult(steps, sum(n for _, _, n in timeline) / len(timeline), sum(used) / len(used),
                             preemptions, timeline)

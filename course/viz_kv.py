@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -58,14 +59,19 @@ def widget_kv_cache() -> None:
     interactive(plot_kv_cache, controls, "When does the cache outgrow the model?")
 
 
+@functools.lru_cache(maxsize=64)
+def _served(capacity_tokens: int, page_size: int | None, n: int, seed: int) -> kc.AllocationResult:
+    """One simulation, kept: moving the page size slider re-runs only the paged side."""
+    return kc.simulate_allocation(kc.request_trace(n, seed=seed), capacity_tokens, page_size)
+
+
 def plot_paging(page_size: int = 16, capacity_tokens: int = 32768, n: int = 200, seed: int = 0) -> Figure:
     """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages."""
-    trace = kc.request_trace(n, seed=seed)
     fig = new_figure(10, 3.4, left=0.07, wspace=0.3)
     ax_mem, ax_text = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.8, 1]})
     lines = [f"{n} requests, cache of {capacity_tokens:,} tokens", ""]
     for page, color, name in ((None, ORANGE, "contiguous"), (page_size, BLUE, f"pages of {page_size}")):
-        result = kc.simulate_allocation(trace, capacity_tokens, page)
+        result = _served(capacity_tokens, page, n, seed)
         used = [u for _, u, _ in result.timeline]
         ax_mem.plot(used, color=color, label=f"{name}: tokens stored")
         lines += [f"{name}:", f"  {100 * result.used_share:5.1f}% of reserved memory used",
