@@ -252,7 +252,7 @@ def _hardware(name_or_hw):
     return arithmetic.PRESETS[name_or_hw] if isinstance(name_or_hw, str) else name_or_hw
 
 
-def _plain_log_ticks(ax, y_unit: str = "") -> None:
+def plain_log_ticks(ax, y_unit: str = "") -> None:
     """Log axes labelled 100 / 10 G rather than 10^2 / 10^10: easier to read, and it spares
     matplotlib's math-text parser, which otherwise takes most of a redraw."""
     from matplotlib.ticker import EngFormatter, FuncFormatter
@@ -262,7 +262,7 @@ def _plain_log_ticks(ax, y_unit: str = "") -> None:
     ax.yaxis.set_major_formatter(EngFormatter(unit=y_unit, sep=" ") if y_unit else FuncFormatter(lambda v, _: f"{v:g}"))
 
 
-def _count(params: float) -> str:
+def count_label(params: float) -> str:
     """90M, 8B, 1.5T: a parameter count as people say it."""
     for size, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if params >= size:
@@ -298,12 +298,12 @@ def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: i
     ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", title=f"roofline: {hw.name}: FLOP/s achievable")
     ax.set_xlim(0.1, 1e4)
     ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
-    _plain_log_ticks(ax, y_unit="FLOP/s")
+    plain_log_ticks(ax, y_unit="FLOP/s")
     ax.legend(fontsize=8, loc="lower right")
     ttft = ar.prefill_time(params, bits, prompt, hw)
     step = ar.decode_step_time(params, bits, batch, hw)
     lines = [
-        f"weights: {ar.weight_bytes(params, bits) / 1e9:.1f} GB ({_count(params)} at {bits:g} bits)",
+        f"weights: {ar.weight_bytes(params, bits) / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
         f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if ar.weight_bytes(params, bits) < hw.memory_bytes else 'NO'}",
         f"time to first token: {1e3 * ttft:.1f} ms",
         f"decode step: {1e3 * step:.2f} ms",
@@ -351,7 +351,7 @@ def plot_decode_batch(params: float, bits: int, hardware, measured: dict[int, fl
     ax.axvline(ar.critical_batch(hw, bits), color=GREY, ls=":", lw=1, label="critical batch")
     if measured:
         ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
-    _plain_log_ticks(ax)
+    plain_log_ticks(ax)
     ax.set_xticks(list(batches), [str(b) for b in batches])
     ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
     ax.legend(fontsize=8)

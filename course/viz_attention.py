@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 from course import attention as at
-from course.viz import BLUE, GREY, ORANGE, RED, _plain_log_ticks, interactive, new_figure, slider
+from course.viz import BLUE, GREY, ORANGE, RED, plain_log_ticks, interactive, new_figure, slider
 
 
 def _example(n: int, seed: int):
@@ -71,7 +71,7 @@ def plot_io(n: int = 4096, d: int = 64, sram_kib: int = 192, bytes_per_element: 
     ax.loglog(lengths, tiled, "o-", color=BLUE, label="tiled: Theta(N^2 d^2 / M)")
     here_s, here_t = at.standard_io_elements(n, d) * bytes_per_element, at.tiled_io_elements(n, d, sram) * bytes_per_element
     ax.plot([n, n], [here_s, here_t], "*", color=RED, ms=12)
-    _plain_log_ticks(ax, "B")
+    plain_log_ticks(ax, "B")
     ax.set(xlabel="sequence length N", ylabel="bytes moved (one head)",
            title=f"d = {d}, fast memory {sram_kib} KiB")
     ax.legend(fontsize=8)
@@ -100,7 +100,7 @@ def plot_attention_timing(lengths: list[int], seconds: dict[str, list[float]], p
         ax_t.loglog(lengths, [1e3 * t for t in times], "o-", color=color, label=name)
         ax_m.loglog(lengths, peak_mib[name], "o-", color=color, label=name)
     for ax in (ax_t, ax_m):
-        _plain_log_ticks(ax)
+        plain_log_ticks(ax)
         ax.set_xticks(lengths, [str(x) for x in lengths])
         ax.legend(fontsize=8)
     ax_t.set(xlabel="sequence length", ylabel="milliseconds", title="time")

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from course import kv_cache as kc
-from course.viz import BLUE, GREY, ORANGE, RED, _plain_log_ticks, interactive, new_figure, slider
+from course.viz import BLUE, GREY, ORANGE, RED, plain_log_ticks, interactive, new_figure, slider
 
 DTYPES = {"fp32": 4, "fp16 / bf16": 2, "fp8 / int8": 1, "int4": 0.5}
 
@@ -35,7 +35,7 @@ def plot_kv_cache(model: str = "Llama-2-7B", context: int = 4096, batch: int = 1
     cross = kc.crossover_tokens(arch, batch, bytes_per_element)
     if contexts[0] <= cross <= contexts[-1]:
         ax.axvline(cross, color=ORANGE, ls=":", label=f"cache = weights at {cross:,} tokens")
-    _plain_log_ticks(ax)
+    plain_log_ticks(ax)
     ax.set(xlabel="context length (tokens per sequence)", ylabel="GB",
            title=f"{model} ({arch.kind}): {kc.cache_bytes(arch, 1, 1, bytes_per_element) / 2**10:.0f} KiB per token")
     ax.legend(fontsize=8, loc="upper left")

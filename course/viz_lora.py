@@ -6,7 +6,7 @@ import torch
 from matplotlib.figure import Figure
 
 from course import lora
-from course.viz import BLUE, GREY, ORANGE, RED, interactive, new_figure, slider
+from course.viz import BLUE, GREY, ORANGE, RED, count_label, interactive, new_figure, slider
 
 
 def plot_rank_error(rank: int = 4, true_rank: int = 4, noise: float = 0.05, size: int = 64, seed: int = 0) -> Figure:
@@ -52,8 +52,6 @@ PARTS = {  # bytes per parameter of each part of the training state, per method
 
 def plot_finetune_memory(params: float = 7e9, gpu_gib: float = 24.0) -> Figure:
     """Weights and training state of full fine-tuning, LoRA and QLoRA, stacked, against one GPU."""
-    from course.viz import _count
-
     fig = new_figure(7, 3.4, left=0.1, right=0.7)
     ax = fig.subplots()
     colors = {"weights (bf16)": BLUE, "gradients (bf16)": ORANGE, "Adam moments (fp32 x 2)": RED,
@@ -70,7 +68,7 @@ def plot_finetune_memory(params: float = 7e9, gpu_gib: float = 24.0) -> Figure:
     ax.axhline(gpu_gib, color="black", ls=":", lw=1)
     ax.text(2.45, gpu_gib, f" {gpu_gib:g} GiB GPU", va="bottom", ha="right", fontsize=8)
     ax.set_xticks(range(3), ["full fine-tune\n(Adam)", "LoRA", "QLoRA"])
-    ax.set(ylabel="GiB (weights + training state)", title=f"fine-tuning a {_count(params)}-parameter model")
+    ax.set(ylabel="GiB (weights + training state)", title=f"fine-tuning a {count_label(params)}-parameter model")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 

@@ -44,7 +44,7 @@ if "google.colab" in sys.modules:
 
 # %% tags=["parameters"]
 # Sizes of the measurements (papermill can change them: `-p ADAPT_STEPS 200`).
-ADAPT_STEPS = 30  # training steps per adapter; 200 gives a clearer picture in about five minutes
+ADAPT_STEPS = 30  # training steps per adapter; 200 shows what longer training does (about six minutes)
 RANKS = [1, 4, 16]  # the adapters' ranks in the comparison
 EVAL_WINDOWS = 24  # 256-byte windows of held-out comedies per loss estimate
 
@@ -302,8 +302,8 @@ viz_lora.widget_finetune_memory()
 # We put one adapter on each attention projection (`q_proj`, `k_proj`, `v_proj`, `o_proj`) of all
 # six layers and train it on the six comedies, at several ranks. For reference, the same number
 # of steps of full fine-tuning (every weight trains). The numbers are losses on the two unseen
-# comedies in nats per byte; lower is better. With the default 30 steps this is a quick
-# look; `-p ADAPT_STEPS 200` gives the clearer picture quoted in the course's notes.
+# comedies in nats per byte; lower is better. The default 30 steps are a quick look;
+# `-p ADAPT_STEPS 200` shows what longer training does.
 
 # %%
 target = checkpoints.load("target").to(device)
@@ -347,6 +347,13 @@ viz_lora.plot_adapter_losses(base_loss, rank_losses, full_loss)
 # the same number of steps (full fine-tuning needs a smaller learning rate to stay stable, and
 # more steps to pull ahead). The ranks sit close together: the change the comedies ask for is
 # simple, and rank buys little beyond the first few directions (section 2 in miniature).
+#
+# Train longer and the picture turns: after 200 steps (measured on 2 CPU cores) the loss on the
+# unseen comedies was 1.455 at rank 1, 1.463 at rank 2, 1.489 at rank 4, 1.483 at rank 8, 1.500 at
+# rank 16, 1.498 at rank 32 and 1.498 for full fine-tuning. The larger the update, the more it
+# fits the six training comedies themselves (their characters, their plots) instead of what
+# comedies share. A small rank is also a regulariser; in practice one tunes rank, learning rate
+# and steps on held-out data from the new domain, as here.
 #
 # ## 6. Hot-swapping adapters on one frozen base
 #

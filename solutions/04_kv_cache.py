@@ -40,7 +40,7 @@ if "google.colab" in sys.modules:
 # 5. measure generation with and without the cache on the course model.
 
 # %% tags=["parameters"]
-# Sizes of the measurements (papermill can change them: `-p GEN_LENGTHS "[64, 128, 256, 512]"`).
+# Sizes of the measurements (papermill can change them: `-y "GEN_LENGTHS: [64, 128, 256, 500]"`).
 GEN_LENGTHS = [32, 64, 128, 256]  # generated tokens in the with/without cache comparison
 
 # %%

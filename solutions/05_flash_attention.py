@@ -40,7 +40,7 @@ if "google.colab" in sys.modules:
 # 4. meet the same algorithm as a Triton GPU kernel, and time the versions on this machine.
 
 # %% tags=["parameters"]
-# Sizes of the measurements (papermill can change them: `-p LENGTHS "[256, 512, 1024, 2048]"`).
+# Sizes of the measurements (papermill can change them: `-y "LENGTHS: [256, 512, 1024, 2048]"`).
 LENGTHS = [128, 256, 512, 1024]  # sequence lengths of the timing comparison
 HEADS, HEAD_DIM = 4, 64
 

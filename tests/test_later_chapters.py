@@ -4,7 +4,6 @@ speculative decoding's exactness, and the distillation loss. Independent referen
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys

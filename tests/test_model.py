@@ -1,8 +1,6 @@
 """The course model: cached decoding equals recomputation, GQA equals MHA with repeated heads,
 the written-out attention equals torch's, training lowers the loss, checkpoints are verified."""
 
-import json
-import shutil
 
 import pytest
 import torch
