@@ -67,7 +67,7 @@ def _served(capacity_tokens: int, page_size: int | None, n: int, seed: int) -> k
 
 def plot_paging(page_size: int = 16, capacity_tokens: int = 32768, n: int = 200, seed: int = 0) -> Figure:
     """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages."""
-    fig = new_figure(10, 3.4, left=0.07, wspace=0.3)
+    fig = new_figure(10, 3.4, left=0.1, wspace=0.2)
     ax_mem, ax_text = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.8, 1]})
     lines = [f"{n} requests, cache of {capacity_tokens:,} tokens", ""]
     for page, color, name in ((None, ORANGE, "contiguous"), (page_size, BLUE, f"pages of {page_size}")):
@@ -79,7 +79,7 @@ def plot_paging(page_size: int = 16, capacity_tokens: int = 32768, n: int = 200,
                   f"  {result.preemptions:5d} preemptions"]
     ax_mem.axhline(capacity_tokens, color=GREY, ls="--", label="capacity")
     ax_mem.set(xlabel="decode step", ylabel="tokens in the cache", title="what the cache holds")
-    ax_mem.legend(fontsize=8, loc="lower right")
+    ax_mem.legend(fontsize=8, loc="upper right")
     ax_text.axis("off")
     ax_text.text(0, 0.98, "\n".join(lines), va="top", fontsize=9, family="monospace")
     return fig

@@ -27,7 +27,7 @@ def plot_rank_error(rank: int = 4, true_rank: int = 4, noise: float = 0.05, size
     ax_e.axvline(true_rank, color=GREY, ls="--", lw=1)
     ax_e.set_ylim(0, 1.02)
     ax_e.set(xlabel="adapter rank r", ylabel="best relative error (truncated SVD)",
-             title=f"no rank-r adapter does better; {lora.lora_parameters(size, size, rank)} numbers at r = {rank}")
+             title=f"the floor for any adapter (r = {rank}: {lora.lora_parameters(size, size, rank)} numbers)")
     ax_e.legend(fontsize=8)
     return fig
 

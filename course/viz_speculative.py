@@ -25,7 +25,7 @@ def plot_speculative(alpha: float = 0.8, k: int = 4, cost: float = 0.05, simulat
     if simulate:
         p, q = _pair_with_alpha(alpha)
         measured = sp.acceptance_rate(p, q)
-        sims = [sp.simulate_tokens_per_call(p, q, x, 2000, seed=x) for x in ks[::3]]
+        sims = [sp.simulate_tokens_per_call(p, q, x, 5000, seed=x) for x in ks[::3]]
         ax_t.plot(ks[::3], sims, "o", color=BLUE, label=f"simulated (alpha {measured:.2f})")
     ax_t.plot([k], [sp.expected_tokens_per_call(alpha, k)], "*", color=RED, ms=12)
     ax_t.set(xlabel="tokens drafted per call k", ylabel="tokens per target call", title=f"alpha = {alpha:.2f}")
