@@ -168,12 +168,16 @@ def compare_tensors(
 
 
 def diagnose(
-    got: torch.Tensor, expected: torch.Tensor, mistakes: list[tuple[str, Callable[[], torch.Tensor]]], **tolerances
+    got: torch.Tensor, expected: torch.Tensor, mistakes: list[tuple[str, Callable[[], torch.Tensor]]], what: str = "",
+    **tolerances
 ) -> Verdict:
-    """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference."""
+    """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference
+    (prefixed by ``what``, the name of the compared value, when given)."""
     same, difference = compare_tensors(got, expected, **tolerances)
     if same:
         return Verdict(True)
+    if what:
+        difference = f"{what}: {difference}"
     for hint, make in mistakes:
         try:
             wrong = make()

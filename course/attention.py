@@ -20,7 +20,7 @@ import math
 import torch
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int | None = None) -> None:
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int | None = None) -> None:
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise ValueError("q, k and v must be torch tensors")
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
@@ -40,7 +40,7 @@ def _causal_mask(n_q: int, n_k: int, device) -> torch.Tensor:
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v with the whole (N_q, N_k) score matrix in memory."""
-    _check(q, k, v)
+    check_shapes(q, k, v)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N_q, N_k)
     if causal:
         scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
@@ -64,7 +64,7 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, sco
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False) -> torch.Tensor:
     """Exact softmax attention computed ``block`` keys at a time, never forming the score matrix."""
-    _check(q, k, v, block)
+    check_shapes(q, k, v, block)
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = 1 / math.sqrt(q.shape[-1])
     m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)  # (..., N_q, 1)

@@ -178,8 +178,9 @@ def speculative_decoding(device: torch.device) -> dict[str, float]:
     new, k = 200, 4
     results = {}
     for temperature in (0.0, 1.0):
-        alone = statistics.median(speculative.timed(lambda: generate(
-            target, p, new, temperature=temperature, generator=torch.Generator().manual_seed(0))) for p in prompts)
+        alone = statistics.median(bench.median_seconds(lambda: generate(
+            target, p, new, temperature=temperature, generator=torch.Generator().manual_seed(0)), device, 0, 1)
+            for p in prompts)
         for name in ("draft", "distilled"):
             draft = checkpoints.load(name, device)
             runs = [speculative.speculative_generate(target, draft, p, k, new, temperature,
@@ -187,8 +188,8 @@ def speculative_decoding(device: torch.device) -> dict[str, float]:
             alpha = sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs)
             per_call = len(runs) * new / sum(r["target_calls"] for r in runs)
             formula = speculative.expected_tokens_per_call(alpha, k)
-            seconds = statistics.median(speculative.timed(lambda: speculative.speculative_generate(
-                target, draft, p, k, new, temperature, torch.Generator().manual_seed(0))) for p in prompts)
+            seconds = statistics.median(bench.median_seconds(lambda: speculative.speculative_generate(
+                target, draft, p, k, new, temperature, torch.Generator().manual_seed(0)), device, 0, 1) for p in prompts)
             label = f"{name}, {'greedy' if temperature == 0 else 'sampled'}"
             results[label] = {"alpha": alpha, "speedup": alone / seconds}
             print(f"{label:20s} k = {k}: alpha {alpha:.3f}; tokens per call {per_call:.2f} vs formula {formula:.2f} "
@@ -203,15 +204,17 @@ def chapter_times() -> dict[str, float]:
     """Each instructor notebook executed headless with papermill, timed."""
     import tempfile
 
-    import jupytext
+    import nbformat
     import papermill
+
+    from autograder import release
 
     print("\n== chapters headless (papermill; goal 90 s each, 10 min all) ==")
     times = {}
     with tempfile.TemporaryDirectory() as folder:
-        for source in sorted(paths.SOLUTIONS.glob("*.py")):
+        for source in release.chapters():
             notebook = f"{folder}/{source.stem}.ipynb"
-            jupytext.write(jupytext.read(source), notebook)
+            nbformat.write(release.instructor_notebook(source), notebook)
             started = time.perf_counter()
             papermill.execute_notebook(notebook, notebook, kernel_name="course", cwd=str(paths.NOTEBOOKS),
                                        progress_bar=False)

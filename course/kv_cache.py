@@ -82,13 +82,6 @@ def attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: t
     return weights @ cache_v, cache_k, cache_v
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Full single-head causal attention over (T, D) inputs: the recomputation a cache avoids."""
-    scores = q @ k.T / math.sqrt(q.shape[-1])  # (T, T)
-    mask = torch.ones_like(scores, dtype=torch.bool).tril()
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
-
-
 def pages_needed(lengths, page_size: int) -> int:
     """Pages of ``page_size`` tokens that sequences of ``lengths`` tokens occupy: each its own."""
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:

@@ -126,13 +126,11 @@ def _layers(model: nn.Module, targets) -> dict[str, nn.Linear]:
     """The base linear layers named in ``targets``, by path, whether or not an adapter is in place."""
     found = {}
     for path, module in model.named_modules():
-        if isinstance(module, LoRALinear) or path.rsplit(".", 1)[-1] not in targets:
-            continue
-        if isinstance(module, nn.Linear) and not path.endswith(".base"):
-            found[path] = module
-    for path, module in model.named_modules():
-        if isinstance(module, LoRALinear) and path.rsplit(".", 1)[-1] in targets:
-            found[path] = module.base
+        if path.rsplit(".", 1)[-1] in targets:  # an adapter's own base sits at "<path>.base": not a target
+            if isinstance(module, LoRALinear):
+                found[path] = module.base
+            elif isinstance(module, nn.Linear):
+                found[path] = module
     return found
 
 

@@ -12,8 +12,6 @@ sampling (temperature only), tree-shaped drafts.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from course.model import LanguageModel
@@ -135,12 +133,3 @@ def speculative_generate(target: LanguageModel, draft: LanguageModel, prompt: to
         d_cache.length = min(d_cache.length, n + accepted)
     return {"tokens": torch.tensor([tokens[:goal]], device=device), **stats}
 
-
-def timed(function, repeats: int = 1) -> float:
-    """Median wall-clock seconds of ``function()``."""
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]

@@ -46,7 +46,7 @@ GEN_LENGTHS = [32, 64, 128, 256]  # generated tokens in the with/without cache c
 # %%
 import torch
 
-from course import checkpoints, corpus, kv_cache, viz_kv
+from course import attention, checkpoints, corpus, kv_cache, viz_kv
 from course.device import best_device, describe, synchronize
 from course.model import generate, repeat_kv
 
@@ -148,7 +148,7 @@ check("attention_step", hidden=True)
 
 # %% [markdown]
 # Now run it token by token over a whole sequence and compare with causal attention computed in
-# one go over all positions (the course's `causal_attention`). They agree to rounding:
+# one go over all positions (the course's `attention.naive_attention`, chapter 5). They agree to rounding:
 
 # %%
 generator = torch.Generator().manual_seed(0)
@@ -159,7 +159,7 @@ outputs = []
 for t in range(T):
     out, cache_k, cache_v = kv_cache.attention_step(q_all[t], k_all[t], v_all[t], cache_k, cache_v)
     outputs.append(out)
-difference = (torch.stack(outputs) - kv_cache.causal_attention(q_all, k_all, v_all)).abs().max().item()
+difference = (torch.stack(outputs) - attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
 print(f"{T} cached steps against one causal pass: largest difference {difference:.1e}")
 
 # %% [markdown]

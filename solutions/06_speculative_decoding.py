@@ -46,7 +46,7 @@ DRAFT_LENGTHS = [2, 4]  # k values measured on the course models
 # %%
 import torch
 
-from course import checkpoints, corpus, speculative, viz_speculative
+from course import bench, checkpoints, corpus, speculative, viz_speculative
 from course.device import best_device, describe
 from course.model import generate
 
@@ -251,16 +251,16 @@ def sampled(k):
                                             generator=torch.Generator().manual_seed(1))
 
 
-alone_seconds = speculative.timed(lambda: generate(target, prompt, NEW_TOKENS, temperature=1.0,
-                                                   generator=torch.Generator().manual_seed(1)), repeats=3)
-draft_seconds = speculative.timed(lambda: generate(draft, prompt, NEW_TOKENS), repeats=3)
+alone_seconds = bench.median_seconds(lambda: generate(target, prompt, NEW_TOKENS, temperature=1.0,
+                                                      generator=torch.Generator().manual_seed(1)), device, 0, 3)
+draft_seconds = bench.median_seconds(lambda: generate(draft, prompt, NEW_TOKENS), device, 0, 3)
 cost = draft_seconds / alone_seconds
 print(f"target alone: {NEW_TOKENS / alone_seconds:.0f} tokens/s; a draft step costs c = {cost:.2f} target steps")
 for k in tqdm(DRAFT_LENGTHS, desc="speculative runs"):
     run = sampled(k)
     alpha = sum(run["accepted"]) / sum(run["proposed"])
     per_call = NEW_TOKENS / run["target_calls"]
-    seconds = speculative.timed(lambda: sampled(k), repeats=3)
+    seconds = bench.median_seconds(lambda: sampled(k), device, 0, 3)
     positions = ", ".join(f"{a / max(p, 1):.2f}" for a, p in zip(run["accepted"], run["proposed"]))
     print(f"k = {k}: alpha {alpha:.2f} (by position: {positions}); tokens per call {per_call:.2f}, formula "
           f"{speculative.expected_tokens_per_call(alpha, k):.2f}; speed-up {alone_seconds / seconds:.2f}x "

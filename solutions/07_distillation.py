@@ -45,7 +45,7 @@ EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 # %%
 import torch
 
-from course import checkpoints, corpus, distill, evaluation, speculative, viz_speculative
+from course import bench, checkpoints, corpus, distill, evaluation, speculative, viz_speculative
 from course.device import best_device, describe
 from course.model import generate
 
@@ -135,15 +135,15 @@ with torch.no_grad():
     overlap = {name: torch.minimum(p, torch.softmax(model(windows.to(device)).double(), dim=-1)).sum(-1).mean().item()
                for name, model in drafts.items()}
 prompts = [held_out[s:s + 64][None].to(device) for s in (1000, 90_000, 200_000, 350_000)]  # held-out openings
-alone = speculative.timed(lambda: generate(target, prompts[0], NEW_TOKENS, temperature=1.0,
-                                           generator=torch.Generator().manual_seed(1)), repeats=3)
+alone = bench.median_seconds(lambda: generate(target, prompts[0], NEW_TOKENS, temperature=1.0,
+                                              generator=torch.Generator().manual_seed(1)), device, 0, 3)
 results = {}
 for name, model in drafts.items():
     runs = [speculative.speculative_generate(target, model, prompt, DRAFT_LENGTH, NEW_TOKENS, temperature=1.0,
                                              generator=torch.Generator().manual_seed(i)) for i, prompt in enumerate(prompts)]
-    seconds = speculative.timed(lambda: speculative.speculative_generate(
+    seconds = bench.median_seconds(lambda: speculative.speculative_generate(
         target, model, prompts[0], DRAFT_LENGTH, NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(1)),
-        repeats=3)
+        device, 0, 3)
     results[name] = {"alpha": sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs),
                      "per_call": len(runs) * NEW_TOKENS / sum(r["target_calls"] for r in runs),
                      "speedup": alone / seconds}

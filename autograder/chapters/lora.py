@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, compare_tensors, judge_number, judges_value
+from autograder.checks import Check, Exercise, Verdict, compare_tensors, diagnose, judge_number, judges_value
 from course import lora
 
 # --- lora_parameters ------------------------------------------------------------------------------
@@ -150,22 +150,19 @@ def _judge_forward(probe, report):
     output, failed = _part(report, "output")
     if failed:
         return failed
-    expected = _expected(probe)
-    verdict = _tensor_verdict(output, expected["adapted"], "the output with A and B set")
-    if verdict.passed:
-        return verdict
+    if not isinstance(output, torch.Tensor):
+        return Verdict(False, f"the output with A and B set is a {type(output).__name__}, not a torch.Tensor")
+    e = _expected(probe)
     rank, alpha = probe["args"][2], probe["args"][3]
     alpha_value = rank if alpha is None else alpha
     mistakes = [
-        ("the update was not divided by the rank: scale it by alpha / rank", expected["base"] + alpha_value * expected["update"]),
-        ("the update was not scaled: multiply it by alpha / rank", expected["base"] + expected["update"]),
-        ("the scale is upside down: alpha / rank, not rank / alpha", expected["base"] + rank / alpha_value * expected["update"]),
-        ("the base layer's output is missing: return base(x) plus the scaled update", expected["adapted"] - expected["base"]),
+        ("the update was not divided by the rank: scale it by alpha / rank",
+         lambda: e["base"] + alpha_value * e["update"]),
+        ("the update was not scaled: multiply it by alpha / rank", lambda: e["base"] + e["update"]),
+        ("the scale is upside down: alpha / rank, not rank / alpha", lambda: e["base"] + rank / alpha_value * e["update"]),
+        ("the base layer's output is missing: return base(x) plus the scaled update", lambda: e["adapted"] - e["base"]),
     ]
-    for hint, wrong in mistakes:
-        if not torch.allclose(wrong, expected["adapted"]) and compare_tensors(output, wrong, rtol=1e-4, atol=1e-5)[0]:
-            return Verdict(False, f"{hint} ({verdict.hint})")
-    return verdict
+    return diagnose(output, e["adapted"], mistakes, what="the output with A and B set", rtol=1e-4, atol=1e-5)
 
 
 @judges_value

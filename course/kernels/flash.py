@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from course.attention import _check
+from course.attention import check_shapes
 
 
 @triton.jit
@@ -60,7 +60,7 @@ def _forward(Q, K, V, O, n_q, n_k, scale,
 
 def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False) -> torch.Tensor:
     """Same contract as :func:`course.attention.blockwise_attention`, computed by the Triton kernel."""
-    _check(q, k, v, block)
+    check_shapes(q, k, v, block)
     d = q.shape[-1]
     if d not in (16, 32, 64, 128, 256) or v.shape[-1] != d:
         raise ValueError(f"the Triton kernel needs a head dim of 16, 32, 64, 128 or 256 for q, k and v; got {d} "
