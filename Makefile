@@ -10,10 +10,13 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
-# A CPU build of torch on machines without an NVIDIA GPU, installed before anything else can
-# pull a multi-gigabyte CUDA build. Override TORCH_SPEC or TORCH_INDEX for another build.
+# torch first, the build that suits the machine (tools/install_torch.py): the CPU build without an
+# NVIDIA GPU, before anything else can pull PyPI's multi-gigabyte CUDA build. TORCH_SPEC names the
+# version, TORCH_BUILD=cpu|cuda overrides the detection, TORCH_INDEX=URL installs from that index.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
+TORCH_BUILD ?=
+export TORCH_INDEX TORCH_BUILD
 SUBMISSIONS ?= submissions
 FEEDBACK ?= feedback
 PORT ?= 8888
@@ -24,7 +27,7 @@ $(BIN)/.installed-base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH_SPEC) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python tools/install_torch.py "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[lab]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name course --display-name "Python 3 (course)" >/dev/null
 	touch $@

@@ -26,14 +26,20 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--seed", type=int, default=None, help="fix the hidden inputs (default: fresh)")
         command.add_argument("--timeout", type=float, default=runner.Limits.wall_seconds,
                              help="seconds per submission")
+        command.add_argument("--memory", type=float, default=runner.Limits.memory_bytes / 2**30,
+                             help="GiB of resident memory per submission")
     args = parser.parse_args(argv)
-    limits = runner.Limits(wall_seconds=args.timeout)
-    if args.command == "grade":
-        report = grade.grade(args.notebook, limits, args.seed)
-        print(json.dumps(report.as_json()) if args.json else report.text())
-        return 0
-    started = time.monotonic()
-    reports = grade.grade_folder(args.folder, args.out, limits, args.workers, args.seed, args.chapter)
+    limits = runner.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
+    try:
+        if args.command == "grade":
+            report = grade.grade(args.notebook, limits, args.seed)
+            print(json.dumps(report.as_json()) if args.json else report.text())
+            return 0
+        started = time.monotonic()
+        reports = grade.grade_folder(args.folder, args.out, limits, args.workers, args.seed, args.chapter)
+    except runner.SandboxUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     for report in reports:
         print(f"{report.notebook:<40} {report.score:g}/{report.max_score:g}")
     print(f"graded {len(reports)} notebooks in {time.monotonic() - started:.1f} s; "

@@ -81,6 +81,9 @@ def outcome(result: dict) -> tuple[object, Verdict | None]:
     if "raised" in result:
         if result["raised"] == "NotImplementedError":
             return None, Verdict(False, NOT_ANSWERED)
+        if result["raised"] == "MemoryError":
+            return None, Verdict(False, "ran out of memory (MemoryError): look for a tensor or list far larger "
+                                        "than the exercise needs")
         where = f" ({result['where'][-1]})" if result.get("where") else ""
         return None, Verdict(False, f"raised {result['raised']}: {result['message']}{where}")
     if "timeout" in result:

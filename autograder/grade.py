@@ -42,11 +42,12 @@ class Report:
     messages: list[str] = field(default_factory=list)
     seconds: float = 0.0
     seed: int = 0
+    isolation: str = ""
 
     def as_json(self) -> dict:
         return {"notebook": self.notebook, "chapter": self.chapter, "score": self.score, "max_score": self.max_score,
                 "tests": [asdict(t) for t in self.tests], "messages": self.messages,
-                "seconds": round(self.seconds, 2), "seed": self.seed}
+                "seconds": round(self.seconds, 2), "seed": self.seed, "isolation": self.isolation}
 
     def text(self) -> str:
         lines = [f"{self.notebook} ({self.chapter or 'unknown chapter'}): {self.score:g} / {self.max_score:g} points"]
@@ -67,9 +68,11 @@ def _max_score(chapter: str) -> float:
 
 def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = None, hide=(),
           chapter: str | None = None) -> Report:
-    """Grade ``path``; every failure is a message and a score, never an exception.
+    """Grade ``path``; every failure of the submission is a message and a score, never an exception.
 
     With ``chapter``, a notebook of any other chapter scores 0 out of that chapter's points.
+    Raises :class:`runner.SandboxUnavailable` when the sandbox cannot start on this machine (the
+    grader's failure: no score is given rather than a zero that blames the learner).
     """
     started = time.monotonic()
     path = Path(path)
@@ -103,8 +106,10 @@ def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = No
         "probes": [{"id": c.id, **encode_probe(probes[c.id])} for c in checks if c.exercise in found.sources],
     }
     outcome = runner.run(job, limits, hide=hide)
-    if outcome.isolation != "namespace":
-        report.messages.append(f"isolation: {outcome.isolation} (run the grader as root for the full sandbox)")
+    report.isolation = outcome.isolation
+    if outcome.isolation not in runner.HIDES_FILES:
+        report.messages.append(f"isolation: {runner.describe(outcome.isolation)}")
+    report.messages += outcome.notes
     if outcome.problem:
         report.messages.append(f"grading stopped: {outcome.problem}")
     results = (outcome.results or {}).get("probes", {})
@@ -141,6 +146,8 @@ def grade_folder(folder: Path, out: Path, limits: runner.Limits | None = None, w
     folder, out = Path(folder), Path(out)
     files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     workers = workers or os.cpu_count() or 1
+    limits = limits or runner.Limits()
+    runner.isolation(limits.memory_bytes)  # before any submission: SandboxUnavailable stops the run here
     hide = [folder.resolve(), out.resolve()]
     out.mkdir(parents=True, exist_ok=True)
 

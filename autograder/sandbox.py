@@ -28,6 +28,8 @@ except (ImportError, OSError):  # in the sandbox, where the course is hidden: th
     import wire
 
 MAX_PAYLOAD = 8 * 2**20
+FORK_RETRY_SECONDS = 3.0  # a neighbour's fork bomb can fill the process limit for a moment
+memory_limit = 0  # bytes, from the job: named when the grader had to stop a call
 
 
 def describe(error: BaseException, filename_prefix: str = "<") -> dict:
@@ -144,10 +146,22 @@ def sampled_tokens(function, target, draft, seed: int, n: int) -> dict:
 SCENARIOS = {"lora_layer": lora_layer, "sampled_tokens": sampled_tokens}
 
 
+def _fork() -> int:
+    """``os.fork()``, retried for a moment while the process limit is full."""
+    deadline = time.monotonic() + FORK_RETRY_SECONDS
+    while True:
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
     """Run one probe in a forked child; the child's result, or what became of it."""
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:  # child, in a process group of its own so that its descendants die with it
         os.setpgid(0, 0)
         os.close(read_end)
@@ -197,13 +211,19 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
         return json.loads(b"".join(chunks))
     except ValueError:
         if os.WIFSIGNALED(status):
-            return {"crashed": f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"}
+            name = signal.Signals(os.WTERMSIG(status)).name
+            if name == "SIGKILL" and memory_limit:
+                return {"crashed": f"killed by signal {name}, most likely for using more than the memory limit "
+                                   f"of {memory_limit / 2**30:.1f} GiB"}
+            return {"crashed": f"killed by signal {name}"}
         return {"crashed": f"the process ended (exit code {os.WEXITSTATUS(status)}) before returning"}
 
 
 def main() -> None:
+    global memory_limit
     with open(sys.argv[1]) as handle:
         job = json.load(handle)
+    memory_limit = job.get("memory_bytes", 0)
     result_pipe = os.fdopen(int(sys.argv[2]), "w")  # opened before learner code can close it
     import torch
 

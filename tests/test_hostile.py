@@ -2,7 +2,8 @@
 
 Each kind states the score it must get and the message a learner or instructor sees. The honest
 submissions in the same batch must keep full marks, which shows that nothing one submission does
-reaches another. Kinds that hide the course's files need the full sandbox (root: namespaces).
+reaches another. Kinds that hide the course's files or the network need a sandbox with namespaces
+(root, or unprivileged user namespaces); where the machine has neither they are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ KINDS: dict[str, Kind] = {
     "segfault": Kind(answer("quantize_dequantize", "def quantize_dequantize(weight, bits, group_size=None):\n"
                             "    import ctypes\n    return ctypes.string_at(0)\n"), FULL - 8, "SIGSEGV"),
     "memory_bomb": Kind(answer("relative_error", "def relative_error(weight, approx):\n"
-                               "    hog = bytearray(16 * 2**30)\n    return 0.0\n"), FULL - 2, "MemoryError"),
+                               "    hog = bytearray(16 * 2**30)\n    return 0.0\n"), FULL - 2, "memory"),
     "fork_bomb": Kind(answer("effective_bits", "def effective_bits(bits, group_size, scale_bits=16):\n"
                              "    import os\n    while True:\n        os.fork()\n"), FULL - 2, "effective_bits"),
     "huge_output": Kind(prepend("effective_bits", "print('x' * 5_000_000)"), 0, "printed more than"),
@@ -141,6 +142,13 @@ KINDS: dict[str, Kind] = {
     "reads_solution_and_reference": Kind(answer("relative_error", (
         "import re\ntry:\n    source = open({solutions!r}).read()\n    open({reference!r}).read()\n"
         "    exec(re.search(r'def relative_error\\(.*?### END SOLUTION', source, re.S).group(0))\n"
+        "except OSError:\n    def relative_error(weight, approx):\n        return 0.0\n")), FULL - 2, "expected",
+        namespace_only=True),
+    "imports_the_reference": Kind(answer("relative_error", (
+        "from course.quantization import relative_error\n")), FULL - 2, "No module named 'course",
+        namespace_only=True),
+    "fetches_an_answer_over_the_network": Kind(answer("relative_error", (
+        "import urllib.request\ntry:\n    exec(urllib.request.urlopen({server!r}, timeout=5).read().decode())\n"
         "except OSError:\n    def relative_error(weight, approx):\n        return 0.0\n")), FULL - 2, "expected",
         namespace_only=True),
     "reads_other_submissions": Kind(answer("relative_error", (
@@ -169,22 +177,45 @@ KINDS: dict[str, Kind] = {
 
 
 @pytest.fixture(scope="module")
-def batch(instructor_notebooks, tmp_path_factory):
+def answer_server():
+    """A web server on this machine that hands out a correct answer: the sandbox must not reach it."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(CORRECT_RELATIVE_ERROR.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/answer.py"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def batch(instructor_notebooks, tmp_path_factory, answer_server):
     folder = tmp_path_factory.mktemp("class")
     out = tmp_path_factory.mktemp("feedback")
     solution = instructor_notebooks["03_quantization"]
     context = {"solutions": str(paths.SOLUTIONS / "03_quantization.py"), "submissions": str(folder),
-               "reference": str(paths.REFERENCE / "quantization.json"), "feedback": str(out), "root": str(paths.ROOT)}
+               "reference": str(paths.REFERENCE / "quantization.json"), "feedback": str(out), "root": str(paths.ROOT),
+               "server": answer_server}
     for honest in ("honest_a", "honest_z"):
         (folder / honest).mkdir()
         (folder / honest / "03_quantization.ipynb").write_text(solution.read_text())
     for name, kind in KINDS.items():
-        if kind.namespace_only and runner.isolation() != "namespace":
+        if kind.namespace_only and not runner.hides_files():
             continue  # never run a submission that deletes files without the sandbox that stops it
         built = kind.build(json.loads(solution.read_text()), context)
         (folder / name).mkdir()
         (folder / name / "03_quantization.ipynb").write_text(built if isinstance(built, str) else json.dumps(built))
-    limits = runner.Limits(wall_seconds=60, probe_seconds=5, cell_seconds=5)
+    # 1.5 GiB: room for torch (CPU or CUDA build), while the memory bomb reaches it well within the probe's 5 s
+    limits = runner.Limits(wall_seconds=60, probe_seconds=5, cell_seconds=5, memory_bytes=3 * 2**29)
     reports = grade.grade_folder(folder, out, limits, workers=2, seed=11, chapter="03_quantization")
     learners = [grade._learner(folder, p) for p in sorted(folder.rglob("*.ipynb"))]
     return dict(zip(learners, reports)), out
@@ -198,8 +229,9 @@ def test_honest_submissions_in_the_same_batch_keep_full_marks(batch):
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_hostile_submission_gets_its_expected_score_and_message(batch, name):
     kind = KINDS[name]
-    if kind.namespace_only and runner.isolation() != "namespace":
-        pytest.fail("this kind needs the full sandbox: run the tests as root on Linux (CI does)")
+    if kind.namespace_only and not runner.hides_files():
+        pytest.skip(f"this machine's sandbox is '{runner.isolation()}', which cannot hide files or the network "
+                    "(no user namespaces): this kind is not run here")
     report = batch[0][name]
     assert report.score == kind.score, report.text()
     assert report.max_score == FULL
