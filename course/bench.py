@@ -1,4 +1,5 @@
-"""Timing that means something: warm-up, device synchronisation, the median of repeats.
+"""Timing that means something: warm-up, device synchronisation, the median of repeats, and a
+thread count chosen from what this process may use.
 
 Report ratios against a baseline timed in the same run, and the physical bound (bytes over
 bandwidth, FLOPs over peak), never a bare time. Not handled: CUDA events, multi-device work.
@@ -6,8 +7,12 @@ bandwidth, FLOPs over peak), never a bare time. Not handled: CUDA events, multi-
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -30,6 +35,96 @@ def median_seconds(
         synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup"), membership: str | None = None) -> float | None:
+    """CPUs allowed by this process's cgroup quota (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``),
+    the tightest along its path, or None when there is no quota (or no cgroup file system)."""
+    try:
+        membership = Path("/proc/self/cgroup").read_text() if membership is None else membership
+    except OSError:
+        return None
+    quotas = []
+    for line in membership.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            folders, files = [root], ("cpu.max",)
+        elif "cpu" in controllers.split(","):
+            folders, files = [root / controllers, root / "cpu", root / "cpu,cpuacct"], ("cpu.cfs_quota_us",)
+        else:
+            continue
+        for folder in folders:
+            here = folder / path.lstrip("/")
+            while True:
+                for name in files:
+                    quotas.append(_read_quota(here, name))
+                if here == folder:
+                    break
+                here = here.parent
+    quotas = [q for q in quotas if q]
+    return min(quotas) if quotas else None
+
+
+def _read_quota(folder: Path, name: str) -> float | None:
+    try:
+        if name == "cpu.max":
+            quota, period = (folder / name).read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        quota = int((folder / name).read_text())
+        return None if quota < 0 else quota / int((folder / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may really use: its CPU affinity, capped by a container's CPU
+    quota. Not the host's core count, which a container or a shared server can far exceed."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        count = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    return max(1, min(count, math.floor(quota))) if quota else count
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Run the block with torch on ``n`` CPU threads, then restore the previous count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def choose_threads(fn: Callable[[], object], device: torch.device | None = None) -> tuple[int, dict[int, float]]:
+    """The thread count at which ``fn`` runs fastest here, and the median seconds at each count tried.
+
+    One thread and every usable CPU are timed. On a machine that other work shares (a busy laptop,
+    a JupyterHub node), torch's default of one thread per core can be several times slower than a
+    single thread: threads wait for each other while the cores run something else. On a GPU the
+    CPU threads do not matter and the current count is kept.
+    """
+    if device is not None and device.type != "cpu":
+        return torch.get_num_threads(), {}
+    times = {}
+    for n in sorted({1, usable_cpus()}):
+        with threads(n):
+            times[n] = median_seconds(fn, warmup=1, repeats=3)
+    return min(times, key=times.get), times
+
+
+def describe_threads(chosen: int, times: dict[int, float]) -> str:
+    """One line saying which thread count a measurement uses and why, from :func:`choose_threads`."""
+    if not times:
+        return f"CPU threads: {chosen} (the work runs on the GPU)"
+    tried = ", ".join(f"{n} thread{'s' if n > 1 else ''} {1e3 * t:.1f} ms" for n, t in sorted(times.items()))
+    usable = max(times)
+    why = ("the only CPU this process may use" if usable == 1 else
+           "faster here: the cores are busy with other work, so threads wait for each other" if chosen < usable else
+           "all usable CPUs help")
+    return f"measuring with {chosen} of {usable} usable CPU threads ({why}; one call: {tried})"
 
 
 def gb_per_s(n_bytes: float, seconds: float) -> float:
