@@ -3,8 +3,8 @@
 ``python tools/install_torch.py [SPEC]`` (the Makefile runs it with the venv's Python):
 
 - an NVIDIA GPU is present (``nvidia-smi -L`` lists one): PyPI's default build, which on Linux is
-  the CUDA build (about 5 GB installed);
-- no NVIDIA GPU, Linux x86_64: the CPU build (about 0.2 GB to download, 0.7 GB installed), from a
+  the CUDA build (about 4.5 GB installed);
+- no NVIDIA GPU, Linux x86_64: the CPU build (0.2 GB to download, 0.9 GB installed), from a
   local wheel cache that pip is configured with (find-links) when it has one, else from PyTorch's
   CPU index; when that index cannot be reached within a few seconds, PyPI's default build, with a
   warning saying what it costs;
@@ -102,7 +102,7 @@ def install(spec: str) -> str:
         source = CPU_INDEX
     else:
         print(f"warning: {CPU_INDEX} cannot be reached, so torch comes from PyPI, whose Linux build bundles CUDA "
-              "(about 5 GB installed; it runs on the CPU all the same). To avoid it, download the CPU wheel on a "
+              "(about 4.5 GB installed; it runs on the CPU all the same). To avoid it, download the CPU wheel on a "
               "machine that can reach that index and install it first, or set TORCH_INDEX.", file=sys.stderr)
         if not pip(spec):
             raise SystemExit(f"could not install {spec} from PyPI")
