@@ -164,6 +164,7 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
     pid = _fork()
     if pid == 0:  # child, in a process group of its own so that its descendants die with it
         os.setpgid(0, 0)
+        me = os.getpid()
         os.close(read_end)
         signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(max(1, int(seconds)))
@@ -174,6 +175,8 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
         except BaseException as error:
             payload = describe(error)
         signal.alarm(0)
+        if os.getpid() != me:  # a process the learner's code forked: only the probe itself reports
+            os._exit(0)
         try:
             data = json.dumps(payload).encode()
         except BaseException:
@@ -210,13 +213,14 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
     try:
         return json.loads(b"".join(chunks))
     except ValueError:
+        called = probe["call"]
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
             if name == "SIGKILL" and memory_limit:
-                return {"crashed": f"killed by signal {name}, most likely for using more than the memory limit "
-                                   f"of {memory_limit / 2**30:.1f} GiB"}
-            return {"crashed": f"killed by signal {name}"}
-        return {"crashed": f"the process ended (exit code {os.WEXITSTATUS(status)}) before returning"}
+                return {"crashed": f"{called} was killed by signal {name}, most likely for using more than the "
+                                   f"memory limit of {memory_limit / 2**30:.1f} GiB"}
+            return {"crashed": f"{called} was killed by signal {name}"}
+        return {"crashed": f"{called} ended its process (exit code {os.WEXITSTATUS(status)}) before returning"}
 
 
 def main() -> None:
