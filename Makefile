@@ -59,7 +59,7 @@ reference: $(BIN)/.installed-base
 	$(BIN)/python -m course.reference
 
 bench: $(BIN)/.installed-dev
-	$(BIN)/python -m course.benchmarks
+	$(BIN)/python tools/benchmarks.py
 
 model: $(BIN)/.installed-base
 	$(BIN)/python -m course.train

@@ -25,8 +25,8 @@ KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3
 
 
 def chapters() -> list[Path]:
-    """The chapter sources, in course order."""
-    return sorted(paths.SOLUTIONS.glob("[0-9][0-9]_*.py"))
+    """The chapter sources, in course order (see :func:`course.paths.chapter_sources`)."""
+    return paths.chapter_sources()
 
 
 def notebook_metadata(source: Path) -> dict:

@@ -1,6 +1,6 @@
 """Measure a language model: loss and perplexity on a text, and how fast it prefills and decodes.
 
-Speeds are medians of repeats after a warm-up, with the device synchronised (``course.bench``).
+Speeds are medians of repeats after a warm-up, with the device synchronised (``course.timing``).
 Not handled: padding batches of different lengths, memory measurement.
 """
 
@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import bench
+from course import timing
 from course.device import synchronize
 from course.model import LanguageModel, generate
 
@@ -61,7 +61,7 @@ def _prompt(model: LanguageModel, batch: int, length: int) -> torch.Tensor:
 def prefill_seconds_per_token(model: LanguageModel, batch: int = 1, prompt_len: int = 256, repeats: int = 5) -> float:
     """Seconds per prompt token of one forward pass over a (batch, prompt_len) prompt."""
     prompt = _prompt(model, batch, prompt_len)
-    seconds = bench.median_seconds(lambda: model(prompt), model.embed.weight.device, warmup=1, repeats=repeats)
+    seconds = timing.median_seconds(lambda: model(prompt), model.embed.weight.device, warmup=1, repeats=repeats)
     return seconds / (batch * prompt_len)
 
 
@@ -108,7 +108,7 @@ def decode_tokens_per_second(model: LanguageModel, batch: int = 1, new_tokens: i
     """Generated tokens per second (all sequences of the batch counted), greedy, after the prompt."""
     prompt = _prompt(model, batch, prompt_len)
     device = model.embed.weight.device
-    total = bench.median_seconds(lambda: generate(model, prompt, new_tokens, use_cache=use_cache), device,
+    total = timing.median_seconds(lambda: generate(model, prompt, new_tokens, use_cache=use_cache), device,
                                  warmup=1, repeats=repeats)
-    prefill = bench.median_seconds(lambda: model(prompt), device, warmup=1, repeats=repeats)
+    prefill = timing.median_seconds(lambda: model(prompt), device, warmup=1, repeats=repeats)
     return batch * new_tokens / max(total - prefill, 1e-9)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from course import checkpoints, corpus, distill, evaluation
+from course import checkpoints, corpus, distillation, evaluation
 from course.model import CONFIGS, LanguageModel, ModelConfig, generate
 
 
@@ -80,7 +80,7 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
           teacher: LanguageModel | None = None) -> tuple[LanguageModel, list[dict]]:
     """Train a fresh model; returns it and the log rows (step, train_loss, val_loss, seconds).
 
-    With a ``teacher`` the loss is :func:`course.distill.soft_target_mix` of the teacher's soft
+    With a ``teacher`` the loss is :func:`course.distillation.soft_target_mix` of the teacher's soft
     targets at ``cfg.temperature`` and the hard labels; ``train_loss`` logs that mix.
     """
     torch.manual_seed(cfg.seed)
@@ -104,7 +104,7 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
         else:
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
                 soft = teacher(window[:, :-1])  # (B, T, vocab)
-            loss = distill.soft_target_mix(logits, soft, window[:, 1:], cfg.temperature, cfg.soft_weight)
+            loss = distillation.soft_target_mix(logits, soft, window[:, 1:], cfg.temperature, cfg.soft_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -47,10 +47,11 @@ import os
 
 import torch
 
-from course import arithmetic, evaluation, viz
-from course.bench import matmul_flops, memory_bandwidth
+from course import evaluation, prefill_decode
 from course.device import best_device, describe
 from course.model import TIMING, LanguageModel
+from course.plots import prefill_decode as plots
+from course.timing import matmul_flops, memory_bandwidth
 
 device = best_device()
 print(describe(device))
@@ -173,9 +174,9 @@ check("critical_batch_size", hidden=True)
 ### END HIDDEN TESTS
 
 # %%
-for name, hardware in arithmetic.PRESETS.items():
-    print(f"{name:9s} ridge {hardware.ridge:5.0f} FLOP/B   critical batch bf16 {arithmetic.critical_batch(hardware, 16):4.0f}"
-          f"   int8 weights {arithmetic.critical_batch(hardware, 8):4.0f}")
+for name, hardware in prefill_decode.PRESETS.items():
+    print(f"{name:9s} ridge {hardware.ridge:5.0f} FLOP/B   critical batch bf16 {prefill_decode.critical_batch(hardware, 16):4.0f}"
+          f"   int8 weights {prefill_decode.critical_batch(hardware, 8):4.0f}")
 
 # %% [markdown]
 # ## 5. Measured on your machine
@@ -190,7 +191,7 @@ bandwidth = memory_bandwidth(device) * 1e9
 peak = matmul_flops(1024 if device.type == "cpu" else 8192, dtype, device)
 memory = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda"
           else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-here = arithmetic.Hardware("this machine", peak, bandwidth, memory)
+here = prefill_decode.Hardware("this machine", peak, bandwidth, memory)
 print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s   matmul {peak / 1e9:.0f} GFLOP/s ({str(dtype)[6:]})   "
       f"ridge {here.ridge:.1f} FLOP/B")
 
@@ -204,7 +205,7 @@ print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s   matmul {peak / 1e9:.0f} GF
 # and tokens per second as the bits shrink. How long would your machine take per token of an 8B model?
 
 # %%
-viz.widget_roofline(here)
+plots.widget_roofline(here)
 
 # %% [markdown]
 # Now a model too big for any cache: the course's decoder widened to about 90 million parameters,
@@ -219,7 +220,7 @@ n_params = big.num_parameters()
 n_bytes = n_params * big.embed.weight.element_size()
 prefill_per_token = evaluation.prefill_seconds_per_token(big, batch=1, prompt_len=256, repeats=3)
 decode_per_token = evaluation.decode_step_seconds(big, batch=1)
-predicted_decode = arithmetic.roofline_time(2 * n_params, n_bytes, here)
+predicted_decode = prefill_decode.roofline_time(2 * n_params, n_bytes, here)
 print(f"{n_params / 1e6:.0f}M parameters, {n_bytes / 1e6:.0f} MB")
 print(f"prefill: {1e3 * prefill_per_token:.2f} ms per prompt token")
 print(f"decode:  {1e3 * decode_per_token:.2f} ms per generated token "
@@ -240,17 +241,17 @@ for batch, rate in measured.items():
     print(f"batch {batch:3d}: {rate:7.0f} tokens/s   {rate / measured[1]:5.1f}x batch 1   "
           f"({efficiency[batch]:.0%} of perfect scaling)")
 bend = evaluation.scaling_bend(measured)
-critical = arithmetic.critical_batch(here, 8 * big.embed.weight.element_size())
+critical = prefill_decode.critical_batch(here, 8 * big.embed.weight.element_size())
 print(f"scaling falls below half of perfect at batch {bend or f'> {batches[-1]}'}; "
       f"this machine's roofline puts the bend at {critical:.0f}")
-viz.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches=batches)
+plots.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches=batches)
 
 # %%
 points = [(f"measured decode, batch {b}", 2 * b / big.embed.weight.element_size(), 2 * n_params * measured[b])
           for b in (1, batches[-1])]
 points.append(("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.element_size(),
                2 * n_params / prefill_per_token))
-viz.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
+plots.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
 
 # %% [markdown]
 # Decode at batch 1 sits just under the sloped roof: reading the weights is almost all it does;
@@ -301,7 +302,7 @@ check("static_batch_throughput", hidden=True)
 # the batch limit to 1: both become the same one-at-a-time server.
 
 # %%
-viz.widget_batching()
+plots.widget_batching()
 
 # %% [markdown]
 # ## In practice

@@ -54,9 +54,10 @@ import copy
 import torch
 from tqdm.auto import tqdm
 
-from course import checkpoints, corpus, evaluation, lora, quant, viz_lora
+from course import checkpoints, corpus, evaluation, lora, quantization
 from course.device import best_device, describe
 from course.model import generate
+from course.plots import lora as plots
 
 device = best_device()
 print(describe(device))
@@ -157,7 +158,7 @@ for r in (1, 2, 4, 8, 32):
 # GPT-3's attention weights.
 
 # %%
-viz_lora.widget_rank_error()
+plots.widget_rank_error()
 
 # %% [markdown]
 # ## 3. `LoRALinear`: a frozen layer plus a low-rank update
@@ -289,7 +290,7 @@ check("finetune_memory", hidden=True)
 # model, and how many 80 GiB GPUs is that before a single activation?
 
 # %%
-viz_lora.widget_finetune_memory()
+plots.widget_finetune_memory()
 
 # %% [markdown]
 # ## 5. Adapting the course model to comedies
@@ -340,7 +341,7 @@ print(f"full fine-tune:     {full_loss:.3f}  ({target.num_parameters():,} traina
 print(f"base weights untouched by all that training: {lora.weights_fingerprint(target) == fingerprint}")
 
 # %%
-viz_lora.plot_adapter_losses(base_loss, rank_losses, full_loss)
+plots.plot_adapter_losses(base_loss, rank_losses, full_loss)
 
 # %% [markdown]
 # Adapters holding about 1% of the model's parameters move it as far as full fine-tuning does in
@@ -408,7 +409,7 @@ with torch.no_grad():
 # rank-4 adapter trains on top. The adapter learns to make up some of the rounding error too.
 
 # %%
-nf4_base = quant.quantize_model(target, "nf4", 64)
+nf4_base = quantization.quantize_model(target, "nf4", 64)
 nf4_loss = comedy_loss(nf4_base)
 qlora_adapter = lora.make_adapter(nf4_base, 4)
 lora.use_adapter(nf4_base, qlora_adapter)

@@ -46,9 +46,10 @@ GEN_LENGTHS = [32, 64, 128, 256]  # generated tokens in the with/without cache c
 # %%
 import torch
 
-from course import attention, checkpoints, corpus, kv_cache, viz_kv
+from course import checkpoints, corpus, flash_attention, kv_cache
 from course.device import best_device, describe, synchronize
 from course.model import generate, repeat_kv
+from course.plots import kv_cache as plots
 
 device = best_device()
 print(describe(device))
@@ -111,7 +112,7 @@ for name, arch in kv_cache.PUBLISHED.items():
 # heads to 1 (MQA) and then change the cache's dtype: an fp8 cache halves it again.
 
 # %%
-viz_kv.widget_kv_cache()
+plots.widget_kv_cache()
 
 # %% [markdown]
 # ## 2. One cached step equals recomputing everything
@@ -148,7 +149,7 @@ check("attention_step", hidden=True)
 
 # %% [markdown]
 # Now run it token by token over a whole sequence and compare with causal attention computed in
-# one go over all positions (the course's `attention.naive_attention`, chapter 5). They agree to rounding:
+# one go over all positions (the course's `flash_attention.naive_attention`, chapter 5). They agree to rounding:
 
 # %%
 generator = torch.Generator().manual_seed(0)
@@ -159,7 +160,7 @@ outputs = []
 for t in range(T):
     out, cache_k, cache_v = kv_cache.attention_step(q_all[t], k_all[t], v_all[t], cache_k, cache_v)
     outputs.append(out)
-difference = (torch.stack(outputs) - attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
+difference = (torch.stack(outputs) - flash_attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
 print(f"{T} cached steps against one causal pass: largest difference {difference:.1e}")
 
 # %% [markdown]
@@ -261,7 +262,7 @@ for page in (None, 256, 64, 16):
 # waste is a few per cent. Halve the capacity: how do the preemptions change?
 
 # %%
-viz_kv.widget_paging()
+plots.widget_paging()
 
 # %% [markdown]
 # ## 5. Measured: generation with and without the cache
@@ -293,7 +294,7 @@ for length in tqdm(GEN_LENGTHS, desc="generating"):
     without_cache.append(seconds(length, False))
 for length, a, b in zip(GEN_LENGTHS, with_cache, without_cache):
     print(f"{length:4d} tokens: cache {a:6.2f} s, no cache {b:6.2f} s: {b / a:5.1f}x")
-viz_kv.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
+plots.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
 
 # %% [markdown]
 # Without the cache the time grows faster than the length; with it, in proportion. For a model

@@ -46,9 +46,10 @@ DRAFT_LENGTHS = [2, 4]  # k values measured on the course models
 # %%
 import torch
 
-from course import bench, checkpoints, corpus, speculative, viz_speculative
+from course import checkpoints, corpus, speculative_decoding, timing
 from course.device import best_device, describe
 from course.model import generate
+from course.plots import speculative_decoding as plots
 
 device = best_device()
 print(describe(device))
@@ -137,13 +138,13 @@ check("speculative_token", hidden=True)
 p = torch.tensor([0.40, 0.30, 0.20, 0.10, 0.00, 0.00])
 q = torch.tensor([0.10, 0.10, 0.20, 0.20, 0.30, 0.10])
 generator = torch.Generator().manual_seed(0)
-draws = [speculative.speculative_token(p, q, generator) for _ in range(40_000)]
+draws = [speculative_decoding.speculative_token(p, q, generator) for _ in range(40_000)]
 freq = torch.bincount(torch.tensor([t for t, _ in draws]), minlength=6).double() / len(draws)
 print("target p   ", [f"{x:.3f}" for x in p.tolist()])
 print("draft q    ", [f"{x:.3f}" for x in q.tolist()])
 print("output     ", [f"{x:.3f}" for x in freq.tolist()])
 print(f"largest gap to p: {(freq - p).abs().max().item():.4f}; accepted {sum(a for _, a in draws) / len(draws):.3f} "
-      f"of proposals (alpha = {speculative.acceptance_rate(p, q):.3f})")
+      f"of proposals (alpha = {speculative_decoding.acceptance_rate(p, q):.3f})")
 assert (freq - p.double()).abs().max() < 0.01
 
 # %% [markdown]
@@ -212,12 +213,12 @@ check("speculative_speedup", hidden=True)
 # with c = 0.3, speculation barely pays even at alpha = 0.8.
 
 # %%
-viz_speculative.widget_speculative()
+plots.widget_speculative()
 
 # %% [markdown]
 # ## 3. Speculative decoding with the course's models
 #
-# `course.speculative.speculative_generate(target, draft, prompt, k, ...)` runs whole rounds:
+# `course.speculative_decoding.speculative_generate(target, draft, prompt, k, ...)` runs whole rounds:
 # the draft proposes k tokens (each from its own distribution, with its KV cache), the target
 # scores the prompt's unseen tokens plus all k proposals in **one** forward pass, the rule above
 # runs position by position, and both caches are rolled back to the verified length. Draft:
@@ -231,7 +232,7 @@ target = checkpoints.load("target").to(device)
 draft = checkpoints.load("draft").to(device)
 prompt = corpus.encode("KING RICHARD:\n")[None].to(device)
 alone = generate(target, prompt, NEW_TOKENS)
-run = speculative.speculative_generate(target, draft, prompt, 4, NEW_TOKENS, temperature=0)
+run = speculative_decoding.speculative_generate(target, draft, prompt, 4, NEW_TOKENS, temperature=0)
 print(f"identical to the target's greedy output: {torch.equal(alone, run['tokens'])}")
 print(f"{NEW_TOKENS} tokens in {run['target_calls']} target calls ({NEW_TOKENS / run['target_calls']:.2f} per call)")
 print(corpus.decode(run["tokens"][0].cpu()))
@@ -247,24 +248,24 @@ print(corpus.decode(run["tokens"][0].cpu()))
 from tqdm.auto import tqdm
 
 def sampled(k):
-    return speculative.speculative_generate(target, draft, prompt, k, NEW_TOKENS, temperature=1.0,
+    return speculative_decoding.speculative_generate(target, draft, prompt, k, NEW_TOKENS, temperature=1.0,
                                             generator=torch.Generator().manual_seed(1))
 
 
-alone_seconds = bench.median_seconds(lambda: generate(target, prompt, NEW_TOKENS, temperature=1.0,
+alone_seconds = timing.median_seconds(lambda: generate(target, prompt, NEW_TOKENS, temperature=1.0,
                                                       generator=torch.Generator().manual_seed(1)), device, 0, 3)
-draft_seconds = bench.median_seconds(lambda: generate(draft, prompt, NEW_TOKENS), device, 0, 3)
+draft_seconds = timing.median_seconds(lambda: generate(draft, prompt, NEW_TOKENS), device, 0, 3)
 cost = draft_seconds / alone_seconds
 print(f"target alone: {NEW_TOKENS / alone_seconds:.0f} tokens/s; a draft step costs c = {cost:.2f} target steps")
 for k in tqdm(DRAFT_LENGTHS, desc="speculative runs"):
     run = sampled(k)
     alpha = sum(run["accepted"]) / sum(run["proposed"])
     per_call = NEW_TOKENS / run["target_calls"]
-    seconds = bench.median_seconds(lambda: sampled(k), device, 0, 3)
+    seconds = timing.median_seconds(lambda: sampled(k), device, 0, 3)
     positions = ", ".join(f"{a / max(p, 1):.2f}" for a, p in zip(run["accepted"], run["proposed"]))
     print(f"k = {k}: alpha {alpha:.2f} (by position: {positions}); tokens per call {per_call:.2f}, formula "
-          f"{speculative.expected_tokens_per_call(alpha, k):.2f}; speed-up {alone_seconds / seconds:.2f}x "
-          f"(formula with c: {speculative.speedup(alpha, k, cost):.2f}x)")
+          f"{speculative_decoding.expected_tokens_per_call(alpha, k):.2f}; speed-up {alone_seconds / seconds:.2f}x "
+          f"(formula with c: {speculative_decoding.speedup(alpha, k, cost):.2f}x)")
 
 # %% [markdown]
 # Two things to read here. The acceptance rate is per proposal; a position is only *reached*

@@ -45,9 +45,10 @@ EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 # %%
 import torch
 
-from course import bench, checkpoints, corpus, distill, evaluation, speculative, viz_speculative
+from course import checkpoints, corpus, evaluation, speculative_decoding, timing
 from course.device import best_device, describe
 from course.model import generate
+from course.plots import distillation as plots
 
 device = best_device()
 print(describe(device))
@@ -135,13 +136,13 @@ with torch.no_grad():
     overlap = {name: torch.minimum(p, torch.softmax(model(windows.to(device)).double(), dim=-1)).sum(-1).mean().item()
                for name, model in drafts.items()}
 prompts = [held_out[s:s + 64][None].to(device) for s in (1000, 90_000, 200_000, 350_000)]  # held-out openings
-alone = bench.median_seconds(lambda: generate(target, prompts[0], NEW_TOKENS, temperature=1.0,
+alone = timing.median_seconds(lambda: generate(target, prompts[0], NEW_TOKENS, temperature=1.0,
                                               generator=torch.Generator().manual_seed(1)), device, 0, 3)
 results = {}
 for name, model in drafts.items():
-    runs = [speculative.speculative_generate(target, model, prompt, DRAFT_LENGTH, NEW_TOKENS, temperature=1.0,
+    runs = [speculative_decoding.speculative_generate(target, model, prompt, DRAFT_LENGTH, NEW_TOKENS, temperature=1.0,
                                              generator=torch.Generator().manual_seed(i)) for i, prompt in enumerate(prompts)]
-    seconds = bench.median_seconds(lambda: speculative.speculative_generate(
+    seconds = timing.median_seconds(lambda: speculative_decoding.speculative_generate(
         target, model, prompts[0], DRAFT_LENGTH, NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(1)),
         device, 0, 3)
     results[name] = {"alpha": sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs),
@@ -206,7 +207,7 @@ for share in shares:
     structured.append(evaluation.text_loss(prune_structured(target, share), held_out, max_windows=EVAL_WINDOWS))
     print(f"{int(100 * share):2d}% of the feed-forward weights removed: unstructured {unstructured[-1]:.3f}, "
           f"structured {structured[-1]:.3f}")
-viz_speculative.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baseline)
+plots.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baseline)
 
 # %% [markdown]
 # Removing whole units costs more than removing the same number of scattered weights, but only

@@ -33,10 +33,10 @@ def test_student_copy_executes_with_only_its_checks_failing(chapter, kernel, art
     assert all("raises-exception" in tags and name == "AssertionError" for _, tags, name in found), found
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
     assert "not answered yet" in printed
-    drawing = [c for c in executed["cells"] if c["cell_type"] == "code" and re.search(r"viz\w*\.(plot|widget)_", "".join(c["source"]))]
+    drawing = [c for c in executed["cells"] if c["cell_type"] == "code" and re.search(r"\bplots\.(plot|widget)_", "".join(c["source"]))]
     assert drawing, "every chapter has figures"
     for cell in drawing:
         images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
         assert images, f"no figure rendered headless for: {''.join(cell['source'])[:80]}"
-        if re.search(r"viz\w*\.widget_", "".join(cell["source"])):  # the widget's static view, for front ends without widgets
+        if re.search(r"\bplots\.widget_", "".join(cell["source"])):  # the widget's static view, for front ends without widgets
             assert any("application/vnd.jupyter.widget-view+json" in o["data"] for o in images)

@@ -10,7 +10,7 @@ import torch
 
 from autograder.checks import (Check, Exercise, Verdict, as_tensor, compare_tensors, diagnose, judge_number,
                                judges_value)
-from course import kv_cache as kc
+from course import kv_cache
 
 # --- kv_cache_bytes --------------------------------------------------------------------------------
 
@@ -132,7 +132,7 @@ def _judge_pages(probe, got):
          sum(n // page + 1 for n in lengths)),
         ("returned tokens, not pages", sum(math.ceil(n / page) * page for n in lengths)),
     ]
-    return judge_number(got, kc.pages_needed(lengths, page), mistakes, "the number of pages")
+    return judge_number(got, kv_cache.pages_needed(lengths, page), mistakes, "the number of pages")
 
 
 def _pages_probe(fixed=None):

@@ -8,7 +8,7 @@ import torch
 
 from autograder.checks import (Check, Exercise, Verdict, as_tensor, diagnose, judge_number, judge_raises, judges_tensor,
                                judges_value, outcome)
-from course import quant, reference
+from course import quantization, reference
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -31,7 +31,7 @@ def _grouped_round_trip(weight, bits, group, levels=None, rounding=torch.round, 
     truncation is discontinuous at the integers, where float32 and float64 can land apart."""
     rows, cols = weight.shape
     group = cols if group is None else group
-    levels = quant.absmax_levels(bits) if levels is None else levels
+    levels = quantization.absmax_levels(bits) if levels is None else levels
     grouped = weight.reshape(rows, cols // group, group)  # (rows, groups, group)
     scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # only the named mistake differs
@@ -41,7 +41,7 @@ def _grouped_round_trip(weight, bits, group, levels=None, rounding=torch.round, 
 
 
 def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
-    levels = quant.absmax_levels(bits)
+    levels = quantization.absmax_levels(bits)
     mistakes = [
         (f"{2 ** bits - 1} levels instead of {levels}: the largest code of a symmetric {bits}-bit scheme is "
          "2**(bits-1) - 1", lambda: _grouped_round_trip(weight, bits, group, levels=2**bits - 1)),
@@ -75,8 +75,8 @@ ZERO_GROUP_HINT = (
 def _round_trip_verdict(probe: dict, got: torch.Tensor) -> Verdict:
     weight, bits = probe["args"]
     group = probe["kwargs"].get("group_size")
-    expected = quant.quantize_dequantize(weight.double(), bits, group)
-    step = 2 * quant.half_step(weight.double(), bits, group)
+    expected = quantization.quantize_dequantize(weight.double(), bits, group)
+    step = 2 * quantization.half_step(weight.double(), bits, group)
     if torch.isnan(got).any():
         return Verdict(False, ZERO_GROUP_HINT)
     return diagnose(got, expected, quantize_mistakes(weight, bits, group), step=step)
@@ -112,7 +112,7 @@ def _probe_bad_group(rng):
 
 
 def _probe_chapter_matrix(rng):
-    return {"call": "quantize_dequantize", "args": [quant.outlier_matrix(256, 512, seed=0), 4], "kwargs": {"group_size": 32}}
+    return {"call": "quantize_dequantize", "args": [quantization.outlier_matrix(256, 512, seed=0), 4], "kwargs": {"group_size": 32}}
 
 
 @judges_tensor("the dequantized matrix")
@@ -121,7 +121,7 @@ def _judge_chapter_number(probe, got):
     if got.shape != weight.shape or torch.isnan(got).any():
         return _round_trip_verdict(probe, got)
     entry = reference.load("quantization")["outlier_int4_g32"]
-    error = quant.relative_error(weight, got.float())
+    error = quantization.relative_error(weight, got.float())
     if reference.close(entry, error):
         return Verdict(True)
     return Verdict(False, f"relative error {error:.4f} on the chapter's matrix; the reference is "
@@ -163,7 +163,7 @@ def _probe_relative_error(rows, cols, zeros_in_approx=False):
 @judges_value
 def _judge_relative_error(probe, got):
     weight, approx = (a.double() for a in probe["args"])
-    expected = quant.relative_error(weight, approx)
+    expected = quantization.relative_error(weight, approx)
     diff, norm_w, norm_a = (weight - approx).norm().item(), weight.norm().item(), approx.norm().item()
     mistakes = [
         ("the squared norms were divided: take the square root (torch.linalg.norm / .norm() does)",
@@ -211,7 +211,7 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
     if problem:
         return Verdict(False, problem)
     weight = probe["args"][0]
-    ref_codes, ref_scale = quant.quantize_int8(weight.double())
+    ref_codes, ref_scale = quantization.quantize_int8(weight.double())
     dtype = result["returned"]["tuple"][0].get("torch_dtype")
     if dtype != "int8":
         return Verdict(False, f"codes have dtype {dtype}: convert them with .to(torch.int8) after rounding and clamping")
@@ -238,14 +238,14 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
 
 def _probe_dequantize(rng):
     weight = _normal(rng, 12, 20)
-    codes, scale = quant.quantize_int8(weight)
+    codes, scale = quantization.quantize_int8(weight)
     return {"call": "dequantize_int8", "args": [codes, scale]}
 
 
 @judges_tensor("the dequantized matrix")
 def _judge_dequantize(probe, got):
     codes, scale = probe["args"]
-    expected = quant.dequantize_int8(codes, scale)
+    expected = quantization.dequantize_int8(codes, scale)
     mistakes = [("divided by the scale: multiply the codes by it", lambda: codes.double() / scale.double()),
                 ("returned the codes unchanged: multiply them by the scale", lambda: codes.double())]
     return diagnose(got, expected, mistakes)
@@ -280,7 +280,7 @@ def _judge_bits(probe, got):
         ("the scale was counted per weight: divide its bits by the group size", float(bits + scale_bits)),
         ("scale bits were multiplied by the group size: divide instead", float(bits + scale_bits * group)),
     ]
-    return judge_number(got, quant.effective_bits(bits, group, scale_bits), mistakes, "the bits per weight")
+    return judge_number(got, quantization.effective_bits(bits, group, scale_bits), mistakes, "the bits per weight")
 
 
 EFFECTIVE_BITS = Exercise("effective_bits", ("effective_bits",), [

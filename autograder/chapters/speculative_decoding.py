@@ -1,6 +1,6 @@
-"""Chapters 6 and 7's exercises: acceptance_rate, expected_tokens_per_call, speculative_token,
-speculative_speedup, and distillation_loss. speculative_token is judged by sampling: thousands of
-calls with one seeded generator, their token frequencies against the target's probabilities."""
+"""Chapter 6's exercises: acceptance_rate, expected_tokens_per_call, speculative_token and
+speculative_speedup. speculative_token is judged by sampling: thousands of calls with one seeded
+generator, their token frequencies against the target's probabilities."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import numpy as np
 import torch
 
 from autograder.checks import Check, Exercise, Verdict, judge_number, judges_value
-from course import distill
-from course import speculative as sp
+from course import speculative_decoding
 
 # --- distributions that disagree ----------------------------------------------------------------
 
@@ -58,7 +57,7 @@ ACCEPTANCE = Exercise("acceptance_rate", ("acceptance_rate",), [
 @judges_value
 def _judge_tokens(probe, got):
     alpha, k = probe["args"]
-    expected = sp.expected_tokens_per_call(alpha, k)
+    expected = speculative_decoding.expected_tokens_per_call(alpha, k)
     series = lambda n: sum(alpha**i for i in range(n))  # noqa: E731
     mistakes = [
         ("one term short: (1 - alpha^(k+1)) / (1 - alpha) counts the target's own token too", series(k)),
@@ -162,13 +161,13 @@ SPECULATIVE_TOKEN = Exercise("speculative_token", ("speculative_token",), [
 @judges_value
 def _judge_speedup(probe, got):
     alpha, k, c = probe["args"]
-    tokens = sp.expected_tokens_per_call(alpha, k)
+    tokens = speculative_decoding.expected_tokens_per_call(alpha, k)
     mistakes = [
         ("the draft's cost was left out: divide by (k c + 1)", tokens),
         ("the target's own call was left out of the cost: divide by (k c + 1), not k c", tokens / (k * c)),
         ("the draft's cost was counted once, not per drafted token: (k c + 1)", tokens / (c + 1)),
     ]
-    return judge_number(got, sp.speedup(alpha, k, c), mistakes, "the speed-up", rel=1e-6)
+    return judge_number(got, speculative_decoding.speedup(alpha, k, c), mistakes, "the speed-up", rel=1e-6)
 
 
 def _speedup_probe(fixed=None):
@@ -185,45 +184,4 @@ SPEEDUP = Exercise("speculative_speedup", ("speculative_speedup",), [
     Check("speculative_speedup.random", "speculative_speedup", 1, "other values", _speedup_probe(), _judge_speedup),
 ])
 
-SPECULATIVE = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP]
-
-
-# --- chapter 7: distillation_loss --------------------------------------------------------------------
-
-def _logits_probe(temperature, positions=(4, 7), vocab=10, scale=3.0):
-    def make(rng):
-        shape = (*positions, vocab)
-        student = torch.from_numpy((rng.normal(size=shape) * scale).astype(np.float32))
-        teacher = torch.from_numpy((rng.normal(size=shape) * scale).astype(np.float32))
-        return {"call": "distillation_loss", "args": [student, teacher, temperature]}
-
-    return make
-
-
-@judges_value
-def _judge_distill(probe, got):
-    student, teacher, t = probe["args"]
-    s = torch.log_softmax(student.double() / t, -1)
-    te = torch.log_softmax(teacher.double() / t, -1)
-    kl = (te.exp() * (te - s)).sum(-1)
-    expected = distill.distillation_loss(student.double(), teacher.double(), t).item()
-    mistakes = [
-        ("the T^2 factor is missing: multiply by temperature**2 so gradients keep their size",
-         kl.mean().item()),
-        ("the KL is reversed: KL(teacher || student) sums p_teacher * (log p_teacher - log p_student)",
-         ((s.exp() * (s - te)).sum(-1).mean() * t * t).item()),
-        ("the temperature was not applied to the logits", distill.distillation_loss(student.double(), teacher.double(), 1.0).item() * t * t),
-        ("returned the cross-entropy: subtract the teacher's entropy (KL = CE - H)",
-         (-(te.exp() * s).sum(-1).mean() * t * t).item()),
-        ("summed over positions: average them", (kl.sum() * t * t).item()),
-    ]
-    return judge_number(got, expected, mistakes, "the distillation loss", rel=1e-4, abs_tol=1e-6)
-
-
-DISTILLATION = [Exercise("distillation_loss", ("distillation_loss",), [
-    Check("distillation_loss.t1", "distillation_loss", 1, "temperature 1", _logits_probe(1.0), _judge_distill,
-          visible=True),
-    Check("distillation_loss.t4", "distillation_loss", 2, "temperature 4", _logits_probe(4.0), _judge_distill),
-    Check("distillation_loss.3d", "distillation_loss", 1, "a batch of sequences (B, T, vocab) at temperature 2",
-          _logits_probe(2.0, positions=(3, 5, 2)), _judge_distill),
-])]
+EXERCISES = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP]

@@ -1,4 +1,4 @@
-"""``make bench``: the course's measurements on this machine, as ratios.
+"""``make bench`` (``python tools/benchmarks.py``): the course's measurements on this machine, as ratios.
 
 Each line gives a ratio against a baseline timed in the same run, and against the physical bound
 where there is one (this machine's memory bandwidth, measured first). Nothing here asserts a time;
@@ -13,7 +13,8 @@ import time
 
 import torch
 
-from course import bench, paths, quant, viz
+from course import paths, quantization, timing
+from course.plots._widgets import figure_png
 from course.device import best_device, describe, synchronize, triton_available
 
 SLIDER_BUDGET = 0.1  # seconds per slider update
@@ -23,14 +24,14 @@ REPORT = paths.DATA / "performance.json"
 
 def quantization(device: torch.device, bound: float) -> None:
     print("\n== chapter 3: quantization ==")
-    weight = quant.gaussian_matrix(4096, 4096).to(device)
-    seconds = bench.median_seconds(lambda: quant.quantize_dequantize(weight, 4, 64), device, repeats=5)
+    weight = quantization.gaussian_matrix(4096, 4096).to(device)
+    seconds = timing.median_seconds(lambda: quantization.quantize_dequantize(weight, 4, 64), device, repeats=5)
     moved = 2 * weight.numel() * 4  # read the float32 weights, write them back
-    print(f"int4 g64 round trip, 4096x4096: {1e3 * seconds:.1f} ms, {bench.gb_per_s(moved, seconds):.1f} GB/s "
-          f"= {bench.gb_per_s(moved, seconds) / bound:.2f} of memory bandwidth")
+    print(f"int4 g64 round trip, 4096x4096: {1e3 * seconds:.1f} ms, {timing.gb_per_s(moved, seconds):.1f} GB/s "
+          f"= {timing.gb_per_s(moved, seconds) / bound:.2f} of memory bandwidth")
 
-    nf4 = bench.median_seconds(lambda: quant.quantize_nf4(weight, 64), device, repeats=3)
-    levels = quant.nf4_levels().to(device)
+    nf4 = timing.median_seconds(lambda: quantization.quantize_nf4(weight, 64), device, repeats=3)
+    levels = quantization.nf4_levels().to(device)
     small = weight[:512]
 
     def argmin_baseline():
@@ -38,11 +39,11 @@ def quantization(device: torch.device, bound: float) -> None:
         normalised = grouped / grouped.abs().amax(dim=-1, keepdim=True)
         return (normalised.unsqueeze(-1) - levels).abs().argmin(dim=-1)
 
-    naive = bench.median_seconds(argmin_baseline, device, repeats=3) * (weight.shape[0] / 512)
+    naive = timing.median_seconds(argmin_baseline, device, repeats=3) * (weight.shape[0] / 512)
     print(f"NF4 encode 4096x4096 (bucketize on midpoints): {1e3 * nf4:.0f} ms; "
           f"argmin over 16 levels baseline: {1e3 * naive:.0f} ms; speed-up {naive / nf4:.1f}x")
 
-    rows = {dtype: bench.matvec_bandwidth(4096, 4096, dtype, device) for dtype in (torch.float32, torch.bfloat16)}
+    rows = {dtype: timing.matvec_bandwidth(4096, 4096, dtype, device) for dtype in (torch.float32, torch.bfloat16)}
     for dtype, row in rows.items():
         print(f"matvec 4096x4096 {row['dtype']:8s}: {1e3 * row['seconds']:.2f} ms, {row['gb_per_s']:.1f} GB/s "
               f"= {row['gb_per_s'] / bound:.2f} of memory bandwidth")
@@ -52,34 +53,41 @@ def quantization(device: torch.device, bound: float) -> None:
 
 def slider_latency() -> dict[str, float]:
     """Median time of one slider update (recompute plus redraw to PNG) over a sweep of its values."""
-    from course import viz_attention, viz_kv, viz_lora, viz_speculative
+    import course.plots.flash_attention
+    import course.plots.kv_cache
+    import course.plots.lora
+    import course.plots.prefill_decode
+    import course.plots.quantization
+    import course.plots.speculative_decoding
+
+    plots = course.plots
 
     print("\n== slider updates (recompute + redraw to PNG; goal 100 ms) ==")
     sweeps = {
-        "ch1 batch": (viz.plot_roofline, [dict(batch=b) for b in (1, 4, 16, 64, 256, 1024)]),
-        "ch1 hardware": (viz.plot_roofline, [dict(hardware=h) for h in ("T4", "A100-80G", "H100 SXM", "H200")]),
-        "ch1 arrival rate": (viz.plot_batching, [dict(rate=r) for r in (2.0, 8.0, 20.0, 40.0)]),
-        "ch3 bits": (viz.plot_quantization, [dict(bits=b, group_size=32) for b in range(2, 9)]),
-        "ch3 group size": (viz.plot_quantization, [dict(group_size=g) for _, g in viz.GROUP_CHOICES]),
-        "ch3 outlier": (viz.plot_quantization, [dict(outlier=o) for o in (1.0, 10.0, 20.0, 40.0, 60.0)]),
-        "ch2 rank": (viz_lora.plot_rank_error, [dict(rank=r) for r in (1, 2, 4, 8, 16, 32)]),
-        "ch2 noise": (viz_lora.plot_rank_error, [dict(noise=n) for n in (0.0, 0.02, 0.1, 0.5)]),
-        "ch2 parameters": (viz_lora.plot_finetune_memory, [dict(params=p * 1e9) for p in (1, 7, 13, 70)]),
-        "ch4 context": (viz_kv.plot_kv_cache, [dict(context=c) for c in (512, 4096, 32768, 131072)]),
-        "ch4 kv heads": (viz_kv.plot_kv_cache, [dict(n_kv_heads=h) for h in (1, 4, 8, 32)]),
-        "ch4 page size": (viz_kv.plot_paging, [dict(page_size=p) for p in (1, 16, 256, 1024)]),
-        "ch5 block index": (viz_attention.plot_online_softmax, [dict(step=i) for i in (1, 2, 3, 4, 5, 6)]),
-        "ch5 sequence length": (viz_attention.plot_io, [dict(n=n) for n in (256, 4096, 65536)]),
-        "ch6 alpha": (viz_speculative.plot_speculative, [dict(alpha=a) for a in (0.3, 0.6, 0.8, 0.95)]),
-        "ch6 draft cost": (viz_speculative.plot_speculative, [dict(cost=c) for c in (0.0, 0.05, 0.2, 0.5)]),
+        "ch1 batch": (plots.prefill_decode.plot_roofline, [dict(batch=b) for b in (1, 4, 16, 64, 256, 1024)]),
+        "ch1 hardware": (plots.prefill_decode.plot_roofline, [dict(hardware=h) for h in ("T4", "A100-80G", "H100 SXM", "H200")]),
+        "ch1 arrival rate": (plots.prefill_decode.plot_batching, [dict(rate=r) for r in (2.0, 8.0, 20.0, 40.0)]),
+        "ch3 bits": (plots.quantization.plot_quantization, [dict(bits=b, group_size=32) for b in range(2, 9)]),
+        "ch3 group size": (plots.quantization.plot_quantization, [dict(group_size=g) for _, g in plots.quantization.GROUP_CHOICES]),
+        "ch3 outlier": (plots.quantization.plot_quantization, [dict(outlier=o) for o in (1.0, 10.0, 20.0, 40.0, 60.0)]),
+        "ch2 rank": (plots.lora.plot_rank_error, [dict(rank=r) for r in (1, 2, 4, 8, 16, 32)]),
+        "ch2 noise": (plots.lora.plot_rank_error, [dict(noise=n) for n in (0.0, 0.02, 0.1, 0.5)]),
+        "ch2 parameters": (plots.lora.plot_finetune_memory, [dict(params=p * 1e9) for p in (1, 7, 13, 70)]),
+        "ch4 context": (plots.kv_cache.plot_kv_cache, [dict(context=c) for c in (512, 4096, 32768, 131072)]),
+        "ch4 kv heads": (plots.kv_cache.plot_kv_cache, [dict(n_kv_heads=h) for h in (1, 4, 8, 32)]),
+        "ch4 page size": (plots.kv_cache.plot_paging, [dict(page_size=p) for p in (1, 16, 256, 1024)]),
+        "ch5 block index": (plots.flash_attention.plot_online_softmax, [dict(step=i) for i in (1, 2, 3, 4, 5, 6)]),
+        "ch5 sequence length": (plots.flash_attention.plot_io, [dict(n=n) for n in (256, 4096, 65536)]),
+        "ch6 alpha": (plots.speculative_decoding.plot_speculative, [dict(alpha=a) for a in (0.3, 0.6, 0.8, 0.95)]),
+        "ch6 draft cost": (plots.speculative_decoding.plot_speculative, [dict(cost=c) for c in (0.0, 0.05, 0.2, 0.5)]),
     }
     over, medians = [], {}
     for name, (plot, values) in sweeps.items():
-        viz.figure_png(plot(**values[0]))  # warm-up: fonts, caches
+        figure_png(plot(**values[0]))  # warm-up: fonts, caches
         times = []
         for kwargs in values:
             start = time.perf_counter()
-            viz.figure_png(plot(**kwargs))
+            figure_png(plot(**kwargs))
             times.append(time.perf_counter() - start)
         medians[name] = median = statistics.median(times)
         verdict = "ok" if median <= SLIDER_BUDGET else f"over by {1e3 * (median - SLIDER_BUDGET):.0f} ms"
@@ -111,7 +119,7 @@ def course_model(device: torch.device) -> dict[str, float]:
 
 
 def decode_roofline(device: torch.device, bound: float) -> dict[str, float]:
-    from course import arithmetic, evaluation
+    from course import evaluation, prefill_decode
     from course.model import TIMING, LanguageModel
 
     print("\n== chapter 1: decode against the memory roofline ==")
@@ -127,27 +135,27 @@ def decode_roofline(device: torch.device, bound: float) -> dict[str, float]:
     for batch, rate in per_batch.items():
         print(f"  batch {batch:3d}: {rate:7.1f} tokens/s, {efficiency[batch]:4.0%} of perfect scaling")
     bend = evaluation.scaling_bend(per_batch)
-    peak = bench.matmul_flops(1024, dtype, device)
-    here = arithmetic.Hardware("here", peak, bound * 1e9, 0)
+    peak = timing.matmul_flops(1024, dtype, device)
+    here = prefill_decode.Hardware("here", peak, bound * 1e9, 0)
     print(f"scaling falls below half of perfect at batch {bend}; the roofline's bend "
-          f"(matmul {peak / 1e9:.0f} GFLOP/s) is at {arithmetic.critical_batch(here, 8 * model.embed.weight.element_size()):.0f}")
+          f"(matmul {peak / 1e9:.0f} GFLOP/s) is at {prefill_decode.critical_batch(here, 8 * model.embed.weight.element_size()):.0f}")
     return {"decode_vs_roofline": per_batch[1] / predicted}
 
 
 def attention_timing(device: torch.device) -> dict[str, float]:
     """Chapter 5: the blockwise reference and the Triton kernel against torch's SDPA."""
-    from course import attention
+    from course import flash_attention
 
     print("\n== chapter 5: attention ==")
     ratios = {}
     if device.type == "cuda" and triton_available(device):
-        from course.kernels import flash
+        from course.kernels import flash_attention as kernel
 
         for n in (1024, 4096, 16384):
             q, k, v = (torch.randn(1, 16, n, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
-            sdpa = bench.median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+            sdpa = timing.median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                                         device, repeats=10)
-            kernel = bench.median_seconds(lambda: flash.blockwise_attention(q, k, v, 64, causal=True), device, repeats=10)
+            kernel = timing.median_seconds(lambda: kernel.blockwise_attention(q, k, v, 64, causal=True), device, repeats=10)
             flops = 4 * 16 * n * n * 64 * 0.5
             ratios[f"triton_vs_sdpa_{n}"] = kernel / sdpa
             print(f"N = {n:5d}, 16 heads of 64, causal, bf16: Triton {1e3 * kernel:.2f} ms "
@@ -157,10 +165,10 @@ def attention_timing(device: torch.device) -> dict[str, float]:
         print("Triton kernel: not timed (needs a CUDA GPU; its logic is tested through the interpreter)")
     for n in (512, 2048):
         q, k, v = (torch.randn(1, 4, n, 64, device=device) for _ in range(3))
-        sdpa = bench.median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+        sdpa = timing.median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                                     device, repeats=3)
-        full = bench.median_seconds(lambda: attention.naive_attention(q, k, v, causal=True), device, repeats=3)
-        loop = bench.median_seconds(lambda: attention.blockwise_attention(q, k, v, 64, causal=True), device, repeats=3)
+        full = timing.median_seconds(lambda: flash_attention.naive_attention(q, k, v, causal=True), device, repeats=3)
+        loop = timing.median_seconds(lambda: flash_attention.blockwise_attention(q, k, v, 64, causal=True), device, repeats=3)
         print(f"N = {n:4d}, 4 heads of 64, causal, fp32: full score matrix {full / sdpa:.1f}x SDPA's time, "
               f"blockwise torch loop {loop / sdpa:.1f}x ({1e3 * sdpa:.2f} ms for SDPA)")
     return ratios
@@ -168,7 +176,7 @@ def attention_timing(device: torch.device) -> dict[str, float]:
 
 def speculative_decoding(device: torch.device) -> dict[str, float]:
     """Chapters 6 and 7: speed-up, tokens per call against the formula, and the two drafts."""
-    from course import checkpoints, corpus, speculative
+    from course import checkpoints, corpus, speculative_decoding
     from course.model import generate
 
     print("\n== chapters 6 and 7: speculative decoding ==")
@@ -178,17 +186,17 @@ def speculative_decoding(device: torch.device) -> dict[str, float]:
     new, k = 200, 4
     results = {}
     for temperature in (0.0, 1.0):
-        alone = statistics.median(bench.median_seconds(lambda: generate(
+        alone = statistics.median(timing.median_seconds(lambda: generate(
             target, p, new, temperature=temperature, generator=torch.Generator().manual_seed(0)), device, 0, 1)
             for p in prompts)
         for name in ("draft", "distilled"):
             draft = checkpoints.load(name, device)
-            runs = [speculative.speculative_generate(target, draft, p, k, new, temperature,
+            runs = [speculative_decoding.speculative_generate(target, draft, p, k, new, temperature,
                                                      torch.Generator().manual_seed(i)) for i, p in enumerate(prompts)]
             alpha = sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs)
             per_call = len(runs) * new / sum(r["target_calls"] for r in runs)
-            formula = speculative.expected_tokens_per_call(alpha, k)
-            seconds = statistics.median(bench.median_seconds(lambda: speculative.speculative_generate(
+            formula = speculative_decoding.expected_tokens_per_call(alpha, k)
+            seconds = statistics.median(timing.median_seconds(lambda: speculative_decoding.speculative_generate(
                 target, draft, p, k, new, temperature, torch.Generator().manual_seed(0)), device, 0, 1) for p in prompts)
             label = f"{name}, {'greedy' if temperature == 0 else 'sampled'}"
             results[label] = {"alpha": alpha, "speedup": alone / seconds}
@@ -247,7 +255,7 @@ def main() -> None:
     device = best_device()
     torch.manual_seed(0)
     print(describe(device))
-    bound = bench.memory_bandwidth(device)
+    bound = timing.memory_bandwidth(device)
     print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
     synchronize(device)
     quantization(device, bound)

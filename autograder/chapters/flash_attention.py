@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from autograder.checks import Check, Exercise, Verdict, as_tensor, compare_tensors, diagnose, judges_value
-from course import attention as at
+from course import flash_attention
 
 
 def _randn(rng, *shape, scale=1.0):
@@ -47,7 +47,7 @@ def _mistakes(q, k, v, block):
         ("each block was normalised on its own and the blocks averaged: keep one running normaliser l",
          lambda: _variant(q, k, v, block, normalise_each=True)),
         ("only the last block counted: carry m, l and o from block to block",
-         lambda: at.naive_attention(q, k[-((k.shape[0] - 1) % block + 1):], v[-((k.shape[0] - 1) % block + 1):])),
+         lambda: flash_attention.naive_attention(q, k[-((k.shape[0] - 1) % block + 1):], v[-((k.shape[0] - 1) % block + 1):])),
     ]
 
 
@@ -73,7 +73,7 @@ def _judge_attention(probe, got):
     tensor, problem = as_tensor(got, "the attention output")
     if problem:
         return Verdict(False, problem)
-    expected = at.naive_attention(q.double(), k.double(), v.double())
+    expected = flash_attention.naive_attention(q.double(), k.double(), v.double())
     return _match(tensor, expected, _mistakes(q, k, v, block), "the output")
 
 
@@ -112,7 +112,7 @@ def _judge_update(probe, got):
     m, l, o, scores, v = (a.double() for a in probe["args"])
     if not isinstance(got, tuple) or len(got) != 3:
         return Verdict(False, f"return a tuple (m, l, o); got {type(got).__name__}")
-    expected = at.online_softmax_update(m, l, o, scores, v)
+    expected = flash_attention.online_softmax_update(m, l, o, scores, v)
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
     no_rescale = (m_new, l + torch.exp(scores - m_new).sum(-1, keepdim=True), o + torch.exp(scores - m_new) @ v)
     upside_down = torch.nan_to_num(torch.exp(m_new - m), nan=0.0, posinf=0.0)

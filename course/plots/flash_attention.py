@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from course import attention as at
-from course.viz import BLUE, GREY, ORANGE, RED, plain_log_ticks, interactive, new_figure, slider
+from course import flash_attention
+from course.plots._widgets import BLUE, GREY, ORANGE, RED, plain_log_ticks, interactive, new_figure, slider
 
 
 def _example(n: int, seed: int):
@@ -23,7 +23,7 @@ def _example(n: int, seed: int):
 def plot_online_softmax(step: int = 1, block: int = 8, n: int = 48, seed: int = 0) -> Figure:
     """One query's scores, the blocks seen after ``step`` blocks, and the running m, l and output."""
     scores, values = _example(n, seed)
-    states = at.online_softmax_trace(scores, values, block)
+    states = flash_attention.online_softmax_trace(scores, values, block)
     step = max(1, min(step, len(states)))
     state = states[step - 1]
     exact = torch.softmax(scores, 0) @ values
@@ -63,13 +63,13 @@ def plot_io(n: int = 4096, d: int = 64, sram_kib: int = 192, bytes_per_element: 
     """Slow-memory traffic of standard and tiled attention against sequence length (one head)."""
     sram = sram_kib * 1024 / bytes_per_element
     lengths = np.array([2**i for i in range(8, 18)])
-    standard = np.array([at.standard_io_elements(int(x), d) for x in lengths]) * bytes_per_element
-    tiled = np.array([at.tiled_io_elements(int(x), d, sram) for x in lengths]) * bytes_per_element
+    standard = np.array([flash_attention.standard_io_elements(int(x), d) for x in lengths]) * bytes_per_element
+    tiled = np.array([flash_attention.tiled_io_elements(int(x), d, sram) for x in lengths]) * bytes_per_element
     fig = new_figure(10, 3.4, left=0.08, wspace=0.3)
     ax, ax_ratio = fig.subplots(1, 2)
     ax.loglog(lengths, standard, "o-", color=ORANGE, label="standard: Theta(N d + N^2)")
     ax.loglog(lengths, tiled, "o-", color=BLUE, label="tiled: Theta(N^2 d^2 / M)")
-    here_s, here_t = at.standard_io_elements(n, d) * bytes_per_element, at.tiled_io_elements(n, d, sram) * bytes_per_element
+    here_s, here_t = flash_attention.standard_io_elements(n, d) * bytes_per_element, flash_attention.tiled_io_elements(n, d, sram) * bytes_per_element
     ax.plot([n, n], [here_s, here_t], "*", color=RED, ms=12)
     plain_log_ticks(ax, "B")
     ax.set(xlabel="sequence length N", ylabel="bytes moved (one head)",

@@ -6,7 +6,7 @@ import torch
 from matplotlib.figure import Figure
 
 from course import lora
-from course.viz import BLUE, GREY, ORANGE, RED, count_label, interactive, new_figure, slider
+from course.plots._widgets import BLUE, GREY, ORANGE, RED, count_label, interactive, new_figure, slider
 
 
 def plot_rank_error(rank: int = 4, true_rank: int = 4, noise: float = 0.05, size: int = 64, seed: int = 0) -> Figure:

@@ -8,8 +8,8 @@ import functools
 import numpy as np
 from matplotlib.figure import Figure
 
-from course import kv_cache as kc
-from course.viz import BLUE, GREY, ORANGE, RED, plain_log_ticks, interactive, new_figure, slider
+from course import kv_cache
+from course.plots._widgets import BLUE, GREY, ORANGE, RED, plain_log_ticks, interactive, new_figure, slider
 
 DTYPES = {"fp32": 4, "fp16 / bf16": 2, "fp8 / int8": 1, "int4": 0.5}
 
@@ -19,25 +19,25 @@ def plot_kv_cache(model: str = "Llama-2-7B", context: int = 4096, batch: int = 1
     """The cache of ``batch`` sequences against context length, next to the fp16 weights.
 
     ``n_kv_heads`` overrides the model's (capped at its query heads); 0 keeps the published number."""
-    arch = kc.PUBLISHED[model]
+    arch = kv_cache.PUBLISHED[model]
     if n_kv_heads:
         n_kv_heads = min(n_kv_heads, arch.n_heads)
         arch = dataclasses.replace(arch, n_kv_heads=n_kv_heads)
     contexts = np.array([2**i for i in range(7, 18)])
-    cache = np.array([kc.cache_bytes(arch, int(c), batch, bytes_per_element) for c in contexts]) / 1e9
+    cache = np.array([kv_cache.cache_bytes(arch, int(c), batch, bytes_per_element) for c in contexts]) / 1e9
     weights = arch.params * 2 / 1e9
     fig = new_figure(10, 3.5, left=0.07, wspace=0.35)
     ax, ax_bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
     ax.loglog(contexts, cache, "-", color=BLUE, label=f"KV cache, batch {batch}")
     ax.axhline(weights, color=GREY, ls="--", label=f"fp16 weights: {weights:.1f} GB")
-    here = kc.cache_bytes(arch, context, batch, bytes_per_element) / 1e9
+    here = kv_cache.cache_bytes(arch, context, batch, bytes_per_element) / 1e9
     ax.plot([context], [here], "o", color=RED, ms=8, label=f"{context:,} tokens: {here:.1f} GB")
-    cross = kc.crossover_tokens(arch, batch, bytes_per_element)
+    cross = kv_cache.crossover_tokens(arch, batch, bytes_per_element)
     if contexts[0] <= cross <= contexts[-1]:
         ax.axvline(cross, color=ORANGE, ls=":", label=f"cache = weights at {cross:,} tokens")
     plain_log_ticks(ax)
     ax.set(xlabel="context length (tokens per sequence)", ylabel="GB",
-           title=f"{model} ({arch.kind}): {kc.cache_bytes(arch, 1, 1, bytes_per_element) / 2**10:.0f} KiB per token")
+           title=f"{model} ({arch.kind}): {kv_cache.cache_bytes(arch, 1, 1, bytes_per_element) / 2**10:.0f} KiB per token")
     ax.legend(fontsize=8, loc="upper left")
     ax_bar.bar(["weights", "KV cache"], [weights, here], color=[GREY, BLUE])
     ax_bar.set(ylabel="GB", title=f"at {context:,} tokens x {batch}")
@@ -49,7 +49,7 @@ def plot_kv_cache(model: str = "Llama-2-7B", context: int = 4096, batch: int = 1
 def widget_kv_cache() -> None:
     """Sliders for the model, context, batch, kv heads and cache dtype over :func:`plot_kv_cache`."""
     controls = {
-        "model": slider("Dropdown", options=list(kc.PUBLISHED), value="Llama-2-7B", description="model"),
+        "model": slider("Dropdown", options=list(kv_cache.PUBLISHED), value="Llama-2-7B", description="model"),
         "context": slider("SelectionSlider", options=[2**i for i in range(9, 18)], value=4096, description="context"),
         "batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=1, description="batch"),
         "n_kv_heads": slider("SelectionSlider", options=[("as published", 0)] + [(str(n), n) for n in (1, 2, 4, 8, 16, 32, 64)], value=0,
@@ -60,9 +60,9 @@ def widget_kv_cache() -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _served(capacity_tokens: int, page_size: int | None, n: int, seed: int) -> kc.AllocationResult:
+def _served(capacity_tokens: int, page_size: int | None, n: int, seed: int) -> kv_cache.AllocationResult:
     """One simulation, kept: moving the page size slider re-runs only the paged side."""
-    return kc.simulate_allocation(kc.request_trace(n, seed=seed), capacity_tokens, page_size)
+    return kv_cache.simulate_allocation(kv_cache.request_trace(n, seed=seed), capacity_tokens, page_size)
 
 
 def plot_paging(page_size: int = 16, capacity_tokens: int = 32768, n: int = 200, seed: int = 0) -> Figure:

@@ -97,9 +97,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64
     from course.device import triton_available
 
     if q.is_cuda and triton_available(q.device):
-        from course.kernels import flash
+        from course.kernels import flash_attention as kernel
 
-        return flash.blockwise_attention(q, k, v, block, causal)
+        return kernel.blockwise_attention(q, k, v, block, causal)
     return blockwise_attention(q, k, v, block, causal)
 
 
