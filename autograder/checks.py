@@ -5,14 +5,12 @@ the plain-data result against the course's reference implementation. When the an
 the judge recomputes the common mistakes on the same inputs and names the one that matches.
 
 The grader runs probes in a sandbox and judges here, out of the learner's reach. In a notebook,
-:func:`check` runs the visible checks of one exercise in the learner's own kernel (and all of
-them in the instructor's source), so Colab learners get the same feedback without nbgrader.
+``autograder.check`` (``selfcheck.py``) runs the same checks in the learner's own kernel.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -230,44 +228,3 @@ def judge_raises(result: dict, error: str, why: str) -> Verdict:
     if "returned" in result:
         return Verdict(False, f"returned a result; expected {error}: {why}")
     return outcome(result)[1] or Verdict(False, f"expected {error}")
-
-
-# --- running checks in a notebook --------------------------------------------------------------
-
-VISIBLE_SEED = 2024
-
-
-def run_in_process(check: Check, namespace: dict, seed: int) -> Verdict:
-    """Probe and judge one check against functions in ``namespace`` (the caller's own kernel)."""
-    from autograder import sandbox
-
-    probe = check.probe(np.random.default_rng(seed))
-    try:
-        result = {"returned": wire.encode(sandbox.call(namespace, encode_probe(probe)))}
-    except Exception as error:  # the learner's own error, reported as a hint
-        result = sandbox.describe(error)
-    return check.judge(probe, result)
-
-
-def check(exercise: str, hidden: bool = False, namespace: dict | None = None) -> None:
-    """Run the checks of ``exercise`` on the caller's functions and print one line per check.
-
-    Raises AssertionError when any check fails, so the cell shows that something is left to do.
-    ``hidden=True`` runs every check (the instructor's source does); learners see the visible ones.
-    """
-    from autograder.chapters import exercise_by_id
-
-    namespace = namespace if namespace is not None else inspect.currentframe().f_back.f_globals
-    found = exercise_by_id(exercise)
-    chosen = [c for c in found.checks if hidden or c.visible]
-    failures = 0
-    for index, item in enumerate(chosen):
-        verdict = run_in_process(item, namespace, VISIBLE_SEED + index)
-        mark = "ok  " if verdict.passed else "FAIL"
-        print(f"{mark} {item.what} [{item.points} pt]" + ("" if verdict.passed else f"\n     hint: {verdict.hint}"))
-        failures += not verdict.passed
-    hidden_count = len(found.checks) - len(chosen)
-    if hidden_count:
-        print(f"     ({hidden_count} more checks run when your notebook is graded)")
-    if failures:
-        raise AssertionError(f"{failures} of {len(chosen)} checks of {exercise} failed: read the hints above")

@@ -112,12 +112,24 @@ class KVCache:
         return per_position * self.length
 
 
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) + mask) v, written out: the readable twin of torch's fused kernel."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+def causal_mask(n_q: int, n_k: int, device=None, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """(n_q, stop - start) booleans, True where query i may see key j: j <= i + n_k - n_q.
+
+    The last query sits at the last key, as in decoding with a cache: with 2 queries and 4 keys,
+    query 0 sees keys 0..2 and query 1 all four. ``start`` and ``stop`` keep one block of keys.
+    """
+    rows = torch.arange(n_q, device=device)[:, None]  # (n_q, 1)
+    columns = torch.arange(start, n_k if stop is None else stop, device=device)[None, :]  # (1, stop - start)
+    return columns <= rows + n_k - n_q
+
+
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v with ``mask`` (True: may attend), written out: the readable twin
+    of torch's fused kernel, with the whole (..., Tq, Tk) score matrix in memory."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v  # (B, H, Tq, D)
+    return scores.softmax(dim=-1) @ v  # (..., Tq, D)
 
 
 class Attention(nn.Module):
@@ -145,9 +157,7 @@ class Attention(nn.Module):
         n_rep = cfg.n_heads // cfg.n_kv_heads
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, past + T, D)
         # query i sits at position past + i and sees keys 0 .. past + i
-        mask = None
-        if T > 1:
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
+        mask = causal_mask(T, past + T, x.device) if T > 1 else None  # (T, past + T)
         if self.use_sdpa:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:

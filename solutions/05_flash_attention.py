@@ -203,7 +203,7 @@ plots.widget_io()
 # kernels: each program instance owns a block of queries and a (batch, head), loads it once, and
 # loops over blocks of keys and values with exactly the update you wrote, accumulating in fp32.
 # It has the torch reference's signature, `blockwise_attention(q, k, v, block, causal=False)`,
-# and `course.flash_attention.attention(...)` picks it for CUDA tensors when Triton is installed. The
+# and `course.kernels.attention(...)` picks it for CUDA tensors when Triton is installed. The
 # course's tests run it on the CPU through Triton's interpreter (`TRITON_INTERPRET=1`), so its
 # logic is checked even where there is no GPU.
 

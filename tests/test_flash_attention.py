@@ -36,6 +36,15 @@ def test_blockwise_attention_is_stable_for_large_scores_and_checks_shapes():
         flash_attention.blockwise_attention(q, k, v, 0)
 
 
+def test_the_dispatcher_takes_the_torch_path_for_cpu_tensors():
+    from course import kernels
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 30, 16, generator=g) for _ in range(3))
+    expected = flash_attention.blockwise_attention(q, k, v, 16, causal=True)
+    assert torch.equal(kernels.attention(q, k, v, 16, causal=True), expected)
+
+
 def test_io_model_tiled_moves_less_at_long_sequences():
     sram = 192 * 1024 / 2
     assert flash_attention.tiled_io_elements(16384, 64, sram) < flash_attention.standard_io_elements(16384, 64) / 5

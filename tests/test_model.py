@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course import checkpoints, corpus
-from course.model import KVCache, LanguageModel, ModelConfig, generate, repeat_kv, sample
+from course.model import KVCache, LanguageModel, ModelConfig, causal_mask, generate, repeat_kv, sample
 from course.train import TrainConfig, fixed_windows, loss_on, train
 
 TINY = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=64)
@@ -68,6 +68,11 @@ def test_written_out_attention_equals_the_fused_kernel():
     fused = model(tokens)
     model.set_attention(use_sdpa=False)
     assert (fused - model(tokens)).abs().max() < 1e-5
+
+
+def test_causal_mask_aligns_the_last_query_with_the_last_key():
+    assert causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert torch.equal(causal_mask(5, 9, start=3, stop=7), causal_mask(5, 9)[:, 3:7])
 
 
 def test_causality():

@@ -1,11 +1,11 @@
-"""The chapters the grader knows, read off the release's chapter list: the checks of
-``solutions/NN_<slug>.py`` are the ``EXERCISES`` of ``autograder/chapters/<slug>.py``, in notebook order."""
+"""The chapters the grader knows, read off the chapter list that the release builds from
+(:func:`course.paths.chapter_sources`): the checks of ``solutions/NN_<slug>.py`` are the
+``EXERCISES`` of ``autograder/chapters/<slug>.py``, in notebook order."""
 
 from __future__ import annotations
 
 import importlib
 
-from autograder import release
 from autograder.checks import Exercise
 from course import paths
 
@@ -14,7 +14,7 @@ def _registry() -> dict[str, list[Exercise]]:
     """Chapter name (``03_quantization``) -> its exercises, for every chapter the release builds."""
     return {
         source.stem: importlib.import_module(f"{__name__}.{paths.slug(source)}").EXERCISES
-        for source in release.chapters()
+        for source in paths.chapter_sources()
     }
 
 

@@ -32,7 +32,7 @@ def _judge_alpha(probe, got):
         ("took the maximum: alpha sums min(p, q)", torch.maximum(p, q).sum().item()),
         ("summed p * q: alpha sums min(p, q)", (p * q).sum().item()),
         ("summed min(1, p / q): that is the acceptance probability of each token, not weighted by q",
-         torch.clamp(p / q, max=1).nan_to_num(0).sum().item()),
+         speculative_decoding.acceptance_probabilities(p, q).sum().item()),
         ("returned 1 - sum min(p, q): that is the rejection rate", 1 - torch.minimum(p, q).sum().item()),
     ]
     return judge_number(got, torch.minimum(p, q).sum().item(), mistakes, "the acceptance rate", rel=1e-5)
@@ -88,11 +88,6 @@ TOKENS = Exercise("expected_tokens_per_call", ("expected_tokens_per_call",), [
 
 # --- speculative_token -------------------------------------------------------------------------------
 
-def _leftover(p, q):
-    left = (p - q).clamp(min=0)
-    return left / left.sum()
-
-
 def _outcome_distribution(p, q, accept, resample):
     """Token distribution when x ~ q is accepted with probability accept(x) and otherwise replaced by resample."""
     kept = q * accept
@@ -130,7 +125,7 @@ def _judge_sampling(probe, got):
             return Verdict(False, f"the tokens follow p, but the accepted flag is True {rate:.3f} of the time; "
                                   f"it should be True when the draft's token was kept (alpha = {alpha:.3f})")
         return Verdict(True)
-    ratio = torch.clamp(p / q, max=1).nan_to_num(0)
+    ratio = speculative_decoding.acceptance_probabilities(p, q)
     mistakes = [
         ("always accepted the draft's token: accept with probability min(1, p(x) / q(x))", q),
         ("on rejection it resampled from p: resample from max(0, p - q), normalised",
@@ -138,7 +133,8 @@ def _judge_sampling(probe, got):
         ("on rejection it resampled from q: resample from max(0, p - q), normalised",
          _outcome_distribution(p, q, ratio, q)),
         ("accepted with probability q(x) / p(x): it is min(1, p(x) / q(x))",
-         _outcome_distribution(p, q, torch.clamp(q / p, max=1).nan_to_num(0), _leftover(p, q))),
+         _outcome_distribution(p, q, speculative_decoding.acceptance_probabilities(q, p),
+                               speculative_decoding.residual_distribution(p, q))),
     ]
     worst = int((freq - p).abs().argmax())
     for hint, dist in mistakes:
