@@ -11,7 +11,9 @@ The grader runs probes in a sandbox and judges here, out of the learner's reach.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -32,8 +34,9 @@ class Check:
     """One graded test of one exercise.
 
     ``probe(rng)`` returns ``{"call": name, "args": [...], "kwargs": {...}}`` with torch values,
-    plus ``"scenario"`` when the learner's function is driven by one of ``sandbox.SCENARIOS``;
-    ``judge(probe, result)`` gets that probe back and the decoded result (see :func:`outcome`).
+    plus ``"scenario": function`` when the learner's function (or class) is driven by a function of
+    the chapter's checks (see :func:`scenario_source`); ``judge(probe, result)`` gets that probe
+    back and the decoded result (see :func:`outcome`).
     """
 
     id: str
@@ -58,10 +61,18 @@ class Exercise:
         return sum(c.points for c in self.checks)
 
 
+def scenario_source(scenario: Callable) -> dict:
+    """A scenario as the sandbox gets it: its name and source. A scenario drives the learner's code
+    where a plain call will not do (a class, objects that cannot travel as plain data) and reports
+    plain data; it runs where the course cannot be imported, so it imports what it needs (the
+    standard library, torch) inside itself and uses nothing else of its module."""
+    return {"name": scenario.__name__, "source": textwrap.dedent(inspect.getsource(scenario))}
+
+
 def encode_probe(probe: dict) -> dict:
     return {
         "call": probe["call"],
-        "scenario": probe.get("scenario"),
+        "scenario": scenario_source(probe["scenario"]) if probe.get("scenario") else None,
         "args": [wire.encode(a) for a in probe.get("args", [])],
         "kwargs": {k: wire.encode(v) for k, v in probe.get("kwargs", {}).items()},
     }

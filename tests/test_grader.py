@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from autograder import grade
@@ -107,3 +108,17 @@ def test_command_line_json(instructor_notebooks):
     assert {"notebook", "score", "max_score", "tests"} <= set(report)
     assert report["score"] == report["max_score"] == 16
     assert all({"id", "points", "max_points", "passed", "hint"} <= set(t) for t in report["tests"])
+
+
+def test_scenarios_run_on_their_own():
+    """A scenario travels to the sandbox as text and runs with nothing of its module around it:
+    with the course's own answers, every check that uses one passes."""
+    from autograder.selfcheck import run_in_process
+    from course import lora, speculative_decoding
+
+    answers = {"LoRALinear": lora.LoRALinear, "speculative_token": speculative_decoding.speculative_token}
+    driven = [c for exercises in CHAPTERS.values() for e in exercises for c in e.checks
+              if c.probe(np.random.default_rng(0)).get("scenario")]
+    assert {c.exercise for c in driven} == {"lora_linear", "speculative_token"}
+    for index, check in enumerate(driven):
+        assert run_in_process(check, answers, index).passed, check.id

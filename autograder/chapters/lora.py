@@ -89,10 +89,53 @@ BEST_ERROR = Exercise("best_low_rank_error", ("best_low_rank_error",), [
 
 # --- LoRALinear -------------------------------------------------------------------------------------
 
+def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): wrap an ``nn.Linear`` of
+    ``weight`` and ``bias`` in the learner's ``cls`` and report, step by step, the output before
+    training, which parameters train, the output once A and B are set, and the merged layer's
+    output and type. A failing step is reported and the others still run."""
+    import torch
+    from torch import nn
+
+    def attempt(key: str, make) -> None:
+        try:
+            report[key] = make()
+        except Exception as error:
+            report[key] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+    base = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        base.weight.copy_(weight)
+        if bias is not None:
+            base.bias.copy_(bias)
+    original = base.weight.detach().clone()
+    report: dict = {}
+    layer = cls(base, rank) if alpha is None else cls(base, rank, alpha)
+    attempt("initial", lambda: layer(x).detach())
+    attempt("trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
+    attempt("shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
+
+    def set_factors():
+        with torch.no_grad():
+            layer.lora_A.copy_(lora_A)
+            layer.lora_B.copy_(lora_B)
+        return layer(x).detach()
+
+    attempt("output", set_factors)
+
+    def merged():
+        plain = layer.merge()
+        return {"type": type(plain).__name__, "output": plain(x).detach(),
+                "base_unchanged": bool(torch.equal(base.weight.detach(), original))}
+
+    attempt("merged", merged)
+    return report
+
+
 def _layer_probe(d_in, d_out, rank, alpha, bias):
     def make(rng):
         g = lambda *shape, s=1.0: torch.from_numpy(rng.normal(0, s, size=shape).astype(np.float32))  # noqa: E731
-        return {"call": "LoRALinear", "scenario": "lora_layer",
+        return {"call": "LoRALinear", "scenario": lora_layer,
                 "args": [g(d_out, d_in, s=0.1), g(d_out, s=0.1) if bias else None, rank, alpha, g(5, d_in),
                          g(rank, d_in, s=0.3), g(d_out, rank, s=0.3)]}
 

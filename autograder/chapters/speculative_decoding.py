@@ -94,10 +94,25 @@ def _outcome_distribution(p, q, accept, resample):
     return kept + (1 - kept.sum()) * resample
 
 
+def sampled_tokens(function, target, draft, seed: int, n: int) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): call
+    ``function(target, draft, generator)`` ``n`` times with one seeded generator; the tokens and
+    acceptance flags it returned."""
+    import torch
+
+    generator = torch.Generator().manual_seed(int(seed))
+    tokens, accepted = [], []
+    for _ in range(n):
+        token, ok = function(target, draft, generator)
+        tokens.append(int(token))
+        accepted.append(bool(ok))
+    return {"tokens": torch.tensor(tokens), "accepted": torch.tensor(accepted)}
+
+
 def _sampling_probe(n, fixed=True):
     def make(rng):
         p, q = (FIXED_P, FIXED_Q) if fixed else _pair(rng)
-        return {"call": "speculative_token", "scenario": "sampled_tokens",
+        return {"call": "speculative_token", "scenario": sampled_tokens,
                 "args": [p, q, int(rng.integers(1 << 30)), n]}
 
     return make
