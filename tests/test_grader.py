@@ -17,7 +17,7 @@ from autograder import grade
 from autograder.chapters import CHAPTERS
 from course import paths
 
-from conftest import copy_into
+from conftest import GENEROUS, copy_into
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def batch(instructor_notebooks, tmp_path_factory):
     (folder / "broken").mkdir()
     (folder / "broken" / "03_quantization.ipynb").write_text('{"cells": [')
     out = tmp_path_factory.mktemp("feedback")
-    reports = grade.grade_folder(folder, out, seed=7)
+    reports = grade.grade_folder(folder, out, GENEROUS, seed=7)
     files = sorted(p for p in folder.rglob("*.ipynb"))
     by_learner = {}
     for path, report in zip(files, reports):
@@ -96,13 +96,14 @@ def test_submissions_and_feedback_nested_inside_each_other(instructor_notebooks,
     """As `make autograde` lays them out (both inside the repository): nested hidden folders."""
     folder = tmp_path / "class"
     copy_into(instructor_notebooks["03_quantization"], folder / "ada", "03_quantization.ipynb")
-    reports = grade.grade_folder(folder, folder / "feedback", seed=2)
+    reports = grade.grade_folder(folder, folder / "feedback", GENEROUS, seed=2)
     assert [r.score for r in reports] == [16], reports[0].text()
 
 
 def test_command_line_json(instructor_notebooks):
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(instructor_notebooks["03_quantization"]),
-                           "--json", "--seed", "3"], capture_output=True, text=True, timeout=300)
+                           "--json", "--seed", "3", "--timeout", str(GENEROUS.wall_seconds)],
+                          capture_output=True, text=True, timeout=3600)  # a ceiling for a hang
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert {"notebook", "score", "max_score", "tests"} <= set(report)

@@ -1,8 +1,8 @@
 """Every chapter executes headless: the instructor's source without any error, the student copy
-with errors only in its check cells (the exercises are blank)."""
+with errors only in its check cells (the exercises are blank). How long a chapter takes is a
+benchmark, not a test: `make bench` times every chapter and reports those over the budget."""
 
 import re
-import time
 
 import pytest
 
@@ -10,15 +10,10 @@ from course import paths
 
 from conftest import chapter_names, errors, execute
 
-BUDGET_SECONDS = 120  # a chapter must run in minutes on 2 cores; the goal is 90 s
-
-
 @pytest.mark.parametrize("chapter", chapter_names())
 def test_solution_executes_without_errors(chapter, instructor_notebooks, kernel, artifacts):
-    started = time.monotonic()
     executed = execute(instructor_notebooks[chapter], artifacts / f"{chapter}.solution.ipynb", kernel)
     assert errors(executed) == []
-    assert time.monotonic() - started < BUDGET_SECONDS
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
     from autograder.chapters import CHAPTERS
 
