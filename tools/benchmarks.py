@@ -22,7 +22,7 @@ CHAPTER_BUDGET, COURSE_BUDGET = 90.0, 600.0  # seconds headless, per chapter and
 REPORT = paths.DATA / "performance.json"
 
 
-def quantization(device: torch.device, bound: float) -> None:
+def quantization_speed(device: torch.device, bound: float) -> None:
     print("\n== chapter 3: quantization ==")
     weight = quantization.gaussian_matrix(4096, 4096).to(device)
     seconds = timing.median_seconds(lambda: quantization.quantize_dequantize(weight, 4, 64), device, repeats=5)
@@ -44,7 +44,7 @@ def quantization(device: torch.device, bound: float) -> None:
           f"argmin over 16 levels baseline: {1e3 * naive:.0f} ms; speed-up {naive / nf4:.1f}x")
 
     rows = {dtype: timing.matvec_bandwidth(4096, 4096, dtype, device) for dtype in (torch.float32, torch.bfloat16)}
-    for dtype, row in rows.items():
+    for row in rows.values():
         print(f"matvec 4096x4096 {row['dtype']:8s}: {1e3 * row['seconds']:.2f} ms, {row['gb_per_s']:.1f} GB/s "
               f"= {row['gb_per_s'] / bound:.2f} of memory bandwidth")
     print(f"bf16 / fp32 matvec time: {rows[torch.bfloat16]['seconds'] / rows[torch.float32]['seconds']:.2f} "
@@ -149,13 +149,13 @@ def attention_timing(device: torch.device) -> dict[str, float]:
     print("\n== chapter 5: attention ==")
     ratios = {}
     if device.type == "cuda" and triton_available(device):
-        from course.kernels import flash_attention as kernel
+        from course.kernels import flash_attention as triton_kernel
 
         for n in (1024, 4096, 16384):
             q, k, v = (torch.randn(1, 16, n, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
             sdpa = timing.median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                                         device, repeats=10)
-            kernel = timing.median_seconds(lambda: kernel.blockwise_attention(q, k, v, 64, causal=True), device, repeats=10)
+            kernel = timing.median_seconds(lambda: triton_kernel.blockwise_attention(q, k, v, 64, causal=True), device, repeats=10)
             flops = 4 * 16 * n * n * 64 * 0.5
             ratios[f"triton_vs_sdpa_{n}"] = kernel / sdpa
             print(f"N = {n:5d}, 16 heads of 64, causal, bf16: Triton {1e3 * kernel:.2f} ms "
@@ -258,7 +258,7 @@ def main() -> None:
     bound = timing.memory_bandwidth(device)
     print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
     synchronize(device)
-    quantization(device, bound)
+    quantization_speed(device, bound)
     ratios = decode_roofline(device, bound)
     ratios.update(course_model(device))
     ratios.update(attention_timing(device))
