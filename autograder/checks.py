@@ -14,8 +14,8 @@ import functools
 import inspect
 import math
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -97,7 +97,9 @@ def outcome(result: dict) -> tuple[object, Verdict | None]:
     if "skipped" in result:
         return None, Verdict(False, f"not run: {result['skipped']}")
     if "crashed" in result:
-        return None, Verdict(False, f"the process died while running it: {result['crashed']} (sys.exit, os._exit or a crash?)")
+        return None, Verdict(
+            False, f"the process died while running it: {result['crashed']} (sys.exit, os._exit or a crash?)"
+        )
     return None, Verdict(False, "no result came back")
 
 
@@ -177,8 +179,11 @@ def compare_tensors(
 
 
 def diagnose(
-    got: torch.Tensor, expected: torch.Tensor, mistakes: list[tuple[str, Callable[[], torch.Tensor]]], what: str = "",
-    **tolerances
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    mistakes: list[tuple[str, Callable[[], torch.Tensor]]],
+    what: str = "",
+    **tolerances,
 ) -> Verdict:
     """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference
     (prefixed by ``what``, the name of the compared value, when given)."""
@@ -221,8 +226,10 @@ def judge_number(
     if math.isfinite(value) and math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol):
         return Verdict(True)
     for hint, wrong in mistakes:
-        if math.isfinite(value) and not math.isclose(wrong, expected, rel_tol=rel, abs_tol=abs_tol) and math.isclose(
-            value, wrong, rel_tol=rel, abs_tol=abs_tol
+        if (
+            math.isfinite(value)
+            and not math.isclose(wrong, expected, rel_tol=rel, abs_tol=abs_tol)
+            and math.isclose(value, wrong, rel_tol=rel, abs_tol=abs_tol)
         ):
             return Verdict(False, f"{hint} (expected {fmt(expected)}, got {fmt(value)})")
     return Verdict(False, f"expected {fmt(expected)}, got {fmt(value)}")

@@ -45,9 +45,16 @@ class Report:
     seed: int = 0
 
     def as_json(self) -> dict:
-        return {"notebook": self.notebook, "chapter": self.chapter, "score": self.score, "max_score": self.max_score,
-                "tests": [asdict(t) for t in self.tests], "messages": self.messages,
-                "seconds": round(self.seconds, 2), "seed": self.seed}
+        return {
+            "notebook": self.notebook,
+            "chapter": self.chapter,
+            "score": self.score,
+            "max_score": self.max_score,
+            "tests": [asdict(t) for t in self.tests],
+            "messages": self.messages,
+            "seconds": round(self.seconds, 2),
+            "seed": self.seed,
+        }
 
     def text(self) -> str:
         lines = [f"{self.notebook} ({self.chapter or 'unknown chapter'}): {self.score:g} / {self.max_score:g} points"]
@@ -66,8 +73,9 @@ def _max_score(chapter: str) -> float:
     return float(sum(e.points for e in CHAPTERS.get(chapter, [])))
 
 
-def grade(path: Path, limits: runner.Limits | None = None, seed: int | None = None, hide=(),
-          chapter: str | None = None) -> Report:
+def grade(
+    path: Path, limits: runner.Limits | None = None, seed: int | None = None, hide=(), chapter: str | None = None
+) -> Report:
     """Grade ``path`` in stages: load it, identify its chapter, extract the answers, run them in the
     sandbox, judge what came back, report. Every failure is a message and a score, never an exception.
 
@@ -116,8 +124,15 @@ def extract_answers(submitted: dict, chapter: str, release: dict, messages: list
     return answers
 
 
-def run_in_sandbox(release: dict, answers: notebook.Answers, checks: list[Check], probes: dict[str, dict],
-                   limits: runner.Limits, hide, messages: list[str]) -> runner.Outcome:
+def run_in_sandbox(
+    release: dict,
+    answers: notebook.Answers,
+    checks: list[Check],
+    probes: dict[str, dict],
+    limits: runner.Limits,
+    hide,
+    messages: list[str],
+) -> runner.Outcome:
     """The release's setup cells, the answers and the probes of answered exercises, in a fresh
     sandbox; what went wrong there (isolation, limits, cells that raised) becomes a message."""
     job = {
@@ -139,8 +154,9 @@ def run_in_sandbox(release: dict, answers: notebook.Answers, checks: list[Check]
     return outcome
 
 
-def judge(checks: list[Check], probes: dict[str, dict], answers: notebook.Answers,
-          outcome: runner.Outcome) -> list[TestResult]:
+def judge(
+    checks: list[Check], probes: dict[str, dict], answers: notebook.Answers, outcome: runner.Outcome
+) -> list[TestResult]:
     """Each check's verdict on its probe's result, decided here, out of the learner's reach."""
     results = (outcome.results or {}).get("probes", {})
     tests = []
@@ -154,8 +170,9 @@ def judge(checks: list[Check], probes: dict[str, dict], answers: notebook.Answer
                 verdict = check.judge(probes[check.id], results[check.id])
             except Exception as error:  # a result shaped so oddly that judging it failed
                 verdict = Verdict(False, f"the result could not be judged ({type(error).__name__}: {error})")
-        tests.append(TestResult(check.id, check.points if verdict.passed else 0, check.points, verdict.passed,
-                                verdict.hint))
+        tests.append(
+            TestResult(check.id, check.points if verdict.passed else 0, check.points, verdict.passed, verdict.hint)
+        )
     return tests
 
 
@@ -166,8 +183,14 @@ def finish(report: Report, started: float) -> Report:
     return report
 
 
-def grade_folder(folder: Path, out: Path, limits: runner.Limits | None = None, workers: int | None = None,
-                 seed: int | None = None, chapter: str | None = None) -> list[Report]:
+def grade_folder(
+    folder: Path,
+    out: Path,
+    limits: runner.Limits | None = None,
+    workers: int | None = None,
+    seed: int | None = None,
+    chapter: str | None = None,
+) -> list[Report]:
     """Grade every ``*.ipynb`` under ``folder``; write ``gradebook.csv`` and a feedback file each.
 
     The learner is the first folder under ``folder`` (``folder/alice/03_quantization.ipynb``),
@@ -191,11 +214,20 @@ def grade_folder(folder: Path, out: Path, limits: runner.Limits | None = None, w
     with open(out / "gradebook.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["learner", "notebook", "chapter", "score", "max_score", *ids, "messages"])
-        for path, report in zip(files, reports):
+        for path, report in zip(files, reports, strict=True):
             learner = _learner(folder, path)
             points = {t.id: t.points for t in report.tests}
-            writer.writerow([learner, path.name, report.chapter, report.score, report.max_score,
-                             *[points.get(i, "") for i in ids], " | ".join(report.messages)])
+            writer.writerow(
+                [
+                    learner,
+                    path.name,
+                    report.chapter,
+                    report.score,
+                    report.max_score,
+                    *[points.get(i, "") for i in ids],
+                    " | ".join(report.messages),
+                ]
+            )
             stem = f"{learner}__{path.stem}" if learner != path.stem else learner
             (out / f"{stem}.txt").write_text(report.text() + "\n")
             (out / f"{stem}.json").write_text(json.dumps(report.as_json(), indent=1) + "\n")

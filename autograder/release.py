@@ -75,8 +75,15 @@ def build(sources: list[Path], out: Path) -> list[Path]:
             folder.mkdir(parents=True)
             nbformat.write(instructor_notebook(source), folder / f"{name}.ipynb")
             command = [
-                sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force", "--log-level=ERROR",
-                f"--CourseDirectory.root={root}", f"--CourseDirectory.db_url=sqlite:///{root / 'gradebook.db'}",
+                sys.executable,
+                "-m",
+                "nbgrader",
+                "generate_assignment",
+                name,
+                "--force",
+                "--log-level=ERROR",
+                f"--CourseDirectory.root={root}",
+                f"--CourseDirectory.db_url=sqlite:///{root / 'gradebook.db'}",
             ]
             # nbgrader runs `alembic` from PATH: put this environment's scripts first.
             env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -19,8 +19,9 @@ from course.model import LanguageModel, generate
 
 
 @torch.no_grad()
-def text_loss(model: LanguageModel, tokens: torch.Tensor, seq_len: int = 256, batch: int = 16,
-              max_windows: int | None = None) -> float:
+def text_loss(
+    model: LanguageModel, tokens: torch.Tensor, seq_len: int = 256, batch: int = 16, max_windows: int | None = None
+) -> float:
     """Mean next-byte cross-entropy in nats over non-overlapping ``seq_len`` windows of ``tokens``.
 
     ``max_windows`` evaluates evenly spaced windows only: a quick estimate of the whole text.
@@ -34,11 +35,12 @@ def text_loss(model: LanguageModel, tokens: torch.Tensor, seq_len: int = 256, ba
         starts = starts[torch.linspace(0, n - 1, max_windows).long()]
     total, count = 0.0, 0
     for first in range(0, len(starts), batch):
-        chosen = starts[first:first + batch]
-        windows = torch.stack([tokens[s:s + seq_len + 1] for s in chosen.tolist()]).to(device)  # (b, T + 1)
+        chosen = starts[first : first + batch]
+        windows = torch.stack([tokens[s : s + seq_len + 1] for s in chosen.tolist()]).to(device)  # (b, T + 1)
         logits = model(windows[:, :-1])  # (b, T, vocab)
-        total += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1),
-                                 reduction="sum").item()
+        total += F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1), reduction="sum"
+        ).item()
         count += windows[:, 1:].numel()
     return total / count
 
@@ -103,12 +105,19 @@ def scaling_bend(throughput: dict[int, float], share: float = 0.5) -> int | None
 
 
 @torch.no_grad()
-def decode_tokens_per_second(model: LanguageModel, batch: int = 1, new_tokens: int = 128, prompt_len: int = 8,
-                             use_cache: bool = True, repeats: int = 3) -> float:
+def decode_tokens_per_second(
+    model: LanguageModel,
+    batch: int = 1,
+    new_tokens: int = 128,
+    prompt_len: int = 8,
+    use_cache: bool = True,
+    repeats: int = 3,
+) -> float:
     """Generated tokens per second (all sequences of the batch counted), greedy, after the prompt."""
     prompt = _prompt(model, batch, prompt_len)
     device = model.embed.weight.device
-    total = timing.median_seconds(lambda: generate(model, prompt, new_tokens, use_cache=use_cache), device,
-                                 warmup=1, repeats=repeats)
+    total = timing.median_seconds(
+        lambda: generate(model, prompt, new_tokens, use_cache=use_cache), device, warmup=1, repeats=repeats
+    )
     prefill = timing.median_seconds(lambda: model(prompt), device, warmup=1, repeats=repeats)
     return batch * new_tokens / max(total - prefill, 1e-9)

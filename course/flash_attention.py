@@ -29,11 +29,15 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int |
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise ValueError("q, k and v must be torch tensors")
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"q, k, v must be (..., N, D) with the same number of dimensions; got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must be (..., N, D) with the same number of dimensions; got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or q.shape[:-2] != k.shape[:-2] != v.shape[:-2]:
-        raise ValueError(f"q and k need the same head dim, k and v the same number of keys, and all three the same "
-                         f"leading dims; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"q and k need the same head dim, k and v the same number of keys, and all three the same "
+            f"leading dims; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
         raise ValueError(f"block must be a positive whole number of keys, got {block!r}")
 
@@ -46,8 +50,9 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return attention_reference(q, k, v, mask)  # (..., N_q, D)
 
 
-def online_softmax_update(m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, scores: torch.Tensor,
-                          v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def online_softmax_update(
+    m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, scores: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one block of keys into the running state.
 
     ``m, l``: (..., N_q, 1) running maximum and normaliser; ``o``: (..., N_q, D) running (not yet
@@ -61,7 +66,9 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, sco
     return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
 
 
-def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False) -> torch.Tensor:
+def blockwise_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False
+) -> torch.Tensor:
     """Exact softmax attention computed ``block`` keys at a time, never forming the score matrix."""
     check_shapes(q, k, v, block)
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -70,11 +77,11 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block
     l = torch.zeros_like(m)
     o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)  # (..., N_q, D)
     for start in range(0, n_k, block):
-        scores = q @ k[..., start:start + block, :].transpose(-2, -1) * scale  # (..., N_q, b)
+        scores = q @ k[..., start : start + block, :].transpose(-2, -1) * scale  # (..., N_q, b)
         if causal:
             visible = causal_mask(n_q, n_k, q.device, start, min(start + block, n_k))  # (N_q, b)
             scores = scores.masked_fill(~visible, float("-inf"))
-        m, l, o = online_softmax_update(m, l, o, scores, v[..., start:start + block, :])
+        m, l, o = online_softmax_update(m, l, o, scores, v[..., start : start + block, :])
     return o / l
 
 
@@ -84,12 +91,13 @@ def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block: int)
     o = torch.zeros(1, values.shape[-1])
     states = []
     for start in range(0, len(scores), block):
-        m, l, o = online_softmax_update(m, l, o, scores[None, start:start + block], values[start:start + block])
+        m, l, o = online_softmax_update(m, l, o, scores[None, start : start + block], values[start : start + block])
         states.append({"m": m.item(), "l": l.item(), "o": o[0].clone(), "seen": min(start + block, len(scores))})
     return states
 
 
 # --- FlashAttention's IO model ------------------------------------------------------------------
+
 
 def standard_io_elements(n: int, d: int) -> float:
     """Slow-memory traffic of standard attention, in elements: read Q, K, V; write and re-read the

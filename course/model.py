@@ -123,7 +123,9 @@ def causal_mask(n_q: int, n_k: int, device=None, start: int = 0, stop: int | Non
     return columns <= rows + n_k - n_q
 
 
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v with ``mask`` (True: may attend), written out: the readable twin
     of torch's fused kernel, with the whole (..., Tq, Tk) score matrix in memory."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
@@ -220,11 +222,13 @@ class LanguageModel(nn.Module):
         B, T = tokens.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.max_seq_len:
-            raise ValueError(f"{start + T} positions exceed the model's {self.config.max_seq_len}; "
-                             "generate fewer tokens or crop the prompt")
+            raise ValueError(
+                f"{start + T} positions exceed the model's {self.config.max_seq_len}; "
+                "generate fewer tokens or crop the prompt"
+            )
         if cache is not None and start + T > cache.max_len:
             raise ValueError(f"the KV cache holds {cache.max_len} positions, {start + T} needed")
-        cos, sin = self.rope_cos[start:start + T], self.rope_sin[start:start + T]  # (T, D)
+        cos, sin = self.rope_cos[start : start + T], self.rope_sin[start : start + T]  # (T, D)
         x = self.embed(tokens)  # (B, T, C)
         for index, block in enumerate(self.blocks):
             x = block(x, cos, sin, cache, index)
@@ -242,8 +246,9 @@ class LanguageModel(nn.Module):
             block.attn.use_sdpa = use_sdpa
 
 
-def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
-           generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Next tokens (B,) from last-position logits (B, vocab): greedy at temperature 0."""
     if temperature < 0:
         raise ValueError(f"temperature must be 0 (greedy) or positive, got {temperature}")
@@ -260,9 +265,16 @@ def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = N
 
 
 @torch.no_grad()
-def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
-             top_k: int | None = None, use_cache: bool = True, generator: torch.Generator | None = None,
-             return_logits: bool = False):
+def generate(
+    model: LanguageModel,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    return_logits: bool = False,
+):
     """Continue ``prompt`` (B, T) by ``max_new_tokens`` tokens; returns (B, T + new).
 
     With ``use_cache`` the prompt is run once (prefill) and each step feeds only its new token;

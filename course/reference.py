@@ -13,7 +13,7 @@ import argparse
 import importlib
 import json
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from course import paths
 

@@ -70,8 +70,9 @@ def speculative_token(target: torch.Tensor, draft: torch.Tensor, generator: torc
     return verify(target, draft, x, generator)
 
 
-def simulate_tokens_per_call(target: torch.Tensor, draft: torch.Tensor, draft_length: int, calls: int,
-                             seed: int = 0) -> float:
+def simulate_tokens_per_call(
+    target: torch.Tensor, draft: torch.Tensor, draft_length: int, calls: int, seed: int = 0
+) -> float:
     """Average tokens per target call when every position has the same p and q.
 
     The rule of :func:`verify`, vectorised over calls: proposals x ~ q, each accepted with
@@ -95,8 +96,15 @@ def _distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def speculative_generate(target: LanguageModel, draft: LanguageModel, prompt: torch.Tensor, k: int,
-                         max_new_tokens: int, temperature: float = 1.0, generator: torch.Generator | None = None) -> dict:
+def speculative_generate(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: torch.Tensor,
+    k: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict:
     """Generate with ``draft`` proposing ``k`` tokens per round and ``target`` verifying them in one call.
 
     Returns ``{"tokens": (1, T + new), "target_calls", "draft_calls", "accepted": per-position
@@ -121,15 +129,15 @@ def speculative_generate(target: LanguageModel, draft: LanguageModel, prompt: to
     while len(tokens) < goal:
         n = len(tokens)
         proposed, q = [], []
-        fresh = tokens[d_cache.length:]  # what the draft has not seen yet (at least the last token)
+        fresh = tokens[d_cache.length :]  # what the draft has not seen yet (at least the last token)
         for _ in range(k):
             logits = draft(torch.tensor([fresh], device=device), d_cache)[0, -1]
             stats["draft_calls"] += 1
             q.append(_distribution(logits, temperature).cpu())
             proposed.append(int(torch.multinomial(q[-1], 1, generator=generator)))
             fresh = proposed[-1:]
-        feed = tokens[t_cache.length:] + proposed
-        logits = target(torch.tensor([feed], device=device), t_cache)[0, -(k + 1):]  # (k + 1, vocab)
+        feed = tokens[t_cache.length :] + proposed
+        logits = target(torch.tensor([feed], device=device), t_cache)[0, -(k + 1) :]  # (k + 1, vocab)
         stats["target_calls"] += 1
         p = _distribution(logits, temperature).cpu()
         accepted = 0
@@ -147,4 +155,3 @@ def speculative_generate(target: LanguageModel, draft: LanguageModel, prompt: to
         t_cache.length = n + accepted  # keep what was verified; the correction is fed next round
         d_cache.length = min(d_cache.length, n + accepted)
     return {"tokens": torch.tensor([tokens[:goal]], device=device), **stats}
-

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -47,8 +47,12 @@ def matvec_bandwidth(rows: int, cols: int, dtype: torch.dtype, device: torch.dev
     x = torch.randn(cols, 1, generator=generator).to(device=device, dtype=dtype)
     seconds = median_seconds(lambda: weight @ x, device, repeats=repeats)
     n_bytes = weight.numel() * weight.element_size()
-    return {"dtype": str(dtype).replace("torch.", ""), "seconds": seconds, "bytes": n_bytes,
-            "gb_per_s": gb_per_s(n_bytes, seconds)}
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "seconds": seconds,
+        "bytes": n_bytes,
+        "gb_per_s": gb_per_s(n_bytes, seconds),
+    }
 
 
 def memory_bandwidth(device: torch.device, n_bytes: int = 256 * 2**20) -> float:

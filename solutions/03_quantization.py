@@ -97,6 +97,7 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "quantize_dequantize", "locked": false, "schema_version": 3, "solution": true}
 def quantize_dequantize(weight, bits, group_size=None):
     """Round-trip `weight` (rows, cols) through symmetric `bits`-bit codes, per row or per group."""
@@ -112,6 +113,7 @@ def quantize_dequantize(weight, bits, group_size=None):
     codes = torch.round(grouped / scale).clamp(-levels, levels)
     return (codes * scale).reshape(rows, cols)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quantize_dequantize", "locked": true, "points": 8, "schema_version": 3, "solution": false}
 from autograder import check
@@ -131,12 +133,14 @@ check("quantize_dequantize", hidden=True)
 #
 # Return a Python `float` (`.item()` turns a one-element tensor into one).
 
+
 # %% nbgrader={"grade": false, "grade_id": "relative_error", "locked": false, "schema_version": 3, "solution": true}
 def relative_error(weight, approx):
     """||weight - approx|| / ||weight||, Frobenius norms, as a float."""
     ### BEGIN SOLUTION
     return ((weight - approx).norm() / weight.norm()).item()
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_relative_error", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("relative_error")
@@ -159,7 +163,10 @@ plots.plot_bits_sweep(clean)
 # %%
 for bits in (8, 4, 3):
     for group in (None, 32):
-        worst = ((quantization.quantize_dequantize(spiky, bits, group) - spiky).abs() / quantization.half_step(spiky, bits, group)).max()
+        worst = (
+            (quantization.quantize_dequantize(spiky, bits, group) - spiky).abs()
+            / quantization.half_step(spiky, bits, group)
+        ).max()
         print(f"int{bits} {'per row ' if group is None else 'group 32'}: worst error = {worst:.3f} half-steps")
 
 # %% [markdown]
@@ -175,7 +182,9 @@ example = quantization.outlier_row_example(outlier=4.2)
 print(f"int8 step without the outlier: {example['scale_before']:.5f}")
 print(f"int8 step with it:             {example['scale_after']:.5f}  ({example['scale_ratio']:.1f}x coarser)")
 print(f"error of the outlier itself:   {example['outlier_error']:.5f}  (it defines the scale, so it is exact)")
-print(f"error of the other 63 weights: {100 * example['rest_error_before']:.2f}% -> {100 * example['rest_error_after']:.2f}%")
+print(
+    f"error of the other 63 weights: {100 * example['rest_error_before']:.2f}% -> {100 * example['rest_error_after']:.2f}%"
+)
 print(f"share of them rounded to zero: {100 * example['zeroed_before']:.0f}% -> {100 * example['zeroed_after']:.0f}%")
 plots.plot_outlier_row(4.2)
 
@@ -192,7 +201,10 @@ for key in errors_spiky:
     print(f"{key:10s} with outliers {100 * errors_spiky[key]:5.2f}%   without {100 * errors_clean[key]:5.2f}%")
 ratio = errors_spiky["int8_row"] / errors_clean["int8_row"]
 print(f"\noutlier columns multiply the int8 per-row error by {ratio:.1f}")
-assert abs(ratio - numbers["outlier_error_ratio_int8_row"]["value"]) <= numbers["outlier_error_ratio_int8_row"]["tolerance"]
+assert (
+    abs(ratio - numbers["outlier_error_ratio_int8_row"]["value"])
+    <= numbers["outlier_error_ratio_int8_row"]["tolerance"]
+)
 plots.plot_granularity_bars(errors_spiky, errors_clean)
 
 # %% [markdown]
@@ -222,12 +234,14 @@ plots.widget_quantization()
 # Write `effective_bits(bits, group_size, scale_bits=16)`: the bits stored per weight, counting
 # the scale that each group of `group_size` weights shares.
 
+
 # %% nbgrader={"grade": false, "grade_id": "effective_bits", "locked": false, "schema_version": 3, "solution": true}
 def effective_bits(bits, group_size, scale_bits=16):
     """Bits per weight including the group's share of one `scale_bits`-bit scale."""
     ### BEGIN SOLUTION
     return bits + scale_bits / group_size
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_effective_bits", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("effective_bits")
@@ -260,6 +274,7 @@ assert quantization.effective_bits(4, 64) == numbers["int4_g64_fp16_bits"]["valu
 #
 # Round before you convert: `.to(torch.int8)` on its own truncates.
 
+
 # %% nbgrader={"grade": false, "grade_id": "int8", "locked": false, "schema_version": 3, "solution": true}
 def quantize_int8(weight):
     """Per-row symmetric int8: (codes as torch.int8, scale of shape (rows, 1))."""
@@ -277,6 +292,7 @@ def dequantize_int8(codes, scale):
     return codes.float() * scale.float()
     ### END SOLUTION
 
+
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_int8", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("int8")
 ### BEGIN HIDDEN TESTS
@@ -292,7 +308,9 @@ codes8, scale8 = quantization.quantize_int8(layer)
 stored = codes8.numel() * codes8.element_size() + scale8.numel() * 2  # scales kept in fp16
 for name, n_bytes in (("fp32", layer.numel() * 4), ("bf16", layer.numel() * 2), ("int8 + fp16 scales", stored)):
     print(f"{name:18s} {n_bytes / 2**20:6.2f} MiB per 1024 x 4096 block")
-print(f"relative error of the int8 copy: {100 * quantization.relative_error(layer, quantization.dequantize_int8(codes8, scale8)):.2f}%")
+print(
+    f"relative error of the int8 copy: {100 * quantization.relative_error(layer, quantization.dequantize_int8(codes8, scale8)):.2f}%"
+)
 
 # %% [markdown]
 # ## 6. NF4: levels where the weights are
@@ -331,8 +349,10 @@ exact = x @ w.T
 plain = quantization.int8_matmul(x, w)
 mixed, outlier_columns = quantization.int8_matmul_with_outliers(x, w, threshold=6.0)
 print(f"int8 everywhere:           {100 * quantization.relative_error(exact, plain):.2f}% error")
-print(f"outlier features in float: {100 * quantization.relative_error(exact, mixed):.2f}% error "
-      f"({len(outlier_columns)} of {x.shape[1]} features kept in float)")
+print(
+    f"outlier features in float: {100 * quantization.relative_error(exact, mixed):.2f}% error "
+    f"({len(outlier_columns)} of {x.shape[1]} features kept in float)"
+)
 
 # %% [markdown]
 # ## 8. The course model, quantized
@@ -388,8 +408,10 @@ rows = []
 for dtype in (torch.float32, torch.bfloat16):
     result = timing.matvec_bandwidth(MEASURE_SIZE, MEASURE_SIZE, dtype, device)
     rows.append(result)
-    print(f"{result['dtype']:9s} {result['bytes'] / 2**20:6.1f} MiB  {1e3 * result['seconds']:7.3f} ms  "
-          f"{result['gb_per_s']:6.1f} GB/s effective")
+    print(
+        f"{result['dtype']:9s} {result['bytes'] / 2**20:6.1f} MiB  {1e3 * result['seconds']:7.3f} ms  "
+        f"{result['gb_per_s']:6.1f} GB/s effective"
+    )
 print(f"bfloat16 / float32 time: {rows[1]['seconds'] / rows[0]['seconds']:.2f} (the bytes halve)")
 
 # %% [markdown]

@@ -67,12 +67,14 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "kv_cache_bytes", "locked": false, "schema_version": 3, "solution": true}
 def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):
     """Bytes of keys and values cached for `batch` sequences of `seq_len` tokens."""
     ### BEGIN SOLUTION
     return int(2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
@@ -88,9 +90,11 @@ check("kv_cache_bytes", hidden=True)
 # %%
 for name, arch in kv_cache.PUBLISHED.items():
     per_token = kv_cache.cache_bytes(arch, 1)
-    print(f"{name:12s} {arch.kind:28s} {per_token / 2**10:5.0f} KiB/token   32k tokens: "
-          f"{kv_cache.cache_bytes(arch, 32768) / 1e9:5.1f} GB   weights {arch.params * 2 / 1e9:5.1f} GB   "
-          f"cache = weights at {kv_cache.crossover_tokens(arch):,} tokens")
+    print(
+        f"{name:12s} {arch.kind:28s} {per_token / 2**10:5.0f} KiB/token   32k tokens: "
+        f"{kv_cache.cache_bytes(arch, 32768) / 1e9:5.1f} GB   weights {arch.params * 2 / 1e9:5.1f} GB   "
+        f"cache = weights at {kv_cache.crossover_tokens(arch):,} tokens"
+    )
 
 # %% [markdown]
 # ### Try it
@@ -119,6 +123,7 @@ plots.widget_kv_cache()
 #
 # $$ \text{output} = \operatorname{softmax}\left(\frac{K q}{\sqrt{D}}\right)^{\!\top} V, \qquad K, V \text{ the caches after appending.} $$
 
+
 # %% nbgrader={"grade": false, "grade_id": "attention_step", "locked": false, "schema_version": 3, "solution": true}
 def attention_step(q, k, v, cache_k, cache_v):
     """One cached decoding step of single-head attention: (output, cache_k, cache_v)."""
@@ -128,6 +133,7 @@ def attention_step(q, k, v, cache_k, cache_v):
     weights = torch.softmax(cache_k @ q / math.sqrt(q.shape[-1]), dim=0)  # (t + 1,)
     return weights @ cache_v, cache_k, cache_v
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_attention_step", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("attention_step")
@@ -148,7 +154,9 @@ outputs = []
 for t in range(T):
     out, cache_k, cache_v = kv_cache.attention_step(q_all[t], k_all[t], v_all[t], cache_k, cache_v)
     outputs.append(out)
-difference = (torch.stack(outputs) - flash_attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
+difference = (
+    (torch.stack(outputs) - flash_attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
+)
 print(f"{T} cached steps against one causal pass: largest difference {difference:.1e}")
 
 # %% [markdown]
@@ -160,8 +168,10 @@ target = checkpoints.load("target").to(device)
 prompt = corpus.encode("MACBETH:\n")[None].to(device)
 cached, cached_logits = generate(target, prompt, 40, use_cache=True, return_logits=True)
 uncached, uncached_logits = generate(target, prompt, 40, use_cache=False, return_logits=True)
-print(f"same tokens: {torch.equal(cached, uncached)}; largest logit difference: "
-      f"{(cached_logits - uncached_logits).abs().max().item():.1e}")
+print(
+    f"same tokens: {torch.equal(cached, uncached)}; largest logit difference: "
+    f"{(cached_logits - uncached_logits).abs().max().item():.1e}"
+)
 print(corpus.decode(cached[0].cpu()))
 
 # %% [markdown]
@@ -181,8 +191,15 @@ B, H, K, T, D = 1, 8, 2, 16, 32
 q = torch.randn(B, H, T, D, generator=generator)
 k, v = torch.randn(B, K, T, D, generator=generator), torch.randn(B, K, T, D, generator=generator)
 gqa = torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, H // K), repeat_kv(v, H // K), is_causal=True)
-per_head = torch.stack([torch.nn.functional.scaled_dot_product_attention(
-    q[:, h], k[:, h // (H // K)], v[:, h // (H // K)], is_causal=True) for h in range(H)], dim=1)
+per_head = torch.stack(
+    [
+        torch.nn.functional.scaled_dot_product_attention(
+            q[:, h], k[:, h // (H // K)], v[:, h // (H // K)], is_causal=True
+        )
+        for h in range(H)
+    ],
+    dim=1,
+)
 print(f"GQA equals MHA with repeated key-value heads: largest difference {(gqa - per_head).abs().max().item():.1e}")
 config = target.config
 for name, heads in (("MHA", config.n_heads), ("GQA (as trained)", config.n_kv_heads), ("MQA", 1)):
@@ -210,12 +227,14 @@ for name, heads in (("MHA", config.n_heads), ("GQA (as trained)", config.n_kv_he
 # Write `pages_needed(lengths, page_size)`: how many pages of `page_size` tokens sequences of the
 # given lengths occupy. Each sequence has its own pages, and a partly filled page counts whole.
 
+
 # %% nbgrader={"grade": false, "grade_id": "pages_needed", "locked": false, "schema_version": 3, "solution": true}
 def pages_needed(lengths, page_size):
     """Pages of `page_size` tokens that sequences of `lengths` tokens occupy, each its own."""
     ### BEGIN SOLUTION
     return sum(math.ceil(n / page_size) for n in lengths)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_pages_needed", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("pages_needed")
@@ -236,8 +255,10 @@ trace = kv_cache.request_trace(200)
 for page in (None, 256, 64, 16):
     result = kv_cache.simulate_allocation(trace, 32768, page)
     name = "contiguous" if page is None else f"pages of {page}"
-    print(f"{name:14s} memory used for tokens {100 * result.used_share:5.1f}%   "
-          f"sequences at once {result.mean_batch:5.1f}   steps {result.steps:5d}   preemptions {result.preemptions}")
+    print(
+        f"{name:14s} memory used for tokens {100 * result.used_share:5.1f}%   "
+        f"sequences at once {result.mean_batch:5.1f}   steps {result.steps:5d}   preemptions {result.preemptions}"
+    )
 
 # %% [markdown]
 # More sequences in the same memory means larger decode batches, and chapter 1 showed what
@@ -280,7 +301,7 @@ with_cache, without_cache = [], []
 for length in tqdm(GEN_LENGTHS, desc="generating"):
     with_cache.append(seconds(length, True))
     without_cache.append(seconds(length, False))
-for length, a, b in zip(GEN_LENGTHS, with_cache, without_cache):
+for length, a, b in zip(GEN_LENGTHS, with_cache, without_cache, strict=True):
     print(f"{length:4d} tokens: cache {a:6.2f} s, no cache {b:6.2f} s: {b / a:5.1f}x")
 plots.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
 

@@ -38,7 +38,7 @@ import math
 import torch
 
 from course import flash_attention, timing
-from course.device import best_device, describe, synchronize, triton_available
+from course.device import best_device, describe, triton_available
 from course.plots import flash_attention as plots
 
 device = best_device()
@@ -80,6 +80,7 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "online_softmax_update", "locked": false, "schema_version": 3, "solution": true}
 def online_softmax_update(m, l, o, scores, v):
     """Fold one block of scores (n_q, block) and values (block, D) into the running (m, l, o)."""
@@ -89,6 +90,7 @@ def online_softmax_update(m, l, o, scores, v):
     p = torch.exp(scores - m_new)
     return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_online_softmax_update", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
@@ -129,6 +131,7 @@ plots.widget_online_softmax()
 # forming the full `(n_q, n_k)` score matrix. It must equal ordinary softmax attention for every
 # block size, and survive large scores.
 
+
 # %% nbgrader={"grade": false, "grade_id": "blockwise_attention", "locked": false, "schema_version": 3, "solution": true}
 def blockwise_attention(q, k, v, block):
     """Exact softmax attention, one block of `block` keys at a time."""
@@ -137,10 +140,11 @@ def blockwise_attention(q, k, v, block):
     l = torch.zeros(q.shape[0], 1, dtype=q.dtype)
     o = torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
     for start in range(0, k.shape[0], block):
-        scores = q @ k[start:start + block].T / math.sqrt(q.shape[-1])
-        m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
+        scores = q @ k[start : start + block].T / math.sqrt(q.shape[-1])
+        m, l, o = online_softmax_update(m, l, o, scores, v[start : start + block])
     return o / l
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_blockwise_attention", "locked": true, "points": 6, "schema_version": 3, "solution": false}
 check("blockwise_attention")
@@ -158,12 +162,16 @@ generator = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(2, 4, 100, 32, generator=generator) for _ in range(3))  # (B, H, N, D)
 for causal in (False, True):
     reference = flash_attention.naive_attention(q, k, v, causal=causal)
-    worst = max((flash_attention.blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
-                for b in (1, 7, 16, 64, 100, 128))
+    worst = max(
+        (flash_attention.blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
+        for b in (1, 7, 16, 64, 100, 128)
+    )
     print(f"causal={causal!s:5}: largest difference over blocks 1, 7, 16, 64, 100, 128: {worst:.1e}")
 big = flash_attention.blockwise_attention(q * 100, k, v, 16)
-print(f"scores around +-1000: finite output {bool(torch.isfinite(big).all())}, "
-      f"difference {(big - flash_attention.naive_attention(q * 100, k, v)).abs().max().item():.1e}")
+print(
+    f"scores around +-1000: finite output {bool(torch.isfinite(big).all())}, "
+    f"difference {(big - flash_attention.naive_attention(q * 100, k, v)).abs().max().item():.1e}"
+)
 
 # %% [markdown]
 # ## 3. Why tiles are faster: counting memory traffic
@@ -200,12 +208,21 @@ if triton_available(device) and device.type == "cuda":
     from course.kernels import flash_attention as kernel
 
     qg, kg, vg = (torch.randn(1, 8, 1024, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
-    difference = (kernel.blockwise_attention(qg, kg, vg, 64, causal=True).float()
-                  - flash_attention.naive_attention(qg.float(), kg.float(), vg.float(), causal=True)).abs().max().item()
+    difference = (
+        (
+            kernel.blockwise_attention(qg, kg, vg, 64, causal=True).float()
+            - flash_attention.naive_attention(qg.float(), kg.float(), vg.float(), causal=True)
+        )
+        .abs()
+        .max()
+        .item()
+    )
     print(f"Triton kernel against the reference (bf16): largest difference {difference:.1e}")
 else:
-    print("No CUDA GPU with Triton here: the chapter uses the torch reference. "
-          "In Colab, choose a GPU runtime to run the kernel.")
+    print(
+        "No CUDA GPU with Triton here: the chapter uses the torch reference. "
+        "In Colab, choose a GPU runtime to run the kernel."
+    )
 
 # %% [markdown]
 # ## 5. Measured on this machine

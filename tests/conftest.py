@@ -54,8 +54,11 @@ def kernel() -> str:
 
     specs = KernelSpecManager().find_kernel_specs()
     if KERNEL not in specs or not Path(specs[KERNEL]).resolve().is_relative_to(Path(sys.prefix).resolve()):
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL],
+            check=True,
+            capture_output=True,
+        )
     return KERNEL
 
 
@@ -69,8 +72,14 @@ def execute(notebook: Path, output: Path, kernel: str, timeout: int = CELL_CEILI
     from papermill.exceptions import PapermillExecutionError
 
     try:
-        papermill.execute_notebook(str(notebook), str(output), kernel_name=kernel, cwd=str(paths.NOTEBOOKS),
-                                   execution_timeout=timeout, progress_bar=False)
+        papermill.execute_notebook(
+            str(notebook),
+            str(output),
+            kernel_name=kernel,
+            cwd=str(paths.NOTEBOOKS),
+            execution_timeout=timeout,
+            progress_bar=False,
+        )
     except PapermillExecutionError:
         pass
     return json.loads(output.read_text())
@@ -129,7 +138,7 @@ def planted_reports(request, instructor_notebooks, tmp_path_factory) -> dict:
         (folder / name / f"{chapter}.ipynb").write_text(json.dumps(notebook))
     reports = grade.grade_folder(folder, tmp_path_factory.mktemp(f"feedback-{slug}"), GENEROUS, seed=7)
     files = sorted(folder.rglob("*.ipynb"))
-    return {grade._learner(folder, path): report for path, report in zip(files, reports)}
+    return {grade._learner(folder, path): report for path, report in zip(files, reports, strict=True)}
 
 
 def assert_named(report, planted: Planted) -> None:

@@ -26,7 +26,8 @@ import pytest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium: install it with `apt-get install chromium` (as root), then rerun")
+    CHROMIUM is None, reason="no Chromium: install it with `apt-get install chromium` (as root), then rerun"
+)
 CEILING_MS = 15 * 60_000  # the longest any one event may take to come: a hang, not a slow machine
 # The code cells that have run ([n] in their prompt), and all of them.
 PROMPTS = "[...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.innerText)"
@@ -61,10 +62,24 @@ def lab(instructor_notebooks, kernel, tmp_path_factory):
     (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--allow-root",
-         "--IdentityProvider.token=", "--ServerApp.password=", "--LabApp.expose_app_in_browser=True",
-         f"--notebook-dir={folder}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings)})
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--allow-root",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            "--LabApp.expose_app_in_browser=True",
+            f"--notebook-dir={folder}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings)},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + CEILING_MS / 1000
     while not _answers(f"{url}/api/status"):
@@ -97,7 +112,11 @@ def browser():
 def _slider_images(page, label: str):
     """The slider whose description is ``label``, and the image shown under its widget."""
     box = page.locator(".widget-vbox").filter(has=page.locator(".widget-label", has_text=label)).last
-    return box.locator(".noUi-handle").first, box.locator(".widget-output img").first, box.locator(".widget-readout").first
+    return (
+        box.locator(".noUi-handle").first,
+        box.locator(".widget-output img").first,
+        box.locator(".widget-readout").first,
+    )
 
 
 @contextlib.contextmanager
@@ -134,15 +153,21 @@ def test_run_all_move_a_slider_and_the_chart_changes(lab, browser, artifacts, ch
         before_src, before_value = image.get_attribute("src"), readout.inner_text()
         handle.focus()
         page.keyboard.press("ArrowRight")
-        page.wait_for_function("([el, old]) => el.innerText !== old", arg=[readout.element_handle(), before_value],
-                               timeout=CEILING_MS)
+        page.wait_for_function(
+            "([el, old]) => el.innerText !== old", arg=[readout.element_handle(), before_value], timeout=CEILING_MS
+        )
         # the output widget replaces its image: look it up again each time, until its picture differs
         box = image.evaluate_handle("img => img.closest('.widget-output')")
-        page.wait_for_function("([box, old]) => { const img = box.querySelector('img'); return img && img.src !== old; }",
-                               arg=[box, before_src], timeout=CEILING_MS)
+        page.wait_for_function(
+            "([box, old]) => { const img = box.querySelector('img'); return img && img.src !== old; }",
+            arg=[box, before_src],
+            timeout=CEILING_MS,
+        )
         page.screenshot(path=str(artifacts / f"browser-{chapter}-slider.png"), full_page=False)
         assert image.get_attribute("src") != before_src
-        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText, "
-                              ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+        errors = page.locator(
+            ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .jp-RenderedText, "
+            ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']"
+        )
         assert errors.count() == 0, errors.first.inner_text()[:2000]
     page.close()

@@ -21,8 +21,11 @@ from conftest import Planted, assert_named
 def test_blockwise_attention_is_exact(block, causal):
     g = torch.Generator().manual_seed(block)
     q, k, v = (torch.randn(2, 3, 100, 16, generator=g, dtype=torch.float64) for _ in range(3))
-    assert torch.allclose(flash_attention.blockwise_attention(q, k, v, block, causal), flash_attention.naive_attention(q, k, v, causal),
-                          atol=1e-12)
+    assert torch.allclose(
+        flash_attention.blockwise_attention(q, k, v, block, causal),
+        flash_attention.naive_attention(q, k, v, causal),
+        atol=1e-12,
+    )
 
 
 def test_blockwise_attention_is_stable_for_large_scores_and_checks_shapes():
@@ -61,7 +64,8 @@ TRITON_SCRIPT = textwrap.dedent("""
              ((2, 50, 16), False, 16), ((1, 1, 40, 16), False, 128)]
     for shape, causal, block in cases:
         q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
-        error = (kernel.blockwise_attention(q, k, v, block, causal) - flash_attention.naive_attention(q, k, v, causal)).abs().max()
+        expected = flash_attention.naive_attention(q, k, v, causal)
+        error = (kernel.blockwise_attention(q, k, v, block, causal) - expected).abs().max()
         assert error < 1e-5, (shape, causal, block, float(error))
     try:
         kernel.blockwise_attention(q, k, v, 24)
@@ -81,11 +85,16 @@ def test_triton_kernel_matches_the_reference_in_the_interpreter():
     assert done.returncode == 0 and "ok 5" in done.stdout, done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("draw", [
-    lambda: plots.plot_online_softmax(step=3, block=4),
-    lambda: plots.plot_io(n=16384, d=128, sram_kib=100),
-    lambda: plots.plot_attention_timing([128, 256], {"a": [1e-3, 3e-3], "b": [2e-3, 4e-3]}, {"a": [1.0, 4.0], "b": [0.5, 1.0]}),
-])
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_online_softmax(step=3, block=4),
+        lambda: plots.plot_io(n=16384, d=128, sram_kib=100),
+        lambda: plots.plot_attention_timing(
+            [128, 256], {"a": [1e-3, 3e-3], "b": [2e-3, 4e-3]}, {"a": [1.0, 4.0], "b": [0.5, 1.0]}
+        ),
+    ],
+)
 def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
@@ -107,11 +116,20 @@ def blockwise_attention(q, k, v, block):
     return o / l
 """
 PLANTED = {  # blockwise_attention calls the learner's own online_softmax_update
-    "flash_no_rescale": Planted("online_softmax_update", BLOCKWISE.format(correction="torch.ones_like(m)", shift="m_new"),
-                                {"online_softmax_update.larger", "blockwise_attention.block16"}, "rescaled",
-                                calls_it={"blockwise_attention"}),
-    "flash_overflow": Planted("online_softmax_update", BLOCKWISE.format(correction="torch.ones_like(m)", shift="0"),
-                              {"blockwise_attention.large_scores"}, "overflows", calls_it={"blockwise_attention"}),
+    "flash_no_rescale": Planted(
+        "online_softmax_update",
+        BLOCKWISE.format(correction="torch.ones_like(m)", shift="m_new"),
+        {"online_softmax_update.larger", "blockwise_attention.block16"},
+        "rescaled",
+        calls_it={"blockwise_attention"},
+    ),
+    "flash_overflow": Planted(
+        "online_softmax_update",
+        BLOCKWISE.format(correction="torch.ones_like(m)", shift="0"),
+        {"blockwise_attention.large_scores"},
+        "overflows",
+        calls_it={"blockwise_attention"},
+    ),
 }
 
 

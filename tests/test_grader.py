@@ -27,7 +27,9 @@ def batch(instructor_notebooks, tmp_path_factory):
     for chapter, path in instructor_notebooks.items():
         copy_into(path, folder / "solution", f"{chapter}.ipynb")
         copy_into(paths.NOTEBOOKS / f"{chapter}.ipynb", folder / "blank")
-    stripped = json.loads(instructor_notebooks["03_quantization"].read_text())  # as an editor that drops metadata saves it
+    stripped = json.loads(
+        instructor_notebooks["03_quantization"].read_text()
+    )  # as an editor that drops metadata saves it
     stripped["metadata"] = {}
     for cell in stripped["cells"]:
         cell["metadata"] = {}
@@ -39,7 +41,7 @@ def batch(instructor_notebooks, tmp_path_factory):
     reports = grade.grade_folder(folder, out, GENEROUS, seed=7)
     files = sorted(p for p in folder.rglob("*.ipynb"))
     by_learner = {}
-    for path, report in zip(files, reports):
+    for path, report in zip(files, reports, strict=True):
         learner = grade._learner(folder, path)
         by_learner[learner if learner not in ("solution", "blank") else f"{learner}/{path.stem}"] = report
     return by_learner, out
@@ -101,9 +103,23 @@ def test_submissions_and_feedback_nested_inside_each_other(instructor_notebooks,
 
 
 def test_command_line_json(instructor_notebooks):
-    done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(instructor_notebooks["03_quantization"]),
-                           "--json", "--seed", "3", "--timeout", str(GENEROUS.wall_seconds)],
-                          capture_output=True, text=True, timeout=3600)  # a ceiling for a hang
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autograder",
+            "grade",
+            str(instructor_notebooks["03_quantization"]),
+            "--json",
+            "--seed",
+            "3",
+            "--timeout",
+            str(GENEROUS.wall_seconds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )  # a ceiling for a hang
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert {"notebook", "score", "max_score", "tests"} <= set(report)
@@ -118,8 +134,13 @@ def test_scenarios_run_on_their_own():
     from course import lora, speculative_decoding
 
     answers = {"LoRALinear": lora.LoRALinear, "speculative_token": speculative_decoding.speculative_token}
-    driven = [c for exercises in CHAPTERS.values() for e in exercises for c in e.checks
-              if c.probe(np.random.default_rng(0)).get("scenario")]
+    driven = [
+        c
+        for exercises in CHAPTERS.values()
+        for e in exercises
+        for c in e.checks
+        if c.probe(np.random.default_rng(0)).get("scenario")
+    ]
     assert {c.exercise for c in driven} == {"lora_linear", "speculative_token"}
     for index, check in enumerate(driven):
         assert run_in_process(check, answers, index).passed, check.id

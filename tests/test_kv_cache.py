@@ -41,21 +41,26 @@ def test_paging_uses_memory_better_than_contiguous():
     assert kv_cache.pages_needed([5, 16, 17], 16) == 4
 
 
-@pytest.mark.parametrize("draw", [
-    lambda: plots.plot_kv_cache("Llama-3-8B", 32768, 4, n_kv_heads=32, bytes_per_element=1),
-    lambda: plots.plot_paging(64, 16384, n=60),
-    lambda: plots.plot_cache_speed([16, 32, 64], [0.1, 0.2, 0.4], [0.2, 0.8, 3.0]),
-])
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_kv_cache("Llama-3-8B", 32768, 4, n_kv_heads=32, bytes_per_element=1),
+        lambda: plots.plot_paging(64, 16384, n=60),
+        lambda: plots.plot_cache_speed([16, 32, 64], [0.1, 0.2, 0.4], [0.2, 0.8, 3.0]),
+    ],
+)
 def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
 
 PLANTED = {
-    "kv_no_factor_2": Planted("kv_cache_bytes",
-                              "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):\n"
-                              "    return n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element\n",
-                              {"kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
-                              "factor 2"),
+    "kv_no_factor_2": Planted(
+        "kv_cache_bytes",
+        "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):\n"
+        "    return n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element\n",
+        {"kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
+        "factor 2",
+    ),
 }
 
 

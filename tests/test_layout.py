@@ -31,9 +31,22 @@ def test_every_chapter_has_all_of_its_parts(chapter):
 def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
     """A file in a per-chapter folder is named by a slug (shared ones start with _), so nothing of
     one chapter hides under another name."""
-    shared = {"tests": {"conftest", "test_browser", "test_checkpoints", "test_grader", "test_hostile", "test_layout",
-                        "test_model", "test_notebooks", "test_packaging", "test_reference", "test_release",
-                        "test_widgets"}}
+    shared = {
+        "tests": {
+            "conftest",
+            "test_browser",
+            "test_checkpoints",
+            "test_grader",
+            "test_hostile",
+            "test_layout",
+            "test_model",
+            "test_notebooks",
+            "test_packaging",
+            "test_reference",
+            "test_release",
+            "test_widgets",
+        }
+    }
     names = {p.stem for p in (paths.ROOT / folder).glob("*.py") if not p.stem.startswith("_")}
     strays = {name for name in names if name.removeprefix(prefix) not in SLUGS} - shared.get(folder, set())
     assert strays == set()
@@ -89,7 +102,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         path.append(node)
         for target in sorted(graph.get(node, ())):
             if state.get(target) == "open":
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state and (cycle := visit(target)):
                 return cycle
         state[node] = "done"
@@ -121,6 +134,7 @@ def test_no_import_cycles():
 @pytest.mark.parametrize("lower, upper", [("course", "autograder"), ("course", "tools"), ("autograder", "tools")])
 def test_arrows_point_one_way(lower, upper):
     graph = import_graph()
-    upward = {(a, b) for a, targets in graph.items() if a.split(".")[0] == lower
-              for b in targets if b.split(".")[0] == upper}
+    upward = {
+        (a, b) for a, targets in graph.items() if a.split(".")[0] == lower for b in targets if b.split(".")[0] == upper
+    }
     assert upward == set()

@@ -1,6 +1,8 @@
 """Chapter 2: the paper's arithmetic, the SVD floor, the adapter's contract, adapters hot-swapped
 on the course model, the chapter's figures, and the grader's hints for planted mistakes."""
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
@@ -21,7 +23,7 @@ def test_trainable_parameters():
 def test_svd_floor_drops_to_the_noise_at_the_true_rank():
     delta = lora.low_rank_change(256, 256, true_rank=4, noise=0.03, seed=0)
     errors = [lora.best_low_rank_error(delta, r) for r in range(1, 9)]
-    assert all(a >= b for a, b in zip(errors, errors[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(errors))
     assert errors[2] > 0.2 and errors[3] < 0.05  # below rank 4 the change cannot be captured
     assert errors[7] == pytest.approx(errors[3], abs=0.01)  # beyond it, more rank buys nothing
 
@@ -86,15 +88,18 @@ def test_fine_tuning_memory_for_7b():
     assert lora.finetune_memory_gib(7e9, "qlora") == pytest.approx(3.26, abs=0.01)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: lora.lora_parameters(10, 10, 0), "rank must be a positive"),
-    (lambda: lora.lora_parameters(10.5, 10, 2), "d_in must be a positive"),
-    (lambda: lora.best_low_rank_error(torch.zeros(3), 1), "2-D"),
-    (lambda: lora.best_low_rank_error(torch.zeros(3, 3), 1), "all-zero"),
-    (lambda: lora.LoRALinear(nn.Linear(4, 6), rank=5), "exceeds"),
-    (lambda: lora.LoRALinear(nn.Conv1d(4, 4, 1), rank=1), "wraps an nn.Linear"),
-    (lambda: lora.finetune_memory_gib(7e9, "adam"), "method must be one of"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: lora.lora_parameters(10, 10, 0), "rank must be a positive"),
+        (lambda: lora.lora_parameters(10.5, 10, 2), "d_in must be a positive"),
+        (lambda: lora.best_low_rank_error(torch.zeros(3), 1), "2-D"),
+        (lambda: lora.best_low_rank_error(torch.zeros(3, 3), 1), "all-zero"),
+        (lambda: lora.LoRALinear(nn.Linear(4, 6), rank=5), "exceeds"),
+        (lambda: lora.LoRALinear(nn.Conv1d(4, 4, 1), rank=1), "wraps an nn.Linear"),
+        (lambda: lora.finetune_memory_gib(7e9, "adam"), "method must be one of"),
+    ],
+)
 def test_bad_arguments_say_what_to_do(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -102,18 +107,27 @@ def test_bad_arguments_say_what_to_do(call, message):
 
 # --- adapters on the whole model -----------------------------------------------------------------
 
+
 def test_adapters_hot_swap_without_touching_the_base():
     model = checkpoints.load("draft")
     fingerprint = lora.weights_fingerprint(model)
-    windows = corpus.tokens("validation")[:2 * 65].reshape(2, 65)[:, :-1]
+    windows = corpus.tokens("validation")[: 2 * 65].reshape(2, 65)[:, :-1]
     with torch.no_grad():
         plain = model(windows)
     first, second = lora.make_adapter(model, 2), lora.make_adapter(model, 4, seed=1)
     lora.use_adapter(model, first)
     with torch.no_grad():
         assert torch.allclose(model(windows), plain, atol=1e-6)  # B = 0: the adapter starts at the base
-    lora.finetune(model, lora.adapter_parameters(first), corpus.domain_tokens("adapt"), 3, lr=1e-2, batch=2,
-                  seq_len=32, progress=False)
+    lora.finetune(
+        model,
+        lora.adapter_parameters(first),
+        corpus.domain_tokens("adapt"),
+        3,
+        lr=1e-2,
+        batch=2,
+        seq_len=32,
+        progress=False,
+    )
     with torch.no_grad():
         adapted = model(windows)
     assert not torch.allclose(adapted, plain, atol=1e-4)
@@ -133,18 +147,22 @@ def test_adapters_hot_swap_without_touching_the_base():
 def test_domain_split_keeps_evaluation_plays_apart():
     adapt, evaluation = corpus.domain_tokens("adapt"), corpus.domain_tokens("eval")
     assert len(adapt) > 2 * len(evaluation) > 0
-    assert corpus.encode("MALVOLIO").tolist() not in [adapt[i:i + 8].tolist() for i in range(0, 2000)]
+    assert corpus.encode("MALVOLIO").tolist() not in [adapt[i : i + 8].tolist() for i in range(0, 2000)]
     with pytest.raises(ValueError, match="adapt"):
         corpus.domain_tokens("train")
 
 
 # --- figures --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("draw", [
-    lambda: plots.plot_rank_error(rank=2, noise=0.1),
-    lambda: plots.plot_finetune_memory(13e9, 80.0),
-    lambda: plots.plot_adapter_losses(1.9, {1: 1.8, 4: 1.7, 16: 1.65}, full=1.6, qlora={4: 1.72}),
-])
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_rank_error(rank=2, noise=0.1),
+        lambda: plots.plot_finetune_memory(13e9, 80.0),
+        lambda: plots.plot_adapter_losses(1.9, {1: 1.8, 4: 1.7, 16: 1.65}, full=1.6, qlora={4: 1.72}),
+    ],
+)
 def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
@@ -174,12 +192,18 @@ class LoRALinear(nn.Module):
         return merged
 """
 PLANTED = {
-    "lora_b_not_zero": Planted("lora_linear", LORA_CLASS.format(scale="(rank if alpha is None else alpha) / rank",
-                                                                b_init="torch.randn"),
-                               {"lora_linear.starts_at_base"}, "initialise lora_B to zeros"),
-    "lora_scale_not_divided": Planted("lora_linear", LORA_CLASS.format(scale="(rank if alpha is None else alpha)",
-                                                                       b_init="torch.zeros"),
-                                      {"lora_linear.forward", "lora_linear.alpha"}, "not divided by the rank"),
+    "lora_b_not_zero": Planted(
+        "lora_linear",
+        LORA_CLASS.format(scale="(rank if alpha is None else alpha) / rank", b_init="torch.randn"),
+        {"lora_linear.starts_at_base"},
+        "initialise lora_B to zeros",
+    ),
+    "lora_scale_not_divided": Planted(
+        "lora_linear",
+        LORA_CLASS.format(scale="(rank if alpha is None else alpha)", b_init="torch.zeros"),
+        {"lora_linear.forward", "lora_linear.alpha"},
+        "not divided by the rank",
+    ),
 }
 
 

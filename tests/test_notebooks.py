@@ -10,6 +10,7 @@ from course import paths
 
 from conftest import chapter_names, errors, execute
 
+
 @pytest.mark.parametrize("chapter", chapter_names())
 def test_solution_executes_without_errors(chapter, instructor_notebooks, kernel, artifacts):
     executed = execute(instructor_notebooks[chapter], artifacts / f"{chapter}.solution.ipynb", kernel)
@@ -28,10 +29,16 @@ def test_student_copy_executes_with_only_its_checks_failing(chapter, kernel, art
     assert all("raises-exception" in tags and name == "AssertionError" for _, tags, name in found), found
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
     assert "not answered yet" in printed
-    drawing = [c for c in executed["cells"] if c["cell_type"] == "code" and re.search(r"\bplots\.(plot|widget)_", "".join(c["source"]))]
+    drawing = [
+        c
+        for c in executed["cells"]
+        if c["cell_type"] == "code" and re.search(r"\bplots\.(plot|widget)_", "".join(c["source"]))
+    ]
     assert drawing, "every chapter has figures"
     for cell in drawing:
         images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
         assert images, f"no figure rendered headless for: {''.join(cell['source'])[:80]}"
-        if re.search(r"\bplots\.widget_", "".join(cell["source"])):  # the widget's static view, for front ends without widgets
+        if re.search(
+            r"\bplots\.widget_", "".join(cell["source"])
+        ):  # the widget's static view, for front ends without widgets
             assert any("application/vnd.jupyter.widget-view+json" in o["data"] for o in images)

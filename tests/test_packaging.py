@@ -41,7 +41,9 @@ def test_every_notebook_starts_with_the_colab_cell():
         assert first["cell_type"] == "code" and "colab" in first["metadata"].get("tags", []), notebook.name
         assert source.split("\n", 1)[1] == colab.source(), f"{notebook.name}: run `make release`"
         assert 'if "google.colab" in sys.modules:' in source, notebook.name
-        assert f"!git clone -q --depth 1 {url} /content/course" in source, f"{notebook.name}: the Colab cell should clone {url}"
+        assert f"!git clone -q --depth 1 {url} /content/course" in source, (
+            f"{notebook.name}: the Colab cell should clone {url}"
+        )
         assert "enable_custom_widget_manager" in source
 
 
@@ -51,7 +53,11 @@ def test_the_colab_cell_is_written_once():
     url = colab.repository()
     assert url.startswith("https://") and "/" in url.removeprefix("https://")
     assert [s.name for s in paths.chapter_sources() if "google.colab" in s.read_text()] == []
-    written = [p for folder in ("course", "autograder", "solutions", "tests", "tools") for p in (paths.ROOT / folder).rglob("*.py")]
+    written = [
+        p
+        for folder in ("course", "autograder", "solutions", "tests", "tools")
+        for p in (paths.ROOT / folder).rglob("*.py")
+    ]
     written += [paths.ROOT / name for name in ("README.md", "Makefile", "environment.yml")]
     assert [str(p.relative_to(paths.ROOT)) for p in written if url in p.read_text()] == []
 

@@ -42,7 +42,9 @@ def test_prefill_is_compute_bound_and_grows_with_the_prompt():
 def test_a_70b_model_at_4_bits_decodes_faster_than_at_16():
     h100 = prefill_decode.PRESETS["H100 SXM"]
     assert prefill_decode.decode_step_time(70e9, 4, 1, h100) == pytest.approx(35e9 / 3.35e12)
-    assert prefill_decode.decode_step_time(70e9, 16, 1, h100) == pytest.approx(4 * prefill_decode.decode_step_time(70e9, 4, 1, h100))
+    assert prefill_decode.decode_step_time(70e9, 16, 1, h100) == pytest.approx(
+        4 * prefill_decode.decode_step_time(70e9, 4, 1, h100)
+    )
 
 
 def test_simulator_conserves_requests_and_tokens():
@@ -88,10 +90,16 @@ def test_static_schedule_by_hand():
     assert by_output[3].finished == pytest.approx(step + 2 * prefill_decode.decode_step_time(0.5, 16, 2, hw))
 
 
-@pytest.mark.parametrize("call", [
-    lambda: prefill_decode.weight_bytes(-1, 16), lambda: prefill_decode.prefill_flops(1e9, 0), lambda: prefill_decode.decode_step_time(1e9, 16, 0, A100),
-    lambda: prefill_decode.make_trace(10, 0.0), lambda: prefill_decode.simulate([], 1e9, 16, A100, 0, True),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: prefill_decode.weight_bytes(-1, 16),
+        lambda: prefill_decode.prefill_flops(1e9, 0),
+        lambda: prefill_decode.decode_step_time(1e9, 16, 0, A100),
+        lambda: prefill_decode.make_trace(10, 0.0),
+        lambda: prefill_decode.simulate([], 1e9, 16, A100, 0, True),
+    ],
+)
 def test_bad_arguments_say_what_to_do(call):
     with pytest.raises(ValueError, match="must be positive"):
         call()
@@ -106,30 +114,47 @@ def test_scaling_bend_finds_where_throughput_stops_growing_with_the_batch():
     assert evaluation.scaling_bend({1: 10.0, 2: 20.0}) is None
 
 
-@pytest.mark.parametrize("draw", [
-    lambda: plots.plot_roofline(70e9, 4, 64, 1024, "H100 SXM", measured=[("here", 1.0, 1e12)]),
-    lambda: plots.plot_decode_batch(8e9, 16, "A100-80G", {1: 100.0, 8: 700.0}),
-    lambda: plots.plot_batching(8.0, 16, n=60),
-])
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_roofline(70e9, 4, 64, 1024, "H100 SXM", measured=[("here", 1.0, 1e12)]),
+        lambda: plots.plot_decode_batch(8e9, 16, "A100-80G", {1: 100.0, 8: 700.0}),
+        lambda: plots.plot_batching(8.0, 16, n=60),
+    ],
+)
 def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
 
 PLANTED = {
-    "roofline_sum": Planted("roofline_step_time", "def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):\n"
-                            "    return flops / peak_flops + n_bytes / bandwidth\n",
-                            {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
-                            "added the two times"),
-    "critical_no_half": Planted("critical_batch_size", "def critical_batch_size(peak_flops, bandwidth, bytes_per_param):\n"
-                                "    return peak_flops / bandwidth * bytes_per_param\n",
-                                {"critical_batch_size.a100_bf16"}, "division by 2 is missing"),
-    "static_mean": Planted("static_batch_throughput",
-                           "def static_batch_throughput(output_lengths, batch_size, step_seconds):\n"
-                           "    chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
-                           "    return sum(output_lengths) / (sum(sum(c) / len(c) for c in chunks) * step_seconds)\n",
-                           {"static_batch_throughput.example", "static_batch_throughput.random"}, "mean length"),
-    "memory_in_bits": Planted("weight_memory_gb", "def weight_memory_gb(params, bits):\n    return params * bits / 1e9\n",
-                              {"weight_memory_gb.70b", "weight_memory_gb.other"}, "divided by 8"),
+    "roofline_sum": Planted(
+        "roofline_step_time",
+        "def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):\n"
+        "    return flops / peak_flops + n_bytes / bandwidth\n",
+        {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
+        "added the two times",
+    ),
+    "critical_no_half": Planted(
+        "critical_batch_size",
+        "def critical_batch_size(peak_flops, bandwidth, bytes_per_param):\n"
+        "    return peak_flops / bandwidth * bytes_per_param\n",
+        {"critical_batch_size.a100_bf16"},
+        "division by 2 is missing",
+    ),
+    "static_mean": Planted(
+        "static_batch_throughput",
+        "def static_batch_throughput(output_lengths, batch_size, step_seconds):\n"
+        "    chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
+        "    return sum(output_lengths) / (sum(sum(c) / len(c) for c in chunks) * step_seconds)\n",
+        {"static_batch_throughput.example", "static_batch_throughput.random"},
+        "mean length",
+    ),
+    "memory_in_bits": Planted(
+        "weight_memory_gb",
+        "def weight_memory_gb(params, bits):\n    return params * bits / 1e9\n",
+        {"weight_memory_gb.70b", "weight_memory_gb.other"},
+        "divided by 8",
+    ),
 }
 
 

@@ -2,6 +2,7 @@
 implementation, the published NF4 table, the errors bad arguments give, the stored reference
 numbers, the chapter's figures, and the grader's hints for planted mistakes."""
 
+import itertools
 import math
 
 import numpy as np
@@ -16,10 +17,22 @@ from conftest import Planted, assert_named
 
 # The NF4 table as bitsandbytes ships it (QLoRA, arXiv 2305.14314), typed in from the source.
 PUBLISHED_NF4 = [
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
-    -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
-    0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
-    0.7229568362236023, 1.0,
+    -1.0,
+    -0.6961928009986877,
+    -0.5250730514526367,
+    -0.39491748809814453,
+    -0.28444138169288635,
+    -0.18477343022823334,
+    -0.09105003625154495,
+    0.0,
+    0.07958029955625534,
+    0.16093020141124725,
+    0.24611230194568634,
+    0.33791524171829224,
+    0.44070982933044434,
+    0.5626170039176941,
+    0.7229568362236023,
+    1.0,
 ]
 
 
@@ -31,11 +44,11 @@ def numpy_round_trip(weight: np.ndarray, bits: int, group: int | None) -> np.nda
     group = cols if group is None else group
     for r in range(rows):
         for start in range(0, cols, group):
-            block = weight[r, start:start + group].astype(np.float64)
+            block = weight[r, start : start + group].astype(np.float64)
             scale = np.abs(block).max() / levels
             if scale == 0:
                 continue
-            out[r, start:start + group] = np.clip(np.rint(block / scale), -levels, levels) * scale
+            out[r, start : start + group] = np.clip(np.rint(block / scale), -levels, levels) * scale
     return out
 
 
@@ -75,8 +88,10 @@ def test_error_at_most_half_a_step(name, bits, group):
 def test_more_bits_never_worse(name):
     weight = MATRICES[name]()
     for group in (None, 32):
-        errors = [quantization.relative_error(weight, quantization.quantize_dequantize(weight, b, group)) for b in range(2, 9)]
-        assert all(a >= b for a, b in zip(errors, errors[1:])), errors
+        errors = [
+            quantization.relative_error(weight, quantization.quantize_dequantize(weight, b, group)) for b in range(2, 9)
+        ]
+        assert all(a >= b for a, b in itertools.pairwise(errors)), errors
         assert errors[-1] / errors[-2] == pytest.approx(0.5, abs=0.05)  # each bit halves the step
 
 
@@ -85,17 +100,21 @@ def test_more_bits_never_worse(name):
 def test_smaller_groups_never_worse(name, bits):
     weight = MATRICES[name]()
     per_tensor = quantization.relative_error(weight, quantization.quantize_dequantize_per_tensor(weight, bits))
-    errors = [quantization.relative_error(weight, quantization.quantize_dequantize(weight, bits, g)) for g in (None, 128, 32, 8)]
+    errors = [
+        quantization.relative_error(weight, quantization.quantize_dequantize(weight, bits, g))
+        for g in (None, 128, 32, 8)
+    ]
     assert per_tensor >= errors[0]
-    assert all(a >= b for a, b in zip(errors, errors[1:])), errors
+    assert all(a >= b for a, b in itertools.pairwise(errors)), errors
 
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_outliers_more_than_double_the_per_row_error(bits):
     clean = quantization.gaussian_matrix(256, 512, seed=0)
     spiky = quantization.outlier_matrix(256, 512, seed=0)
-    ratio = (quantization.relative_error(spiky, quantization.quantize_dequantize(spiky, bits))
-             / quantization.relative_error(clean, quantization.quantize_dequantize(clean, bits)))
+    ratio = quantization.relative_error(
+        spiky, quantization.quantize_dequantize(spiky, bits)
+    ) / quantization.relative_error(clean, quantization.quantize_dequantize(clean, bits))
     assert ratio > 2
 
 
@@ -179,26 +198,30 @@ def test_int8_outlier_decomposition():
     assert none.numel() == 0 and torch.allclose(same, plain)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda w: quantization.quantize_dequantize(w, 4, 48), "group_size 48 does not divide 64 columns"),
-    (lambda w: quantization.quantize_dequantize(w, 1), "bits must be between 2 and 16"),
-    (lambda w: quantization.quantize_dequantize(w, 17), "bits must be between 2 and 16"),
-    (lambda w: quantization.quantize_dequantize(w, 4.0), "whole number"),
-    (lambda w: quantization.quantize_dequantize(w, 4, 0), "group_size must be positive"),
-    (lambda w: quantization.quantize_dequantize(w[0], 4), "2-D matrix"),
-    (lambda w: quantization.quantize_dequantize(w.numpy(), 4), "torch.Tensor"),
-    (lambda w: quantization.quantize_dequantize(w.long(), 4), "floating-point"),
-    (lambda w: quantization.quantize_dequantize(w * float("nan"), 4), "NaN"),
-    (lambda w: quantization.relative_error(w, w[:2]), "shapes differ"),
-    (lambda w: quantization.relative_error(torch.zeros_like(w), w), "all-zero"),
-    (lambda w: quantization.int8_matmul_with_outliers(w[:, :10], w), "features"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda w: quantization.quantize_dequantize(w, 4, 48), "group_size 48 does not divide 64 columns"),
+        (lambda w: quantization.quantize_dequantize(w, 1), "bits must be between 2 and 16"),
+        (lambda w: quantization.quantize_dequantize(w, 17), "bits must be between 2 and 16"),
+        (lambda w: quantization.quantize_dequantize(w, 4.0), "whole number"),
+        (lambda w: quantization.quantize_dequantize(w, 4, 0), "group_size must be positive"),
+        (lambda w: quantization.quantize_dequantize(w[0], 4), "2-D matrix"),
+        (lambda w: quantization.quantize_dequantize(w.numpy(), 4), "torch.Tensor"),
+        (lambda w: quantization.quantize_dequantize(w.long(), 4), "floating-point"),
+        (lambda w: quantization.quantize_dequantize(w * float("nan"), 4), "NaN"),
+        (lambda w: quantization.relative_error(w, w[:2]), "shapes differ"),
+        (lambda w: quantization.relative_error(torch.zeros_like(w), w), "all-zero"),
+        (lambda w: quantization.int8_matmul_with_outliers(w[:, :10], w), "features"),
+    ],
+)
 def test_bad_arguments_say_what_to_do(call, message):
     with pytest.raises(ValueError, match=message):
         call(quantization.gaussian_matrix(4, 64))
 
 
 # --- the stored reference numbers -----------------------------------------------------------------
+
 
 def test_reference_numbers_agree_with_hand_arithmetic():
     numbers = reference.load("quantization")
@@ -212,15 +235,21 @@ def test_reference_numbers_agree_with_hand_arithmetic():
 
 # --- figures --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("draw", [
-    lambda: plots.plot_quantization(4, 32, 20.0),
-    lambda: plots.plot_granularity_bars(quantization.granularity_errors(quantization.outlier_matrix()),
-                                        quantization.granularity_errors(quantization.gaussian_matrix(256, 512))),
-    lambda: plots.plot_outlier_row(4.2),
-    lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
-    lambda: plots.plot_nf4_levels(),
-    lambda: plots.plot_model_bits({"per row": {8: 1.40, 4: 1.9}, "group 32": {8: 1.39, 4: 1.5}}, 1.38),
-])
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_quantization(4, 32, 20.0),
+        lambda: plots.plot_granularity_bars(
+            quantization.granularity_errors(quantization.outlier_matrix()),
+            quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
+        ),
+        lambda: plots.plot_outlier_row(4.2),
+        lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
+        lambda: plots.plot_nf4_levels(),
+        lambda: plots.plot_model_bits({"per row": {8: 1.40, 4: 1.9}, "group 32": {8: 1.39, 4: 1.5}}, 1.38),
+    ],
+)
 def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
@@ -239,7 +268,7 @@ def test_every_group_choice_draws():
 
 # --- the grader names planted mistakes --------------------------------------------------------------
 
-QUANTIZE = '''
+QUANTIZE = """
 def quantize_dequantize(weight, bits, group_size=None):
     rows, cols = weight.shape
     group = cols if group_size is None else group_size
@@ -250,7 +279,7 @@ def quantize_dequantize(weight, bits, group_size=None):
     scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
     {guard}
     return ({rounding}(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
-'''
+"""
 SAFE = "scale = torch.where(scale > 0, scale, torch.ones_like(scale))"
 
 
@@ -259,19 +288,30 @@ def quantize_variant(levels="2 ** (bits - 1) - 1", rounding="torch.round", guard
 
 
 # Every check of these must fail with the mistake named, not only the first.
-ALL_ROUND_TRIPS = {f"quantize_dequantize.{c}" for c in ("int8_per_row", "int4_groups", "other_bits", "six_bits", "zero_groups")}
+ALL_ROUND_TRIPS = {
+    f"quantize_dequantize.{c}" for c in ("int8_per_row", "int4_groups", "other_bits", "six_bits", "zero_groups")
+}
 GROUPED_ROUND_TRIPS = {f"quantize_dequantize.{c}" for c in ("int4_groups", "other_bits", "zero_groups")}
 
 PLANTED = {
-    "too_many_levels": Planted("quantize_dequantize", quantize_variant(levels="2 ** bits - 1"),
-                        ALL_ROUND_TRIPS, "levels instead of"),
-    "one_level_too_many": Planted("quantize_dequantize", quantize_variant(levels="2 ** (bits - 1)"),
-                           {"quantize_dequantize.int8_per_row"}, "one level too many"),
-    "truncation": Planted("quantize_dequantize", quantize_variant(rounding="torch.trunc"),
-                   ALL_ROUND_TRIPS, "truncated"),
-    "nan_on_zero_group": Planted("quantize_dequantize", quantize_variant(guard="pass"),
-                          {"quantize_dequantize.zero_groups"}, "all-zero group"),
-    "groups_ignored": Planted("quantize_dequantize", '''
+    "too_many_levels": Planted(
+        "quantize_dequantize", quantize_variant(levels="2 ** bits - 1"), ALL_ROUND_TRIPS, "levels instead of"
+    ),
+    "one_level_too_many": Planted(
+        "quantize_dequantize",
+        quantize_variant(levels="2 ** (bits - 1)"),
+        {"quantize_dequantize.int8_per_row"},
+        "one level too many",
+    ),
+    "truncation": Planted(
+        "quantize_dequantize", quantize_variant(rounding="torch.trunc"), ALL_ROUND_TRIPS, "truncated"
+    ),
+    "nan_on_zero_group": Planted(
+        "quantize_dequantize", quantize_variant(guard="pass"), {"quantize_dequantize.zero_groups"}, "all-zero group"
+    ),
+    "groups_ignored": Planted(
+        "quantize_dequantize",
+        """
 def quantize_dequantize(weight, bits, group_size=None):
     if group_size is not None and weight.shape[1] % group_size:
         raise ValueError("bad group")
@@ -279,8 +319,13 @@ def quantize_dequantize(weight, bits, group_size=None):
     scale = weight.abs().amax(dim=1, keepdim=True) / levels
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     return torch.round(weight / scale).clamp(-levels, levels) * scale
-''', GROUPED_ROUND_TRIPS, "group_size was ignored"),
-    "groups_down_the_rows": Planted("quantize_dequantize", '''
+""",
+        GROUPED_ROUND_TRIPS,
+        "group_size was ignored",
+    ),
+    "groups_down_the_rows": Planted(
+        "quantize_dequantize",
+        """
 def quantize_dequantize(weight, bits, group_size=None):
     rows, cols = weight.shape
     group = cols if group_size is None else group_size
@@ -295,34 +340,60 @@ def quantize_dequantize(weight, bits, group_size=None):
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     out = torch.round(grouped / scale).clamp(-levels, levels) * scale
     return out.reshape(rows, cols) if group_size is None else out.reshape(cols, rows).T
-''', GROUPED_ROUND_TRIPS, "groups were taken down the columns"),
-    "no_value_error": Planted("quantize_dequantize", quantize_variant().replace(
-        'raise ValueError("group_size must divide the columns")', "group = cols"),
-        {"quantize_dequantize.bad_group"}, "expected ValueError"),
-    "squared_error": Planted("relative_error", '''
+""",
+        GROUPED_ROUND_TRIPS,
+        "groups were taken down the columns",
+    ),
+    "no_value_error": Planted(
+        "quantize_dequantize",
+        quantize_variant().replace('raise ValueError("group_size must divide the columns")', "group = cols"),
+        {"quantize_dequantize.bad_group"},
+        "expected ValueError",
+    ),
+    "squared_error": Planted(
+        "relative_error",
+        """
 def relative_error(weight, approx):
     return ((weight - approx).norm() ** 2 / weight.norm() ** 2).item()
-''', {"relative_error.random", "relative_error.zeros"}, "square root"),
-    "int8_scale_128": Planted("int8", '''
+""",
+        {"relative_error.random", "relative_error.zeros"},
+        "square root",
+    ),
+    "int8_scale_128": Planted(
+        "int8",
+        """
 def quantize_int8(weight):
     scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 128
     return torch.round(weight / scale).clamp(-128, 127).to(torch.int8), scale
 
 def dequantize_int8(codes, scale):
     return codes.float() * scale
-''', {"int8.codes_and_scale"}, "absmax / 128"),
-    "int8_float_codes": Planted("int8", '''
+""",
+        {"int8.codes_and_scale"},
+        "absmax / 128",
+    ),
+    "int8_float_codes": Planted(
+        "int8",
+        """
 def quantize_int8(weight):
     scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
     return torch.round(weight / scale), scale
 
 def dequantize_int8(codes, scale):
     return codes.float() * scale
-''', {"int8.codes_and_scale"}, "torch.int8"),
-    "bits_upside_down": Planted("effective_bits", '''
+""",
+        {"int8.codes_and_scale"},
+        "torch.int8",
+    ),
+    "bits_upside_down": Planted(
+        "effective_bits",
+        """
 def effective_bits(bits, group_size, scale_bits=16):
     return bits + group_size / scale_bits
-''', {"effective_bits.int4_g64", "effective_bits.other"}, "upside down"),
+""",
+        {"effective_bits.int4_g64", "effective_bits.other"},
+        "upside down",
+    ),
 }
 
 

@@ -51,7 +51,11 @@ def test_speculative_generate_samples_the_targets_first_token_distribution():
     g = torch.Generator().manual_seed(0)
     n = 1500
     for _ in range(n):
-        counts[speculative_decoding.speculative_generate(target, draft, prompt, 2, 1, temperature=1.0, generator=g)["tokens"][0, -1]] += 1
+        counts[
+            speculative_decoding.speculative_generate(target, draft, prompt, 2, 1, temperature=1.0, generator=g)[
+                "tokens"
+            ][0, -1]
+        ] += 1
     top = p.argsort(descending=True)[:5]
     spread = (p[top] * (1 - p[top]) / n).sqrt()
     assert ((counts[top] / n - p[top]).abs() <= 5 * spread + 1e-3).all()
@@ -70,13 +74,19 @@ def speculative_token(target, draft, generator):
     return int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator)), False
 """
 PLANTED = {
-    "resample_from_p": Planted("speculative_token", SPECULATIVE_TOKEN.format(leftover="target"),
-                               {"speculative_token.distribution", "speculative_token.random"}, "resampled from p"),
-    "series_off_by_one": Planted("expected_tokens_per_call",  # speculative_speedup calls the learner's own formula
-                                 "def expected_tokens_per_call(alpha, draft_length):\n"
-                                 "    return (1 - alpha ** draft_length) / (1 - alpha)\n",
-                                 {"expected_tokens_per_call.example", "expected_tokens_per_call.random"},
-                                 "one term short", calls_it={"speculative_speedup"}),
+    "resample_from_p": Planted(
+        "speculative_token",
+        SPECULATIVE_TOKEN.format(leftover="target"),
+        {"speculative_token.distribution", "speculative_token.random"},
+        "resampled from p",
+    ),
+    "series_off_by_one": Planted(
+        "expected_tokens_per_call",  # speculative_speedup calls the learner's own formula
+        "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n",
+        {"expected_tokens_per_call.example", "expected_tokens_per_call.random"},
+        "one term short",
+        calls_it={"speculative_speedup"},
+    ),
 }
 
 

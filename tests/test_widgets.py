@@ -39,8 +39,10 @@ def test_widgets_are_found():
 
 def test_package_does_not_import_jupyter_at_module_level():
     modules = [m.name for m in pkgutil.walk_packages(course.__path__, "course.") if ".kernels" not in m.name]
-    code = (f"import importlib, sys\nfor name in {modules!r}:\n    importlib.import_module(name)\n"
-            "print('IPython' in sys.modules, 'ipywidgets' in sys.modules)")
+    code = (
+        f"import importlib, sys\nfor name in {modules!r}:\n    importlib.import_module(name)\n"
+        "print('IPython' in sys.modules, 'ipywidgets' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]
     assert {"course.plots._widgets", "course.quantization", "course.timing"} <= set(modules)

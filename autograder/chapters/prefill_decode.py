@@ -17,6 +17,7 @@ def _numbers(call: str, pick):
 
 # --- weight_memory_gb --------------------------------------------------------------------------
 
+
 @judges_value
 def _judge_memory(probe, got):
     params, bits = probe["args"]
@@ -30,15 +31,33 @@ def _judge_memory(probe, got):
     return judge_number(got, expected, mistakes, "the weight memory in GB")
 
 
-WEIGHT_MEMORY = Exercise("weight_memory_gb", ("weight_memory_gb",), [
-    Check("weight_memory_gb.70b", "weight_memory_gb", 1, "70B parameters at 16, 8 and 4 bits: 140 / 70 / 35 GB",
-          _numbers("weight_memory_gb", lambda rng: [70e9, int(rng.choice([16, 8, 4]))]), _judge_memory, visible=True),
-    Check("weight_memory_gb.other", "weight_memory_gb", 1, "another size at 3 bits",
-          _numbers("weight_memory_gb", lambda rng: [float(rng.integers(1, 400)) * 1e9, 3]), _judge_memory),
-])
+WEIGHT_MEMORY = Exercise(
+    "weight_memory_gb",
+    ("weight_memory_gb",),
+    [
+        Check(
+            "weight_memory_gb.70b",
+            "weight_memory_gb",
+            1,
+            "70B parameters at 16, 8 and 4 bits: 140 / 70 / 35 GB",
+            _numbers("weight_memory_gb", lambda rng: [70e9, int(rng.choice([16, 8, 4]))]),
+            _judge_memory,
+            visible=True,
+        ),
+        Check(
+            "weight_memory_gb.other",
+            "weight_memory_gb",
+            1,
+            "another size at 3 bits",
+            _numbers("weight_memory_gb", lambda rng: [float(rng.integers(1, 400)) * 1e9, 3]),
+            _judge_memory,
+        ),
+    ],
+)
 
 
 # --- prefill_flops ------------------------------------------------------------------------------
+
 
 @judges_value
 def _judge_prefill(probe, got):
@@ -51,16 +70,33 @@ def _judge_prefill(probe, got):
     return judge_number(got, 2 * params * tokens, mistakes, "the FLOPs")
 
 
-PREFILL = Exercise("prefill_flops", ("prefill_flops",), [
-    Check("prefill_flops.8b", "prefill_flops", 1, "8B parameters, a 1000-token prompt",
-          _numbers("prefill_flops", lambda rng: [8e9, 1000]), _judge_prefill, visible=True),
-    Check("prefill_flops.random", "prefill_flops", 1, "other sizes",
-          _numbers("prefill_flops", lambda rng: [float(rng.integers(1, 100)) * 1e9, int(rng.integers(2, 5000))]),
-          _judge_prefill),
-])
+PREFILL = Exercise(
+    "prefill_flops",
+    ("prefill_flops",),
+    [
+        Check(
+            "prefill_flops.8b",
+            "prefill_flops",
+            1,
+            "8B parameters, a 1000-token prompt",
+            _numbers("prefill_flops", lambda rng: [8e9, 1000]),
+            _judge_prefill,
+            visible=True,
+        ),
+        Check(
+            "prefill_flops.random",
+            "prefill_flops",
+            1,
+            "other sizes",
+            _numbers("prefill_flops", lambda rng: [float(rng.integers(1, 100)) * 1e9, int(rng.integers(2, 5000))]),
+            _judge_prefill,
+        ),
+    ],
+)
 
 
 # --- roofline_step_time -------------------------------------------------------------------------
+
 
 @judges_value
 def _judge_roofline(probe, got):
@@ -84,15 +120,33 @@ def _roofline_args(memory_bound: bool):
     return pick
 
 
-ROOFLINE = Exercise("roofline_step_time", ("roofline_step_time",), [
-    Check("roofline_step_time.memory_bound", "roofline_step_time", 1, "a memory-bound step (decode)",
-          _numbers("roofline_step_time", _roofline_args(True)), _judge_roofline, visible=True),
-    Check("roofline_step_time.compute_bound", "roofline_step_time", 1, "a compute-bound step (prefill)",
-          _numbers("roofline_step_time", _roofline_args(False)), _judge_roofline),
-])
+ROOFLINE = Exercise(
+    "roofline_step_time",
+    ("roofline_step_time",),
+    [
+        Check(
+            "roofline_step_time.memory_bound",
+            "roofline_step_time",
+            1,
+            "a memory-bound step (decode)",
+            _numbers("roofline_step_time", _roofline_args(True)),
+            _judge_roofline,
+            visible=True,
+        ),
+        Check(
+            "roofline_step_time.compute_bound",
+            "roofline_step_time",
+            1,
+            "a compute-bound step (prefill)",
+            _numbers("roofline_step_time", _roofline_args(False)),
+            _judge_roofline,
+        ),
+    ],
+)
 
 
 # --- critical_batch_size ------------------------------------------------------------------------
+
 
 @judges_value
 def _judge_critical(probe, got):
@@ -102,55 +156,103 @@ def _judge_critical(probe, got):
         ("the division by 2 is missing: each weight read gives 2 FLOPs per sequence", ridge * bytes_per_param),
         ("bytes per parameter were left out: a weight of b bytes gives 2 / b FLOPs per byte per sequence", ridge / 2),
         ("the ratio is upside down: peak FLOP/s divided by bandwidth", bandwidth / peak * bytes_per_param / 2),
-        ("divided by the bytes per parameter: multiply, since fewer bytes per weight means less work per byte",
-         ridge / bytes_per_param / 2),
+        (
+            "divided by the bytes per parameter: multiply, since fewer bytes per weight means less work per byte",
+            ridge / bytes_per_param / 2,
+        ),
     ]
     return judge_number(got, ridge * bytes_per_param / 2, mistakes, "the batch size")
 
 
-CRITICAL = Exercise("critical_batch_size", ("critical_batch_size",), [
-    Check("critical_batch_size.a100_bf16", "critical_batch_size", 1, "A100-80G in bf16 (about 153)",
-          _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, 2]), _judge_critical, visible=True),
-    Check("critical_batch_size.int8", "critical_batch_size", 1, "another device with int8 weights",
-          _numbers("critical_batch_size", lambda rng: [float(rng.integers(50, 1000)) * 1e12,
-                                                       float(rng.integers(3, 50)) * 1e11, 1]), _judge_critical),
-])
+CRITICAL = Exercise(
+    "critical_batch_size",
+    ("critical_batch_size",),
+    [
+        Check(
+            "critical_batch_size.a100_bf16",
+            "critical_batch_size",
+            1,
+            "A100-80G in bf16 (about 153)",
+            _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, 2]),
+            _judge_critical,
+            visible=True,
+        ),
+        Check(
+            "critical_batch_size.int8",
+            "critical_batch_size",
+            1,
+            "another device with int8 weights",
+            _numbers(
+                "critical_batch_size",
+                lambda rng: [float(rng.integers(50, 1000)) * 1e12, float(rng.integers(3, 50)) * 1e11, 1],
+            ),
+            _judge_critical,
+        ),
+    ],
+)
 
 
 # --- static_batch_throughput --------------------------------------------------------------------
 
+
 def _static_seconds(outputs, batch, step):
-    chunks = [outputs[i:i + batch] for i in range(0, len(outputs), batch)]
+    chunks = [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
     return sum(max(c) for c in chunks) * step
 
 
 @judges_value
 def _judge_static(probe, got):
     outputs, batch, step = probe["args"]
-    chunks = [outputs[i:i + batch] for i in range(0, len(outputs), batch)]
+    chunks = [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
     tokens = sum(outputs)
     expected = tokens / _static_seconds(outputs, batch, step)
     mistakes = [
-        ("each batch took its mean length: a static batch runs until its longest request is done",
-         tokens / (sum(sum(c) / len(c) for c in chunks) * step)),
-        ("all requests ran as one batch: split them into batches of batch_size, in order",
-         tokens / (max(outputs) * step)),
-        ("batches took the sum of their lengths: the requests of a batch decode together, one step for all",
-         tokens / (sum(outputs) * step)),
-        ("counted batch_size tokens per step for every step: finished requests idle in their slot",
-         batch / step),
+        (
+            "each batch took its mean length: a static batch runs until its longest request is done",
+            tokens / (sum(sum(c) / len(c) for c in chunks) * step),
+        ),
+        (
+            "all requests ran as one batch: split them into batches of batch_size, in order",
+            tokens / (max(outputs) * step),
+        ),
+        (
+            "batches took the sum of their lengths: the requests of a batch decode together, one step for all",
+            tokens / (sum(outputs) * step),
+        ),
+        ("counted batch_size tokens per step for every step: finished requests idle in their slot", batch / step),
     ]
     return judge_number(got, expected, mistakes, "the throughput in tokens per second")
 
 
-STATIC = Exercise("static_batch_throughput", ("static_batch_throughput",), [
-    Check("static_batch_throughput.example", "static_batch_throughput", 1, "the chapter's example",
-          _numbers("static_batch_throughput", lambda rng: [[10, 40, 20, 30, 5, 15], 3, 0.02]), _judge_static,
-          visible=True),
-    Check("static_batch_throughput.random", "static_batch_throughput", 2, "a longer trace, an uneven last batch",
-          _numbers("static_batch_throughput", lambda rng: [[int(x) for x in rng.integers(1, 300, 23)],
-                                                           int(rng.integers(3, 8)), float(rng.uniform(0.005, 0.05))]),
-          _judge_static),
-])
+STATIC = Exercise(
+    "static_batch_throughput",
+    ("static_batch_throughput",),
+    [
+        Check(
+            "static_batch_throughput.example",
+            "static_batch_throughput",
+            1,
+            "the chapter's example",
+            _numbers("static_batch_throughput", lambda rng: [[10, 40, 20, 30, 5, 15], 3, 0.02]),
+            _judge_static,
+            visible=True,
+        ),
+        Check(
+            "static_batch_throughput.random",
+            "static_batch_throughput",
+            2,
+            "a longer trace, an uneven last batch",
+            _numbers(
+                "static_batch_throughput",
+                lambda rng: [
+                    [int(x) for x in rng.integers(1, 300, 23)],
+                    int(rng.integers(3, 8)),
+                    float(rng.uniform(0.005, 0.05)),
+                ],
+            ),
+            _judge_static,
+        ),
+    ],
+)
 
 EXERCISES = [WEIGHT_MEMORY, PREFILL, ROOFLINE, CRITICAL, STATIC]

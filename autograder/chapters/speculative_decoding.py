@@ -31,8 +31,10 @@ def _judge_alpha(probe, got):
     mistakes = [
         ("took the maximum: alpha sums min(p, q)", torch.maximum(p, q).sum().item()),
         ("summed p * q: alpha sums min(p, q)", (p * q).sum().item()),
-        ("summed min(1, p / q): that is the acceptance probability of each token, not weighted by q",
-         speculative_decoding.acceptance_probabilities(p, q).sum().item()),
+        (
+            "summed min(1, p / q): that is the acceptance probability of each token, not weighted by q",
+            speculative_decoding.acceptance_probabilities(p, q).sum().item(),
+        ),
         ("returned 1 - sum min(p, q): that is the rejection rate", 1 - torch.minimum(p, q).sum().item()),
     ]
     return judge_number(got, torch.minimum(p, q).sum().item(), mistakes, "the acceptance rate", rel=1e-5)
@@ -45,14 +47,28 @@ def _alpha_probe(fixed=False):
     return make
 
 
-ACCEPTANCE = Exercise("acceptance_rate", ("acceptance_rate",), [
-    Check("acceptance_rate.example", "acceptance_rate", 1, "the chapter's p and q (0.5)", _alpha_probe(True),
-          _judge_alpha, visible=True),
-    Check("acceptance_rate.random", "acceptance_rate", 1, "a random pair over 50 tokens", _alpha_probe(), _judge_alpha),
-])
+ACCEPTANCE = Exercise(
+    "acceptance_rate",
+    ("acceptance_rate",),
+    [
+        Check(
+            "acceptance_rate.example",
+            "acceptance_rate",
+            1,
+            "the chapter's p and q (0.5)",
+            _alpha_probe(True),
+            _judge_alpha,
+            visible=True,
+        ),
+        Check(
+            "acceptance_rate.random", "acceptance_rate", 1, "a random pair over 50 tokens", _alpha_probe(), _judge_alpha
+        ),
+    ],
+)
 
 
 # --- expected_tokens_per_call -------------------------------------------------------------------------
+
 
 @judges_value
 def _judge_tokens(probe, got):
@@ -69,24 +85,52 @@ def _judge_tokens(probe, got):
 
 def _tokens_probe(alpha=None, k=None):
     def make(rng):
-        return {"call": "expected_tokens_per_call",
-                "args": [float(rng.uniform(0.3, 0.95)) if alpha is None else alpha,
-                         int(rng.integers(1, 12)) if k is None else k]}
+        return {
+            "call": "expected_tokens_per_call",
+            "args": [
+                float(rng.uniform(0.3, 0.95)) if alpha is None else alpha,
+                int(rng.integers(1, 12)) if k is None else k,
+            ],
+        }
 
     return make
 
 
-TOKENS = Exercise("expected_tokens_per_call", ("expected_tokens_per_call",), [
-    Check("expected_tokens_per_call.example", "expected_tokens_per_call", 1, "alpha 0.8, k 4 (3.36)",
-          _tokens_probe(0.8, 4), _judge_tokens, visible=True),
-    Check("expected_tokens_per_call.random", "expected_tokens_per_call", 1, "other alpha and k", _tokens_probe(),
-          _judge_tokens),
-    Check("expected_tokens_per_call.alpha1", "expected_tokens_per_call", 1, "alpha = 1 (no division by zero)",
-          _tokens_probe(1.0, 5), _judge_tokens),
-])
+TOKENS = Exercise(
+    "expected_tokens_per_call",
+    ("expected_tokens_per_call",),
+    [
+        Check(
+            "expected_tokens_per_call.example",
+            "expected_tokens_per_call",
+            1,
+            "alpha 0.8, k 4 (3.36)",
+            _tokens_probe(0.8, 4),
+            _judge_tokens,
+            visible=True,
+        ),
+        Check(
+            "expected_tokens_per_call.random",
+            "expected_tokens_per_call",
+            1,
+            "other alpha and k",
+            _tokens_probe(),
+            _judge_tokens,
+        ),
+        Check(
+            "expected_tokens_per_call.alpha1",
+            "expected_tokens_per_call",
+            1,
+            "alpha = 1 (no division by zero)",
+            _tokens_probe(1.0, 5),
+            _judge_tokens,
+        ),
+    ],
+)
 
 
 # --- speculative_token -------------------------------------------------------------------------------
+
 
 def _outcome_distribution(p, q, accept, resample):
     """Token distribution when x ~ q is accepted with probability accept(x) and otherwise replaced by resample."""
@@ -112,8 +156,7 @@ def sampled_tokens(function, target, draft, seed: int, n: int) -> dict:
 def _sampling_probe(n, fixed=True):
     def make(rng):
         p, q = (FIXED_P, FIXED_Q) if fixed else _pair(rng)
-        return {"call": "speculative_token", "scenario": sampled_tokens,
-                "args": [p, q, int(rng.integers(1 << 30)), n]}
+        return {"call": "speculative_token", "scenario": sampled_tokens, "args": [p, q, int(rng.integers(1 << 30)), n]}
 
     return make
 
@@ -137,37 +180,73 @@ def _judge_sampling(probe, got):
     rate = accepted.double().mean().item()
     if fits(p):
         if abs(rate - alpha) > 5 * math.sqrt(alpha * (1 - alpha) / n) + 2e-3:
-            return Verdict(False, f"the tokens follow p, but the accepted flag is True {rate:.3f} of the time; "
-                                  f"it should be True when the draft's token was kept (alpha = {alpha:.3f})")
+            return Verdict(
+                False,
+                f"the tokens follow p, but the accepted flag is True {rate:.3f} of the time; "
+                f"it should be True when the draft's token was kept (alpha = {alpha:.3f})",
+            )
         return Verdict(True)
     ratio = speculative_decoding.acceptance_probabilities(p, q)
     mistakes = [
         ("always accepted the draft's token: accept with probability min(1, p(x) / q(x))", q),
-        ("on rejection it resampled from p: resample from max(0, p - q), normalised",
-         _outcome_distribution(p, q, ratio, p)),
-        ("on rejection it resampled from q: resample from max(0, p - q), normalised",
-         _outcome_distribution(p, q, ratio, q)),
-        ("accepted with probability q(x) / p(x): it is min(1, p(x) / q(x))",
-         _outcome_distribution(p, q, speculative_decoding.acceptance_probabilities(q, p),
-                               speculative_decoding.residual_distribution(p, q))),
+        (
+            "on rejection it resampled from p: resample from max(0, p - q), normalised",
+            _outcome_distribution(p, q, ratio, p),
+        ),
+        (
+            "on rejection it resampled from q: resample from max(0, p - q), normalised",
+            _outcome_distribution(p, q, ratio, q),
+        ),
+        (
+            "accepted with probability q(x) / p(x): it is min(1, p(x) / q(x))",
+            _outcome_distribution(
+                p,
+                q,
+                speculative_decoding.acceptance_probabilities(q, p),
+                speculative_decoding.residual_distribution(p, q),
+            ),
+        ),
     ]
     worst = int((freq - p).abs().argmax())
     for hint, dist in mistakes:
         if not torch.allclose(dist, p, atol=1e-3) and fits(dist):
-            return Verdict(False, f"{hint} (token {worst}: frequency {freq[worst]:.3f}, target probability {p[worst]:.3f})")
-    return Verdict(False, f"the tokens are not distributed as the target's p: token {worst} came "
-                          f"{freq[worst]:.3f} of the time, p = {p[worst]:.3f}")
+            return Verdict(
+                False, f"{hint} (token {worst}: frequency {freq[worst]:.3f}, target probability {p[worst]:.3f})"
+            )
+    return Verdict(
+        False,
+        f"the tokens are not distributed as the target's p: token {worst} came "
+        f"{freq[worst]:.3f} of the time, p = {p[worst]:.3f}",
+    )
 
 
-SPECULATIVE_TOKEN = Exercise("speculative_token", ("speculative_token",), [
-    Check("speculative_token.distribution", "speculative_token", 3, "5,000 draws follow the target's p",
-          _sampling_probe(5000), _judge_sampling, visible=True),
-    Check("speculative_token.random", "speculative_token", 2, "20,000 draws, another pair of distributions",
-          _sampling_probe(20000, fixed=False), _judge_sampling),
-])
+SPECULATIVE_TOKEN = Exercise(
+    "speculative_token",
+    ("speculative_token",),
+    [
+        Check(
+            "speculative_token.distribution",
+            "speculative_token",
+            3,
+            "5,000 draws follow the target's p",
+            _sampling_probe(5000),
+            _judge_sampling,
+            visible=True,
+        ),
+        Check(
+            "speculative_token.random",
+            "speculative_token",
+            2,
+            "20,000 draws, another pair of distributions",
+            _sampling_probe(20000, fixed=False),
+            _judge_sampling,
+        ),
+    ],
+)
 
 
 # --- speculative_speedup ---------------------------------------------------------------------------
+
 
 @judges_value
 def _judge_speedup(probe, got):
@@ -189,10 +268,21 @@ def _speedup_probe(fixed=None):
     return make
 
 
-SPEEDUP = Exercise("speculative_speedup", ("speculative_speedup",), [
-    Check("speculative_speedup.paper", "speculative_speedup", 1, "alpha 0.8, k 5, c 0.05 (2.95x)",
-          _speedup_probe([0.8, 5, 0.05]), _judge_speedup, visible=True),
-    Check("speculative_speedup.random", "speculative_speedup", 1, "other values", _speedup_probe(), _judge_speedup),
-])
+SPEEDUP = Exercise(
+    "speculative_speedup",
+    ("speculative_speedup",),
+    [
+        Check(
+            "speculative_speedup.paper",
+            "speculative_speedup",
+            1,
+            "alpha 0.8, k 5, c 0.05 (2.95x)",
+            _speedup_probe([0.8, 5, 0.05]),
+            _judge_speedup,
+            visible=True,
+        ),
+        Check("speculative_speedup.random", "speculative_speedup", 1, "other values", _speedup_probe(), _judge_speedup),
+    ],
+)
 
 EXERCISES = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import io
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from matplotlib.figure import Figure
 
@@ -85,9 +85,8 @@ def slider(kind: str, **options):
     return getattr(widgets, kind)(style=style, layout=layout, **options)
 
 
-
-
 # --- axes shared by several chapters ------------------------------------------------------------
+
 
 def plain_log_ticks(ax, y_unit: str = "") -> None:
     """Log axes labelled 100 / 10 G rather than 10^2 / 10^10: easier to read, and it spares

@@ -7,8 +7,9 @@ from matplotlib.figure import Figure
 from course.plots._widgets import BLUE, GREY, RED, new_figure
 
 
-def plot_drafts_and_pruning(overlap: dict[str, float], shares: list[float], unstructured: list[float],
-                            structured: list[float], baseline: float) -> Figure:
+def plot_drafts_and_pruning(
+    overlap: dict[str, float], shares: list[float], unstructured: list[float], structured: list[float], baseline: float
+) -> Figure:
     """Left: each draft's overlap with the target (its acceptance rate). Right: loss against pruning."""
     fig = new_figure(10, 3.4, left=0.07, wspace=0.3)
     ax_d, ax_p = fig.subplots(1, 2)

@@ -14,8 +14,14 @@ def _hardware(name_or_hw):
     return prefill_decode.PRESETS[name_or_hw] if isinstance(name_or_hw, str) else name_or_hw
 
 
-def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: int = 512, hardware="A100-80G",
-                  measured: list[tuple[str, float, float]] = ()) -> Figure:
+def plot_roofline(
+    params: float = 8e9,
+    bits: int = 16,
+    batch: int = 1,
+    prompt: int = 512,
+    hardware="A100-80G",
+    measured: list[tuple[str, float, float]] = (),
+) -> Figure:
     """The roofline of ``hardware`` with this model's decode step and prefill on it.
 
     ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
@@ -28,14 +34,20 @@ def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: i
     ax.axvline(hw.ridge, color=GREY, ls=":", lw=1)
     ax.text(hw.ridge * 1.1, hw.peak_flops * 0.02, f"ridge {hw.ridge:.0f} FLOP/B", fontsize=8, color=GREY)
     points = {
-        f"decode, batch {batch}": (prefill_decode.decode_intensity(batch, bits),
-                                   2 * params * batch / prefill_decode.decode_step_time(params, bits, batch, hw), BLUE),
-        f"prefill, {prompt} tokens": (prefill_decode.prefill_flops(params, prompt) / prefill_decode.weight_bytes(params, bits),
-                                      prefill_decode.prefill_flops(params, prompt) / prefill_decode.prefill_time(params, bits, prompt, hw), ORANGE),
+        f"decode, batch {batch}": (
+            prefill_decode.decode_intensity(batch, bits),
+            2 * params * batch / prefill_decode.decode_step_time(params, bits, batch, hw),
+            BLUE,
+        ),
+        f"prefill, {prompt} tokens": (
+            prefill_decode.prefill_flops(params, prompt) / prefill_decode.weight_bytes(params, bits),
+            prefill_decode.prefill_flops(params, prompt) / prefill_decode.prefill_time(params, bits, prompt, hw),
+            ORANGE,
+        ),
     }
     for label, (x, y, color) in points.items():
         ax.loglog([x], [y], "o", color=color, ms=9, label=label)
-    for (label, x, y), marker in zip(measured, "xP*Dv^"):
+    for (label, x, y), marker in zip(measured, "xP*Dv^", strict=False):
         ax.loglog([x], [y], marker, color=RED, ms=9, mew=2, label=label)
     ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", title=f"roofline: {hw.name}: FLOP/s achievable")
     ax.set_xlim(0.1, 1e4)
@@ -44,9 +56,10 @@ def plot_roofline(params: float = 8e9, bits: int = 16, batch: int = 1, prompt: i
     ax.legend(fontsize=8, loc="lower right")
     ttft = prefill_decode.prefill_time(params, bits, prompt, hw)
     step = prefill_decode.decode_step_time(params, bits, batch, hw)
+    weights = prefill_decode.weight_bytes(params, bits)
     lines = [
-        f"weights: {prefill_decode.weight_bytes(params, bits) / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
-        f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if prefill_decode.weight_bytes(params, bits) < hw.memory_bytes else 'NO'}",
+        f"weights: {weights / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
+        f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if weights < hw.memory_bytes else 'NO'}",
         f"time to first token: {1e3 * ttft:.1f} ms",
         f"decode step: {1e3 * step:.2f} ms",
         f"tokens/s per sequence: {1 / step:.0f}",
@@ -66,20 +79,33 @@ def widget_roofline(this_machine=None) -> None:
     """
     hardware = list(prefill_decode.PRESETS.items()) + ([(this_machine.name, this_machine)] if this_machine else [])
     controls = {
-        "params": slider("SelectionSlider", options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 8, 13, 34, 70, 180, 405)],
-                          value=8e9, description="parameters"),
+        "params": slider(
+            "SelectionSlider",
+            options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 8, 13, 34, 70, 180, 405)],
+            value=8e9,
+            description="parameters",
+        ),
         "bits": slider("SelectionSlider", options=[4, 8, 16], value=16, description="bits"),
-        "batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=1,
-                         description="batch"),
-        "prompt": slider("SelectionSlider", options=[16, 64, 256, 1024, 4096, 16384], value=256,
-                          description="prompt tokens"),
-        "hardware": slider("Dropdown", options=hardware, value=prefill_decode.PRESETS["A100-80G"], description="hardware"),
+        "batch": slider(
+            "SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=1, description="batch"
+        ),
+        "prompt": slider(
+            "SelectionSlider", options=[16, 64, 256, 1024, 4096, 16384], value=256, description="prompt tokens"
+        ),
+        "hardware": slider(
+            "Dropdown", options=hardware, value=prefill_decode.PRESETS["A100-80G"], description="hardware"
+        ),
     }
     interactive(plot_roofline, controls, "Prefill and decode on the roofline")
 
 
-def plot_decode_batch(params: float, bits: int, hardware, measured: dict[int, float] | None = None,
-                      batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)) -> Figure:
+def plot_decode_batch(
+    params: float,
+    bits: int,
+    hardware,
+    measured: dict[int, float] | None = None,
+    batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+) -> Figure:
     """Predicted decode throughput (tokens/s, whole batch) against batch size, measured points on top."""
     hw = _hardware(hardware)
     fig = new_figure(6, 3.4, left=0.14)
@@ -96,8 +122,9 @@ def plot_decode_batch(params: float, bits: int, hardware, measured: dict[int, fl
     return fig
 
 
-def plot_batching(rate: float = 8.0, max_batch: int = 16, params: float = 8e9, hardware="A100-80G", n: int = 200,
-                  seed: int = 0) -> Figure:
+def plot_batching(
+    rate: float = 8.0, max_batch: int = 16, params: float = 8e9, hardware="A100-80G", n: int = 200, seed: int = 0
+) -> Figure:
     """Static against continuous batching on one request trace: latencies, and the summary numbers."""
     hw = _hardware(hardware)
     trace = prefill_decode.make_trace(n, rate, seed=seed)
@@ -107,15 +134,22 @@ def plot_batching(rate: float = 8.0, max_batch: int = 16, params: float = 8e9, h
     for continuous, color, name in ((False, ORANGE, "static"), (True, BLUE, "continuous")):
         served = prefill_decode.simulate(trace, params, 16, hw, max_batch, continuous)
         summary[name] = prefill_decode.summarise(served)
-        ax_lat.plot([s.request.arrival for s in served], [s.latency for s in served], ".", color=color, ms=4, label=name)
+        ax_lat.plot(
+            [s.request.arrival for s in served], [s.latency for s in served], ".", color=color, ms=4, label=name
+        )
         ax_ttft.hist([s.ttft for s in served], bins=30, color=color, alpha=0.6, label=name)
     ax_lat.set(xlabel="arrival time (s)", ylabel="latency (s)", title="each request's latency")
     ax_ttft.set(xlabel="time to first token (s)", ylabel="requests", title="time to first token")
     ax_lat.legend(fontsize=8)
     lines = [f"{rate:g} requests/s, batch <= {max_batch}", ""]
     for name, numbers in summary.items():
-        lines += [f"{name}:", f"  {numbers['throughput']:7.0f} tokens/s", f"  TTFT   {numbers['median_ttft']:6.2f} s median",
-                  f"  latency {numbers['median_latency']:5.2f} s median", f"  latency {numbers['p90_latency']:5.2f} s p90"]
+        lines += [
+            f"{name}:",
+            f"  {numbers['throughput']:7.0f} tokens/s",
+            f"  TTFT   {numbers['median_ttft']:6.2f} s median",
+            f"  latency {numbers['median_latency']:5.2f} s median",
+            f"  latency {numbers['p90_latency']:5.2f} s p90",
+        ]
     ax_text.axis("off")
     ax_text.text(0, 0.98, "\n".join(lines), va="top", fontsize=9, family="monospace")
     return fig

@@ -10,8 +10,14 @@ from matplotlib.figure import Figure
 from course import quantization
 from course.plots._widgets import BLUE, GREY, ORANGE, RED, interactive, new_figure, slider
 
-GROUP_CHOICES = (("per tensor", "tensor"), ("per row", None), ("group 128", 128), ("group 64", 64),
-                 ("group 32", 32), ("group 16", 16))
+GROUP_CHOICES = (
+    ("per tensor", "tensor"),
+    ("per row", None),
+    ("group 128", 128),
+    ("group 64", 64),
+    ("group 32", 32),
+    ("group 16", 16),
+)
 
 
 def _round_trip(weight: torch.Tensor, bits: int, group) -> torch.Tensor:
@@ -40,8 +46,13 @@ def plot_quantization(bits: int = 4, group_size=None, outlier: float = 20.0, see
     ax_row.scatter(row, approx[0].numpy(), s=6, color=BLUE)
     lim = np.quantile(np.abs(row), 0.98) * 1.2  # zoom on the ordinary weights; outliers fall outside
     ax_row.plot([-lim, lim], [-lim, lim], color=GREY, lw=0.8, ls="--")
-    ax_row.set(xlim=(-lim, lim), ylim=(-lim, lim), xlabel="weight (outliers off the chart)",
-               ylabel="after quantization", title=f"row 0, int{bits}, {_group_label(group_size)}")
+    ax_row.set(
+        xlim=(-lim, lim),
+        ylim=(-lim, lim),
+        xlabel="weight (outliers off the chart)",
+        ylabel="after quantization",
+        title=f"row 0, int{bits}, {_group_label(group_size)}",
+    )
 
     if group_size == "tensor":
         codes, _ = quantization.quantize(weight.reshape(1, -1), bits)
@@ -82,7 +93,7 @@ def plot_granularity_bars(with_outliers: dict[str, float], without_outliers: dic
     """
     fig = new_figure(9, 3.2)
     axes = fig.subplots(1, 2)
-    for ax, bits in zip(axes, (8, 4)):
+    for ax, bits in zip(axes, (8, 4), strict=True):
         keys = [k for k in with_outliers if k.startswith(f"int{bits}_")]
         x = np.arange(len(keys))
         spiky = [100 * with_outliers[k] for k in keys]
@@ -104,7 +115,10 @@ def plot_outlier_row(outlier: float = 4.2, seed: int = 3) -> Figure:
     spiked[0, 0] = outlier
     fig = new_figure(10, 3, bottom=0.18, wspace=0.05)
     axes = fig.subplots(1, 2, sharey=True)
-    for ax, weights, title in ((axes[0], row, "without the outlier"), (axes[1], spiked, f"weight 0 set to {outlier:g}")):
+    for ax, weights, title in (
+        (axes[0], row, "without the outlier"),
+        (axes[1], spiked, f"weight 0 set to {outlier:g}"),
+    ):
         approx = quantization.quantize_dequantize(weights, 8)
         step = weights.abs().max().item() / 127
         x = np.arange(1, 64)
@@ -121,7 +135,9 @@ def plot_bits_sweep(weight: torch.Tensor, groups=(None, 128, 32), bits_range=ran
     fig = new_figure(5.5, 3.2, left=0.15)
     ax = fig.subplots()
     for group in groups:
-        errors = [quantization.relative_error(weight, quantization.quantize_dequantize(weight, b, group)) for b in bits_range]
+        errors = [
+            quantization.relative_error(weight, quantization.quantize_dequantize(weight, b, group)) for b in bits_range
+        ]
         ax.semilogy(list(bits_range), errors, "o-", label="per row" if group is None else f"group {group}")
     ax.set(xlabel="bits", ylabel="relative error", title="each bit halves the error")
     ax.legend(fontsize=8)
@@ -139,8 +155,11 @@ def plot_model_bits(losses: dict[str, dict[int, float]], baseline: float) -> Fig
         bits = sorted(by_bits)
         ax.plot(bits, [by_bits[b] for b in bits], "o-", label=label)
     ax.axhline(baseline, color=GREY, ls="--", lw=1, label="float32")
-    ax.set(xlabel="bits per weight (scales not counted)", ylabel="validation loss (nats/byte)",
-           title="the course model, quantized")
+    ax.set(
+        xlabel="bits per weight (scales not counted)",
+        ylabel="validation loss (nats/byte)",
+        title="the course model, quantized",
+    )
     ax.legend(fontsize=8)
     return fig
 
