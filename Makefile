@@ -1,6 +1,8 @@
 # The course's commands. `make lab` and `make test` create the environment when it is missing.
 #   make lab        set up, then open the course in JupyterLab
-#   make test       set up, then run every test (unit, notebooks, grader)
+#   make test       set up, then lint and run every test (unit, notebooks, grader)
+#   make lint       ruff: the linter and the formatter's check, as `make test` runs them
+#   make format     ruff: fix what can be fixed, then format the tree
 #   make release    rebuild the student notebooks in notebooks/ from solutions/
 #   make autograde  grade every notebook under submissions/ into feedback/gradebook.csv
 #   make reference  regenerate data/reference/*.json
@@ -21,7 +23,7 @@ SUBMISSIONS ?= submissions
 FEEDBACK ?= feedback
 PORT ?= 8888
 
-.PHONY: lab test release autograde reference bench model clean
+.PHONY: lab test lint format release autograde reference bench model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
@@ -48,8 +50,16 @@ $(BIN)/.installed-dev: $(BIN)/.installed-base
 lab: $(BIN)/.installed-base
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(BIN)/.installed-dev
+test: $(BIN)/.installed-dev lint
 	$(BIN)/python -m pytest -q
+
+lint: $(BIN)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(BIN)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 release: $(BIN)/.installed-dev
 	$(BIN)/python -m autograder.release
@@ -62,7 +72,7 @@ reference: $(BIN)/.installed-base
 	$(BIN)/python -m course.reference
 
 bench: $(BIN)/.installed-dev
-	$(BIN)/python -m course.benchmarks
+	$(BIN)/python tools/benchmarks.py
 
 model: $(BIN)/.installed-base
 	$(BIN)/python -m course.train

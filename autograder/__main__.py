@@ -24,10 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("--chapter", default=None, help="expected chapter, e.g. 03_quantization: others score 0")
     for command in (one, many):
         command.add_argument("--seed", type=int, default=None, help="fix the hidden inputs (default: fresh)")
-        command.add_argument("--timeout", type=float, default=runner.Limits.wall_seconds,
-                             help="seconds per submission")
-        command.add_argument("--memory", type=float, default=runner.Limits.memory_bytes / 2**30,
-                             help="GiB of resident memory per submission")
+        command.add_argument("--timeout", type=float, default=runner.Limits.wall_seconds, help="seconds per submission")
+        command.add_argument(
+            "--memory",
+            type=float,
+            default=runner.Limits.memory_bytes / 2**30,
+            help="GiB of resident memory per submission",
+        )
     args = parser.parse_args(argv)
     limits = runner.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
     try:
@@ -42,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for report in reports:
         print(f"{report.notebook:<40} {report.score:g}/{report.max_score:g}")
-    print(f"graded {len(reports)} notebooks in {time.monotonic() - started:.1f} s; "
-          f"gradebook: {args.out / 'gradebook.csv'}")
+    print(
+        f"graded {len(reports)} notebooks in {time.monotonic() - started:.1f} s; "
+        f"gradebook: {args.out / 'gradebook.csv'}"
+    )
     return 0
 
 

@@ -5,8 +5,7 @@ the plain-data result against the course's reference implementation. When the an
 the judge recomputes the common mistakes on the same inputs and names the one that matches.
 
 The grader runs probes in a sandbox and judges here, out of the learner's reach. In a notebook,
-:func:`check` runs the visible checks of one exercise in the learner's own kernel (and all of
-them in the instructor's source), so Colab learners get the same feedback without nbgrader.
+``autograder.check`` (``selfcheck.py``) runs the same checks in the learner's own kernel.
 """
 
 from __future__ import annotations
@@ -14,8 +13,9 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -34,8 +34,9 @@ class Check:
     """One graded test of one exercise.
 
     ``probe(rng)`` returns ``{"call": name, "args": [...], "kwargs": {...}}`` with torch values,
-    plus ``"scenario"`` when the learner's function is driven by one of ``sandbox.SCENARIOS``;
-    ``judge(probe, result)`` gets that probe back and the decoded result (see :func:`outcome`).
+    plus ``"scenario": function`` when the learner's function (or class) is driven by a function of
+    the chapter's checks (see :func:`scenario_source`); ``judge(probe, result)`` gets that probe
+    back and the decoded result (see :func:`outcome`).
     """
 
     id: str
@@ -60,10 +61,18 @@ class Exercise:
         return sum(c.points for c in self.checks)
 
 
+def scenario_source(scenario: Callable) -> dict:
+    """A scenario as the sandbox gets it: its name and source. A scenario drives the learner's code
+    where a plain call will not do (a class, objects that cannot travel as plain data) and reports
+    plain data; it runs where the course cannot be imported, so it imports what it needs (the
+    standard library, torch) inside itself and uses nothing else of its module."""
+    return {"name": scenario.__name__, "source": textwrap.dedent(inspect.getsource(scenario))}
+
+
 def encode_probe(probe: dict) -> dict:
     return {
         "call": probe["call"],
-        "scenario": probe.get("scenario"),
+        "scenario": scenario_source(probe["scenario"]) if probe.get("scenario") else None,
         "args": [wire.encode(a) for a in probe.get("args", [])],
         "kwargs": {k: wire.encode(v) for k, v in probe.get("kwargs", {}).items()},
     }
@@ -82,8 +91,9 @@ def outcome(result: dict) -> tuple[object, Verdict | None]:
         if result["raised"] == "NotImplementedError":
             return None, Verdict(False, NOT_ANSWERED)
         if result["raised"] == "MemoryError":
-            return None, Verdict(False, "ran out of memory (MemoryError): look for a tensor or list far larger "
-                                        "than the exercise needs")
+            return None, Verdict(
+                False, "ran out of memory (MemoryError): look for a tensor or list far larger than the exercise needs"
+            )
         where = f" ({result['where'][-1]})" if result.get("where") else ""
         return None, Verdict(False, f"raised {result['raised']}: {result['message']}{where}")
     if "timeout" in result:
@@ -91,7 +101,9 @@ def outcome(result: dict) -> tuple[object, Verdict | None]:
     if "skipped" in result:
         return None, Verdict(False, f"not run: {result['skipped']}")
     if "crashed" in result:
-        return None, Verdict(False, f"the process died while running it: {result['crashed']} (sys.exit, os._exit or a crash?)")
+        return None, Verdict(
+            False, f"the process died while running it: {result['crashed']} (sys.exit, os._exit or a crash?)"
+        )
     return None, Verdict(False, "no result came back")
 
 
@@ -171,8 +183,11 @@ def compare_tensors(
 
 
 def diagnose(
-    got: torch.Tensor, expected: torch.Tensor, mistakes: list[tuple[str, Callable[[], torch.Tensor]]], what: str = "",
-    **tolerances
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    mistakes: list[tuple[str, Callable[[], torch.Tensor]]],
+    what: str = "",
+    **tolerances,
 ) -> Verdict:
     """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference
     (prefixed by ``what``, the name of the compared value, when given)."""
@@ -215,8 +230,10 @@ def judge_number(
     if math.isfinite(value) and math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol):
         return Verdict(True)
     for hint, wrong in mistakes:
-        if math.isfinite(value) and not math.isclose(wrong, expected, rel_tol=rel, abs_tol=abs_tol) and math.isclose(
-            value, wrong, rel_tol=rel, abs_tol=abs_tol
+        if (
+            math.isfinite(value)
+            and not math.isclose(wrong, expected, rel_tol=rel, abs_tol=abs_tol)
+            and math.isclose(value, wrong, rel_tol=rel, abs_tol=abs_tol)
         ):
             return Verdict(False, f"{hint} (expected {fmt(expected)}, got {fmt(value)})")
     return Verdict(False, f"expected {fmt(expected)}, got {fmt(value)}")
@@ -233,44 +250,3 @@ def judge_raises(result: dict, error: str, why: str) -> Verdict:
     if "returned" in result:
         return Verdict(False, f"returned a result; expected {error}: {why}")
     return outcome(result)[1] or Verdict(False, f"expected {error}")
-
-
-# --- running checks in a notebook --------------------------------------------------------------
-
-VISIBLE_SEED = 2024
-
-
-def run_in_process(check: Check, namespace: dict, seed: int) -> Verdict:
-    """Probe and judge one check against functions in ``namespace`` (the caller's own kernel)."""
-    from autograder import sandbox
-
-    probe = check.probe(np.random.default_rng(seed))
-    try:
-        result = {"returned": wire.encode(sandbox.call(namespace, encode_probe(probe)))}
-    except Exception as error:  # the learner's own error, reported as a hint
-        result = sandbox.describe(error)
-    return check.judge(probe, result)
-
-
-def check(exercise: str, hidden: bool = False, namespace: dict | None = None) -> None:
-    """Run the checks of ``exercise`` on the caller's functions and print one line per check.
-
-    Raises AssertionError when any check fails, so the cell shows that something is left to do.
-    ``hidden=True`` runs every check (the instructor's source does); learners see the visible ones.
-    """
-    from autograder.chapters import exercise_by_id
-
-    namespace = namespace if namespace is not None else inspect.currentframe().f_back.f_globals
-    found = exercise_by_id(exercise)
-    chosen = [c for c in found.checks if hidden or c.visible]
-    failures = 0
-    for index, item in enumerate(chosen):
-        verdict = run_in_process(item, namespace, VISIBLE_SEED + index)
-        mark = "ok  " if verdict.passed else "FAIL"
-        print(f"{mark} {item.what} [{item.points} pt]" + ("" if verdict.passed else f"\n     hint: {verdict.hint}"))
-        failures += not verdict.passed
-    hidden_count = len(found.checks) - len(chosen)
-    if hidden_count:
-        print(f"     ({hidden_count} more checks run when your notebook is graded)")
-    if failures:
-        raise AssertionError(f"{failures} of {len(chosen)} checks of {exercise} failed: read the hints above")

@@ -71,7 +71,8 @@ def released(chapter: str) -> dict:
 def setup_sources(release: dict) -> list[str]:
     """The release's code cells tagged ``grader-setup``, run before the answers."""
     return [
-        _source(c) for c in release["cells"]
+        _source(c)
+        for c in release["cells"]
         if c.get("cell_type") == "code" and SETUP_TAG in (c.get("metadata", {}).get("tags") or [])
     ]
 
@@ -95,7 +96,8 @@ def without_magics(source: str) -> str:
     """IPython-only lines (``%time``, ``!pip``, ``%%capture``) turned into ``pass``: they mean
     nothing outside a notebook, and would be syntax errors."""
     return "\n".join(
-        re.sub(r"^(\s*)[%!].*$", r"\1pass  # IPython-only line removed for grading", line) for line in source.split("\n")
+        re.sub(r"^(\s*)[%!].*$", r"\1pass  # IPython-only line removed for grading", line)
+        for line in source.split("\n")
     )
 
 
@@ -105,20 +107,22 @@ def identify(notebook: dict, path: Path) -> tuple[str, list[str]]:
     meta = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
     claimed = (meta.get("course") or {}).get("chapter") if isinstance(meta.get("course"), dict) else None
     by_answers = {
-        name for name, exercises in CHAPTERS.items()
+        name
+        for name, exercises in CHAPTERS.items()
         if any(_nbgrader(c).get("grade_id") in {e.grade_id for e in exercises} for c in notebook["cells"])
     }
     if not by_answers:
         defined = set().union(*(_defines(_source(c)) for c in notebook["cells"] if c.get("cell_type") == "code"))
-        by_answers = {
-            name for name, exercises in CHAPTERS.items() if any(set(e.defines) <= defined for e in exercises)
-        }
+        by_answers = {name for name, exercises in CHAPTERS.items() if any(set(e.defines) <= defined for e in exercises)}
     if isinstance(claimed, str) and claimed not in CHAPTERS:
-        raise NotebookError(f"this notebook is {claimed}, which is not a chapter the grader knows "
-                            f"({', '.join(CHAPTERS)})")
+        raise NotebookError(
+            f"this notebook is {claimed}, which is not a chapter the grader knows ({', '.join(CHAPTERS)})"
+        )
     if claimed in CHAPTERS:
         if by_answers and claimed not in by_answers:
-            raise NotebookError(f"the notebook says it is {claimed} but its answers belong to {', '.join(sorted(by_answers))}")
+            raise NotebookError(
+                f"the notebook says it is {claimed} but its answers belong to {', '.join(sorted(by_answers))}"
+            )
         return claimed, notes
     by_name = [name for name in CHAPTERS if name in Path(path).name]
     if len(by_name) == 1 and (not by_answers or by_name[0] in by_answers):

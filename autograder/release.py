@@ -3,6 +3,7 @@
 ``python -m autograder.release`` (``make release``) turns each ``solutions/NN_name.py`` (jupytext
 percent format, carrying nbgrader cell metadata) into ``notebooks/NN_name.ipynb`` through
 nbgrader's generate step, which removes the solutions and the hidden tests, and clears outputs.
+Every notebook it builds starts with the Colab cell (``colab.py``).
 ``--check`` builds into a temporary folder and reports student copies that are out of date.
 
 Student copies are never paired or synced with jupytext: that could put answers back in.
@@ -18,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autograder import colab
 from course import paths
 
 GENERATED = "# Student copy generated from solutions/{source} by `make release`: edit the source, not this file.\n"
@@ -25,8 +27,8 @@ KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3
 
 
 def chapters() -> list[Path]:
-    """The chapter sources, in course order."""
-    return sorted(paths.SOLUTIONS.glob("[0-9][0-9]_*.py"))
+    """The chapter sources, in course order (see :func:`course.paths.chapter_sources`)."""
+    return paths.chapter_sources()
 
 
 def notebook_metadata(source: Path) -> dict:
@@ -35,11 +37,12 @@ def notebook_metadata(source: Path) -> dict:
 
 
 def instructor_notebook(source: Path):
-    """The source as an nbformat notebook, solutions and hidden tests included."""
+    """The source as an nbformat notebook, solutions and hidden tests included, after the Colab cell."""
     import jupytext
 
     notebook = jupytext.read(source)
     notebook.metadata = notebook_metadata(source)
+    notebook.cells.insert(0, colab.cell())
     for index, cell in enumerate(notebook.cells):
         cell.metadata.pop("lines_to_next_cell", None)
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -72,8 +75,15 @@ def build(sources: list[Path], out: Path) -> list[Path]:
             folder.mkdir(parents=True)
             nbformat.write(instructor_notebook(source), folder / f"{name}.ipynb")
             command = [
-                sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force", "--log-level=ERROR",
-                f"--CourseDirectory.root={root}", f"--CourseDirectory.db_url=sqlite:///{root / 'gradebook.db'}",
+                sys.executable,
+                "-m",
+                "nbgrader",
+                "generate_assignment",
+                name,
+                "--force",
+                "--log-level=ERROR",
+                f"--CourseDirectory.root={root}",
+                f"--CourseDirectory.db_url=sqlite:///{root / 'gradebook.db'}",
             ]
             # nbgrader runs `alembic` from PATH: put this environment's scripts first.
             env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

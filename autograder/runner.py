@@ -47,8 +47,18 @@ FIRST_SANDBOX_UID = 200_000  # unused by any account: each sandbox gets its own,
 NAMESPACES = ["--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
 # inside the user namespace: a nested one, whose new mount namespace locks the mounts made before
 # it (they cannot be undone from inside), then every capability dropped before Python starts
-LOCK_AND_DROP = ["unshare", "--user", "--map-root-user", "--mount", "--", "setpriv", "--no-new-privs",
-                 "--bounding-set=-all", "--inh-caps=-all", "--"]
+LOCK_AND_DROP = [
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "--mount",
+    "--",
+    "setpriv",
+    "--no-new-privs",
+    "--bounding-set=-all",
+    "--inh-caps=-all",
+    "--",
+]
 MODES = ("namespace", "user-namespace", "unprivileged", "limits")
 HIDES_FILES = ("namespace", "user-namespace")
 WATCH_SECONDS = 0.1  # how often the memory of a sandbox is read
@@ -92,6 +102,7 @@ class SandboxUnavailable(RuntimeError):
 
 # --- the command of each mode ----------------------------------------------------------------------
 
+
 def _drop(uid: int) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
 
@@ -134,7 +145,7 @@ def _candidates() -> list[str]:
     return modes + ["limits"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def isolation(memory_bytes: int = Limits.memory_bytes) -> str:
     """The strongest mode in which the sandbox starts here with the command grading runs (it
     imports torch and numpy under the memory limit). Tried once per process.
@@ -147,7 +158,9 @@ def isolation(memory_bytes: int = Limits.memory_bytes) -> str:
         outcome = run({"setup": [], "answers": [], "probes": []}, Limits(memory_bytes=memory_bytes), mode=mode)
         if outcome.results is not None:
             return mode
-        failures.append(f"{mode}: {outcome.problem}" + (f"; it printed: {outcome.output[-600:]}" if outcome.output else ""))
+        failures.append(
+            f"{mode}: {outcome.problem}" + (f"; it printed: {outcome.output[-600:]}" if outcome.output else "")
+        )
     raise SandboxUnavailable(
         "the grader's sandbox cannot start on this machine, so nothing was graded (no submission is at fault).\n"
         + "\n".join(f"  {line}" for line in failures)
@@ -167,13 +180,14 @@ def describe(mode: str) -> str:
         "namespace": "full sandbox (namespaces, a user of its own)",
         "user-namespace": "full sandbox (unprivileged user namespaces)",
         "unprivileged": "a user of its own and limits, but no namespaces: the network and the course's files "
-                        "were reachable",
+        "were reachable",
         "limits": "limits only: the network and the course's files were reachable (this system allows no "
-                  "user namespaces; see the README)",
+        "user namespaces; see the README)",
     }[mode]
 
 
 # --- limits ------------------------------------------------------------------------------------------
+
 
 def _own_processes() -> int | None:
     """How many processes this user has now (what RLIMIT_NPROC counts when the sandbox shares our
@@ -224,7 +238,7 @@ def _processes() -> dict[int, tuple[int, int, int, int]]:
                 stat = handle.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # fields from the third (state) on
+        fields = stat[stat.rfind(b")") + 2 :].split()  # fields from the third (state) on
         found[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), int(fields[21]) * PAGE_BYTES)
     return found
 
@@ -285,13 +299,16 @@ class MemoryWatch:
             return True
         try:
             os.killpg(group, signal.SIGKILL)
-            self.stopped.append(f"a call was stopped at {used} of memory, over the limit of {self.limit / 2**30:.1f} GiB")
+            self.stopped.append(
+                f"a call was stopped at {used} of memory, over the limit of {self.limit / 2**30:.1f} GiB"
+            )
         except (ProcessLookupError, PermissionError):
             pass
         return False
 
 
 # --- running ------------------------------------------------------------------------------------------
+
 
 def outermost(folders) -> list[Path]:
     """The folders not inside another one of them: a folder inside a hidden one is hidden already,
@@ -319,8 +336,12 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
 
     ``mode`` defaults to :func:`isolation`'s choice (which may raise :class:`SandboxUnavailable`).
     """
-    job = {**job, "probe_seconds": limits.probe_seconds, "cell_seconds": limits.cell_seconds,
-           "memory_bytes": limits.memory_bytes}
+    job = {
+        **job,
+        "probe_seconds": limits.probe_seconds,
+        "cell_seconds": limits.cell_seconds,
+        "memory_bytes": limits.memory_bytes,
+    }
     mode = mode or isolation(limits.memory_bytes)
     work = Path(tempfile.mkdtemp(prefix="autograder-"))
     try:

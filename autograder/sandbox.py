@@ -62,8 +62,13 @@ def define(job: dict) -> tuple[dict, list]:
         try:
             exec(compile(source, f"<{label}>", "exec"), namespace)
         except OutOfTime:
-            problems.append({"cell": label, "raised": "timeout",
-                             "message": f"did not finish within {job['cell_seconds']} s (an endless loop?)"})
+            problems.append(
+                {
+                    "cell": label,
+                    "raised": "timeout",
+                    "message": f"did not finish within {job['cell_seconds']} s (an endless loop?)",
+                }
+            )
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: keep going
             problems.append({"cell": label, **describe(error)})
         finally:
@@ -72,78 +77,24 @@ def define(job: dict) -> tuple[dict, list]:
 
 
 def call(namespace: dict, probe: dict):
-    """The generic probe: ``namespace[probe["call"]](*args, **kwargs)``, or, when the probe names
-    a scenario, ``SCENARIOS[scenario](namespace[probe["call"]], *args, **kwargs)``."""
+    """The generic probe: ``namespace[probe["call"]](*args, **kwargs)``, or, when the probe carries
+    a scenario (its name and source, written beside its chapter's checks), that scenario's
+    ``scenario(namespace[probe["call"]], *args, **kwargs)``."""
     function = namespace.get(probe["call"])
     if function is None:
         raise NameError(f"{probe['call']} is not defined: run the cell that defines it, keeping its name")
     args = [wire.decode(a) for a in probe.get("args", [])]
     kwargs = {k: wire.decode(v) for k, v in probe.get("kwargs", {}).items()}
     if probe.get("scenario"):
-        return SCENARIOS[probe["scenario"]](function, *args, **kwargs)
+        return scenario(probe["scenario"])(function, *args, **kwargs)
     return function(*args, **kwargs)
 
 
-# --- scenarios: exercises that are classes or need objects that cannot travel as plain data -------
-
-def _attempt(report: dict, key: str, make) -> None:
-    try:
-        report[key] = make()
-    except Exception as error:
-        report[key] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-
-
-def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
-    """Wrap an ``nn.Linear`` of ``weight`` and ``bias`` in the learner's ``cls`` and report, step by
-    step: the output before training, which parameters train, the output once A and B are set,
-    and the merged layer's output and type. A failing step is reported and the others still run."""
-    import torch
-    from torch import nn
-
-    base = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-    with torch.no_grad():
-        base.weight.copy_(weight)
-        if bias is not None:
-            base.bias.copy_(bias)
-    original = base.weight.detach().clone()
-    report: dict = {}
-    layer = cls(base, rank) if alpha is None else cls(base, rank, alpha)
-    _attempt(report, "initial", lambda: layer(x).detach())
-    _attempt(report, "trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
-    _attempt(report, "shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
-
-    def set_factors():
-        with torch.no_grad():
-            layer.lora_A.copy_(lora_A)
-            layer.lora_B.copy_(lora_B)
-        return layer(x).detach()
-
-    _attempt(report, "output", set_factors)
-
-    def merged():
-        plain = layer.merge()
-        return {"type": type(plain).__name__, "output": plain(x).detach(),
-                "base_unchanged": bool(torch.equal(base.weight.detach(), original))}
-
-    _attempt(report, "merged", merged)
-    return report
-
-
-def sampled_tokens(function, target, draft, seed: int, n: int) -> dict:
-    """Call ``function(target, draft, generator)`` ``n`` times with one seeded generator;
-    the tokens and acceptance flags it returned."""
-    import torch
-
-    generator = torch.Generator().manual_seed(int(seed))
-    tokens, accepted = [], []
-    for _ in range(n):
-        token, ok = function(target, draft, generator)
-        tokens.append(int(token))
-        accepted.append(bool(ok))
-    return {"tokens": torch.tensor(tokens), "accepted": torch.tensor(accepted)}
-
-
-SCENARIOS = {"lora_layer": lora_layer, "sampled_tokens": sampled_tokens}
+def scenario(sent: dict):
+    """The scenario function defined by the source the grader sent (it imports what it needs)."""
+    defined: dict = {"__name__": "scenario", "__builtins__": __builtins__}
+    exec(compile(sent["source"], f"scenario {sent['name']}", "exec"), defined)
+    return defined[sent["name"]]
 
 
 def _fork() -> int:
@@ -183,7 +134,7 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
             data = json.dumps({"raised": "EncodeError", "message": "the result could not be sent back"}).encode()
         view = memoryview(data[:MAX_PAYLOAD])
         while view:
-            view = view[os.write(write_end, view):]
+            view = view[os.write(write_end, view) :]
         os._exit(0)
     os.close(write_end)
     chunks, size, deadline = [], 0, time.monotonic() + seconds + 2
@@ -217,8 +168,10 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
             if name == "SIGKILL" and memory_limit:
-                return {"crashed": f"{called} was killed by signal {name}, most likely for using more than the "
-                                   f"memory limit of {memory_limit / 2**30:.1f} GiB"}
+                return {
+                    "crashed": f"{called} was killed by signal {name}, most likely for using more than the "
+                    f"memory limit of {memory_limit / 2**30:.1f} GiB"
+                }
             return {"crashed": f"{called} was killed by signal {name}"}
         return {"crashed": f"{called} ended its process (exit code {os.WEXITSTATUS(status)}) before returning"}
 

@@ -1,9 +1,9 @@
 """Plain-data encoding of what crosses the sandbox boundary: inputs in, learners' outputs out.
 
 Tensors travel as base64 bytes with dtype and shape; tuples, lists, dicts with string keys,
-numbers, strings and None as JSON; anything else as its type name and a short repr. Nothing is pickled, so a hostile object
-cannot run code in the grader, and an object whose ``__eq__`` always answers True arrives as a
-string that equals nothing.
+numbers, strings and None as JSON; anything else as its type name and a short repr. Nothing is
+pickled, so a hostile object cannot run code in the grader, and an object whose ``__eq__`` always
+answers True arrives as a string that equals nothing.
 
 This file is copied into the sandbox and must import only the standard library, numpy and torch.
 """

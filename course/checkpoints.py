@@ -45,8 +45,11 @@ def save(model: LanguageModel, name: str, card: dict, folder: Path = MODELS) -> 
     weights.chmod(0o644)
     (target / "card.json").write_text(json.dumps({"config": model.config.to_dict(), **card}, indent=1) + "\n")
     manifest = _manifest(folder)
-    manifest[name] = {"file": f"{name}/model.safetensors", "sha256": sha256(weights),
-                      "parameters": model.num_parameters()}
+    manifest[name] = {
+        "file": f"{name}/model.safetensors",
+        "sha256": sha256(weights),
+        "parameters": model.num_parameters(),
+    }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return weights
 
@@ -56,8 +59,9 @@ def card(name: str, folder: Path = MODELS) -> dict:
     return json.loads(paths.require(folder / name / "card.json").read_text())
 
 
-def load(name: str, device: torch.device | str | None = None, folder: Path = MODELS,
-         max_seq_len: int | None = None) -> LanguageModel:
+def load(
+    name: str, device: torch.device | str | None = None, folder: Path = MODELS, max_seq_len: int | None = None
+) -> LanguageModel:
     """The trained model ``name`` ("target" or "draft"), checked against its recorded sha256.
 
     ``max_seq_len`` extends the rotary tables beyond the trained length (for timing long
@@ -68,17 +72,19 @@ def load(name: str, device: torch.device | str | None = None, folder: Path = MOD
     manifest = _manifest(folder)
     if name not in manifest:
         known = ", ".join(sorted(manifest)) or "none"
-        raise FileNotFoundError(f"no checkpoint named {name!r} in {folder} (known: {known}); "
-                                "`make model` trains them")
+        raise FileNotFoundError(f"no checkpoint named {name!r} in {folder} (known: {known}); `make model` trains them")
     weights = folder / manifest[name]["file"]
     if not weights.exists():
-        raise FileNotFoundError(f"{weights} is missing: restore it with `git checkout -- data/models` "
-                                "or retrain with `make model`")
+        raise FileNotFoundError(
+            f"{weights} is missing: restore it with `git checkout -- data/models` or retrain with `make model`"
+        )
     actual = sha256(weights)
     if actual != manifest[name]["sha256"]:
-        raise ValueError(f"checksum mismatch for {weights.name} of {name}: expected {manifest[name]['sha256'][:12]}..., "
-                         f"found {actual[:12]}...; the file is corrupted or was changed. Restore it with "
-                         "`git checkout -- data/models` (or `git lfs pull`), or retrain with `make model`")
+        raise ValueError(
+            f"checksum mismatch for {weights.name} of {name}: expected {manifest[name]['sha256'][:12]}..., "
+            f"found {actual[:12]}...; the file is corrupted or was changed. Restore it with "
+            "`git checkout -- data/models` (or `git lfs pull`), or retrain with `make model`"
+        )
     settings = card(name, folder)["config"]
     config = ModelConfig(**{**settings, "max_seq_len": max_seq_len or settings["max_seq_len"]})
     model = LanguageModel(config)

@@ -63,13 +63,16 @@ def markdown_to_play(markdown: str) -> str:
     return text.strip() + "\n"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def text(split: str) -> str:
     """All plays of ``split`` as one string, plays separated by a blank line, in slug order."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-    plays = [markdown_to_play(path.read_text(encoding="utf-8"))
-             for slug, (genre, path) in catalogue().items() if split_of(slug, genre) == split]
+    plays = [
+        markdown_to_play(path.read_text(encoding="utf-8"))
+        for slug, (genre, path) in catalogue().items()
+        if split_of(slug, genre) == split
+    ]
     return "\n\n".join(plays)
 
 
@@ -84,7 +87,7 @@ def decode(tokens) -> str:
     return bytes(int(v) for v in values).decode("utf-8", errors="replace")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tokens(split: str) -> torch.Tensor:
     """``text(split)`` encoded once."""
     return encode(text(split))
@@ -104,11 +107,14 @@ def summary() -> dict[str, dict]:
 DOMAIN_EVAL_PLAYS = ("much-ado-about-nothing", "twelfth-night")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def domain_tokens(part: str) -> torch.Tensor:
     """The held-out genre split by play: ``"adapt"`` (six comedies) or ``"eval"`` (two others)."""
     if part not in ("adapt", "eval"):
         raise ValueError(f"part must be 'adapt' or 'eval', got {part!r}")
-    plays = [markdown_to_play(path.read_text(encoding="utf-8")) for slug, (genre, path) in catalogue().items()
-             if genre == HELD_OUT_GENRE and (slug in DOMAIN_EVAL_PLAYS) == (part == "eval")]
+    plays = [
+        markdown_to_play(path.read_text(encoding="utf-8"))
+        for slug, (genre, path) in catalogue().items()
+        if genre == HELD_OUT_GENRE and (slug in DOMAIN_EVAL_PLAYS) == (part == "eval")
+    ]
     return encode("\n\n".join(plays))

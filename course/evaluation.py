@@ -1,6 +1,6 @@
 """Measure a language model: loss and perplexity on a text, and how fast it prefills and decodes.
 
-Speeds are medians of repeats after a warm-up, with the device synchronised (``course.bench``).
+Speeds are medians of repeats after a warm-up, with the device synchronised (``course.timing``).
 Not handled: padding batches of different lengths, memory measurement.
 """
 
@@ -13,14 +13,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import bench
+from course import timing
 from course.device import synchronize
 from course.model import LanguageModel, generate
 
 
 @torch.no_grad()
-def text_loss(model: LanguageModel, tokens: torch.Tensor, seq_len: int = 256, batch: int = 16,
-              max_windows: int | None = None) -> float:
+def text_loss(
+    model: LanguageModel, tokens: torch.Tensor, seq_len: int = 256, batch: int = 16, max_windows: int | None = None
+) -> float:
     """Mean next-byte cross-entropy in nats over non-overlapping ``seq_len`` windows of ``tokens``.
 
     ``max_windows`` evaluates evenly spaced windows only: a quick estimate of the whole text.
@@ -34,11 +35,12 @@ def text_loss(model: LanguageModel, tokens: torch.Tensor, seq_len: int = 256, ba
         starts = starts[torch.linspace(0, n - 1, max_windows).long()]
     total, count = 0.0, 0
     for first in range(0, len(starts), batch):
-        chosen = starts[first:first + batch]
-        windows = torch.stack([tokens[s:s + seq_len + 1] for s in chosen.tolist()]).to(device)  # (b, T + 1)
+        chosen = starts[first : first + batch]
+        windows = torch.stack([tokens[s : s + seq_len + 1] for s in chosen.tolist()]).to(device)  # (b, T + 1)
         logits = model(windows[:, :-1])  # (b, T, vocab)
-        total += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1),
-                                 reduction="sum").item()
+        total += F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1), reduction="sum"
+        ).item()
         count += windows[:, 1:].numel()
     return total / count
 
@@ -61,7 +63,7 @@ def _prompt(model: LanguageModel, batch: int, length: int) -> torch.Tensor:
 def prefill_seconds_per_token(model: LanguageModel, batch: int = 1, prompt_len: int = 256, repeats: int = 5) -> float:
     """Seconds per prompt token of one forward pass over a (batch, prompt_len) prompt."""
     prompt = _prompt(model, batch, prompt_len)
-    seconds = bench.median_seconds(lambda: model(prompt), model.embed.weight.device, warmup=1, repeats=repeats)
+    seconds = timing.median_seconds(lambda: model(prompt), model.embed.weight.device, warmup=1, repeats=repeats)
     return seconds / (batch * prompt_len)
 
 
@@ -103,12 +105,19 @@ def scaling_bend(throughput: dict[int, float], share: float = 0.5) -> int | None
 
 
 @torch.no_grad()
-def decode_tokens_per_second(model: LanguageModel, batch: int = 1, new_tokens: int = 128, prompt_len: int = 8,
-                             use_cache: bool = True, repeats: int = 3) -> float:
+def decode_tokens_per_second(
+    model: LanguageModel,
+    batch: int = 1,
+    new_tokens: int = 128,
+    prompt_len: int = 8,
+    use_cache: bool = True,
+    repeats: int = 3,
+) -> float:
     """Generated tokens per second (all sequences of the batch counted), greedy, after the prompt."""
     prompt = _prompt(model, batch, prompt_len)
     device = model.embed.weight.device
-    total = bench.median_seconds(lambda: generate(model, prompt, new_tokens, use_cache=use_cache), device,
-                                 warmup=1, repeats=repeats)
-    prefill = bench.median_seconds(lambda: model(prompt), device, warmup=1, repeats=repeats)
+    total = timing.median_seconds(
+        lambda: generate(model, prompt, new_tokens, use_cache=use_cache), device, warmup=1, repeats=repeats
+    )
+    prefill = timing.median_seconds(lambda: model(prompt), device, warmup=1, repeats=repeats)
     return batch * new_tokens / max(total - prefill, 1e-9)

@@ -44,11 +44,11 @@ PUBLISHED = {
 }
 
 
-def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1,
-                   bytes_per_element: float = 2) -> int:
+def kv_cache_bytes(
+    n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1, bytes_per_element: float = 2
+) -> int:
     """Bytes of keys and values cached for ``batch`` sequences of ``seq_len`` tokens."""
-    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
-                        ("batch", batch)):
+    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim), ("batch", batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive whole number, got {value!r}")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
@@ -68,8 +68,9 @@ def crossover_tokens(arch: Architecture, batch: int = 1, bytes_per_element: floa
     return math.ceil(arch.params * weight_bits / 8 / per_token / batch)
 
 
-def attention_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor,
-                   cache_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def attention_step(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One decoding step of single-head attention with a cache.
 
     ``q, k, v``: (D,) for the new token; ``cache_k, cache_v``: (t, D) for the t tokens before it.
@@ -90,6 +91,7 @@ def pages_needed(lengths, page_size: int) -> int:
 
 
 # --- a server's cache memory under a request trace -------------------------------------------
+
 
 @dataclass(frozen=True)
 class CacheRequest:
@@ -121,8 +123,9 @@ class AllocationResult:
     timeline: list[tuple[int, int, int]]  # per step: (reserved tokens, used tokens, running sequences)
 
 
-def simulate_allocation(trace: list[CacheRequest], capacity_tokens: int, page_size: int | None,
-                        max_len: int = 2048) -> AllocationResult:
+def simulate_allocation(
+    trace: list[CacheRequest], capacity_tokens: int, page_size: int | None, max_len: int = 2048
+) -> AllocationResult:
     """Serve ``trace`` with a KV cache of ``capacity_tokens`` tokens.
 
     ``page_size=None``: each request reserves ``max_len`` tokens up front, as systems without
@@ -177,5 +180,6 @@ def simulate_allocation(trace: list[CacheRequest], capacity_tokens: int, page_si
             reserved_total -= entry[2]
             used_total -= entry[1]
     used = [u / r for r, u, _ in timeline if r]
-    return AllocationResult(steps, sum(n for _, _, n in timeline) / len(timeline), sum(used) / len(used),
-                            preemptions, timeline)
+    return AllocationResult(
+        steps, sum(n for _, _, n in timeline) / len(timeline), sum(used) / len(used), preemptions, timeline
+    )

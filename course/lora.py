@@ -70,8 +70,10 @@ class LoRALinear(nn.Module):
             raise ValueError(f"LoRALinear wraps an nn.Linear, got {type(base).__name__}")
         _positive_int(rank=rank)
         if rank > min(base.in_features, base.out_features):
-            raise ValueError(f"rank {rank} exceeds min(in_features, out_features) = "
-                             f"{min(base.in_features, base.out_features)}; a smaller rank is already full")
+            raise ValueError(
+                f"rank {rank} exceeds min(in_features, out_features) = "
+                f"{min(base.in_features, base.out_features)}; a smaller rank is already full"
+            )
         self.base = base
         for parameter in base.parameters():
             parameter.requires_grad_(False)
@@ -92,8 +94,13 @@ class LoRALinear(nn.Module):
 
     def merge(self) -> nn.Linear:
         """A new plain layer with the update folded in; the shared base is left untouched."""
-        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None,
-                           device=self.base.weight.device, dtype=self.base.weight.dtype)
+        merged = nn.Linear(
+            self.base.in_features,
+            self.base.out_features,
+            bias=self.base.bias is not None,
+            device=self.base.weight.device,
+            dtype=self.base.weight.dtype,
+        )
         with torch.no_grad():
             merged.weight.copy_(self.base.weight + self.delta_weight())
             if self.base.bias is not None:
@@ -134,7 +141,9 @@ def _layers(model: nn.Module, targets) -> dict[str, nn.Linear]:
     return found
 
 
-def make_adapter(model: nn.Module, rank: int, alpha: float | None = None, targets=ATTENTION, seed: int = 0) -> dict[str, LoRALinear]:
+def make_adapter(
+    model: nn.Module, rank: int, alpha: float | None = None, targets=ATTENTION, seed: int = 0
+) -> dict[str, LoRALinear]:
     """A new adapter for ``model``: one :class:`LoRALinear` per target layer, wrapping the shared base.
 
     The model is not changed; :func:`use_adapter` puts the adapter in (and takes it out again).
@@ -168,9 +177,18 @@ def adapter_parameters(adapter: dict[str, LoRALinear]) -> list[nn.Parameter]:
     return [p for layer in adapter.values() for p in (layer.lora_A, layer.lora_B)]
 
 
-def finetune(model: nn.Module, parameters: list[torch.Tensor], data: torch.Tensor, steps: int, lr: float,
-             batch: int = 8, seq_len: int = 128, seed: int = 0, progress: bool = True,
-             description: str = "fine-tuning") -> list[float]:
+def finetune(
+    model: nn.Module,
+    parameters: list[torch.Tensor],
+    data: torch.Tensor,
+    steps: int,
+    lr: float,
+    batch: int = 8,
+    seq_len: int = 128,
+    seed: int = 0,
+    progress: bool = True,
+    description: str = "fine-tuning",
+) -> list[float]:
     """Train ``parameters`` of ``model`` (an adapter's, or all of them) on random windows of ``data``.
 
     AdamW at a constant ``lr``; returns the training loss of every step.

@@ -112,12 +112,26 @@ class KVCache:
         return per_position * self.length
 
 
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) + mask) v, written out: the readable twin of torch's fused kernel."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+def causal_mask(n_q: int, n_k: int, device=None, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """(n_q, stop - start) booleans, True where query i may see key j: j <= i + n_k - n_q.
+
+    The last query sits at the last key, as in decoding with a cache: with 2 queries and 4 keys,
+    query 0 sees keys 0..2 and query 1 all four. ``start`` and ``stop`` keep one block of keys.
+    """
+    rows = torch.arange(n_q, device=device)[:, None]  # (n_q, 1)
+    columns = torch.arange(start, n_k if stop is None else stop, device=device)[None, :]  # (1, stop - start)
+    return columns <= rows + n_k - n_q
+
+
+def attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v with ``mask`` (True: may attend), written out: the readable twin
+    of torch's fused kernel, with the whole (..., Tq, Tk) score matrix in memory."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v  # (B, H, Tq, D)
+    return scores.softmax(dim=-1) @ v  # (..., Tq, D)
 
 
 class Attention(nn.Module):
@@ -145,9 +159,7 @@ class Attention(nn.Module):
         n_rep = cfg.n_heads // cfg.n_kv_heads
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, past + T, D)
         # query i sits at position past + i and sees keys 0 .. past + i
-        mask = None
-        if T > 1:
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)  # (T, past + T)
+        mask = causal_mask(T, past + T, x.device) if T > 1 else None  # (T, past + T)
         if self.use_sdpa:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
@@ -210,11 +222,13 @@ class LanguageModel(nn.Module):
         B, T = tokens.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.max_seq_len:
-            raise ValueError(f"{start + T} positions exceed the model's {self.config.max_seq_len}; "
-                             "generate fewer tokens or crop the prompt")
+            raise ValueError(
+                f"{start + T} positions exceed the model's {self.config.max_seq_len}; "
+                "generate fewer tokens or crop the prompt"
+            )
         if cache is not None and start + T > cache.max_len:
             raise ValueError(f"the KV cache holds {cache.max_len} positions, {start + T} needed")
-        cos, sin = self.rope_cos[start:start + T], self.rope_sin[start:start + T]  # (T, D)
+        cos, sin = self.rope_cos[start : start + T], self.rope_sin[start : start + T]  # (T, D)
         x = self.embed(tokens)  # (B, T, C)
         for index, block in enumerate(self.blocks):
             x = block(x, cos, sin, cache, index)
@@ -232,8 +246,9 @@ class LanguageModel(nn.Module):
             block.attn.use_sdpa = use_sdpa
 
 
-def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
-           generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Next tokens (B,) from last-position logits (B, vocab): greedy at temperature 0."""
     if temperature < 0:
         raise ValueError(f"temperature must be 0 (greedy) or positive, got {temperature}")
@@ -250,9 +265,16 @@ def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = N
 
 
 @torch.no_grad()
-def generate(model: LanguageModel, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
-             top_k: int | None = None, use_cache: bool = True, generator: torch.Generator | None = None,
-             return_logits: bool = False):
+def generate(
+    model: LanguageModel,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    return_logits: bool = False,
+):
     """Continue ``prompt`` (B, T) by ``max_new_tokens`` tokens; returns (B, T + new).
 
     With ``use_cache`` the prompt is run once (prefill) and each step feeds only its new token;

@@ -1,4 +1,5 @@
-"""Where the course's files live: the repository's ``data/`` and ``solutions/`` folders.
+"""Where the course's files live (the repository's ``data/``, ``solutions/``, ``notebooks/``), and
+the list of chapters that every registry of the course is read from.
 
 The package is used from a checkout (``pip install -e .``, also what the Colab cell does), so the
 folders are found next to the package. Not handled: a plain wheel install, which has no ``data/``.
@@ -23,3 +24,17 @@ def require(path: Path) -> Path:
             "needs a full checkout of its repository (git clone, then `pip install -e .`)"
         )
     return path
+
+
+def chapter_sources() -> list[Path]:
+    """The chapters' sources, ``solutions/NN_<slug>.py``, in course order: the one list that the
+    release, the grader's registry and the reference numbers are all read from."""
+    return sorted(SOLUTIONS.glob("[0-9][0-9]_*.py"))
+
+
+def slug(chapter: str | Path) -> str:
+    """The name that every file of a chapter carries: ``03_quantization`` (or its source) -> ``quantization``."""
+    number, _, name = Path(chapter).stem.partition("_")
+    if not (number.isdigit() and name):
+        raise ValueError(f"{chapter} is not a chapter: chapters are named NN_<slug>, like 03_quantization")
+    return name

@@ -1,9 +1,10 @@
 """Reference numbers: regenerated from the package with fixed seeds, stored with their tolerances.
 
-Each chapter's module has a ``reference_numbers()`` returning ``{name: (value, tolerance, how)}``.
-``python -m course.reference`` (``make reference``) writes ``data/reference/<topic>.json``; the
-tests regenerate and compare, and the chapters' checks compare learners' results with the stored
-values. Not handled: numbers that depend on the machine (timings); those are measured, never stored.
+A chapter whose module (``course/<slug>.py``) has a ``reference_numbers()`` returning
+``{name: (value, tolerance, how)}`` is a topic: ``python -m course.reference`` (``make reference``)
+writes ``data/reference/<slug>.json``; the tests regenerate and compare, and the chapters' checks
+compare learners' results with the stored values. Not handled: numbers that depend on the machine
+(timings); those are measured, never stored.
 """
 
 from __future__ import annotations
@@ -12,21 +13,22 @@ import argparse
 import importlib
 import json
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from course import paths
 
-# topic -> the module whose reference_numbers() makes its file
-TOPICS = {
-    "quantization": "course.quant",
-}
+
+def topics() -> list[str]:
+    """The chapters (by slug, in course order) whose module makes reference numbers."""
+    slugs = [paths.slug(source) for source in paths.chapter_sources()]
+    return [slug for slug in slugs if hasattr(importlib.import_module(f"course.{slug}"), "reference_numbers")]
 
 
 def generate(topic: str) -> dict[str, dict]:
     """Recompute the numbers of ``topic`` as JSON-ready entries."""
-    if topic not in TOPICS:
-        raise KeyError(f"unknown topic {topic!r}; known: {', '.join(TOPICS)}")
-    make: Callable[[], dict] = importlib.import_module(TOPICS[topic]).reference_numbers
+    if topic not in topics():
+        raise KeyError(f"unknown topic {topic!r}; known: {', '.join(topics())}")
+    make: Callable[[], dict] = importlib.import_module(f"course.{topic}").reference_numbers
     return {
         name: {"value": float(value), "tolerance": float(tolerance), "how": how}
         for name, (value, tolerance, how) in sorted(make().items())
@@ -70,7 +72,7 @@ def write(topic: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Regenerate data/reference/*.json.")
-    parser.add_argument("topics", nargs="*", default=list(TOPICS), help="topics to write (default: all)")
+    parser.add_argument("topics", nargs="*", default=topics(), help="topics to write (default: all)")
     for topic in parser.parse_args().topics:
         write(topic)
 

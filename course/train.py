@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from course import checkpoints, corpus, distill, evaluation
+from course import checkpoints, corpus, distillation, evaluation
 from course.model import CONFIGS, LanguageModel, ModelConfig, generate
 
 
@@ -43,8 +43,11 @@ class TrainConfig:
 
 
 # "distilled" is the draft's architecture and schedule, taught by the target instead of the text alone
-SCHEDULES = {"target": TrainConfig(steps=1800), "draft": TrainConfig(steps=1500, lr=3e-3),
-             "distilled": TrainConfig(steps=1500, lr=3e-3, teacher="target")}
+SCHEDULES = {
+    "target": TrainConfig(steps=1800),
+    "draft": TrainConfig(steps=1500, lr=3e-3),
+    "distilled": TrainConfig(steps=1500, lr=3e-3, teacher="target"),
+}
 ARCHITECTURE = {"target": "target", "draft": "draft", "distilled": "draft"}
 
 
@@ -52,7 +55,7 @@ def batches(data: torch.Tensor, batch: int, seq_len: int, generator: torch.Gener
     """Endless (B, seq_len + 1) windows at random offsets of ``data``."""
     while True:
         starts = torch.randint(0, len(data) - seq_len - 1, (batch,), generator=generator)
-        yield torch.stack([data[s:s + seq_len + 1] for s in starts.tolist()])  # (B, seq_len + 1)
+        yield torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()])  # (B, seq_len + 1)
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
@@ -72,23 +75,33 @@ def loss_on(model: LanguageModel, windows: torch.Tensor, bf16: bool = False) -> 
 def fixed_windows(data: torch.Tensor, count: int, seq_len: int) -> torch.Tensor:
     """``count`` evenly spaced (seq_len + 1)-byte windows: the same every time."""
     starts = torch.linspace(0, len(data) - seq_len - 2, count).long().tolist()
-    return torch.stack([data[s:s + seq_len + 1] for s in starts])
+    return torch.stack([data[s : s + seq_len + 1] for s in starts])
 
 
-def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation: torch.Tensor,
-          log_path=None, progress: bool = True, description: str = "training",
-          teacher: LanguageModel | None = None) -> tuple[LanguageModel, list[dict]]:
+def train(
+    config: ModelConfig,
+    cfg: TrainConfig,
+    data: torch.Tensor,
+    validation: torch.Tensor,
+    log_path=None,
+    progress: bool = True,
+    description: str = "training",
+    teacher: LanguageModel | None = None,
+) -> tuple[LanguageModel, list[dict]]:
     """Train a fresh model; returns it and the log rows (step, train_loss, val_loss, seconds).
 
-    With a ``teacher`` the loss is :func:`course.distill.soft_target_mix` of the teacher's soft
+    With a ``teacher`` the loss is :func:`course.distillation.soft_target_mix` of the teacher's soft
     targets at ``cfg.temperature`` and the hard labels; ``train_loss`` logs that mix.
     """
     torch.manual_seed(cfg.seed)
     model = LanguageModel(config)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
     stream = batches(data, cfg.batch, cfg.seq_len, torch.Generator().manual_seed(cfg.seed))
     held_out = fixed_windows(validation, cfg.eval_windows, cfg.seq_len)
     rows, smoothed, started = [], None, time.monotonic()
@@ -104,7 +117,7 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
         else:
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
                 soft = teacher(window[:, :-1])  # (B, T, vocab)
-            loss = distill.soft_target_mix(logits, soft, window[:, 1:], cfg.temperature, cfg.soft_weight)
+            loss = distillation.soft_target_mix(logits, soft, window[:, 1:], cfg.temperature, cfg.soft_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -114,8 +127,14 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
             model.eval()
             val = loss_on(model, held_out, cfg.bf16)
             model.train()
-            rows.append({"step": step + 1, "train_loss": round(smoothed, 4), "val_loss": round(val, 4),
-                         "seconds": round(time.monotonic() - started, 1)})
+            rows.append(
+                {
+                    "step": step + 1,
+                    "train_loss": round(smoothed, 4),
+                    "val_loss": round(val, 4),
+                    "seconds": round(time.monotonic() - started, 1),
+                }
+            )
             bar.set_postfix(train=f"{smoothed:.3f}", val=f"{val:.3f}")
             if log_path is not None:
                 with open(log_path, "w", newline="") as handle:
@@ -127,8 +146,13 @@ def train(config: ModelConfig, cfg: TrainConfig, data: torch.Tensor, validation:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Train the course's target and draft models.")
-    parser.add_argument("names", nargs="*", choices=[*SCHEDULES, []], metavar="NAME",
-                        help=f"models to train: {', '.join(SCHEDULES)} (default: all, in that order)")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        choices=[*SCHEDULES, []],
+        metavar="NAME",
+        help=f"models to train: {', '.join(SCHEDULES)} (default: all, in that order)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="override the number of steps (for a trial)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -140,22 +164,37 @@ def main() -> None:
         folder = checkpoints.MODELS / name
         folder.mkdir(parents=True, exist_ok=True)
         teacher = checkpoints.load(cfg.teacher) if cfg.teacher else None
-        model, rows = train(CONFIGS[ARCHITECTURE[name]], cfg, train_data, validation, folder / "log.csv",
-                            description=name, teacher=teacher)
+        model, rows = train(
+            CONFIGS[ARCHITECTURE[name]],
+            cfg,
+            train_data,
+            validation,
+            folder / "log.csv",
+            description=name,
+            teacher=teacher,
+        )
         started = time.monotonic()
         val = evaluation.text_loss(model, corpus.tokens("validation"), batch=32)
         comedies = evaluation.text_loss(model, corpus.tokens("comedies"), batch=32)
         prompt = corpus.encode("KING HENRY:\n")[None]
-        sample = corpus.decode(generate(model, prompt, 300, temperature=0.8, top_k=40,
-                                        generator=torch.Generator().manual_seed(0))[0])
-        card = {"training": cfg.__dict__, "parameters": model.num_parameters(),
-                "validation_loss": round(val, 4), "comedies_loss": round(comedies, 4),
-                "train_seconds": rows[-1]["seconds"], "eval_seconds": round(time.monotonic() - started, 1),
-                "splits": {k: {"plays": v["plays"], "bytes": v["bytes"]} for k, v in corpus.summary().items()},
-                "sample": sample}
+        sample = corpus.decode(
+            generate(model, prompt, 300, temperature=0.8, top_k=40, generator=torch.Generator().manual_seed(0))[0]
+        )
+        card = {
+            "training": cfg.__dict__,
+            "parameters": model.num_parameters(),
+            "validation_loss": round(val, 4),
+            "comedies_loss": round(comedies, 4),
+            "train_seconds": rows[-1]["seconds"],
+            "eval_seconds": round(time.monotonic() - started, 1),
+            "splits": {k: {"plays": v["plays"], "bytes": v["bytes"]} for k, v in corpus.summary().items()},
+            "sample": sample,
+        }
         checkpoints.save(model, name, card)
-        print(f"{name}: {model.num_parameters():,} parameters, validation {val:.3f} nats/byte, "
-              f"comedies {comedies:.3f}, {rows[-1]['seconds']:.0f} s\n{sample}")
+        print(
+            f"{name}: {model.num_parameters():,} parameters, validation {val:.3f} nats/byte, "
+            f"comedies {comedies:.3f}, {rows[-1]['seconds']:.0f} s\n{sample}"
+        )
 
 
 if __name__ == "__main__":

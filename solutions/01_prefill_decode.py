@@ -9,18 +9,6 @@
 #     name: python3
 # ---
 
-# %% tags=["colab"]
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
-    %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
-    from google.colab import output
-
-    output.enable_custom_widget_manager()
-
 # %% [markdown]
 # # Chapter 1: Prefill and decode arithmetic
 #
@@ -47,10 +35,11 @@ import os
 
 import torch
 
-from course import arithmetic, evaluation, viz
-from course.bench import matmul_flops, memory_bandwidth
+from course import evaluation, prefill_decode
 from course.device import best_device, describe
 from course.model import TIMING, LanguageModel
+from course.plots import prefill_decode as plots
+from course.timing import matmul_flops, memory_bandwidth
 
 device = best_device()
 print(describe(device))
@@ -71,12 +60,14 @@ print(describe(device))
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
 
+
 # %% nbgrader={"grade": false, "grade_id": "weight_memory_gb", "locked": false, "schema_version": 3, "solution": true}
 def weight_memory_gb(params, bits):
     """GB (1e9 bytes) of `params` weights stored at `bits` bits each."""
     ### BEGIN SOLUTION
     return params * bits / 8 / 1e9
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_weight_memory_gb", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from autograder import check
@@ -97,12 +88,14 @@ check("weight_memory_gb", hidden=True)
 #
 # ### Your turn: `prefill_flops`
 
+
 # %% nbgrader={"grade": false, "grade_id": "prefill_flops", "locked": false, "schema_version": 3, "solution": true}
 def prefill_flops(params, tokens):
     """Approximate FLOPs of one forward pass over a `tokens`-token prompt."""
     ### BEGIN SOLUTION
     return 2 * params * tokens
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_prefill_flops", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("prefill_flops")
@@ -129,12 +122,14 @@ check("prefill_flops", hidden=True)
 #
 # Write `roofline_step_time(flops, n_bytes, peak_flops, bandwidth)`: the roofline's time in seconds.
 
+
 # %% nbgrader={"grade": false, "grade_id": "roofline_step_time", "locked": false, "schema_version": 3, "solution": true}
 def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):
     """Seconds for work of `flops` FLOPs moving `n_bytes` bytes, by the roofline."""
     ### BEGIN SOLUTION
     return max(flops / peak_flops, n_bytes / bandwidth)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_roofline_step_time", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("roofline_step_time")
@@ -159,12 +154,14 @@ check("roofline_step_time", hidden=True)
 #
 # Write `critical_batch_size(peak_flops, bandwidth, bytes_per_param)`.
 
+
 # %% nbgrader={"grade": false, "grade_id": "critical_batch_size", "locked": false, "schema_version": 3, "solution": true}
 def critical_batch_size(peak_flops, bandwidth, bytes_per_param):
     """Batch size at which a decode step turns from memory-bound to compute-bound."""
     ### BEGIN SOLUTION
     return peak_flops / bandwidth * bytes_per_param / 2
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_critical_batch_size", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("critical_batch_size")
@@ -173,9 +170,11 @@ check("critical_batch_size", hidden=True)
 ### END HIDDEN TESTS
 
 # %%
-for name, hardware in arithmetic.PRESETS.items():
-    print(f"{name:9s} ridge {hardware.ridge:5.0f} FLOP/B   critical batch bf16 {arithmetic.critical_batch(hardware, 16):4.0f}"
-          f"   int8 weights {arithmetic.critical_batch(hardware, 8):4.0f}")
+for name, hardware in prefill_decode.PRESETS.items():
+    print(
+        f"{name:9s} ridge {hardware.ridge:5.0f} FLOP/B   critical batch bf16 {prefill_decode.critical_batch(hardware, 16):4.0f}"
+        f"   int8 weights {prefill_decode.critical_batch(hardware, 8):4.0f}"
+    )
 
 # %% [markdown]
 # ## 5. Measured on your machine
@@ -188,11 +187,16 @@ for name, hardware in arithmetic.PRESETS.items():
 dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
 bandwidth = memory_bandwidth(device) * 1e9
 peak = matmul_flops(1024 if device.type == "cpu" else 8192, dtype, device)
-memory = (torch.cuda.get_device_properties(device).total_memory if device.type == "cuda"
-          else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-here = arithmetic.Hardware("this machine", peak, bandwidth, memory)
-print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s   matmul {peak / 1e9:.0f} GFLOP/s ({str(dtype)[6:]})   "
-      f"ridge {here.ridge:.1f} FLOP/B")
+memory = (
+    torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cuda"
+    else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+)
+here = prefill_decode.Hardware("this machine", peak, bandwidth, memory)
+print(
+    f"memory bandwidth {bandwidth / 1e9:.1f} GB/s   matmul {peak / 1e9:.0f} GFLOP/s ({str(dtype)[6:]})   "
+    f"ridge {here.ridge:.1f} FLOP/B"
+)
 
 # %% [markdown]
 # ### Try it
@@ -204,7 +208,7 @@ print(f"memory bandwidth {bandwidth / 1e9:.1f} GB/s   matmul {peak / 1e9:.0f} GF
 # and tokens per second as the bits shrink. How long would your machine take per token of an 8B model?
 
 # %%
-viz.widget_roofline(here)
+plots.widget_roofline(here)
 
 # %% [markdown]
 # Now a model too big for any cache: the course's decoder widened to about 90 million parameters,
@@ -219,13 +223,17 @@ n_params = big.num_parameters()
 n_bytes = n_params * big.embed.weight.element_size()
 prefill_per_token = evaluation.prefill_seconds_per_token(big, batch=1, prompt_len=256, repeats=3)
 decode_per_token = evaluation.decode_step_seconds(big, batch=1)
-predicted_decode = arithmetic.roofline_time(2 * n_params, n_bytes, here)
+predicted_decode = prefill_decode.roofline_time(2 * n_params, n_bytes, here)
 print(f"{n_params / 1e6:.0f}M parameters, {n_bytes / 1e6:.0f} MB")
 print(f"prefill: {1e3 * prefill_per_token:.2f} ms per prompt token")
-print(f"decode:  {1e3 * decode_per_token:.2f} ms per generated token "
-      f"({decode_per_token / prefill_per_token:.0f}x a prefill token)")
-print(f"decode reaches {predicted_decode / decode_per_token:.0%} of the memory roofline "
-      f"(predicted {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s)")
+print(
+    f"decode:  {1e3 * decode_per_token:.2f} ms per generated token "
+    f"({decode_per_token / prefill_per_token:.0f}x a prefill token)"
+)
+print(
+    f"decode reaches {predicted_decode / decode_per_token:.0%} of the memory roofline "
+    f"(predicted {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s)"
+)
 
 # %% [markdown]
 # A prompt token is many times cheaper than a generated token: prefill shares each weight read
@@ -237,20 +245,27 @@ batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= MAX_BATCH]
 measured = evaluation.decode_throughput(big, batches)
 efficiency = evaluation.scaling_efficiency(measured)
 for batch, rate in measured.items():
-    print(f"batch {batch:3d}: {rate:7.0f} tokens/s   {rate / measured[1]:5.1f}x batch 1   "
-          f"({efficiency[batch]:.0%} of perfect scaling)")
+    print(
+        f"batch {batch:3d}: {rate:7.0f} tokens/s   {rate / measured[1]:5.1f}x batch 1   "
+        f"({efficiency[batch]:.0%} of perfect scaling)"
+    )
 bend = evaluation.scaling_bend(measured)
-critical = arithmetic.critical_batch(here, 8 * big.embed.weight.element_size())
-print(f"scaling falls below half of perfect at batch {bend or f'> {batches[-1]}'}; "
-      f"this machine's roofline puts the bend at {critical:.0f}")
-viz.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches=batches)
+critical = prefill_decode.critical_batch(here, 8 * big.embed.weight.element_size())
+print(
+    f"scaling falls below half of perfect at batch {bend or f'> {batches[-1]}'}; "
+    f"this machine's roofline puts the bend at {critical:.0f}"
+)
+plots.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches=batches)
 
 # %%
-points = [(f"measured decode, batch {b}", 2 * b / big.embed.weight.element_size(), 2 * n_params * measured[b])
-          for b in (1, batches[-1])]
-points.append(("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.element_size(),
-               2 * n_params / prefill_per_token))
-viz.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
+points = [
+    (f"measured decode, batch {b}", 2 * b / big.embed.weight.element_size(), 2 * n_params * measured[b])
+    for b in (1, batches[-1])
+]
+points.append(
+    ("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.element_size(), 2 * n_params / prefill_per_token)
+)
+plots.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
 
 # %% [markdown]
 # Decode at batch 1 sits just under the sloped roof: reading the weights is almost all it does;
@@ -278,13 +293,15 @@ viz.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, m
 # Return the throughput: generated tokens per second. For `[10, 40, 20, 30, 5, 15]`, batches of 3
 # and 0.02 s per step: the batches take 40 and 30 steps, so 120 tokens in 1.4 s: about 85.7 tokens/s.
 
+
 # %% nbgrader={"grade": false, "grade_id": "static_batch_throughput", "locked": false, "schema_version": 3, "solution": true}
 def static_batch_throughput(output_lengths, batch_size, step_seconds):
     """Tokens per second when requests run in static batches of `batch_size`, in order."""
     ### BEGIN SOLUTION
-    steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))
+    steps = sum(max(output_lengths[i : i + batch_size]) for i in range(0, len(output_lengths), batch_size))
     return sum(output_lengths) / (steps * step_seconds)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_static_batch_throughput", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("static_batch_throughput")
@@ -301,7 +318,7 @@ check("static_batch_throughput", hidden=True)
 # the batch limit to 1: both become the same one-at-a-time server.
 
 # %%
-viz.widget_batching()
+plots.widget_batching()
 
 # %% [markdown]
 # ## In practice

@@ -9,18 +9,6 @@
 #     name: python3
 # ---
 
-# %% tags=["colab"]
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
-    %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
-    from google.colab import output
-
-    output.enable_custom_widget_manager()
-
 # %% [markdown]
 # # Chapter 2: LoRA, adapting a model without paying for it
 #
@@ -52,11 +40,11 @@ EVAL_WINDOWS = 24  # 256-byte windows of held-out comedies per loss estimate
 import copy
 
 import torch
-from tqdm.auto import tqdm
 
-from course import checkpoints, corpus, evaluation, lora, quant, viz_lora
+from course import checkpoints, corpus, evaluation, lora, quantization
 from course.device import best_device, describe
 from course.model import generate
+from course.plots import lora as plots
 
 device = best_device()
 print(describe(device))
@@ -88,12 +76,14 @@ import numpy as np
 import torch
 from torch import nn
 
+
 # %% nbgrader={"grade": false, "grade_id": "lora_parameters", "locked": false, "schema_version": 3, "solution": true}
 def lora_parameters(d_in, d_out, rank):
     """Trainable numbers of a rank-`rank` adapter on a d_in -> d_out layer."""
     ### BEGIN SOLUTION
     return rank * (d_in + d_out)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_parameters", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from autograder import check
@@ -106,7 +96,9 @@ check("lora_parameters", hidden=True)
 # %%
 for d, r in ((1000, 8), (4096, 8), (4096, 16), (8192, 64)):
     share = lora.lora_parameters(d, d, r) / (d * d)
-    print(f"{d} x {d} at rank {r:2d}: {lora.lora_parameters(d, d, r):>9,} trainable numbers, {100 * share:.2f}% of the layer")
+    print(
+        f"{d} x {d} at rank {r:2d}: {lora.lora_parameters(d, d, r):>9,} trainable numbers, {100 * share:.2f}% of the layer"
+    )
 
 # %% [markdown]
 # ## 2. How much rank does a change need? Ask the SVD
@@ -124,6 +116,7 @@ for d, r in ((1000, 8), (4096, 8), (4096, 16), (8192, 64)):
 # Write `best_low_rank_error(delta, rank)`, the relative error above, as a float.
 # `torch.linalg.svdvals(delta)` returns the singular values, largest first.
 
+
 # %% nbgrader={"grade": false, "grade_id": "best_low_rank_error", "locked": false, "schema_version": 3, "solution": true}
 def best_low_rank_error(delta, rank):
     """Relative Frobenius error of the best rank-`rank` approximation of `delta`."""
@@ -131,6 +124,7 @@ def best_low_rank_error(delta, rank):
     s = torch.linalg.svdvals(delta.double())
     return math.sqrt((s[rank:].square().sum() / s.square().sum()).item())
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_best_low_rank_error", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("best_low_rank_error")
@@ -157,7 +151,7 @@ for r in (1, 2, 4, 8, 32):
 # GPT-3's attention weights.
 
 # %%
-viz_lora.widget_rank_error()
+plots.widget_rank_error()
 
 # %% [markdown]
 # ## 3. `LoRALinear`: a frozen layer plus a low-rank update
@@ -189,6 +183,7 @@ viz_lora.widget_rank_error()
 # * `merge()`: a **new** `nn.Linear` with weight `base.weight + (alpha / rank) * lora_B @ lora_A`
 #   and the base's bias; the base layer itself must not change, other adapters may share it.
 
+
 # %% nbgrader={"grade": false, "grade_id": "lora_linear", "locked": false, "schema_version": 3, "solution": true}
 class LoRALinear(nn.Module):
     """A frozen nn.Linear plus a trainable update (alpha / rank) * B A."""
@@ -219,6 +214,7 @@ class LoRALinear(nn.Module):
         return merged
         ### END SOLUTION
 
+
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_linear", "locked": true, "points": 6, "schema_version": 3, "solution": false}
 check("lora_linear")
 ### BEGIN HIDDEN TESTS
@@ -237,14 +233,16 @@ goal = base_layer.weight.detach() + lora.low_rank_change(64, 64, true_rank=4, no
 adapter = lora.LoRALinear(base_layer, rank=4)
 optimizer = torch.optim.Adam([adapter.lora_A, adapter.lora_B], lr=1e-2)
 inputs = torch.randn(512, 64)
-for step in range(400):
+for _ in range(400):
     loss = (adapter(inputs) - inputs @ goal.T).square().mean()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
 learned = adapter.merge().weight.detach()
-print(f"error of the learned change: {100 * ((learned - goal).norm() / (goal - base_layer.weight).norm()).item():.2f}% "
-      f"(the SVD's floor at rank 4: {100 * lora.best_low_rank_error(goal - base_layer.weight.detach(), 4):.2f}%)")
+print(
+    f"error of the learned change: {100 * ((learned - goal).norm() / (goal - base_layer.weight).norm()).item():.2f}% "
+    f"(the SVD's floor at rank 4: {100 * lora.best_low_rank_error(goal - base_layer.weight.detach(), 4):.2f}%)"
+)
 print(f"the base weight is untouched: {torch.equal(base_layer.weight, adapter.base.weight)}")
 
 # %% [markdown]
@@ -268,6 +266,7 @@ print(f"the base weight is untouched: {torch.equal(base_layer.weight, adapter.ba
 # Write `finetune_memory_gib(params, method)` for `method` in `"full"`, `"lora"`, `"qlora"`,
 # in GiB (2**30 bytes), with the bytes per parameter of the table.
 
+
 # %% nbgrader={"grade": false, "grade_id": "finetune_memory", "locked": false, "schema_version": 3, "solution": true}
 def finetune_memory_gib(params, method):
     """GiB of weights plus training state: "full" (Adam, master copy), "lora" or "qlora"."""
@@ -275,6 +274,7 @@ def finetune_memory_gib(params, method):
     per_parameter = {"full": 2 + 2 + 8 + 4, "lora": 2, "qlora": 0.5}
     return params * per_parameter[method] / 2**30
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_finetune_memory", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("finetune_memory")
@@ -289,7 +289,7 @@ check("finetune_memory", hidden=True)
 # model, and how many 80 GiB GPUs is that before a single activation?
 
 # %%
-viz_lora.widget_finetune_memory()
+plots.widget_finetune_memory()
 
 # %% [markdown]
 # ## 5. Adapting the course model to comedies
@@ -321,8 +321,14 @@ adapters, rank_losses = {}, {}
 for rank in RANKS:
     adapters[rank] = lora.make_adapter(target, rank)
     lora.use_adapter(target, adapters[rank])
-    lora.finetune(target, lora.adapter_parameters(adapters[rank]), adapt_text, ADAPT_STEPS, lr=3e-3,
-                  description=f"LoRA rank {rank}")
+    lora.finetune(
+        target,
+        lora.adapter_parameters(adapters[rank]),
+        adapt_text,
+        ADAPT_STEPS,
+        lr=3e-3,
+        description=f"LoRA rank {rank}",
+    )
     rank_losses[rank] = comedy_loss(target)
     lora.use_adapter(target, None)
 
@@ -334,13 +340,15 @@ del full_model
 print(f"base model:         {base_loss:.3f} nats/byte")
 for rank, loss in rank_losses.items():
     trainable = sum(p.numel() for p in lora.adapter_parameters(adapters[rank]))
-    print(f"LoRA rank {rank:2d}:       {loss:.3f}  ({trainable:,} trainable numbers, "
-          f"{100 * trainable / target.num_parameters():.2f}% of the model)")
+    print(
+        f"LoRA rank {rank:2d}:       {loss:.3f}  ({trainable:,} trainable numbers, "
+        f"{100 * trainable / target.num_parameters():.2f}% of the model)"
+    )
 print(f"full fine-tune:     {full_loss:.3f}  ({target.num_parameters():,} trainable numbers)")
 print(f"base weights untouched by all that training: {lora.weights_fingerprint(target) == fingerprint}")
 
 # %%
-viz_lora.plot_adapter_losses(base_loss, rank_losses, full_loss)
+plots.plot_adapter_losses(base_loss, rank_losses, full_loss)
 
 # %% [markdown]
 # Adapters holding about 1% of the model's parameters move it as far as full fine-tuning does in
@@ -369,8 +377,9 @@ viz_lora.plot_adapter_losses(base_loss, rank_losses, full_loss)
 shouting = corpus.encode(corpus.decode(adapt_text).upper())
 adapters["capitals"] = lora.make_adapter(target, 4, seed=1)
 lora.use_adapter(target, adapters["capitals"])
-lora.finetune(target, lora.adapter_parameters(adapters["capitals"]), shouting, ADAPT_STEPS, lr=3e-3,
-              description="LoRA, capitals")
+lora.finetune(
+    target, lora.adapter_parameters(adapters["capitals"]), shouting, ADAPT_STEPS, lr=3e-3, description="LoRA, capitals"
+)
 prompt = corpus.encode("VIOLA:\n")[None].to(device)
 for name, adapter in (("base", None), ("comedies, rank 4", adapters[4]), ("capitals", adapters["capitals"])):
     lora.use_adapter(target, adapter)
@@ -408,12 +417,13 @@ with torch.no_grad():
 # rank-4 adapter trains on top. The adapter learns to make up some of the rounding error too.
 
 # %%
-nf4_base = quant.quantize_model(target, "nf4", 64)
+nf4_base = quantization.quantize_model(target, "nf4", 64)
 nf4_loss = comedy_loss(nf4_base)
 qlora_adapter = lora.make_adapter(nf4_base, 4)
 lora.use_adapter(nf4_base, qlora_adapter)
-lora.finetune(nf4_base, lora.adapter_parameters(qlora_adapter), adapt_text, ADAPT_STEPS, lr=3e-3,
-              description="QLoRA rank 4")
+lora.finetune(
+    nf4_base, lora.adapter_parameters(qlora_adapter), adapt_text, ADAPT_STEPS, lr=3e-3, description="QLoRA rank 4"
+)
 qlora_loss = comedy_loss(nf4_base)
 print(f"NF4 base:           {nf4_loss:.3f} nats/byte (fp32 base {base_loss:.3f})")
 print(f"QLoRA rank 4:       {qlora_loss:.3f}            (LoRA rank 4 on the fp32 base {rank_losses[4]:.3f})")

@@ -9,18 +9,6 @@
 #     name: python3
 # ---
 
-# %% tags=["colab"]
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
-    %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
-    from google.colab import output
-
-    output.enable_custom_widget_manager()
-
 # %% [markdown]
 # # Chapter 3: Quantization error and outliers
 #
@@ -51,8 +39,9 @@ EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 # %%
 import torch
 
-from course import bench, quant, reference, viz
+from course import quantization, reference, timing
 from course.device import best_device, describe
+from course.plots import quantization as plots
 
 device = best_device()
 print(describe(device))
@@ -74,10 +63,10 @@ numbers = reference.load("quantization")  # the chapter's numbers, regenerated b
 
 # %%
 row = torch.tensor([[0.5, -0.2, 0.1, 0.0]])
-codes, scale = quant.quantize(row, bits=4)
+codes, scale = quantization.quantize(row, bits=4)
 print("scale  ", round(scale.item(), 4), "= 0.5 / 7")
 print("codes  ", codes.tolist()[0])
-print("back   ", [round(v, 4) for v in quant.dequantize(codes, scale).tolist()[0]])
+print("back   ", [round(v, 4) for v in quantization.dequantize(codes, scale).tolist()[0]])
 
 # %% [markdown]
 # Which weights share a scale is the design choice of every quantization scheme:
@@ -108,6 +97,7 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "quantize_dequantize", "locked": false, "schema_version": 3, "solution": true}
 def quantize_dequantize(weight, bits, group_size=None):
     """Round-trip `weight` (rows, cols) through symmetric `bits`-bit codes, per row or per group."""
@@ -123,6 +113,7 @@ def quantize_dequantize(weight, bits, group_size=None):
     codes = torch.round(grouped / scale).clamp(-levels, levels)
     return (codes * scale).reshape(rows, cols)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quantize_dequantize", "locked": true, "points": 8, "schema_version": 3, "solution": false}
 from autograder import check
@@ -142,12 +133,14 @@ check("quantize_dequantize", hidden=True)
 #
 # Return a Python `float` (`.item()` turns a one-element tensor into one).
 
+
 # %% nbgrader={"grade": false, "grade_id": "relative_error", "locked": false, "schema_version": 3, "solution": true}
 def relative_error(weight, approx):
     """||weight - approx|| / ||weight||, Frobenius norms, as a float."""
     ### BEGIN SOLUTION
     return ((weight - approx).norm() / weight.norm()).item()
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_relative_error", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("relative_error")
@@ -163,14 +156,17 @@ check("relative_error", hidden=True)
 # step of its own group; the cell after the chart checks it on a whole matrix.
 
 # %%
-clean = quant.gaussian_matrix(256, 512, seed=0)  # N(0, 0.02^2), like the bulk of a trained layer
-spiky = quant.outlier_matrix(256, 512, seed=0)  # the same, with 4 columns 20x larger
-viz.plot_bits_sweep(clean)
+clean = quantization.gaussian_matrix(256, 512, seed=0)  # N(0, 0.02^2), like the bulk of a trained layer
+spiky = quantization.outlier_matrix(256, 512, seed=0)  # the same, with 4 columns 20x larger
+plots.plot_bits_sweep(clean)
 
 # %%
 for bits in (8, 4, 3):
     for group in (None, 32):
-        worst = ((quant.quantize_dequantize(spiky, bits, group) - spiky).abs() / quant.half_step(spiky, bits, group)).max()
+        worst = (
+            (quantization.quantize_dequantize(spiky, bits, group) - spiky).abs()
+            / quantization.half_step(spiky, bits, group)
+        ).max()
         print(f"int{bits} {'per row ' if group is None else 'group 32'}: worst error = {worst:.3f} half-steps")
 
 # %% [markdown]
@@ -182,13 +178,15 @@ for bits in (8, 4, 3):
 # 4.2:
 
 # %%
-example = quant.outlier_row_example(outlier=4.2)
+example = quantization.outlier_row_example(outlier=4.2)
 print(f"int8 step without the outlier: {example['scale_before']:.5f}")
 print(f"int8 step with it:             {example['scale_after']:.5f}  ({example['scale_ratio']:.1f}x coarser)")
 print(f"error of the outlier itself:   {example['outlier_error']:.5f}  (it defines the scale, so it is exact)")
-print(f"error of the other 63 weights: {100 * example['rest_error_before']:.2f}% -> {100 * example['rest_error_after']:.2f}%")
+print(
+    f"error of the other 63 weights: {100 * example['rest_error_before']:.2f}% -> {100 * example['rest_error_after']:.2f}%"
+)
 print(f"share of them rounded to zero: {100 * example['zeroed_before']:.0f}% -> {100 * example['zeroed_after']:.0f}%")
-viz.plot_outlier_row(4.2)
+plots.plot_outlier_row(4.2)
 
 # %% [markdown]
 # The outlier is stored perfectly and the weights doing the actual work pay for it. The repair is
@@ -197,14 +195,17 @@ viz.plot_outlier_row(4.2)
 # larger (numbers from `data/reference/quantization.json`):
 
 # %%
-errors_spiky = quant.granularity_errors(spiky)
-errors_clean = quant.granularity_errors(clean)
+errors_spiky = quantization.granularity_errors(spiky)
+errors_clean = quantization.granularity_errors(clean)
 for key in errors_spiky:
     print(f"{key:10s} with outliers {100 * errors_spiky[key]:5.2f}%   without {100 * errors_clean[key]:5.2f}%")
 ratio = errors_spiky["int8_row"] / errors_clean["int8_row"]
 print(f"\noutlier columns multiply the int8 per-row error by {ratio:.1f}")
-assert abs(ratio - numbers["outlier_error_ratio_int8_row"]["value"]) <= numbers["outlier_error_ratio_int8_row"]["tolerance"]
-viz.plot_granularity_bars(errors_spiky, errors_clean)
+assert (
+    abs(ratio - numbers["outlier_error_ratio_int8_row"]["value"])
+    <= numbers["outlier_error_ratio_int8_row"]["tolerance"]
+)
+plots.plot_granularity_bars(errors_spiky, errors_clean)
 
 # %% [markdown]
 # Three things to read off the chart. Eight bits are forgiving: even per row the error stays at a
@@ -219,7 +220,7 @@ viz.plot_granularity_bars(errors_spiky, errors_clean)
 # the bars flatten. The middle panel shows how few of the codes the ordinary weights get to use.
 
 # %%
-viz.widget_quantization()
+plots.widget_quantization()
 
 # %% [markdown]
 # ## 4. Scales are not free
@@ -233,12 +234,14 @@ viz.widget_quantization()
 # Write `effective_bits(bits, group_size, scale_bits=16)`: the bits stored per weight, counting
 # the scale that each group of `group_size` weights shares.
 
+
 # %% nbgrader={"grade": false, "grade_id": "effective_bits", "locked": false, "schema_version": 3, "solution": true}
 def effective_bits(bits, group_size, scale_bits=16):
     """Bits per weight including the group's share of one `scale_bits`-bit scale."""
     ### BEGIN SOLUTION
     return bits + scale_bits / group_size
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_effective_bits", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("effective_bits")
@@ -253,9 +256,9 @@ check("effective_bits", hidden=True)
 
 # %%
 for group in (128, 64, 32, 16):
-    print(f"int4, fp16 scale per {group:3d} weights: {quant.effective_bits(4, group):.3f} bits")
-print(f"int4, double-quantized scales per 64: {quant.effective_bits_double_quant():.3f} bits")
-assert quant.effective_bits(4, 64) == numbers["int4_g64_fp16_bits"]["value"] == 4.25
+    print(f"int4, fp16 scale per {group:3d} weights: {quantization.effective_bits(4, group):.3f} bits")
+print(f"int4, double-quantized scales per 64: {quantization.effective_bits_double_quant():.3f} bits")
+assert quantization.effective_bits(4, 64) == numbers["int4_g64_fp16_bits"]["value"] == 4.25
 
 # %% [markdown]
 # ## 5. Storing int8: codes and scales
@@ -270,6 +273,7 @@ assert quant.effective_bits(4, 64) == numbers["int4_g64_fp16_bits"]["value"] == 
 # * `dequantize_int8(codes, scale)` returns the float32 matrix `codes * scale`.
 #
 # Round before you convert: `.to(torch.int8)` on its own truncates.
+
 
 # %% nbgrader={"grade": false, "grade_id": "int8", "locked": false, "schema_version": 3, "solution": true}
 def quantize_int8(weight):
@@ -288,6 +292,7 @@ def dequantize_int8(codes, scale):
     return codes.float() * scale.float()
     ### END SOLUTION
 
+
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_int8", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("int8")
 ### BEGIN HIDDEN TESTS
@@ -298,12 +303,14 @@ check("int8", hidden=True)
 # What the int8 copy of a 1024 x 4096 block of weights weighs, against the float formats:
 
 # %%
-layer = quant.gaussian_matrix(1024, 4096, seed=1)
-codes8, scale8 = quant.quantize_int8(layer)
+layer = quantization.gaussian_matrix(1024, 4096, seed=1)
+codes8, scale8 = quantization.quantize_int8(layer)
 stored = codes8.numel() * codes8.element_size() + scale8.numel() * 2  # scales kept in fp16
 for name, n_bytes in (("fp32", layer.numel() * 4), ("bf16", layer.numel() * 2), ("int8 + fp16 scales", stored)):
     print(f"{name:18s} {n_bytes / 2**20:6.2f} MiB per 1024 x 4096 block")
-print(f"relative error of the int8 copy: {100 * quant.relative_error(layer, quant.dequantize_int8(codes8, scale8)):.2f}%")
+print(
+    f"relative error of the int8 copy: {100 * quantization.relative_error(layer, quantization.dequantize_int8(codes8, scale8)):.2f}%"
+)
 
 # %% [markdown]
 # ## 6. NF4: levels where the weights are
@@ -312,15 +319,15 @@ print(f"relative error of the int8 copy: {100 * quant.relative_error(layer, quan
 # them sit near zero, where evenly spaced levels are too sparse, and few sit near the absmax,
 # where levels are wasted. **NormalFloat-4** (QLoRA) places its 16 levels at quantiles of a
 # normal distribution instead, with an exact zero, so each level is used about equally often.
-# `course.quant.nf4_levels()` builds them from the normal quantile function; the tests compare
+# `course.quantization.nf4_levels()` builds them from the normal quantile function; the tests compare
 # them with the table that bitsandbytes ships.
 
 # %%
-viz.plot_nf4_levels()
+plots.plot_nf4_levels()
 
 # %%
-nf4_error = quant.relative_error(clean, quant.nf4_quantize_dequantize(clean, 64))
-int4_error = quant.relative_error(clean, quant.quantize_dequantize(clean, 4, 64))
+nf4_error = quantization.relative_error(clean, quantization.nf4_quantize_dequantize(clean, 64))
+int4_error = quantization.relative_error(clean, quantization.quantize_dequantize(clean, 4, 64))
 print(f"normal weights, groups of 64: int4 {100 * int4_error:.2f}%   NF4 {100 * nf4_error:.2f}%")
 print(f"NF4 uses 16 levels to int4's 15, and places them better: {100 * (1 - nf4_error / int4_error):.0f}% less error")
 
@@ -337,13 +344,15 @@ print(f"NF4 uses 16 levels to int4's 15, and places them better: {100 * (1 - nf4
 generator = torch.Generator().manual_seed(0)
 x = torch.randn(64, 512, generator=generator)  # (tokens, features)
 x[:, [7, 100, 300]] *= 20.0  # three outlier features, in every token
-w = quant.gaussian_matrix(256, 512, seed=2)  # (out, in)
+w = quantization.gaussian_matrix(256, 512, seed=2)  # (out, in)
 exact = x @ w.T
-plain = quant.int8_matmul(x, w)
-mixed, outlier_columns = quant.int8_matmul_with_outliers(x, w, threshold=6.0)
-print(f"int8 everywhere:           {100 * quant.relative_error(exact, plain):.2f}% error")
-print(f"outlier features in float: {100 * quant.relative_error(exact, mixed):.2f}% error "
-      f"({len(outlier_columns)} of {x.shape[1]} features kept in float)")
+plain = quantization.int8_matmul(x, w)
+mixed, outlier_columns = quantization.int8_matmul_with_outliers(x, w, threshold=6.0)
+print(f"int8 everywhere:           {100 * quantization.relative_error(exact, plain):.2f}% error")
+print(
+    f"outlier features in float: {100 * quantization.relative_error(exact, mixed):.2f}% error "
+    f"({len(outlier_columns)} of {x.shape[1]} features kept in float)"
+)
 
 # %% [markdown]
 # ## 8. The course model, quantized
@@ -372,13 +381,13 @@ settings = [(bits, group) for group in (None, 64, 32) for bits in (8, 6, 5, 4, 3
 losses = {}
 for bits, group in tqdm(settings, desc="quantizing the model"):
     label = "per row" if group is None else f"group {group}"
-    losses.setdefault(label, {})[bits] = held_out_loss(quant.quantize_model(target, bits, group))
-nf4 = held_out_loss(quant.quantize_model(target, "nf4", 64))
+    losses.setdefault(label, {})[bits] = held_out_loss(quantization.quantize_model(target, bits, group))
+nf4 = held_out_loss(quantization.quantize_model(target, "nf4", 64))
 print(f"float32: {baseline:.3f} nats/byte (perplexity {evaluation.perplexity(baseline):.2f})")
 for label, by_bits in losses.items():
     print(f"{label:9s} " + "  ".join(f"int{b}: {loss:.3f}" for b, loss in sorted(by_bits.items(), reverse=True)))
 print(f"NF4, group 64: {nf4:.3f}   int4, group 32: {losses['group 32'][4]:.3f}")
-viz.plot_model_bits(losses, baseline)
+plots.plot_model_bits(losses, baseline)
 
 # %% [markdown]
 # Read the chart from the right. From 8 bits down to 4 the model hardly notices: its loss moves in
@@ -397,10 +406,12 @@ viz.plot_model_bits(losses, baseline)
 # %%
 rows = []
 for dtype in (torch.float32, torch.bfloat16):
-    result = bench.matvec_bandwidth(MEASURE_SIZE, MEASURE_SIZE, dtype, device)
+    result = timing.matvec_bandwidth(MEASURE_SIZE, MEASURE_SIZE, dtype, device)
     rows.append(result)
-    print(f"{result['dtype']:9s} {result['bytes'] / 2**20:6.1f} MiB  {1e3 * result['seconds']:7.3f} ms  "
-          f"{result['gb_per_s']:6.1f} GB/s effective")
+    print(
+        f"{result['dtype']:9s} {result['bytes'] / 2**20:6.1f} MiB  {1e3 * result['seconds']:7.3f} ms  "
+        f"{result['gb_per_s']:6.1f} GB/s effective"
+    )
 print(f"bfloat16 / float32 time: {rows[1]['seconds'] / rows[0]['seconds']:.2f} (the bytes halve)")
 
 # %% [markdown]

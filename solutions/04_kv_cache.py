@@ -9,18 +9,6 @@
 #     name: python3
 # ---
 
-# %% tags=["colab"]
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
-    %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
-    from google.colab import output
-
-    output.enable_custom_widget_manager()
-
 # %% [markdown]
 # # Chapter 4: The KV cache, and what it costs
 #
@@ -46,9 +34,10 @@ GEN_LENGTHS = [32, 64, 128, 256]  # generated tokens in the with/without cache c
 # %%
 import torch
 
-from course import attention, checkpoints, corpus, kv_cache, viz_kv
+from course import checkpoints, corpus, flash_attention, kv_cache
 from course.device import best_device, describe, synchronize
 from course.model import generate, repeat_kv
+from course.plots import kv_cache as plots
 
 device = best_device()
 print(describe(device))
@@ -78,12 +67,14 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "kv_cache_bytes", "locked": false, "schema_version": 3, "solution": true}
 def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):
     """Bytes of keys and values cached for `batch` sequences of `seq_len` tokens."""
     ### BEGIN SOLUTION
     return int(2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
@@ -99,9 +90,11 @@ check("kv_cache_bytes", hidden=True)
 # %%
 for name, arch in kv_cache.PUBLISHED.items():
     per_token = kv_cache.cache_bytes(arch, 1)
-    print(f"{name:12s} {arch.kind:28s} {per_token / 2**10:5.0f} KiB/token   32k tokens: "
-          f"{kv_cache.cache_bytes(arch, 32768) / 1e9:5.1f} GB   weights {arch.params * 2 / 1e9:5.1f} GB   "
-          f"cache = weights at {kv_cache.crossover_tokens(arch):,} tokens")
+    print(
+        f"{name:12s} {arch.kind:28s} {per_token / 2**10:5.0f} KiB/token   32k tokens: "
+        f"{kv_cache.cache_bytes(arch, 32768) / 1e9:5.1f} GB   weights {arch.params * 2 / 1e9:5.1f} GB   "
+        f"cache = weights at {kv_cache.crossover_tokens(arch):,} tokens"
+    )
 
 # %% [markdown]
 # ### Try it
@@ -111,7 +104,7 @@ for name, arch in kv_cache.PUBLISHED.items():
 # heads to 1 (MQA) and then change the cache's dtype: an fp8 cache halves it again.
 
 # %%
-viz_kv.widget_kv_cache()
+plots.widget_kv_cache()
 
 # %% [markdown]
 # ## 2. One cached step equals recomputing everything
@@ -130,6 +123,7 @@ viz_kv.widget_kv_cache()
 #
 # $$ \text{output} = \operatorname{softmax}\left(\frac{K q}{\sqrt{D}}\right)^{\!\top} V, \qquad K, V \text{ the caches after appending.} $$
 
+
 # %% nbgrader={"grade": false, "grade_id": "attention_step", "locked": false, "schema_version": 3, "solution": true}
 def attention_step(q, k, v, cache_k, cache_v):
     """One cached decoding step of single-head attention: (output, cache_k, cache_v)."""
@@ -140,6 +134,7 @@ def attention_step(q, k, v, cache_k, cache_v):
     return weights @ cache_v, cache_k, cache_v
     ### END SOLUTION
 
+
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_attention_step", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("attention_step")
 ### BEGIN HIDDEN TESTS
@@ -148,7 +143,7 @@ check("attention_step", hidden=True)
 
 # %% [markdown]
 # Now run it token by token over a whole sequence and compare with causal attention computed in
-# one go over all positions (the course's `attention.naive_attention`, chapter 5). They agree to rounding:
+# one go over all positions (the course's `flash_attention.naive_attention`, chapter 5). They agree to rounding:
 
 # %%
 generator = torch.Generator().manual_seed(0)
@@ -159,7 +154,9 @@ outputs = []
 for t in range(T):
     out, cache_k, cache_v = kv_cache.attention_step(q_all[t], k_all[t], v_all[t], cache_k, cache_v)
     outputs.append(out)
-difference = (torch.stack(outputs) - attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
+difference = (
+    (torch.stack(outputs) - flash_attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
+)
 print(f"{T} cached steps against one causal pass: largest difference {difference:.1e}")
 
 # %% [markdown]
@@ -171,8 +168,10 @@ target = checkpoints.load("target").to(device)
 prompt = corpus.encode("MACBETH:\n")[None].to(device)
 cached, cached_logits = generate(target, prompt, 40, use_cache=True, return_logits=True)
 uncached, uncached_logits = generate(target, prompt, 40, use_cache=False, return_logits=True)
-print(f"same tokens: {torch.equal(cached, uncached)}; largest logit difference: "
-      f"{(cached_logits - uncached_logits).abs().max().item():.1e}")
+print(
+    f"same tokens: {torch.equal(cached, uncached)}; largest logit difference: "
+    f"{(cached_logits - uncached_logits).abs().max().item():.1e}"
+)
 print(corpus.decode(cached[0].cpu()))
 
 # %% [markdown]
@@ -192,8 +191,15 @@ B, H, K, T, D = 1, 8, 2, 16, 32
 q = torch.randn(B, H, T, D, generator=generator)
 k, v = torch.randn(B, K, T, D, generator=generator), torch.randn(B, K, T, D, generator=generator)
 gqa = torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, H // K), repeat_kv(v, H // K), is_causal=True)
-per_head = torch.stack([torch.nn.functional.scaled_dot_product_attention(
-    q[:, h], k[:, h // (H // K)], v[:, h // (H // K)], is_causal=True) for h in range(H)], dim=1)
+per_head = torch.stack(
+    [
+        torch.nn.functional.scaled_dot_product_attention(
+            q[:, h], k[:, h // (H // K)], v[:, h // (H // K)], is_causal=True
+        )
+        for h in range(H)
+    ],
+    dim=1,
+)
 print(f"GQA equals MHA with repeated key-value heads: largest difference {(gqa - per_head).abs().max().item():.1e}")
 config = target.config
 for name, heads in (("MHA", config.n_heads), ("GQA (as trained)", config.n_kv_heads), ("MQA", 1)):
@@ -221,12 +227,14 @@ for name, heads in (("MHA", config.n_heads), ("GQA (as trained)", config.n_kv_he
 # Write `pages_needed(lengths, page_size)`: how many pages of `page_size` tokens sequences of the
 # given lengths occupy. Each sequence has its own pages, and a partly filled page counts whole.
 
+
 # %% nbgrader={"grade": false, "grade_id": "pages_needed", "locked": false, "schema_version": 3, "solution": true}
 def pages_needed(lengths, page_size):
     """Pages of `page_size` tokens that sequences of `lengths` tokens occupy, each its own."""
     ### BEGIN SOLUTION
     return sum(math.ceil(n / page_size) for n in lengths)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_pages_needed", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("pages_needed")
@@ -247,8 +255,10 @@ trace = kv_cache.request_trace(200)
 for page in (None, 256, 64, 16):
     result = kv_cache.simulate_allocation(trace, 32768, page)
     name = "contiguous" if page is None else f"pages of {page}"
-    print(f"{name:14s} memory used for tokens {100 * result.used_share:5.1f}%   "
-          f"sequences at once {result.mean_batch:5.1f}   steps {result.steps:5d}   preemptions {result.preemptions}")
+    print(
+        f"{name:14s} memory used for tokens {100 * result.used_share:5.1f}%   "
+        f"sequences at once {result.mean_batch:5.1f}   steps {result.steps:5d}   preemptions {result.preemptions}"
+    )
 
 # %% [markdown]
 # More sequences in the same memory means larger decode batches, and chapter 1 showed what
@@ -261,7 +271,7 @@ for page in (None, 256, 64, 16):
 # waste is a few per cent. Halve the capacity: how do the preemptions change?
 
 # %%
-viz_kv.widget_paging()
+plots.widget_paging()
 
 # %% [markdown]
 # ## 5. Measured: generation with and without the cache
@@ -291,9 +301,9 @@ with_cache, without_cache = [], []
 for length in tqdm(GEN_LENGTHS, desc="generating"):
     with_cache.append(seconds(length, True))
     without_cache.append(seconds(length, False))
-for length, a, b in zip(GEN_LENGTHS, with_cache, without_cache):
+for length, a, b in zip(GEN_LENGTHS, with_cache, without_cache, strict=True):
     print(f"{length:4d} tokens: cache {a:6.2f} s, no cache {b:6.2f} s: {b / a:5.1f}x")
-viz_kv.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
+plots.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
 
 # %% [markdown]
 # Without the cache the time grows faster than the length; with it, in proportion. For a model

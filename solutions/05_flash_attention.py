@@ -9,18 +9,6 @@
 #     name: python3
 # ---
 
-# %% tags=["colab"]
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
-    %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
-    from google.colab import output
-
-    output.enable_custom_widget_manager()
-
 # %% [markdown]
 # # Chapter 5: FlashAttention's online softmax
 #
@@ -49,8 +37,9 @@ import math
 
 import torch
 
-from course import attention, bench, viz_attention
-from course.device import best_device, describe, synchronize, triton_available
+from course import flash_attention, timing
+from course.device import best_device, describe, triton_available
+from course.plots import flash_attention as plots
 
 device = best_device()
 print(describe(device))
@@ -91,6 +80,7 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "online_softmax_update", "locked": false, "schema_version": 3, "solution": true}
 def online_softmax_update(m, l, o, scores, v):
     """Fold one block of scores (n_q, block) and values (block, D) into the running (m, l, o)."""
@@ -100,6 +90,7 @@ def online_softmax_update(m, l, o, scores, v):
     p = torch.exp(scores - m_new)
     return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_online_softmax_update", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
@@ -118,7 +109,7 @@ check("online_softmax_update", hidden=True)
 # the block size to 48 for ordinary softmax, or to 1 for a fully streaming one.
 
 # %%
-viz_attention.widget_online_softmax()
+plots.widget_online_softmax()
 
 # %% [markdown]
 # ## 2. Blockwise attention
@@ -140,6 +131,7 @@ viz_attention.widget_online_softmax()
 # forming the full `(n_q, n_k)` score matrix. It must equal ordinary softmax attention for every
 # block size, and survive large scores.
 
+
 # %% nbgrader={"grade": false, "grade_id": "blockwise_attention", "locked": false, "schema_version": 3, "solution": true}
 def blockwise_attention(q, k, v, block):
     """Exact softmax attention, one block of `block` keys at a time."""
@@ -148,10 +140,11 @@ def blockwise_attention(q, k, v, block):
     l = torch.zeros(q.shape[0], 1, dtype=q.dtype)
     o = torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
     for start in range(0, k.shape[0], block):
-        scores = q @ k[start:start + block].T / math.sqrt(q.shape[-1])
-        m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
+        scores = q @ k[start : start + block].T / math.sqrt(q.shape[-1])
+        m, l, o = online_softmax_update(m, l, o, scores, v[start : start + block])
     return o / l
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_blockwise_attention", "locked": true, "points": 6, "schema_version": 3, "solution": false}
 check("blockwise_attention")
@@ -168,13 +161,17 @@ check("blockwise_attention", hidden=True)
 generator = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(2, 4, 100, 32, generator=generator) for _ in range(3))  # (B, H, N, D)
 for causal in (False, True):
-    reference = attention.naive_attention(q, k, v, causal=causal)
-    worst = max((attention.blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
-                for b in (1, 7, 16, 64, 100, 128))
+    reference = flash_attention.naive_attention(q, k, v, causal=causal)
+    worst = max(
+        (flash_attention.blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
+        for b in (1, 7, 16, 64, 100, 128)
+    )
     print(f"causal={causal!s:5}: largest difference over blocks 1, 7, 16, 64, 100, 128: {worst:.1e}")
-big = attention.blockwise_attention(q * 100, k, v, 16)
-print(f"scores around +-1000: finite output {bool(torch.isfinite(big).all())}, "
-      f"difference {(big - attention.naive_attention(q * 100, k, v)).abs().max().item():.1e}")
+big = flash_attention.blockwise_attention(q * 100, k, v, 16)
+print(
+    f"scores around +-1000: finite output {bool(torch.isfinite(big).all())}, "
+    f"difference {(big - flash_attention.naive_attention(q * 100, k, v)).abs().max().item():.1e}"
+)
 
 # %% [markdown]
 # ## 3. Why tiles are faster: counting memory traffic
@@ -193,30 +190,39 @@ print(f"scores around +-1000: finite output {bool(torch.isfinite(big).all())}, "
 # dimension or a smaller fast memory shrinks the advantage.
 
 # %%
-viz_attention.widget_io()
+plots.widget_io()
 
 # %% [markdown]
 # ## 4. The GPU path: a Triton kernel
 #
-# `course/kernels/flash.py` is the same algorithm written in Triton, a Python dialect for GPU
+# `course/kernels/flash_attention.py` is the same algorithm written in Triton, a Python dialect for GPU
 # kernels: each program instance owns a block of queries and a (batch, head), loads it once, and
 # loops over blocks of keys and values with exactly the update you wrote, accumulating in fp32.
 # It has the torch reference's signature, `blockwise_attention(q, k, v, block, causal=False)`,
-# and `course.attention.attention(...)` picks it for CUDA tensors when Triton is installed. The
+# and `course.kernels.attention(...)` picks it for CUDA tensors when Triton is installed. The
 # course's tests run it on the CPU through Triton's interpreter (`TRITON_INTERPRET=1`), so its
 # logic is checked even where there is no GPU.
 
 # %%
 if triton_available(device) and device.type == "cuda":
-    from course.kernels import flash
+    from course.kernels import flash_attention as kernel
 
     qg, kg, vg = (torch.randn(1, 8, 1024, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
-    difference = (flash.blockwise_attention(qg, kg, vg, 64, causal=True).float()
-                  - attention.naive_attention(qg.float(), kg.float(), vg.float(), causal=True)).abs().max().item()
+    difference = (
+        (
+            kernel.blockwise_attention(qg, kg, vg, 64, causal=True).float()
+            - flash_attention.naive_attention(qg.float(), kg.float(), vg.float(), causal=True)
+        )
+        .abs()
+        .max()
+        .item()
+    )
     print(f"Triton kernel against the reference (bf16): largest difference {difference:.1e}")
 else:
-    print("No CUDA GPU with Triton here: the chapter uses the torch reference. "
-          "In Colab, choose a GPU runtime to run the kernel.")
+    print(
+        "No CUDA GPU with Triton here: the chapter uses the torch reference. "
+        "In Colab, choose a GPU runtime to run the kernel."
+    )
 
 # %% [markdown]
 # ## 5. Measured on this machine
@@ -231,8 +237,8 @@ else:
 from tqdm.auto import tqdm
 
 versions = {
-    "full score matrix": lambda q, k, v: attention.naive_attention(q, k, v, causal=True),
-    "blockwise (torch loop)": lambda q, k, v: attention.blockwise_attention(q, k, v, 64, causal=True),
+    "full score matrix": lambda q, k, v: flash_attention.naive_attention(q, k, v, causal=True),
+    "blockwise (torch loop)": lambda q, k, v: flash_attention.blockwise_attention(q, k, v, 64, causal=True),
     "torch SDPA": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
 }
 seconds = {name: [] for name in versions}
@@ -240,7 +246,7 @@ peak_mib = {name: [] for name in versions}
 for n in tqdm(LENGTHS, desc="timing attention"):
     q, k, v = (torch.randn(1, HEADS, n, HEAD_DIM, device=device) for _ in range(3))
     for name, run in versions.items():
-        seconds[name].append(bench.median_seconds(lambda: run(q, k, v), device, warmup=1, repeats=3))
+        seconds[name].append(timing.median_seconds(lambda: run(q, k, v), device, warmup=1, repeats=3))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             run(q, k, v)
@@ -250,7 +256,7 @@ for n in tqdm(LENGTHS, desc="timing attention"):
             peak_mib[name].append(HEADS * largest * 4 / 2**20)
 for i, n in enumerate(LENGTHS):
     print(f"N = {n:5d}: " + "   ".join(f"{name} {1e3 * seconds[name][i]:7.2f} ms" for name in versions))
-viz_attention.plot_attention_timing(LENGTHS, seconds, peak_mib)
+plots.plot_attention_timing(LENGTHS, seconds, peak_mib)
 
 # %% [markdown]
 # On a CPU the blockwise loop is not faster: it is written in Python, one small matrix product

@@ -9,18 +9,6 @@
 #     name: python3
 # ---
 
-# %% tags=["colab"]
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
-    %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
-    from google.colab import output
-
-    output.enable_custom_widget_manager()
-
 # %% [markdown]
 # # Chapter 6: Speculative decoding
 #
@@ -46,9 +34,10 @@ DRAFT_LENGTHS = [2, 4]  # k values measured on the course models
 # %%
 import torch
 
-from course import bench, checkpoints, corpus, speculative, viz_speculative
+from course import checkpoints, corpus, speculative_decoding, timing
 from course.device import best_device, describe
 from course.model import generate
+from course.plots import speculative_decoding as plots
 
 device = best_device()
 print(describe(device))
@@ -88,12 +77,14 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "acceptance_rate", "locked": false, "schema_version": 3, "solution": true}
 def acceptance_rate(target, draft):
     """alpha = sum over tokens of min(p, q)."""
     ### BEGIN SOLUTION
     return torch.minimum(target, draft).sum().item()
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_acceptance_rate", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from autograder import check
@@ -112,6 +103,7 @@ check("acceptance_rate", hidden=True)
 # otherwise draw from the normalised leftover. Return `(token, accepted)`: an `int` and a `bool`.
 # Use the `generator` for every random draw, so that results can be reproduced.
 
+
 # %% nbgrader={"grade": false, "grade_id": "speculative_token", "locked": false, "schema_version": 3, "solution": true}
 def speculative_token(target, draft, generator):
     """Propose from the draft, verify with the target: (token, whether the proposal was accepted)."""
@@ -122,6 +114,7 @@ def speculative_token(target, draft, generator):
     leftover = (target - draft).clamp(min=0)
     return int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator)), False
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_speculative_token", "locked": true, "points": 5, "schema_version": 3, "solution": false}
 check("speculative_token")
@@ -137,13 +130,15 @@ check("speculative_token", hidden=True)
 p = torch.tensor([0.40, 0.30, 0.20, 0.10, 0.00, 0.00])
 q = torch.tensor([0.10, 0.10, 0.20, 0.20, 0.30, 0.10])
 generator = torch.Generator().manual_seed(0)
-draws = [speculative.speculative_token(p, q, generator) for _ in range(40_000)]
+draws = [speculative_decoding.speculative_token(p, q, generator) for _ in range(40_000)]
 freq = torch.bincount(torch.tensor([t for t, _ in draws]), minlength=6).double() / len(draws)
 print("target p   ", [f"{x:.3f}" for x in p.tolist()])
 print("draft q    ", [f"{x:.3f}" for x in q.tolist()])
 print("output     ", [f"{x:.3f}" for x in freq.tolist()])
-print(f"largest gap to p: {(freq - p).abs().max().item():.4f}; accepted {sum(a for _, a in draws) / len(draws):.3f} "
-      f"of proposals (alpha = {speculative.acceptance_rate(p, q):.3f})")
+print(
+    f"largest gap to p: {(freq - p).abs().max().item():.4f}; accepted {sum(a for _, a in draws) / len(draws):.3f} "
+    f"of proposals (alpha = {speculative_decoding.acceptance_rate(p, q):.3f})"
+)
 assert (freq - p.double()).abs().max() < 0.01
 
 # %% [markdown]
@@ -161,6 +156,7 @@ assert (freq - p.double()).abs().max() < 0.01
 # Write `expected_tokens_per_call(alpha, draft_length)`. It must also work for `alpha = 1`
 # (every proposal accepted: k + 1 tokens).
 
+
 # %% nbgrader={"grade": false, "grade_id": "expected_tokens_per_call", "locked": false, "schema_version": 3, "solution": true}
 def expected_tokens_per_call(alpha, draft_length):
     """(1 - alpha^(k+1)) / (1 - alpha), and k + 1 at alpha = 1."""
@@ -169,6 +165,7 @@ def expected_tokens_per_call(alpha, draft_length):
         return float(draft_length + 1)
     return (1 - alpha ** (draft_length + 1)) / (1 - alpha)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_expected_tokens_per_call", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("expected_tokens_per_call")
@@ -190,12 +187,14 @@ check("expected_tokens_per_call", hidden=True)
 # Write `speculative_speedup(alpha, draft_length, cost)` with the formula above (you may call
 # your `expected_tokens_per_call`).
 
+
 # %% nbgrader={"grade": false, "grade_id": "speculative_speedup", "locked": false, "schema_version": 3, "solution": true}
 def speculative_speedup(alpha, draft_length, cost):
     """Speed-up over the target alone when one draft step costs `cost` target steps."""
     ### BEGIN SOLUTION
     return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost + 1)
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_speculative_speedup", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("speculative_speedup")
@@ -212,12 +211,12 @@ check("speculative_speedup", hidden=True)
 # with c = 0.3, speculation barely pays even at alpha = 0.8.
 
 # %%
-viz_speculative.widget_speculative()
+plots.widget_speculative()
 
 # %% [markdown]
 # ## 3. Speculative decoding with the course's models
 #
-# `course.speculative.speculative_generate(target, draft, prompt, k, ...)` runs whole rounds:
+# `course.speculative_decoding.speculative_generate(target, draft, prompt, k, ...)` runs whole rounds:
 # the draft proposes k tokens (each from its own distribution, with its KV cache), the target
 # scores the prompt's unseen tokens plus all k proposals in **one** forward pass, the rule above
 # runs position by position, and both caches are rolled back to the verified length. Draft:
@@ -231,7 +230,7 @@ target = checkpoints.load("target").to(device)
 draft = checkpoints.load("draft").to(device)
 prompt = corpus.encode("KING RICHARD:\n")[None].to(device)
 alone = generate(target, prompt, NEW_TOKENS)
-run = speculative.speculative_generate(target, draft, prompt, 4, NEW_TOKENS, temperature=0)
+run = speculative_decoding.speculative_generate(target, draft, prompt, 4, NEW_TOKENS, temperature=0)
 print(f"identical to the target's greedy output: {torch.equal(alone, run['tokens'])}")
 print(f"{NEW_TOKENS} tokens in {run['target_calls']} target calls ({NEW_TOKENS / run['target_calls']:.2f} per call)")
 print(corpus.decode(run["tokens"][0].cpu()))
@@ -246,25 +245,33 @@ print(corpus.decode(run["tokens"][0].cpu()))
 # %%
 from tqdm.auto import tqdm
 
+
 def sampled(k):
-    return speculative.speculative_generate(target, draft, prompt, k, NEW_TOKENS, temperature=1.0,
-                                            generator=torch.Generator().manual_seed(1))
+    return speculative_decoding.speculative_generate(
+        target, draft, prompt, k, NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(1)
+    )
 
 
-alone_seconds = bench.median_seconds(lambda: generate(target, prompt, NEW_TOKENS, temperature=1.0,
-                                                      generator=torch.Generator().manual_seed(1)), device, 0, 3)
-draft_seconds = bench.median_seconds(lambda: generate(draft, prompt, NEW_TOKENS), device, 0, 3)
+alone_seconds = timing.median_seconds(
+    lambda: generate(target, prompt, NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(1)),
+    device,
+    0,
+    3,
+)
+draft_seconds = timing.median_seconds(lambda: generate(draft, prompt, NEW_TOKENS), device, 0, 3)
 cost = draft_seconds / alone_seconds
 print(f"target alone: {NEW_TOKENS / alone_seconds:.0f} tokens/s; a draft step costs c = {cost:.2f} target steps")
 for k in tqdm(DRAFT_LENGTHS, desc="speculative runs"):
     run = sampled(k)
     alpha = sum(run["accepted"]) / sum(run["proposed"])
     per_call = NEW_TOKENS / run["target_calls"]
-    seconds = bench.median_seconds(lambda: sampled(k), device, 0, 3)
-    positions = ", ".join(f"{a / max(p, 1):.2f}" for a, p in zip(run["accepted"], run["proposed"]))
-    print(f"k = {k}: alpha {alpha:.2f} (by position: {positions}); tokens per call {per_call:.2f}, formula "
-          f"{speculative.expected_tokens_per_call(alpha, k):.2f}; speed-up {alone_seconds / seconds:.2f}x "
-          f"(formula with c: {speculative.speedup(alpha, k, cost):.2f}x)")
+    seconds = timing.median_seconds(lambda: sampled(k), device, 0, 3)
+    positions = ", ".join(f"{a / max(p, 1):.2f}" for a, p in zip(run["accepted"], run["proposed"], strict=True))
+    print(
+        f"k = {k}: alpha {alpha:.2f} (by position: {positions}); tokens per call {per_call:.2f}, formula "
+        f"{speculative_decoding.expected_tokens_per_call(alpha, k):.2f}; speed-up {alone_seconds / seconds:.2f}x "
+        f"(formula with c: {speculative_decoding.speedup(alpha, k, cost):.2f}x)"
+    )
 
 # %% [markdown]
 # Two things to read here. The acceptance rate is per proposal; a position is only *reached*

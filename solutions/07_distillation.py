@@ -9,18 +9,6 @@
 #     name: python3
 # ---
 
-# %% tags=["colab"]
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
-import sys
-
-if "google.colab" in sys.modules:
-    !git clone -q --depth 1 https://github.com/llm-efficiency-course/llm-efficiency-course /content/course
-    %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
-    from google.colab import output
-
-    output.enable_custom_widget_manager()
-
 # %% [markdown]
 # # Chapter 7: Distillation, and a better draft
 #
@@ -45,9 +33,10 @@ EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 # %%
 import torch
 
-from course import bench, checkpoints, corpus, distill, evaluation, speculative, viz_speculative
+from course import checkpoints, corpus, evaluation, speculative_decoding, timing
 from course.device import best_device, describe
 from course.model import generate
+from course.plots import distillation as plots
 
 device = best_device()
 print(describe(device))
@@ -88,6 +77,7 @@ import math
 import numpy as np
 import torch
 
+
 # %% nbgrader={"grade": false, "grade_id": "distillation_loss", "locked": false, "schema_version": 3, "solution": true}
 def distillation_loss(student_logits, teacher_logits, temperature):
     """T^2 * KL(teacher || student) of the temperature-softened distributions, mean over positions."""
@@ -97,6 +87,7 @@ def distillation_loss(student_logits, teacher_logits, temperature):
     teacher = torch.log_softmax(teacher_logits.reshape(-1, vocab) / temperature, dim=-1)
     return (teacher.exp() * (teacher - student)).sum(dim=-1).mean() * temperature**2
     ### END SOLUTION
+
 
 # %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_distillation_loss", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 from autograder import check
@@ -118,8 +109,10 @@ drafts = {name: checkpoints.load(name).to(device) for name in ("draft", "distill
 for name in drafts:
     card = checkpoints.card(name)
     teacher = card["training"].get("teacher") or "none (hard labels)"
-    print(f"{name:9s} teacher: {teacher:18s} held-out plays {card['validation_loss']:.3f} nats/byte, "
-          f"comedies {card['comedies_loss']:.3f}")
+    print(
+        f"{name:9s} teacher: {teacher:18s} held-out plays {card['validation_loss']:.3f} nats/byte, "
+        f"comedies {card['comedies_loss']:.3f}"
+    )
 print(f"target    held-out plays {checkpoints.card('target')['validation_loss']:.3f} nats/byte")
 
 # %% [markdown]
@@ -129,27 +122,54 @@ print(f"target    held-out plays {checkpoints.card('target')['validation_loss']:
 
 # %%
 held_out = corpus.tokens("validation")
-windows = torch.stack([held_out[s:s + 256] for s in torch.linspace(0, len(held_out) - 257, EVAL_WINDOWS).long().tolist()])
+windows = torch.stack(
+    [held_out[s : s + 256] for s in torch.linspace(0, len(held_out) - 257, EVAL_WINDOWS).long().tolist()]
+)
 with torch.no_grad():
     p = torch.softmax(target(windows.to(device)).double(), dim=-1)
-    overlap = {name: torch.minimum(p, torch.softmax(model(windows.to(device)).double(), dim=-1)).sum(-1).mean().item()
-               for name, model in drafts.items()}
-prompts = [held_out[s:s + 64][None].to(device) for s in (1000, 90_000, 200_000, 350_000)]  # held-out openings
-alone = bench.median_seconds(lambda: generate(target, prompts[0], NEW_TOKENS, temperature=1.0,
-                                              generator=torch.Generator().manual_seed(1)), device, 0, 3)
+    overlap = {
+        name: torch.minimum(p, torch.softmax(model(windows.to(device)).double(), dim=-1)).sum(-1).mean().item()
+        for name, model in drafts.items()
+    }
+prompts = [held_out[s : s + 64][None].to(device) for s in (1000, 90_000, 200_000, 350_000)]  # held-out openings
+alone = timing.median_seconds(
+    lambda: generate(target, prompts[0], NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(1)),
+    device,
+    0,
+    3,
+)
 results = {}
 for name, model in drafts.items():
-    runs = [speculative.speculative_generate(target, model, prompt, DRAFT_LENGTH, NEW_TOKENS, temperature=1.0,
-                                             generator=torch.Generator().manual_seed(i)) for i, prompt in enumerate(prompts)]
-    seconds = bench.median_seconds(lambda: speculative.speculative_generate(
-        target, model, prompts[0], DRAFT_LENGTH, NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(1)),
-        device, 0, 3)
-    results[name] = {"alpha": sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs),
-                     "per_call": len(runs) * NEW_TOKENS / sum(r["target_calls"] for r in runs),
-                     "speedup": alone / seconds}
-    print(f"{name:9s} overlap with the target on held-out text {overlap[name]:.3f};  in the loop (k = {DRAFT_LENGTH}, "
-          f"{len(prompts)} prompts): acceptance {results[name]['alpha']:.2f}, {results[name]['per_call']:.2f} tokens "
-          f"per call, speed-up {results[name]['speedup']:.2f}x")
+    runs = [
+        speculative_decoding.speculative_generate(
+            target, model, prompt, DRAFT_LENGTH, NEW_TOKENS, temperature=1.0, generator=torch.Generator().manual_seed(i)
+        )
+        for i, prompt in enumerate(prompts)
+    ]
+    seconds = timing.median_seconds(
+        lambda: speculative_decoding.speculative_generate(
+            target,
+            model,
+            prompts[0],
+            DRAFT_LENGTH,
+            NEW_TOKENS,
+            temperature=1.0,
+            generator=torch.Generator().manual_seed(1),
+        ),
+        device,
+        0,
+        3,
+    )
+    results[name] = {
+        "alpha": sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs),
+        "per_call": len(runs) * NEW_TOKENS / sum(r["target_calls"] for r in runs),
+        "speedup": alone / seconds,
+    }
+    print(
+        f"{name:9s} overlap with the target on held-out text {overlap[name]:.3f};  in the loop (k = {DRAFT_LENGTH}, "
+        f"{len(prompts)} prompts): acceptance {results[name]['alpha']:.2f}, {results[name]['per_call']:.2f} tokens "
+        f"per call, speed-up {results[name]['speedup']:.2f}x"
+    )
 
 # %% [markdown]
 # Same size, same data, same number of steps: learning from the target's distributions instead
@@ -204,9 +224,11 @@ shares, unstructured, structured = [0.25, 0.5, 0.75], [], []
 for share in shares:
     unstructured.append(evaluation.text_loss(prune_unstructured(target, share), held_out, max_windows=EVAL_WINDOWS))
     structured.append(evaluation.text_loss(prune_structured(target, share), held_out, max_windows=EVAL_WINDOWS))
-    print(f"{int(100 * share):2d}% of the feed-forward weights removed: unstructured {unstructured[-1]:.3f}, "
-          f"structured {structured[-1]:.3f}")
-viz_speculative.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baseline)
+    print(
+        f"{int(100 * share):2d}% of the feed-forward weights removed: unstructured {unstructured[-1]:.3f}, "
+        f"structured {structured[-1]:.3f}"
+    )
+plots.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baseline)
 
 # %% [markdown]
 # Removing whole units costs more than removing the same number of scattered weights, but only

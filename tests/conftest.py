@@ -1,4 +1,5 @@
-"""Shared fixtures: instructor notebooks built from solutions/, executed with papermill once."""
+"""Shared fixtures: instructor notebooks built from solutions/, papermill, and each chapter's planted
+mistakes graded as one batch (a chapter's test module lists them in ``PLANTED``)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,20 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from autograder import release
+from autograder import grade, release, runner
 from course import paths
 
 ARTIFACTS = paths.ROOT / "test-artifacts"
 KERNEL = "course"
+# Time limits in tests are ceilings for a hang, never budgets: a machine busy with other work must
+# not fail a test. Grading limits are tests/test_hostile.py's subject; elsewhere they are generous.
+GENEROUS = runner.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
+CELL_CEILING = 1800  # seconds one notebook cell may run under papermill
 
 
 def chapter_names() -> list[str]:
@@ -48,12 +54,15 @@ def kernel() -> str:
 
     specs = KernelSpecManager().find_kernel_specs()
     if KERNEL not in specs or not Path(specs[KERNEL]).resolve().is_relative_to(Path(sys.prefix).resolve()):
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL],
+            check=True,
+            capture_output=True,
+        )
     return KERNEL
 
 
-def execute(notebook: Path, output: Path, kernel: str, timeout: int = 300) -> dict:
+def execute(notebook: Path, output: Path, kernel: str, timeout: int = CELL_CEILING) -> dict:
     """Run ``notebook`` headless with papermill; return the executed notebook as a dict.
 
     papermill raises when any cell has an error output, even a cell tagged ``raises-exception``
@@ -63,8 +72,14 @@ def execute(notebook: Path, output: Path, kernel: str, timeout: int = 300) -> di
     from papermill.exceptions import PapermillExecutionError
 
     try:
-        papermill.execute_notebook(str(notebook), str(output), kernel_name=kernel, cwd=str(paths.NOTEBOOKS),
-                                   execution_timeout=timeout, progress_bar=False)
+        papermill.execute_notebook(
+            str(notebook),
+            str(output),
+            kernel_name=kernel,
+            cwd=str(paths.NOTEBOOKS),
+            execution_timeout=timeout,
+            progress_bar=False,
+        )
     except PapermillExecutionError:
         pass
     return json.loads(output.read_text())
@@ -83,3 +98,55 @@ def errors(executed: dict) -> list[tuple[int, list[str], str]]:
 def copy_into(path: Path, folder: Path, name: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     return Path(shutil.copy(path, folder / (name or path.name)))
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A plausible wrong answer, and how the grader must answer it.
+
+    ``source`` replaces the answer cell ``grade_id`` of the solution; every check in ``must_fail``
+    fails with ``words`` in its hint; checks of other exercises keep their points, except those of
+    ``calls_it`` (exercises that call the learner's own answer to this one).
+    """
+
+    grade_id: str
+    source: str
+    must_fail: set[str]
+    words: str
+    calls_it: set[str] = field(default_factory=set)
+
+
+def _replace_answer(notebook: dict, grade_id: str, source: str) -> dict:
+    for cell in notebook["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            cell["source"] = source
+            return notebook
+    raise KeyError(grade_id)
+
+
+@pytest.fixture(scope="module")
+def planted_reports(request, instructor_notebooks, tmp_path_factory) -> dict:
+    """The test module's ``PLANTED`` mistakes graded in one batch: name -> report. The module's name
+    (``test_<slug>``) says which chapter's solution they are planted in."""
+    slug = request.module.__name__.removeprefix("test_")
+    chapter = next(source.stem for source in release.chapters() if paths.slug(source) == slug)
+    folder = tmp_path_factory.mktemp(f"planted-{slug}")
+    for name, planted in request.module.PLANTED.items():
+        solution = json.loads(instructor_notebooks[chapter].read_text())
+        notebook = _replace_answer(solution, planted.grade_id, planted.source)
+        (folder / name).mkdir()
+        (folder / name / f"{chapter}.ipynb").write_text(json.dumps(notebook))
+    reports = grade.grade_folder(folder, tmp_path_factory.mktemp(f"feedback-{slug}"), GENEROUS, seed=7)
+    files = sorted(folder.rglob("*.ipynb"))
+    return {grade._learner(folder, path): report for path, report in zip(files, reports, strict=True)}
+
+
+def assert_named(report, planted: Planted) -> None:
+    """The report fails what ``planted`` must fail, names the mistake, and costs nothing else."""
+    failed = {t.id: t.hint for t in report.tests if not t.passed}
+    assert planted.must_fail <= set(failed), report.text()
+    assert all(planted.words in failed[i] for i in planted.must_fail), report.text()
+    assert report.score < report.max_score
+    touched = {i.split(".")[0] for i in planted.must_fail} | {planted.grade_id} | planted.calls_it
+    others = [t for t in report.tests if t.id.split(".")[0] not in touched]
+    assert all(t.passed for t in others), "a mistake in one exercise must not cost another: " + report.text()

@@ -43,8 +43,9 @@ def test_the_target_is_much_better_than_the_draft_and_ten_times_larger():
 def test_samples_read_like_a_play():
     model = checkpoints.load("target")
     prompt = corpus.encode("\n\nHAMLET:\n")[None]
-    text = corpus.decode(generate(model, prompt, 300, temperature=0.7, top_k=20,
-                                  generator=torch.Generator().manual_seed(0))[0])
+    text = corpus.decode(
+        generate(model, prompt, 300, temperature=0.7, top_k=20, generator=torch.Generator().manual_seed(0))[0]
+    )
     lines = [line for line in text.split("\n") if line.strip()]
     speakers = [line for line in lines if line.endswith(":") and line[:-1].replace(" ", "").isalpha()]
     assert len(speakers) >= 2, text  # speaker names on their own lines

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 
@@ -19,7 +19,9 @@ from autograder import grade, runner
 from course import paths
 
 FULL = 16
-CORRECT_RELATIVE_ERROR = "def relative_error(weight, approx):\n    return ((weight - approx).norm() / weight.norm()).item()\n"
+CORRECT_RELATIVE_ERROR = (
+    "def relative_error(weight, approx):\n    return ((weight - approx).norm() / weight.norm()).item()\n"
+)
 
 
 @dataclass
@@ -59,7 +61,9 @@ def edit(function: Callable[[dict], None]):
 
 
 def _delete_test_cell(notebook):
-    notebook["cells"] = [c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") != "test_int8"]
+    notebook["cells"] = [
+        c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") != "test_int8"
+    ]
 
 
 def _edit_locked_cell(notebook):
@@ -71,14 +75,23 @@ def _edit_locked_cell(notebook):
 def _pad_with_noise(notebook):
     junk = [{"cell_type": "markdown", "id": f"junk{i}", "metadata": {}, "source": "noise " * 50} for i in range(400)]
     big_output = {"output_type": "stream", "name": "stdout", "text": "x" * 5_000_000}
-    noisy_code = {"cell_type": "code", "id": "noisy", "metadata": {}, "execution_count": 1,
-                  "outputs": [big_output], "source": "print('x' * 5_000_000)  # not an answer cell: never run"}
+    noisy_code = {
+        "cell_type": "code",
+        "id": "noisy",
+        "metadata": {},
+        "execution_count": 1,
+        "outputs": [big_output],
+        "source": "print('x' * 5_000_000)  # not an answer cell: never run",
+    }
     notebook["cells"] = notebook["cells"][:3] + junk + [noisy_code] + notebook["cells"][3:]
 
 
 def _duplicate_answer(notebook):
-    index = next(i for i, c in enumerate(notebook["cells"])
-                 if c["metadata"].get("nbgrader", {}).get("grade_id") == "relative_error")
+    index = next(
+        i
+        for i, c in enumerate(notebook["cells"])
+        if c["metadata"].get("nbgrader", {}).get("grade_id") == "relative_error"
+    )
     wrong = json.loads(json.dumps(notebook["cells"][index]))
     wrong["source"] = "def relative_error(weight, approx):\n    return 0.0\n"
     notebook["cells"].insert(index, wrong)  # same id, same grade_id; the later (correct) copy counts
@@ -89,89 +102,210 @@ def _no_kernelspec(notebook):
 
 
 def _other_chapter(notebook, context):
-    return {"cells": [{"cell_type": "code", "id": "a", "metadata": {}, "outputs": [], "execution_count": None,
-                       "source": "def prefill_flops(params, tokens):\n    return 2 * params * tokens\n"}],
-            "metadata": {"course": {"chapter": "01_prefill_decode"}}, "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "a",
+                "metadata": {},
+                "outputs": [],
+                "execution_count": None,
+                "source": "def prefill_flops(params, tokens):\n    return 2 * params * tokens\n",
+            }
+        ],
+        "metadata": {"course": {"chapter": "01_prefill_decode"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
 KINDS: dict[str, Kind] = {
-    "endless_loop_at_definition": Kind(prepend("relative_error", "while True:\n    pass"), FULL - 2,
-                                       "cell answer relative_error did not finish"),
-    "endless_loop_in_function": Kind(answer("quantize_dequantize",
-                                            "def quantize_dequantize(weight, bits, group_size=None):\n"
-                                            "    while True:\n        pass\n"), FULL - 8, "did not finish"),
-    "endless_loop_ignoring_alarms": Kind(answer("effective_bits",
-                                                "def effective_bits(bits, group_size, scale_bits=16):\n"
-                                                "    while True:\n        try:\n            while True:\n"
-                                                "                pass\n        except BaseException:\n"
-                                                "            pass\n"), FULL - 2, "did not finish"),
-    "sleeps_at_definition": Kind(prepend("effective_bits", "import time\ntime.sleep(10**6)"), FULL - 2,
-                                 "cell answer effective_bits did not finish"),
-    "sys_exit_at_definition": Kind(prepend("effective_bits", "import sys\nsys.exit(0)"), FULL - 2,
-                                   "raised SystemExit"),
-    "os_exit_in_function": Kind(answer("effective_bits", "def effective_bits(bits, group_size, scale_bits=16):\n"
-                                       "    import os\n    os._exit(0)\n"), FULL - 2, "the process died"),
-    "os_exit_at_definition": Kind(prepend("relative_error", "import os\nos._exit(3)"), 0,
-                                  "ended (exit code 3) before reporting"),
-    "segfault": Kind(answer("quantize_dequantize", "def quantize_dequantize(weight, bits, group_size=None):\n"
-                            "    import ctypes\n    return ctypes.string_at(0)\n"), FULL - 8, "SIGSEGV"),
-    "memory_bomb": Kind(answer("relative_error", "def relative_error(weight, approx):\n"
-                               "    hog = bytearray(16 * 2**30)\n    return 0.0\n"), FULL - 2, "memory"),
-    "fork_bomb": Kind(answer("effective_bits", "def effective_bits(bits, group_size, scale_bits=16):\n"
-                             "    import os\n    while True:\n        os.fork()\n"), FULL - 2, "effective_bits"),
+    "endless_loop_at_definition": Kind(
+        prepend("relative_error", "while True:\n    pass"), FULL - 2, "cell answer relative_error did not finish"
+    ),
+    "endless_loop_in_function": Kind(
+        answer(
+            "quantize_dequantize",
+            "def quantize_dequantize(weight, bits, group_size=None):\n    while True:\n        pass\n",
+        ),
+        FULL - 8,
+        "did not finish",
+    ),
+    "endless_loop_ignoring_alarms": Kind(
+        answer(
+            "effective_bits",
+            "def effective_bits(bits, group_size, scale_bits=16):\n"
+            "    while True:\n        try:\n            while True:\n"
+            "                pass\n        except BaseException:\n"
+            "            pass\n",
+        ),
+        FULL - 2,
+        "did not finish",
+    ),
+    "sleeps_at_definition": Kind(
+        prepend("effective_bits", "import time\ntime.sleep(10**6)"),
+        FULL - 2,
+        "cell answer effective_bits did not finish",
+    ),
+    "sys_exit_at_definition": Kind(prepend("effective_bits", "import sys\nsys.exit(0)"), FULL - 2, "raised SystemExit"),
+    "os_exit_in_function": Kind(
+        answer(
+            "effective_bits", "def effective_bits(bits, group_size, scale_bits=16):\n    import os\n    os._exit(0)\n"
+        ),
+        FULL - 2,
+        "the process died",
+    ),
+    "os_exit_at_definition": Kind(
+        prepend("relative_error", "import os\nos._exit(3)"), 0, "ended (exit code 3) before reporting"
+    ),
+    "segfault": Kind(
+        answer(
+            "quantize_dequantize",
+            "def quantize_dequantize(weight, bits, group_size=None):\n"
+            "    import ctypes\n    return ctypes.string_at(0)\n",
+        ),
+        FULL - 8,
+        "SIGSEGV",
+    ),
+    "memory_bomb": Kind(
+        answer(
+            "relative_error", "def relative_error(weight, approx):\n    hog = bytearray(16 * 2**30)\n    return 0.0\n"
+        ),
+        FULL - 2,
+        "memory",
+    ),
+    "fork_bomb": Kind(
+        answer(
+            "effective_bits",
+            "def effective_bits(bits, group_size, scale_bits=16):\n    import os\n    while True:\n        os.fork()\n",
+        ),
+        FULL - 2,
+        "effective_bits",
+    ),
     "huge_output": Kind(prepend("effective_bits", "print('x' * 5_000_000)"), 0, "printed more than"),
-    "monkeypatched_torch_numpy_asserts": Kind(answer("relative_error", (
-        "import math, numpy, torch\n"
-        "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
-        "numpy.testing.assert_allclose = lambda *a, **k: None\nmath.isclose = lambda *a, **k: True\n"
-        "numpy.allclose = lambda *a, **k: True\n"
-        "def relative_error(weight, approx):\n    return 0.0\n")), FULL - 2, "expected"),
-    "overwritten_checks": Kind(answer("effective_bits", (
-        "try:\n    import autograder, autograder.checks as c\n"
-        "    autograder.check = c.check = lambda *a, **k: None\n"
-        "    c.judge_number = lambda *a, **k: c.Verdict(True)\nexcept Exception:\n    pass\n"
-        "def effective_bits(bits, group_size, scale_bits=16):\n    return bits\n")), FULL - 2, "scales were left out"),
-    "always_equal_object": Kind(answer("relative_error", (
-        "class Anything(float):  # a float that claims to equal everything\n"
-        "    def __eq__(self, other):\n        return True\n"
-        "    def __ne__(self, other):\n        return False\n    __hash__ = float.__hash__\n"
-        "def relative_error(weight, approx):\n    return Anything(0.0)\n")), FULL - 2, "should be a number"),
-    "input_transformer_trick": Kind(prepend("relative_error",
-                                            "get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])"),
-                                    FULL - 2, "get_ipython"),
-    "reads_solution_and_reference": Kind(answer("relative_error", (
-        "import re\ntry:\n    source = open({solutions!r}).read()\n    open({reference!r}).read()\n"
-        "    exec(re.search(r'def relative_error\\(.*?### END SOLUTION', source, re.S).group(0))\n"
-        "except OSError:\n    def relative_error(weight, approx):\n        return 0.0\n")), FULL - 2, "expected",
-        namespace_only=True),
-    "imports_the_reference": Kind(answer("relative_error", (
-        "from course.quantization import relative_error\n")), FULL - 2, "No module named 'course",
-        namespace_only=True),
-    "fetches_an_answer_over_the_network": Kind(answer("relative_error", (
-        "import urllib.request\ntry:\n    exec(urllib.request.urlopen({server!r}, timeout=5).read().decode())\n"
-        "except OSError:\n    def relative_error(weight, approx):\n        return 0.0\n")), FULL - 2, "expected",
-        namespace_only=True),
-    "reads_other_submissions": Kind(answer("relative_error", (
-        "import glob, json\nfound = glob.glob({submissions!r} + '/**/*.ipynb', recursive=True)\n"
-        "if found:\n" + "    " + CORRECT_RELATIVE_ERROR.replace("\n", "\n    ").rstrip() +
-        "\nelse:\n    def relative_error(weight, approx):\n        return 0.0\n")), FULL - 2, "expected",
-        namespace_only=True),
-    "writes_grader_output_and_deletes_files": Kind(prepend("int8", (
-        "import os, shutil\nfor target in ({feedback!r} + '/gradebook.csv', {feedback!r} + '/planted.txt'):\n"
-        "    try:\n        open(target, 'w').write('learner,score\\nhostile,9999\\n')\n    except OSError:\n        pass\n"
-        "shutil.rmtree({root!r}, ignore_errors=True)\nshutil.rmtree({submissions!r}, ignore_errors=True)")),
-        FULL, "", namespace_only=True),
-    "forged_results_on_the_pipe": Kind(prepend("relative_error", (
-        "import os, sys, json\n"
-        "fake = {{'cells': [], 'probes': {{}}, 'verdicts': 'all passed', 'score': 9999}}\n"
-        "os.write(int(sys.argv[2]), json.dumps(fake).encode())\nos._exit(0)")), 0, "ended before this test ran"),
+    "monkeypatched_torch_numpy_asserts": Kind(
+        answer(
+            "relative_error",
+            (
+                "import math, numpy, torch\n"
+                "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
+                "numpy.testing.assert_allclose = lambda *a, **k: None\nmath.isclose = lambda *a, **k: True\n"
+                "numpy.allclose = lambda *a, **k: True\n"
+                "def relative_error(weight, approx):\n    return 0.0\n"
+            ),
+        ),
+        FULL - 2,
+        "expected",
+    ),
+    "overwritten_checks": Kind(
+        answer(
+            "effective_bits",
+            (
+                "try:\n    import autograder, autograder.checks as c\n"
+                "    autograder.check = c.check = lambda *a, **k: None\n"
+                "    c.judge_number = lambda *a, **k: c.Verdict(True)\nexcept Exception:\n    pass\n"
+                "def effective_bits(bits, group_size, scale_bits=16):\n    return bits\n"
+            ),
+        ),
+        FULL - 2,
+        "scales were left out",
+    ),
+    "always_equal_object": Kind(
+        answer(
+            "relative_error",
+            (
+                "class Anything(float):  # a float that claims to equal everything\n"
+                "    def __eq__(self, other):\n        return True\n"
+                "    def __ne__(self, other):\n        return False\n    __hash__ = float.__hash__\n"
+                "def relative_error(weight, approx):\n    return Anything(0.0)\n"
+            ),
+        ),
+        FULL - 2,
+        "should be a number",
+    ),
+    "input_transformer_trick": Kind(
+        prepend("relative_error", "get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])"),
+        FULL - 2,
+        "get_ipython",
+    ),
+    "reads_solution_and_reference": Kind(
+        answer(
+            "relative_error",
+            (
+                "import re\ntry:\n    source = open({solutions!r}).read()\n    open({reference!r}).read()\n"
+                "    exec(re.search(r'def relative_error\\(.*?### END SOLUTION', source, re.S).group(0))\n"
+                "except OSError:\n    def relative_error(weight, approx):\n        return 0.0\n"
+            ),
+        ),
+        FULL - 2,
+        "expected",
+        namespace_only=True,
+    ),
+    "imports_the_reference": Kind(
+        answer("relative_error", ("from course.quantization import relative_error\n")),
+        FULL - 2,
+        "No module named 'course",
+        namespace_only=True,
+    ),
+    "fetches_an_answer_over_the_network": Kind(
+        answer(
+            "relative_error",
+            (
+                "import urllib.request\ntry:\n    exec(urllib.request.urlopen({server!r}, timeout=5).read().decode())\n"
+                "except OSError:\n    def relative_error(weight, approx):\n        return 0.0\n"
+            ),
+        ),
+        FULL - 2,
+        "expected",
+        namespace_only=True,
+    ),
+    "reads_other_submissions": Kind(
+        answer(
+            "relative_error",
+            (
+                "import glob, json\nfound = glob.glob({submissions!r} + '/**/*.ipynb', recursive=True)\n"
+                "if found:\n"
+                + "    "
+                + CORRECT_RELATIVE_ERROR.replace("\n", "\n    ").rstrip()
+                + "\nelse:\n    def relative_error(weight, approx):\n        return 0.0\n"
+            ),
+        ),
+        FULL - 2,
+        "expected",
+        namespace_only=True,
+    ),
+    "writes_grader_output_and_deletes_files": Kind(
+        prepend(
+            "int8",
+            (
+                "import os, shutil\nfor target in ({feedback!r} + '/gradebook.csv', {feedback!r} + '/planted.txt'):\n"
+                "    try:\n        open(target, 'w').write('learner,score\\nhostile,9999\\n')\n"
+                "    except OSError:\n        pass\n"
+                "shutil.rmtree({root!r}, ignore_errors=True)\nshutil.rmtree({submissions!r}, ignore_errors=True)"
+            ),
+        ),
+        FULL,
+        "",
+        namespace_only=True,
+    ),
+    "forged_results_on_the_pipe": Kind(
+        prepend(
+            "relative_error",
+            (
+                "import os, sys, json\n"
+                "fake = {{'cells': [], 'probes': {{}}, 'verdicts': 'all passed', 'score': 9999}}\n"
+                "os.write(int(sys.argv[2]), json.dumps(fake).encode())\nos._exit(0)"
+            ),
+        ),
+        0,
+        "ended before this test ran",
+    ),
     "edited_locked_cell": Kind(edit(_edit_locked_cell), FULL, "locked cell imports was edited"),
     "deleted_test_cell": Kind(edit(_delete_test_cell), FULL, "test cell test_int8 was deleted"),
     "duplicated_cells": Kind(edit(_duplicate_answer), FULL, "appears 2 times"),
     "missing_kernelspec": Kind(edit(_no_kernelspec), FULL, "no kernel spec"),
     "padded_with_noise": Kind(edit(_pad_with_noise), FULL, ""),
-    "invalid_json": Kind(lambda notebook, context: '{"cells": [{"cell_type": "code", "source": "x"', 0,
-                         "invalid JSON"),
+    "invalid_json": Kind(lambda notebook, context: '{"cells": [{"cell_type": "code", "source": "x"', 0, "invalid JSON"),
     "wrong_chapter": Kind(_other_chapter, 0, "expected 03_quantization: this is 01_prefill_decode"),
 }
 
@@ -202,9 +336,14 @@ def batch(instructor_notebooks, tmp_path_factory, answer_server):
     folder = tmp_path_factory.mktemp("class")
     out = tmp_path_factory.mktemp("feedback")
     solution = instructor_notebooks["03_quantization"]
-    context = {"solutions": str(paths.SOLUTIONS / "03_quantization.py"), "submissions": str(folder),
-               "reference": str(paths.REFERENCE / "quantization.json"), "feedback": str(out), "root": str(paths.ROOT),
-               "server": answer_server}
+    context = {
+        "solutions": str(paths.SOLUTIONS / "03_quantization.py"),
+        "submissions": str(folder),
+        "reference": str(paths.REFERENCE / "quantization.json"),
+        "feedback": str(out),
+        "root": str(paths.ROOT),
+        "server": answer_server,
+    }
     for honest in ("honest_a", "honest_z"):
         (folder / honest).mkdir()
         (folder / honest / "03_quantization.ipynb").write_text(solution.read_text())
@@ -218,7 +357,7 @@ def batch(instructor_notebooks, tmp_path_factory, answer_server):
     limits = runner.Limits(wall_seconds=60, probe_seconds=5, cell_seconds=5, memory_bytes=3 * 2**29)
     reports = grade.grade_folder(folder, out, limits, workers=2, seed=11, chapter="03_quantization")
     learners = [grade._learner(folder, p) for p in sorted(folder.rglob("*.ipynb"))]
-    return dict(zip(learners, reports)), out
+    return dict(zip(learners, reports, strict=True)), out
 
 
 def test_honest_submissions_in_the_same_batch_keep_full_marks(batch):
@@ -230,8 +369,10 @@ def test_honest_submissions_in_the_same_batch_keep_full_marks(batch):
 def test_hostile_submission_gets_its_expected_score_and_message(batch, name):
     kind = KINDS[name]
     if kind.namespace_only and not runner.hides_files():
-        pytest.skip(f"this machine's sandbox is '{runner.isolation()}', which cannot hide files or the network "
-                    "(no user namespaces): this kind is not run here")
+        pytest.skip(
+            f"this machine's sandbox is '{runner.isolation()}', which cannot hide files or the network "
+            "(no user namespaces): this kind is not run here"
+        )
     report = batch[0][name]
     assert report.score == kind.score, report.text()
     assert report.max_score == FULL

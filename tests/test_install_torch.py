@@ -24,13 +24,16 @@ def test_the_cpu_wheel_is_asked_for_by_its_local_version(chooser):
     assert chooser.cpu_spec("torch>=2.2") == "torch>=2.2"  # a range cannot name a local version
 
 
-@pytest.mark.parametrize("platform, machine, gpu, expected", [
-    ("linux", "x86_64", False, "cpu"),
-    ("linux", "x86_64", True, "cuda"),
-    ("linux", "aarch64", False, "default"),
-    ("darwin", "arm64", False, "default"),
-    ("win32", "AMD64", True, "default"),
-])
+@pytest.mark.parametrize(
+    "platform, machine, gpu, expected",
+    [
+        ("linux", "x86_64", False, "cpu"),
+        ("linux", "x86_64", True, "cuda"),
+        ("linux", "aarch64", False, "default"),
+        ("darwin", "arm64", False, "default"),
+        ("win32", "AMD64", True, "default"),
+    ],
+)
 def test_build_follows_the_machine(chooser, monkeypatch, platform, machine, gpu, expected):
     monkeypatch.delenv("TORCH_BUILD", raising=False)
     monkeypatch.setattr(sys, "platform", platform)

@@ -1,10 +1,17 @@
-"""course.lora: the paper's arithmetic, the SVD floor, and the adapter's contract."""
+"""Chapter 2: the paper's arithmetic, the SVD floor, the adapter's contract, adapters hot-swapped
+on the course model, the chapter's figures, and the grader's hints for planted mistakes."""
+
+import itertools
 
 import pytest
 import torch
 from torch import nn
 
-from course import lora
+from course import checkpoints, corpus, lora
+from course.plots import lora as plots
+from course.plots._widgets import figure_png
+
+from conftest import Planted, assert_named
 
 
 def test_trainable_parameters():
@@ -16,7 +23,7 @@ def test_trainable_parameters():
 def test_svd_floor_drops_to_the_noise_at_the_true_rank():
     delta = lora.low_rank_change(256, 256, true_rank=4, noise=0.03, seed=0)
     errors = [lora.best_low_rank_error(delta, r) for r in range(1, 9)]
-    assert all(a >= b for a, b in zip(errors, errors[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(errors))
     assert errors[2] > 0.2 and errors[3] < 0.05  # below rank 4 the change cannot be captured
     assert errors[7] == pytest.approx(errors[3], abs=0.01)  # beyond it, more rank buys nothing
 
@@ -81,15 +88,125 @@ def test_fine_tuning_memory_for_7b():
     assert lora.finetune_memory_gib(7e9, "qlora") == pytest.approx(3.26, abs=0.01)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: lora.lora_parameters(10, 10, 0), "rank must be a positive"),
-    (lambda: lora.lora_parameters(10.5, 10, 2), "d_in must be a positive"),
-    (lambda: lora.best_low_rank_error(torch.zeros(3), 1), "2-D"),
-    (lambda: lora.best_low_rank_error(torch.zeros(3, 3), 1), "all-zero"),
-    (lambda: lora.LoRALinear(nn.Linear(4, 6), rank=5), "exceeds"),
-    (lambda: lora.LoRALinear(nn.Conv1d(4, 4, 1), rank=1), "wraps an nn.Linear"),
-    (lambda: lora.finetune_memory_gib(7e9, "adam"), "method must be one of"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: lora.lora_parameters(10, 10, 0), "rank must be a positive"),
+        (lambda: lora.lora_parameters(10.5, 10, 2), "d_in must be a positive"),
+        (lambda: lora.best_low_rank_error(torch.zeros(3), 1), "2-D"),
+        (lambda: lora.best_low_rank_error(torch.zeros(3, 3), 1), "all-zero"),
+        (lambda: lora.LoRALinear(nn.Linear(4, 6), rank=5), "exceeds"),
+        (lambda: lora.LoRALinear(nn.Conv1d(4, 4, 1), rank=1), "wraps an nn.Linear"),
+        (lambda: lora.finetune_memory_gib(7e9, "adam"), "method must be one of"),
+    ],
+)
 def test_bad_arguments_say_what_to_do(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# --- adapters on the whole model -----------------------------------------------------------------
+
+
+def test_adapters_hot_swap_without_touching_the_base():
+    model = checkpoints.load("draft")
+    fingerprint = lora.weights_fingerprint(model)
+    windows = corpus.tokens("validation")[: 2 * 65].reshape(2, 65)[:, :-1]
+    with torch.no_grad():
+        plain = model(windows)
+    first, second = lora.make_adapter(model, 2), lora.make_adapter(model, 4, seed=1)
+    lora.use_adapter(model, first)
+    with torch.no_grad():
+        assert torch.allclose(model(windows), plain, atol=1e-6)  # B = 0: the adapter starts at the base
+    lora.finetune(
+        model,
+        lora.adapter_parameters(first),
+        corpus.domain_tokens("adapt"),
+        3,
+        lr=1e-2,
+        batch=2,
+        seq_len=32,
+        progress=False,
+    )
+    with torch.no_grad():
+        adapted = model(windows)
+    assert not torch.allclose(adapted, plain, atol=1e-4)
+    lora.use_adapter(model, second)
+    with torch.no_grad():
+        assert torch.allclose(model(windows), plain, atol=1e-6)
+    lora.use_adapter(model, first)
+    with torch.no_grad():
+        assert torch.equal(model(windows), adapted)
+    lora.use_adapter(model, None)
+    assert lora.weights_fingerprint(model) == fingerprint
+    other = checkpoints.load("draft")
+    with pytest.raises(ValueError, match="another model"):
+        lora.use_adapter(other, first)
+
+
+def test_domain_split_keeps_evaluation_plays_apart():
+    adapt, evaluation = corpus.domain_tokens("adapt"), corpus.domain_tokens("eval")
+    assert len(adapt) > 2 * len(evaluation) > 0
+    assert corpus.encode("MALVOLIO").tolist() not in [adapt[i : i + 8].tolist() for i in range(0, 2000)]
+    with pytest.raises(ValueError, match="adapt"):
+        corpus.domain_tokens("train")
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_rank_error(rank=2, noise=0.1),
+        lambda: plots.plot_finetune_memory(13e9, 80.0),
+        lambda: plots.plot_adapter_losses(1.9, {1: 1.8, 4: 1.7, 16: 1.65}, full=1.6, qlora={4: 1.72}),
+    ],
+)
+def test_plot_returns_a_figure_that_renders(draw):
+    assert figure_png(draw()).startswith(b"\x89PNG")
+
+
+# --- the grader names planted mistakes --------------------------------------------------------------
+
+LORA_CLASS = """
+class LoRALinear(nn.Module):
+    def __init__(self, base, rank, alpha=None):
+        super().__init__()
+        self.base = base
+        for parameter in base.parameters():
+            parameter.requires_grad_(False)
+        self.scale = {scale}
+        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.lora_B = nn.Parameter({b_init}(base.out_features, rank))
+
+    def forward(self, x):
+        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)
+
+    def merge(self):
+        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
+        with torch.no_grad():
+            merged.weight.copy_(self.base.weight + self.scale * self.lora_B @ self.lora_A)
+            if self.base.bias is not None:
+                merged.bias.copy_(self.base.bias)
+        return merged
+"""
+PLANTED = {
+    "lora_b_not_zero": Planted(
+        "lora_linear",
+        LORA_CLASS.format(scale="(rank if alpha is None else alpha) / rank", b_init="torch.randn"),
+        {"lora_linear.starts_at_base"},
+        "initialise lora_B to zeros",
+    ),
+    "lora_scale_not_divided": Planted(
+        "lora_linear",
+        LORA_CLASS.format(scale="(rank if alpha is None else alpha)", b_init="torch.zeros"),
+        {"lora_linear.forward", "lora_linear.alpha"},
+        "not divided by the rank",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
+    assert_named(planted_reports[name], PLANTED[name])

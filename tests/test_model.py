@@ -1,12 +1,11 @@
 """The course model: cached decoding equals recomputation, GQA equals MHA with repeated heads,
 the written-out attention equals torch's, training lowers the loss, checkpoints are verified."""
 
-
 import pytest
 import torch
 
 from course import checkpoints, corpus
-from course.model import KVCache, LanguageModel, ModelConfig, generate, repeat_kv, sample
+from course.model import KVCache, LanguageModel, ModelConfig, causal_mask, generate, repeat_kv, sample
 from course.train import TrainConfig, fixed_windows, loss_on, train
 
 TINY = ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=64)
@@ -31,8 +30,9 @@ def test_sampled_generation_is_the_same_with_and_without_the_cache():
     model = tiny_model()
     prompt = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(2))
     a = generate(model, prompt, 20, temperature=1.0, top_k=10, generator=torch.Generator().manual_seed(3))
-    b = generate(model, prompt, 20, temperature=1.0, top_k=10, use_cache=False,
-                 generator=torch.Generator().manual_seed(3))
+    b = generate(
+        model, prompt, 20, temperature=1.0, top_k=10, use_cache=False, generator=torch.Generator().manual_seed(3)
+    )
     assert torch.equal(a, b)
 
 
@@ -68,6 +68,11 @@ def test_written_out_attention_equals_the_fused_kernel():
     fused = model(tokens)
     model.set_attention(use_sdpa=False)
     assert (fused - model(tokens)).abs().max() < 1e-5
+
+
+def test_causal_mask_aligns_the_last_query_with_the_last_key():
+    assert causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert torch.equal(causal_mask(5, 9, start=3, stop=7), causal_mask(5, 9)[:, 3:7])
 
 
 def test_causality():
@@ -109,7 +114,7 @@ def test_corpus_split_is_by_whole_plays():
     rows = corpus.summary()
     plays = [set(rows[split]["plays"]) for split in corpus.SPLITS]
     assert sum(len(p) for p in plays) == len(corpus.catalogue()) == 38
-    assert all(not (a & b) for i, a in enumerate(plays) for b in plays[i + 1:])
+    assert all(not (a & b) for i, a in enumerate(plays) for b in plays[i + 1 :])
     assert set(corpus.VALIDATION_PLAYS) == plays[1] and len(plays[2]) == 8
     assert corpus.decode(corpus.encode("MACBETH:\nSo foul")) == "MACBETH:\nSo foul"
     assert "\nMACBETH:\nSo foul and fair a day I have not seen.\n" in corpus.text("validation")

@@ -1,8 +1,8 @@
 """Every chapter executes headless: the instructor's source without any error, the student copy
-with errors only in its check cells (the exercises are blank)."""
+with errors only in its check cells (the exercises are blank). How long a chapter takes is a
+benchmark, not a test: `make bench` times every chapter and reports those over the budget."""
 
 import re
-import time
 
 import pytest
 
@@ -10,15 +10,11 @@ from course import paths
 
 from conftest import chapter_names, errors, execute
 
-BUDGET_SECONDS = 120  # a chapter must run in minutes on 2 cores; the goal is 90 s
-
 
 @pytest.mark.parametrize("chapter", chapter_names())
 def test_solution_executes_without_errors(chapter, instructor_notebooks, kernel, artifacts):
-    started = time.monotonic()
     executed = execute(instructor_notebooks[chapter], artifacts / f"{chapter}.solution.ipynb", kernel)
     assert errors(executed) == []
-    assert time.monotonic() - started < BUDGET_SECONDS
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
     from autograder.chapters import CHAPTERS
 
@@ -33,10 +29,16 @@ def test_student_copy_executes_with_only_its_checks_failing(chapter, kernel, art
     assert all("raises-exception" in tags and name == "AssertionError" for _, tags, name in found), found
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
     assert "not answered yet" in printed
-    drawing = [c for c in executed["cells"] if c["cell_type"] == "code" and re.search(r"viz\w*\.(plot|widget)_", "".join(c["source"]))]
+    drawing = [
+        c
+        for c in executed["cells"]
+        if c["cell_type"] == "code" and re.search(r"\bplots\.(plot|widget)_", "".join(c["source"]))
+    ]
     assert drawing, "every chapter has figures"
     for cell in drawing:
         images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
         assert images, f"no figure rendered headless for: {''.join(cell['source'])[:80]}"
-        if re.search(r"viz\w*\.widget_", "".join(cell["source"])):  # the widget's static view, for front ends without widgets
+        if re.search(
+            r"\bplots\.widget_", "".join(cell["source"])
+        ):  # the widget's static view, for front ends without widgets
             assert any("application/vnd.jupyter.widget-view+json" in o["data"] for o in images)

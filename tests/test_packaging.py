@@ -1,9 +1,11 @@
-"""Set-up files agree with each other: pyproject and environment.yml, CI and the README."""
+"""Set-up files agree with each other: pyproject and environment.yml, CI and the README, the Colab cell
+of every notebook and the repository pyproject names."""
 
 import json
 import re
 import tomllib
 
+from autograder import colab
 from course import paths
 
 
@@ -37,9 +39,27 @@ def test_every_notebook_starts_with_the_colab_cell():
         first = json.loads(notebook.read_text())["cells"][0]
         source = "".join(first["source"])
         assert first["cell_type"] == "code" and "colab" in first["metadata"].get("tags", []), notebook.name
+        assert source.split("\n", 1)[1] == colab.source(), f"{notebook.name}: run `make release`"
         assert 'if "google.colab" in sys.modules:' in source, notebook.name
-        assert url in source, f"{notebook.name}: the Colab cell should clone {url}"
+        assert f"!git clone -q --depth 1 {url} /content/course" in source, (
+            f"{notebook.name}: the Colab cell should clone {url}"
+        )
         assert "enable_custom_widget_manager" in source
+
+
+def test_the_colab_cell_is_written_once():
+    """The sources leave the cell to the release, and the repository's address is written only in
+    pyproject.toml: the template reads it from there."""
+    url = colab.repository()
+    assert url.startswith("https://") and "/" in url.removeprefix("https://")
+    assert [s.name for s in paths.chapter_sources() if "google.colab" in s.read_text()] == []
+    written = [
+        p
+        for folder in ("course", "autograder", "solutions", "tests", "tools")
+        for p in (paths.ROOT / folder).rglob("*.py")
+    ]
+    written += [paths.ROOT / name for name in ("README.md", "Makefile", "environment.yml")]
+    assert [str(p.relative_to(paths.ROOT)) for p in written if url in p.read_text()] == []
 
 
 def test_the_colab_cell_does_nothing_outside_colab():

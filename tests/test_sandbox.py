@@ -21,9 +21,11 @@ SMALL = runner.Limits(wall_seconds=60, probe_seconds=10, cell_seconds=10)
 
 
 def _job(setup: str = "", answer: str = "", calls: tuple[str, ...] = ()) -> dict:
-    return {"setup": [setup] if setup else [],
-            "answers": [{"grade_id": "answer", "source": answer}] if answer else [],
-            "probes": [{"id": f"probe{i}", "call": name, "args": [], "kwargs": {}} for i, name in enumerate(calls)]}
+    return {
+        "setup": [setup] if setup else [],
+        "answers": [{"grade_id": "answer", "source": answer}] if answer else [],
+        "probes": [{"id": f"probe{i}", "call": name, "args": [], "kwargs": {}} for i, name in enumerate(calls)],
+    }
 
 
 def test_a_mode_is_chosen_and_reported():
@@ -39,9 +41,11 @@ def test_a_mode_is_chosen_and_reported():
 def test_address_space_is_not_limited_resident_memory_is():
     """8 GiB of untouched address space (as a CUDA build of torch reserves at import) is fine;
     touching 4 GiB is stopped, and only the call that did it fails."""
-    answer = ("import mmap\nreserved = mmap.mmap(-1, 8 * 2**30, prot=mmap.PROT_READ)  # reserved, never touched\n"
-              "def small():\n    return len(reserved)\n"
-              "def hog():\n    return bytearray(4 * 2**30)[0]\n")
+    answer = (
+        "import mmap\nreserved = mmap.mmap(-1, 8 * 2**30, prot=mmap.PROT_READ)  # reserved, never touched\n"
+        "def small():\n    return len(reserved)\n"
+        "def hog():\n    return bytearray(4 * 2**30)[0]\n"
+    )
     outcome = runner.run(_job(answer=answer, calls=("small", "hog", "small")), SMALL)
     assert outcome.results is not None, outcome.problem
     assert outcome.results["cells"] == []
@@ -69,8 +73,12 @@ def test_memory_watch_counts_shared_pages_once():
 def test_sandbox_that_cannot_start_is_the_graders_failure(instructor_notebooks, tmp_path):
     """Too little memory to import torch: no zeros for the learner, a message for the instructor."""
     notebook = copy_into(instructor_notebooks["03_quantization"], tmp_path)
-    done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(notebook), "--memory", "0.05"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "grade", str(notebook), "--memory", "0.05"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot start" in done.stderr and "no submission is at fault" in done.stderr
     assert "--memory" in done.stderr and done.stdout == ""
@@ -87,15 +95,21 @@ def test_user_namespace_mode_hides_files_and_network(tmp_path):
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "answer.txt").write_text("42")
-    answer = (f"import os, socket\n"
-              f"def listing():\n    return sorted(os.listdir({str(secret)!r}))\n"
-              "def network():\n    try:\n        socket.create_connection(('1.1.1.1', 53), timeout=2)\n"
-              "        return 'connected'\n    except OSError as error:\n        return type(error).__name__\n"
-              "def identity():\n    return [os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0]]\n"
-              "def unmount():\n    import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
-              f"    return [libc.umount2({str(secret)!r}.encode(), 2), ctypes.get_errno() != 0]\n")
-    outcome = runner.run(_job(answer=answer, calls=("listing", "network", "identity", "unmount")), SMALL,
-                         hide=[secret], mode="user-namespace")
+    answer = (
+        f"import os, socket\n"
+        f"def listing():\n    return sorted(os.listdir({str(secret)!r}))\n"
+        "def network():\n    try:\n        socket.create_connection(('1.1.1.1', 53), timeout=2)\n"
+        "        return 'connected'\n    except OSError as error:\n        return type(error).__name__\n"
+        "def identity():\n    return [os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0]]\n"
+        "def unmount():\n    import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"    return [libc.umount2({str(secret)!r}.encode(), 2), ctypes.get_errno() != 0]\n"
+    )
+    outcome = runner.run(
+        _job(answer=answer, calls=("listing", "network", "identity", "unmount")),
+        SMALL,
+        hide=[secret],
+        mode="user-namespace",
+    )
     assert outcome.results is not None, outcome.problem + outcome.output
     probes = outcome.results["probes"]
     assert probes["probe0"] == {"returned": {"list": []}}, "the hidden folder must look empty"

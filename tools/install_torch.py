@@ -58,8 +58,9 @@ def reachable(url: str, seconds: float = REACH_SECONDS) -> bool:
 
 
 def installed_version() -> str | None:
-    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    )
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -101,9 +102,12 @@ def install(spec: str) -> str:
     elif reachable(f"{CPU_INDEX}/torch/") and pip("--no-deps", "--index-url", CPU_INDEX, wheel):
         source = CPU_INDEX
     else:
-        print(f"warning: {CPU_INDEX} cannot be reached, so torch comes from PyPI, whose Linux build bundles CUDA "
-              "(about 4.5 GB installed; it runs on the CPU all the same). To avoid it, download the CPU wheel on a "
-              "machine that can reach that index and install it first, or set TORCH_INDEX.", file=sys.stderr)
+        print(
+            f"warning: {CPU_INDEX} cannot be reached, so torch comes from PyPI, whose Linux build bundles CUDA "
+            "(about 4.5 GB installed; it runs on the CPU all the same). To avoid it, download the CPU wheel on a "
+            "machine that can reach that index and install it first, or set TORCH_INDEX.",
+            file=sys.stderr,
+        )
         if not pip(spec):
             raise SystemExit(f"could not install {spec} from PyPI")
         return f"{spec} from PyPI (the CUDA build: the CPU index was unreachable)"

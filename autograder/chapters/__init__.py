@@ -1,19 +1,24 @@
-"""The chapters the grader knows: notebook name -> its exercises, in notebook order."""
+"""The chapters the grader knows, read off the chapter list that the release builds from
+(:func:`course.paths.chapter_sources`): the checks of ``solutions/NN_<slug>.py`` are the
+``EXERCISES`` of ``autograder/chapters/<slug>.py``, in notebook order."""
 
 from __future__ import annotations
 
-from autograder.checks import Exercise
-from autograder.chapters import arithmetic, attention, kv_cache, lora, quantization, speculative
+import importlib
 
-CHAPTERS: dict[str, list[Exercise]] = {
-    "01_prefill_decode": arithmetic.EXERCISES,
-    "02_lora": lora.EXERCISES,
-    "03_quantization": quantization.EXERCISES,
-    "04_kv_cache": kv_cache.EXERCISES,
-    "05_flash_attention": attention.EXERCISES,
-    "06_speculative_decoding": speculative.SPECULATIVE,
-    "07_distillation": speculative.DISTILLATION,
-}
+from autograder.checks import Exercise
+from course import paths
+
+
+def _registry() -> dict[str, list[Exercise]]:
+    """Chapter name (``03_quantization``) -> its exercises, for every chapter the release builds."""
+    return {
+        source.stem: importlib.import_module(f"{__name__}.{paths.slug(source)}").EXERCISES
+        for source in paths.chapter_sources()
+    }
+
+
+CHAPTERS: dict[str, list[Exercise]] = _registry()
 
 
 def exercise_by_id(grade_id: str) -> Exercise:

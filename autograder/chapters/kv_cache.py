@@ -8,9 +8,8 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import (Check, Exercise, Verdict, as_tensor, compare_tensors, diagnose, judge_number,
-                               judges_value)
-from course import kv_cache as kc
+from autograder.checks import Check, Exercise, Verdict, as_tensor, compare_tensors, diagnose, judge_number, judges_value
+from course import kv_cache
 
 # --- kv_cache_bytes --------------------------------------------------------------------------------
 
@@ -36,25 +35,53 @@ def _bytes_probe(fixed=None):
         if fixed:
             args, kwargs = fixed
         else:
-            args = [int(rng.integers(2, 96)), int(rng.choice([1, 2, 4, 8])), int(rng.choice([64, 80, 128])),
-                    int(rng.integers(100, 40000))]
+            args = [
+                int(rng.integers(2, 96)),
+                int(rng.choice([1, 2, 4, 8])),
+                int(rng.choice([64, 80, 128])),
+                int(rng.integers(100, 40000)),
+            ]
             kwargs = {"batch": int(rng.integers(2, 33)), "bytes_per_element": int(rng.choice([1, 4]))}
         return {"call": "kv_cache_bytes", "args": list(args), "kwargs": dict(kwargs)}
 
     return make
 
 
-KV_BYTES = Exercise("kv_cache_bytes", ("kv_cache_bytes",), [
-    Check("kv_cache_bytes.llama2_token", "kv_cache_bytes", 1, "Llama-2-7B, one token in fp16: 524,288 bytes",
-          _bytes_probe(([32, 32, 128, 1], {})), _judge_bytes, visible=True),
-    Check("kv_cache_bytes.gqa_32k", "kv_cache_bytes", 1, "Llama-3-8B (8 kv heads), 32k tokens, batch 4",
-          _bytes_probe(([32, 8, 128, 32768], {"batch": 4})), _judge_bytes),
-    Check("kv_cache_bytes.random", "kv_cache_bytes", 1, "other sizes, batches and dtypes", _bytes_probe(),
-          _judge_bytes),
-])
+KV_BYTES = Exercise(
+    "kv_cache_bytes",
+    ("kv_cache_bytes",),
+    [
+        Check(
+            "kv_cache_bytes.llama2_token",
+            "kv_cache_bytes",
+            1,
+            "Llama-2-7B, one token in fp16: 524,288 bytes",
+            _bytes_probe(([32, 32, 128, 1], {})),
+            _judge_bytes,
+            visible=True,
+        ),
+        Check(
+            "kv_cache_bytes.gqa_32k",
+            "kv_cache_bytes",
+            1,
+            "Llama-3-8B (8 kv heads), 32k tokens, batch 4",
+            _bytes_probe(([32, 8, 128, 32768], {"batch": 4})),
+            _judge_bytes,
+        ),
+        Check(
+            "kv_cache_bytes.random",
+            "kv_cache_bytes",
+            1,
+            "other sizes, batches and dtypes",
+            _bytes_probe(),
+            _judge_bytes,
+        ),
+    ],
+)
 
 
 # --- attention_step ----------------------------------------------------------------------------------
+
 
 def _step_probe(t, d, large=False):
     def make(rng):
@@ -87,8 +114,10 @@ def _judge_step(probe, got):
         if not same:
             if tuple(tensor.shape) == tuple(cache_k.shape):
                 return Verdict(False, f"{name} was not extended: append the new token's row with torch.cat")
-            if tuple(tensor.shape) == tuple(expected.shape) and compare_tensors(
-                    tensor, torch.cat([expected[-1:], expected[:-1]]), rtol=1e-5, atol=1e-6)[0]:
+            if (
+                tuple(tensor.shape) == tuple(expected.shape)
+                and compare_tensors(tensor, torch.cat([expected[-1:], expected[:-1]]), rtol=1e-5, atol=1e-6)[0]
+            ):
                 return Verdict(False, f"{name}: the new row went first; append it at the end (position t)")
             return Verdict(False, f"{name}: {difference}")
     output, problem = as_tensor(out, "the output")
@@ -97,10 +126,14 @@ def _judge_step(probe, got):
     expected = _attend(q, keys, values)
     if torch.isnan(output).any() or torch.isinf(output).any():  # the reference is always finite
         difference = compare_tensors(output, expected, rtol=1e-4, atol=1e-5)[1]
-        return Verdict(False, f"NaN or inf for large scores: torch.softmax is stable, exp(scores) alone is not ({difference})")
+        return Verdict(
+            False, f"NaN or inf for large scores: torch.softmax is stable, exp(scores) alone is not ({difference})"
+        )
     mistakes = [
-        ("the new token did not attend to itself: append k and v before computing the scores",
-         lambda: _attend(q, cache_k, cache_v)),
+        (
+            "the new token did not attend to itself: append k and v before computing the scores",
+            lambda: _attend(q, cache_k, cache_v),
+        ),
         ("the scores were not divided by sqrt(D)", lambda: _attend(q, keys, values, scale=False)),
         ("attended to the new token only: the point of the cache is to attend to every earlier token too", lambda: v),
         ("the softmax is over the wrong axis or missing", lambda: (keys @ q / math.sqrt(q.shape[-1])) @ values),
@@ -108,31 +141,61 @@ def _judge_step(probe, got):
     return diagnose(output, expected, mistakes, what="the output", rtol=1e-4, atol=1e-5)
 
 
-ATTENTION_STEP = Exercise("attention_step", ("attention_step",), [
-    Check("attention_step.small", "attention_step", 2, "a cache of 5 tokens, head dim 8", _step_probe(5, 8),
-          _judge_step, visible=True),
-    Check("attention_step.empty", "attention_step", 1, "the first token (an empty cache)", _step_probe(0, 16),
-          _judge_step),
-    Check("attention_step.large", "attention_step", 1, "a long cache and large scores", _step_probe(300, 64, True),
-          _judge_step),
-])
+ATTENTION_STEP = Exercise(
+    "attention_step",
+    ("attention_step",),
+    [
+        Check(
+            "attention_step.small",
+            "attention_step",
+            2,
+            "a cache of 5 tokens, head dim 8",
+            _step_probe(5, 8),
+            _judge_step,
+            visible=True,
+        ),
+        Check(
+            "attention_step.empty",
+            "attention_step",
+            1,
+            "the first token (an empty cache)",
+            _step_probe(0, 16),
+            _judge_step,
+        ),
+        Check(
+            "attention_step.large",
+            "attention_step",
+            1,
+            "a long cache and large scores",
+            _step_probe(300, 64, True),
+            _judge_step,
+        ),
+    ],
+)
 
 
 # --- pages_needed --------------------------------------------------------------------------------------
+
 
 @judges_value
 def _judge_pages(probe, got):
     lengths, page = probe["args"]
     mistakes = [
-        ("rounded down: a sequence that fills part of a page still needs the whole page (ceil)",
-         sum(n // page for n in lengths)),
-        ("pooled the sequences: each sequence has pages of its own, so round up per sequence",
-         math.ceil(sum(lengths) / page)),
-        ("added a page to every sequence: use ceil(length / page_size), exact multiples need no extra page",
-         sum(n // page + 1 for n in lengths)),
+        (
+            "rounded down: a sequence that fills part of a page still needs the whole page (ceil)",
+            sum(n // page for n in lengths),
+        ),
+        (
+            "pooled the sequences: each sequence has pages of its own, so round up per sequence",
+            math.ceil(sum(lengths) / page),
+        ),
+        (
+            "added a page to every sequence: use ceil(length / page_size), exact multiples need no extra page",
+            sum(n // page + 1 for n in lengths),
+        ),
         ("returned tokens, not pages", sum(math.ceil(n / page) * page for n in lengths)),
     ]
-    return judge_number(got, kc.pages_needed(lengths, page), mistakes, "the number of pages")
+    return judge_number(got, kv_cache.pages_needed(lengths, page), mistakes, "the number of pages")
 
 
 def _pages_probe(fixed=None):
@@ -146,11 +209,28 @@ def _pages_probe(fixed=None):
     return make
 
 
-PAGES = Exercise("pages_needed", ("pages_needed",), [
-    Check("pages_needed.example", "pages_needed", 1, "lengths 5, 16, 17 in pages of 16: 4 pages",
-          _pages_probe([[5, 16, 17], 16]), _judge_pages, visible=True),
-    Check("pages_needed.random", "pages_needed", 1, "a longer list, with exact multiples", _pages_probe(),
-          _judge_pages),
-])
+PAGES = Exercise(
+    "pages_needed",
+    ("pages_needed",),
+    [
+        Check(
+            "pages_needed.example",
+            "pages_needed",
+            1,
+            "lengths 5, 16, 17 in pages of 16: 4 pages",
+            _pages_probe([[5, 16, 17], 16]),
+            _judge_pages,
+            visible=True,
+        ),
+        Check(
+            "pages_needed.random",
+            "pages_needed",
+            1,
+            "a longer list, with exact multiples",
+            _pages_probe(),
+            _judge_pages,
+        ),
+    ],
+)
 
 EXERCISES = [KV_BYTES, ATTENTION_STEP, PAGES]

@@ -29,36 +29,55 @@ def _judge_parameters(probe, got):
 
 def _sizes(fixed=None):
     def make(rng):
-        args = fixed or [int(rng.integers(16, 5000)), int(rng.integers(16, 5000)), int(rng.choice([1, 2, 4, 8, 16, 64]))]
+        args = fixed or [
+            int(rng.integers(16, 5000)),
+            int(rng.integers(16, 5000)),
+            int(rng.choice([1, 2, 4, 8, 16, 64])),
+        ]
         return {"call": "lora_parameters", "args": args}
 
     return make
 
 
-LORA_PARAMETERS = Exercise("lora_parameters", ("lora_parameters",), [
-    Check("lora_parameters.4096", "lora_parameters", 1, "4096 x 4096 at rank 8: 65,536", _sizes([4096, 4096, 8]),
-          _judge_parameters, visible=True),
-    Check("lora_parameters.other", "lora_parameters", 1, "a rectangular layer", _sizes(), _judge_parameters),
-])
+LORA_PARAMETERS = Exercise(
+    "lora_parameters",
+    ("lora_parameters",),
+    [
+        Check(
+            "lora_parameters.4096",
+            "lora_parameters",
+            1,
+            "4096 x 4096 at rank 8: 65,536",
+            _sizes([4096, 4096, 8]),
+            _judge_parameters,
+            visible=True,
+        ),
+        Check("lora_parameters.other", "lora_parameters", 1, "a rectangular layer", _sizes(), _judge_parameters),
+    ],
+)
 
 
 # --- best_low_rank_error --------------------------------------------------------------------------
+
 
 def _error_mistakes(delta: torch.Tensor, rank: int) -> list[tuple[str, float]]:
     s = torch.linalg.svdvals(delta.double())
     total = s.square().sum()
     kept = lambda r: math.sqrt((s[r:].square().sum() / total).item())  # noqa: E731
     return [
-        ("the singular values were not squared: ||.||_F^2 is the sum of sigma_i^2",
-         (s[rank:].sum() / s.sum()).item()),
+        ("the singular values were not squared: ||.||_F^2 is the sum of sigma_i^2", (s[rank:].sum() / s.sum()).item()),
         ("returned the squared relative error: take the square root", kept(rank) ** 2),
         ("returned the absolute error: divide by ||delta||", math.sqrt(s[rank:].square().sum().item())),
         (f"kept {rank - 1} singular values, one too few: keep the largest `rank`", kept(rank - 1)),
         (f"kept {rank + 1} singular values, one too many", kept(rank + 1)),
-        ("kept the smallest singular values: svdvals returns them largest first", math.sqrt(
-            (s[: len(s) - rank].square().sum() / total).item())),
-        ("divided by the norm of the approximation, not of delta",
-         kept(rank) * math.sqrt(total.item()) / max(math.sqrt(s[:rank].square().sum().item()), 1e-300)),
+        (
+            "kept the smallest singular values: svdvals returns them largest first",
+            math.sqrt((s[: len(s) - rank].square().sum() / total).item()),
+        ),
+        (
+            "divided by the norm of the approximation, not of delta",
+            kept(rank) * math.sqrt(total.item()) / max(math.sqrt(s[:rank].square().sum().item()), 1e-300),
+        ),
     ]
 
 
@@ -77,24 +96,104 @@ def _change(rows, cols, true_rank, noise, rank):
     return make
 
 
-BEST_ERROR = Exercise("best_low_rank_error", ("best_low_rank_error",), [
-    Check("best_low_rank_error.below", "best_low_rank_error", 1, "a rank-4 change plus noise, at rank 2",
-          _change(48, 32, 4, 0.05, 2), _judge_error, visible=True),
-    Check("best_low_rank_error.at_rank", "best_low_rank_error", 1, "the same kind of change at rank 4 and 6 (the noise)",
-          _change(64, 40, 4, 0.1, 6), _judge_error),
-    Check("best_low_rank_error.exact", "best_low_rank_error", 1, "an exactly rank-3 change at rank 3 (zero)",
-          _change(30, 50, 3, 0.0, 3), _judge_error),
-])
+BEST_ERROR = Exercise(
+    "best_low_rank_error",
+    ("best_low_rank_error",),
+    [
+        Check(
+            "best_low_rank_error.below",
+            "best_low_rank_error",
+            1,
+            "a rank-4 change plus noise, at rank 2",
+            _change(48, 32, 4, 0.05, 2),
+            _judge_error,
+            visible=True,
+        ),
+        Check(
+            "best_low_rank_error.at_rank",
+            "best_low_rank_error",
+            1,
+            "the same kind of change at rank 4 and 6 (the noise)",
+            _change(64, 40, 4, 0.1, 6),
+            _judge_error,
+        ),
+        Check(
+            "best_low_rank_error.exact",
+            "best_low_rank_error",
+            1,
+            "an exactly rank-3 change at rank 3 (zero)",
+            _change(30, 50, 3, 0.0, 3),
+            _judge_error,
+        ),
+    ],
+)
 
 
 # --- LoRALinear -------------------------------------------------------------------------------------
 
+
+def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): wrap an ``nn.Linear`` of
+    ``weight`` and ``bias`` in the learner's ``cls`` and report, step by step, the output before
+    training, which parameters train, the output once A and B are set, and the merged layer's
+    output and type. A failing step is reported and the others still run."""
+    import torch
+    from torch import nn
+
+    def attempt(key: str, make) -> None:
+        try:
+            report[key] = make()
+        except Exception as error:
+            report[key] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+    base = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        base.weight.copy_(weight)
+        if bias is not None:
+            base.bias.copy_(bias)
+    original = base.weight.detach().clone()
+    report: dict = {}
+    layer = cls(base, rank) if alpha is None else cls(base, rank, alpha)
+    attempt("initial", lambda: layer(x).detach())
+    attempt("trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
+    attempt("shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
+
+    def set_factors():
+        with torch.no_grad():
+            layer.lora_A.copy_(lora_A)
+            layer.lora_B.copy_(lora_B)
+        return layer(x).detach()
+
+    attempt("output", set_factors)
+
+    def merged():
+        plain = layer.merge()
+        return {
+            "type": type(plain).__name__,
+            "output": plain(x).detach(),
+            "base_unchanged": bool(torch.equal(base.weight.detach(), original)),
+        }
+
+    attempt("merged", merged)
+    return report
+
+
 def _layer_probe(d_in, d_out, rank, alpha, bias):
     def make(rng):
         g = lambda *shape, s=1.0: torch.from_numpy(rng.normal(0, s, size=shape).astype(np.float32))  # noqa: E731
-        return {"call": "LoRALinear", "scenario": "lora_layer",
-                "args": [g(d_out, d_in, s=0.1), g(d_out, s=0.1) if bias else None, rank, alpha, g(5, d_in),
-                         g(rank, d_in, s=0.3), g(d_out, rank, s=0.3)]}
+        return {
+            "call": "LoRALinear",
+            "scenario": lora_layer,
+            "args": [
+                g(d_out, d_in, s=0.1),
+                g(d_out, s=0.1) if bias else None,
+                rank,
+                alpha,
+                g(5, d_in),
+                g(rank, d_in, s=0.3),
+                g(d_out, rank, s=0.3),
+            ],
+        }
 
     return make
 
@@ -103,8 +202,12 @@ def _expected(probe) -> dict:
     weight, bias, rank, alpha, x, a, b = probe["args"]
     base = x.double() @ weight.double().T + (0 if bias is None else bias.double())
     scale = (rank if alpha is None else alpha) / rank
-    return {"base": base, "adapted": base + scale * (x.double() @ a.double().T @ b.double().T),
-            "update": x.double() @ a.double().T @ b.double().T, "scale": scale}
+    return {
+        "base": base,
+        "adapted": base + scale * (x.double() @ a.double().T @ b.double().T),
+        "update": x.double() @ a.double().T @ b.double().T,
+        "scale": scale,
+    }
 
 
 def _part(report, key: str):
@@ -133,15 +236,21 @@ def _judge_start(probe, report):
         return failed
     verdict = _tensor_verdict(initial, _expected(probe)["base"], "before training, the output")
     if not verdict.passed:
-        return Verdict(False, "before training the adapted layer must equal the base layer: initialise lora_B to "
-                              f"zeros so that B A = 0 ({verdict.hint})")
+        return Verdict(
+            False,
+            "before training the adapted layer must equal the base layer: initialise lora_B to "
+            f"zeros so that B A = 0 ({verdict.hint})",
+        )
     shapes, failed = _part(report, "shapes")
     weight, _, rank = probe["args"][:3]
     if failed:
         return Verdict(False, f"name the factors lora_A and lora_B ({failed.hint})")
     if shapes != [[rank, weight.shape[1]], [weight.shape[0], rank]]:
-        return Verdict(False, f"lora_A and lora_B have shapes {shapes}; expected (rank, d_in) = "
-                              f"{[rank, weight.shape[1]]} and (d_out, rank) = {[weight.shape[0], rank]}")
+        return Verdict(
+            False,
+            f"lora_A and lora_B have shapes {shapes}; expected (rank, d_in) = "
+            f"{[rank, weight.shape[1]]} and (d_out, rank) = {[weight.shape[0], rank]}",
+        )
     return Verdict(True)
 
 
@@ -156,10 +265,15 @@ def _judge_forward(probe, report):
     rank, alpha = probe["args"][2], probe["args"][3]
     alpha_value = rank if alpha is None else alpha
     mistakes = [
-        ("the update was not divided by the rank: scale it by alpha / rank",
-         lambda: e["base"] + alpha_value * e["update"]),
+        (
+            "the update was not divided by the rank: scale it by alpha / rank",
+            lambda: e["base"] + alpha_value * e["update"],
+        ),
         ("the update was not scaled: multiply it by alpha / rank", lambda: e["base"] + e["update"]),
-        ("the scale is upside down: alpha / rank, not rank / alpha", lambda: e["base"] + rank / alpha_value * e["update"]),
+        (
+            "the scale is upside down: alpha / rank, not rank / alpha",
+            lambda: e["base"] + rank / alpha_value * e["update"],
+        ),
         ("the base layer's output is missing: return base(x) plus the scaled update", lambda: e["adapted"] - e["base"]),
     ]
     return diagnose(output, e["adapted"], mistakes, what="the output with A and B set", rtol=1e-4, atol=1e-5)
@@ -171,8 +285,11 @@ def _judge_frozen(probe, report):
     if failed:
         return failed
     if trainable != ["lora_A", "lora_B"]:
-        return Verdict(False, f"the parameters that train are {trainable}; only lora_A and lora_B should: "
-                              "call requires_grad_(False) on the base layer's parameters")
+        return Verdict(
+            False,
+            f"the parameters that train are {trainable}; only lora_A and lora_B should: "
+            "call requires_grad_(False) on the base layer's parameters",
+        )
     return Verdict(True)
 
 
@@ -185,29 +302,72 @@ def _judge_merge(probe, report):
         return Verdict(False, f"merge() returned a {merged.get('type')}; it should return an nn.Linear")
     verdict = _tensor_verdict(merged.get("output"), _expected(probe)["adapted"], "the merged layer's output")
     if not verdict.passed:
-        return Verdict(False, f"the merged layer must give the adapted layer's outputs: weight + (alpha / rank) B A, "
-                              f"and the base's bias ({verdict.hint})")
+        return Verdict(
+            False,
+            f"the merged layer must give the adapted layer's outputs: weight + (alpha / rank) B A, "
+            f"and the base's bias ({verdict.hint})",
+        )
     if not merged.get("base_unchanged"):
-        return Verdict(False, "merge() changed the base layer's weight: build a new nn.Linear, so that other "
-                              "adapters sharing the base still work")
+        return Verdict(
+            False,
+            "merge() changed the base layer's weight: build a new nn.Linear, so that other "
+            "adapters sharing the base still work",
+        )
     return Verdict(True)
 
 
-LORA_LINEAR = Exercise("lora_linear", ("LoRALinear",), [
-    Check("lora_linear.starts_at_base", "lora_linear", 1, "starts equal to the base layer (B = 0)",
-          _layer_probe(12, 10, 3, None, False), _judge_start, visible=True),
-    Check("lora_linear.forward", "lora_linear", 2, "forward with A and B set, alpha = rank",
-          _layer_probe(12, 10, 3, None, False), _judge_forward, visible=True),
-    Check("lora_linear.alpha", "lora_linear", 1, "forward with alpha = 16, rank 4, a bias",
-          _layer_probe(20, 8, 4, 16.0, True), _judge_forward),
-    Check("lora_linear.frozen", "lora_linear", 1, "only lora_A and lora_B train",
-          _layer_probe(12, 10, 2, None, True), _judge_frozen),
-    Check("lora_linear.merge", "lora_linear", 1, "merge() gives the same outputs and leaves the base alone",
-          _layer_probe(16, 12, 4, 8.0, True), _judge_merge),
-])
+LORA_LINEAR = Exercise(
+    "lora_linear",
+    ("LoRALinear",),
+    [
+        Check(
+            "lora_linear.starts_at_base",
+            "lora_linear",
+            1,
+            "starts equal to the base layer (B = 0)",
+            _layer_probe(12, 10, 3, None, False),
+            _judge_start,
+            visible=True,
+        ),
+        Check(
+            "lora_linear.forward",
+            "lora_linear",
+            2,
+            "forward with A and B set, alpha = rank",
+            _layer_probe(12, 10, 3, None, False),
+            _judge_forward,
+            visible=True,
+        ),
+        Check(
+            "lora_linear.alpha",
+            "lora_linear",
+            1,
+            "forward with alpha = 16, rank 4, a bias",
+            _layer_probe(20, 8, 4, 16.0, True),
+            _judge_forward,
+        ),
+        Check(
+            "lora_linear.frozen",
+            "lora_linear",
+            1,
+            "only lora_A and lora_B train",
+            _layer_probe(12, 10, 2, None, True),
+            _judge_frozen,
+        ),
+        Check(
+            "lora_linear.merge",
+            "lora_linear",
+            1,
+            "merge() gives the same outputs and leaves the base alone",
+            _layer_probe(16, 12, 4, 8.0, True),
+            _judge_merge,
+        ),
+    ],
+)
 
 
 # --- finetune_memory_gib ----------------------------------------------------------------------------
+
 
 @judges_value
 def _judge_memory(probe, got):
@@ -232,11 +392,22 @@ def _memory(method, params=None):
     return make
 
 
-FINETUNE_MEMORY = Exercise("finetune_memory", ("finetune_memory_gib",), [
-    Check("finetune_memory.full_7b", "finetune_memory", 1, "full fine-tune of 7B (about 104 GiB)", _memory("full", 7e9),
-          _judge_memory, visible=True),
-    Check("finetune_memory.lora", "finetune_memory", 1, "LoRA, another size", _memory("lora"), _judge_memory),
-    Check("finetune_memory.qlora", "finetune_memory", 1, "QLoRA, another size", _memory("qlora"), _judge_memory),
-])
+FINETUNE_MEMORY = Exercise(
+    "finetune_memory",
+    ("finetune_memory_gib",),
+    [
+        Check(
+            "finetune_memory.full_7b",
+            "finetune_memory",
+            1,
+            "full fine-tune of 7B (about 104 GiB)",
+            _memory("full", 7e9),
+            _judge_memory,
+            visible=True,
+        ),
+        Check("finetune_memory.lora", "finetune_memory", 1, "LoRA, another size", _memory("lora"), _judge_memory),
+        Check("finetune_memory.qlora", "finetune_memory", 1, "QLoRA, another size", _memory("qlora"), _judge_memory),
+    ],
+)
 
 EXERCISES = [LORA_PARAMETERS, BEST_ERROR, LORA_LINEAR, FINETUNE_MEMORY]

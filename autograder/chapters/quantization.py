@@ -6,9 +6,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from autograder.checks import (Check, Exercise, Verdict, as_tensor, diagnose, judge_number, judge_raises, judges_tensor,
-                               judges_value, outcome)
-from course import quant, reference
+from autograder.checks import (
+    Check,
+    Exercise,
+    Verdict,
+    as_tensor,
+    diagnose,
+    judge_number,
+    judge_raises,
+    judges_tensor,
+    judges_value,
+    outcome,
+)
+from course import quantization, reference
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -26,12 +36,13 @@ def _with_outlier_columns(rng: np.random.Generator, rows: int, cols: int, n: int
 
 # --- the common mistakes, recomputed on the learner's inputs ----------------------------------------
 
+
 def _grouped_round_trip(weight, bits, group, levels=None, rounding=torch.round, dequantize=True):
     """The round trip with one thing changed. Computed in the input's precision, as learners do:
     truncation is discontinuous at the integers, where float32 and float64 can land apart."""
     rows, cols = weight.shape
     group = cols if group is None else group
-    levels = quant.absmax_levels(bits) if levels is None else levels
+    levels = quantization.absmax_levels(bits) if levels is None else levels
     grouped = weight.reshape(rows, cols // group, group)  # (rows, groups, group)
     scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # only the named mistake differs
@@ -41,27 +52,44 @@ def _grouped_round_trip(weight, bits, group, levels=None, rounding=torch.round, 
 
 
 def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
-    levels = quant.absmax_levels(bits)
+    levels = quantization.absmax_levels(bits)
     mistakes = [
-        (f"{2 ** bits - 1} levels instead of {levels}: the largest code of a symmetric {bits}-bit scheme is "
-         "2**(bits-1) - 1", lambda: _grouped_round_trip(weight, bits, group, levels=2**bits - 1)),
-        (f"scale divided by {2 ** (bits - 1)}, one level too many: use 2**(bits-1) - 1 = {levels}",
-         lambda: _grouped_round_trip(weight, bits, group, levels=2 ** (bits - 1))),
-        ("values were truncated toward zero: round to the nearest code with torch.round",
-         lambda: _grouped_round_trip(weight, bits, group, rounding=torch.trunc)),
-        ("values were floored: round to the nearest code with torch.round",
-         lambda: _grouped_round_trip(weight, bits, group, rounding=torch.floor)),
-        ("returned the integer codes: multiply them back by the scale",
-         lambda: _grouped_round_trip(weight, bits, group, dequantize=False)),
-        ("one scale for the whole matrix: take the absmax per row (dim=1) or per group",
-         lambda: _grouped_round_trip(weight.reshape(1, -1), bits, None).reshape(weight.shape)),
+        (
+            f"{2**bits - 1} levels instead of {levels}: the largest code of a symmetric {bits}-bit scheme is "
+            "2**(bits-1) - 1",
+            lambda: _grouped_round_trip(weight, bits, group, levels=2**bits - 1),
+        ),
+        (
+            f"scale divided by {2 ** (bits - 1)}, one level too many: use 2**(bits-1) - 1 = {levels}",
+            lambda: _grouped_round_trip(weight, bits, group, levels=2 ** (bits - 1)),
+        ),
+        (
+            "values were truncated toward zero: round to the nearest code with torch.round",
+            lambda: _grouped_round_trip(weight, bits, group, rounding=torch.trunc),
+        ),
+        (
+            "values were floored: round to the nearest code with torch.round",
+            lambda: _grouped_round_trip(weight, bits, group, rounding=torch.floor),
+        ),
+        (
+            "returned the integer codes: multiply them back by the scale",
+            lambda: _grouped_round_trip(weight, bits, group, dequantize=False),
+        ),
+        (
+            "one scale for the whole matrix: take the absmax per row (dim=1) or per group",
+            lambda: _grouped_round_trip(weight.reshape(1, -1), bits, None).reshape(weight.shape),
+        ),
     ]
     if group is not None:
         mistakes += [
-            ("group_size was ignored: one scale per row; reshape to (rows, cols // group_size, group_size)",
-             lambda: _grouped_round_trip(weight, bits, None)),
-            ("groups were taken down the columns (consecutive rows): group consecutive columns within a row",
-             lambda: _grouped_round_trip(weight.T.contiguous(), bits, group).T),
+            (
+                "group_size was ignored: one scale per row; reshape to (rows, cols // group_size, group_size)",
+                lambda: _grouped_round_trip(weight, bits, None),
+            ),
+            (
+                "groups were taken down the columns (consecutive rows): group consecutive columns within a row",
+                lambda: _grouped_round_trip(weight.T.contiguous(), bits, group).T,
+            ),
         ]
     return mistakes
 
@@ -75,8 +103,8 @@ ZERO_GROUP_HINT = (
 def _round_trip_verdict(probe: dict, got: torch.Tensor) -> Verdict:
     weight, bits = probe["args"]
     group = probe["kwargs"].get("group_size")
-    expected = quant.quantize_dequantize(weight.double(), bits, group)
-    step = 2 * quant.half_step(weight.double(), bits, group)
+    expected = quantization.quantize_dequantize(weight.double(), bits, group)
+    step = 2 * quantization.half_step(weight.double(), bits, group)
     if torch.isnan(got).any():
         return Verdict(False, ZERO_GROUP_HINT)
     return diagnose(got, expected, quantize_mistakes(weight, bits, group), step=step)
@@ -112,7 +140,11 @@ def _probe_bad_group(rng):
 
 
 def _probe_chapter_matrix(rng):
-    return {"call": "quantize_dequantize", "args": [quant.outlier_matrix(256, 512, seed=0), 4], "kwargs": {"group_size": 32}}
+    return {
+        "call": "quantize_dequantize",
+        "args": [quantization.outlier_matrix(256, 512, seed=0), 4],
+        "kwargs": {"group_size": 32},
+    }
 
 
 @judges_tensor("the dequantized matrix")
@@ -121,33 +153,86 @@ def _judge_chapter_number(probe, got):
     if got.shape != weight.shape or torch.isnan(got).any():
         return _round_trip_verdict(probe, got)
     entry = reference.load("quantization")["outlier_int4_g32"]
-    error = quant.relative_error(weight, got.float())
+    error = quantization.relative_error(weight, got.float())
     if reference.close(entry, error):
         return Verdict(True)
-    return Verdict(False, f"relative error {error:.4f} on the chapter's matrix; the reference is "
-                          f"{entry['value']:.4f} +- {entry['tolerance']}")
+    return Verdict(
+        False,
+        f"relative error {error:.4f} on the chapter's matrix; the reference is "
+        f"{entry['value']:.4f} +- {entry['tolerance']}",
+    )
 
 
-QUANTIZE_DEQUANTIZE = Exercise("quantize_dequantize", ("quantize_dequantize",), [
-    Check("quantize_dequantize.int8_per_row", "quantize_dequantize", 1, "int8, one scale per row",
-          _probe_round_trip(16, 64, 8, None), _judge_round_trip, visible=True),
-    Check("quantize_dequantize.int4_groups", "quantize_dequantize", 2, "int4, groups of 16, outlier columns",
-          _probe_round_trip(32, 64, 4, 16, outliers=True), _judge_round_trip, visible=True),
-    Check("quantize_dequantize.other_bits", "quantize_dequantize", 1, "3 and 6 bits, groups of 12",
-          _probe_round_trip(12, 48, 3, 12), _judge_round_trip),
-    Check("quantize_dequantize.six_bits", "quantize_dequantize", 1, "6 bits, one scale per row, outliers",
-          _probe_round_trip(24, 40, 6, None, outliers=True), _judge_round_trip),
-    Check("quantize_dequantize.zero_groups", "quantize_dequantize", 1, "all-zero rows and groups give zeros, not NaN",
-          _probe_zero_groups, _judge_zero_groups),
-    Check("quantize_dequantize.bad_group", "quantize_dequantize", 1, "ValueError when group_size does not divide the columns",
-          _probe_bad_group, lambda probe, result: judge_raises(
-              result, "ValueError", "check `cols % group_size` and raise ValueError with a message")),
-    Check("quantize_dequantize.chapter_number", "quantize_dequantize", 1, "the chapter's int4 group-32 error",
-          _probe_chapter_matrix, _judge_chapter_number),
-])
+QUANTIZE_DEQUANTIZE = Exercise(
+    "quantize_dequantize",
+    ("quantize_dequantize",),
+    [
+        Check(
+            "quantize_dequantize.int8_per_row",
+            "quantize_dequantize",
+            1,
+            "int8, one scale per row",
+            _probe_round_trip(16, 64, 8, None),
+            _judge_round_trip,
+            visible=True,
+        ),
+        Check(
+            "quantize_dequantize.int4_groups",
+            "quantize_dequantize",
+            2,
+            "int4, groups of 16, outlier columns",
+            _probe_round_trip(32, 64, 4, 16, outliers=True),
+            _judge_round_trip,
+            visible=True,
+        ),
+        Check(
+            "quantize_dequantize.other_bits",
+            "quantize_dequantize",
+            1,
+            "3 and 6 bits, groups of 12",
+            _probe_round_trip(12, 48, 3, 12),
+            _judge_round_trip,
+        ),
+        Check(
+            "quantize_dequantize.six_bits",
+            "quantize_dequantize",
+            1,
+            "6 bits, one scale per row, outliers",
+            _probe_round_trip(24, 40, 6, None, outliers=True),
+            _judge_round_trip,
+        ),
+        Check(
+            "quantize_dequantize.zero_groups",
+            "quantize_dequantize",
+            1,
+            "all-zero rows and groups give zeros, not NaN",
+            _probe_zero_groups,
+            _judge_zero_groups,
+        ),
+        Check(
+            "quantize_dequantize.bad_group",
+            "quantize_dequantize",
+            1,
+            "ValueError when group_size does not divide the columns",
+            _probe_bad_group,
+            lambda probe, result: judge_raises(
+                result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
+            ),
+        ),
+        Check(
+            "quantize_dequantize.chapter_number",
+            "quantize_dequantize",
+            1,
+            "the chapter's int4 group-32 error",
+            _probe_chapter_matrix,
+            _judge_chapter_number,
+        ),
+    ],
+)
 
 
 # --- relative_error ------------------------------------------------------------------------------
+
 
 def _probe_relative_error(rows, cols, zeros_in_approx=False):
     def make(rng):
@@ -163,29 +248,54 @@ def _probe_relative_error(rows, cols, zeros_in_approx=False):
 @judges_value
 def _judge_relative_error(probe, got):
     weight, approx = (a.double() for a in probe["args"])
-    expected = quant.relative_error(weight, approx)
+    expected = quantization.relative_error(weight, approx)
     diff, norm_w, norm_a = (weight - approx).norm().item(), weight.norm().item(), approx.norm().item()
     mistakes = [
-        ("the squared norms were divided: take the square root (torch.linalg.norm / .norm() does)",
-         diff**2 / norm_w**2),
+        (
+            "the squared norms were divided: take the square root (torch.linalg.norm / .norm() does)",
+            diff**2 / norm_w**2,
+        ),
         ("divided by the norm of the approximation: divide by ||W||, the original", diff / norm_a),
         ("returned the absolute error ||W - W_hat|| without dividing by ||W||", diff),
-        ("averaged the elementwise relative errors: use the ratio of Frobenius norms",
-         ((weight - approx).abs() / weight.abs().clamp(min=1e-12)).mean().item()),
-        ("took ||W|| - ||W_hat||, a difference of norms: take the norm of the difference", abs(norm_w - norm_a) / norm_w),
+        (
+            "averaged the elementwise relative errors: use the ratio of Frobenius norms",
+            ((weight - approx).abs() / weight.abs().clamp(min=1e-12)).mean().item(),
+        ),
+        (
+            "took ||W|| - ||W_hat||, a difference of norms: take the norm of the difference",
+            abs(norm_w - norm_a) / norm_w,
+        ),
     ]
     return judge_number(got, expected, mistakes, "the relative error", rel=1e-4)
 
 
-RELATIVE_ERROR = Exercise("relative_error", ("relative_error",), [
-    Check("relative_error.random", "relative_error", 1, "a random matrix and a noisy copy",
-          _probe_relative_error(16, 32), _judge_relative_error, visible=True),
-    Check("relative_error.zeros", "relative_error", 1, "an approximation with zeroed columns",
-          _probe_relative_error(20, 24, zeros_in_approx=True), _judge_relative_error),
-])
+RELATIVE_ERROR = Exercise(
+    "relative_error",
+    ("relative_error",),
+    [
+        Check(
+            "relative_error.random",
+            "relative_error",
+            1,
+            "a random matrix and a noisy copy",
+            _probe_relative_error(16, 32),
+            _judge_relative_error,
+            visible=True,
+        ),
+        Check(
+            "relative_error.zeros",
+            "relative_error",
+            1,
+            "an approximation with zeroed columns",
+            _probe_relative_error(20, 24, zeros_in_approx=True),
+            _judge_relative_error,
+        ),
+    ],
+)
 
 
 # --- quantize_int8 / dequantize_int8 -------------------------------------------------------------
+
 
 def _probe_int8(rows, cols, zero_row=False):
     def make(rng):
@@ -211,26 +321,41 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
     if problem:
         return Verdict(False, problem)
     weight = probe["args"][0]
-    ref_codes, ref_scale = quant.quantize_int8(weight.double())
+    ref_codes, ref_scale = quantization.quantize_int8(weight.double())
     dtype = result["returned"]["tuple"][0].get("torch_dtype")
     if dtype != "int8":
-        return Verdict(False, f"codes have dtype {dtype}: convert them with .to(torch.int8) after rounding and clamping")
+        return Verdict(
+            False, f"codes have dtype {dtype}: convert them with .to(torch.int8) after rounding and clamping"
+        )
     if scale.numel() != weight.shape[0]:
-        return Verdict(False, f"scale has {scale.numel()} values; expected one per row ({weight.shape[0]}), "
-                              "shape (rows, 1): take the absmax along dim=1 with keepdim=True")
+        return Verdict(
+            False,
+            f"scale has {scale.numel()} values; expected one per row ({weight.shape[0]}), "
+            "shape (rows, 1): take the absmax along dim=1 with keepdim=True",
+        )
     if torch.isnan(scale).any():
         return Verdict(False, ZERO_GROUP_HINT)
     mistakes = [
-        ("scale = absmax / 128: int8 symmetric codes stop at 127",
-         lambda: _grouped_round_trip(weight, 8, None, levels=128, dequantize=False).clamp(-128, 127)),
-        ("scale = absmax / 255: that is the unsigned range; symmetric int8 uses 127",
-         lambda: _grouped_round_trip(weight, 8, None, levels=255, dequantize=False).clamp(-128, 127)),
-        ("codes were truncated toward zero: round first, then convert to int8",
-         lambda: _grouped_round_trip(weight, 8, None, rounding=torch.trunc, dequantize=False)),
-        ("one scale for the whole matrix: one scale per row", lambda: _grouped_round_trip(
-            weight.reshape(1, -1), 8, None, dequantize=False).reshape(weight.shape)),
+        (
+            "scale = absmax / 128: int8 symmetric codes stop at 127",
+            lambda: _grouped_round_trip(weight, 8, None, levels=128, dequantize=False).clamp(-128, 127),
+        ),
+        (
+            "scale = absmax / 255: that is the unsigned range; symmetric int8 uses 127",
+            lambda: _grouped_round_trip(weight, 8, None, levels=255, dequantize=False).clamp(-128, 127),
+        ),
+        (
+            "codes were truncated toward zero: round first, then convert to int8",
+            lambda: _grouped_round_trip(weight, 8, None, rounding=torch.trunc, dequantize=False),
+        ),
+        (
+            "one scale for the whole matrix: one scale per row",
+            lambda: _grouped_round_trip(weight.reshape(1, -1), 8, None, dequantize=False).reshape(weight.shape),
+        ),
     ]
-    verdict = diagnose(codes, ref_codes.double(), mistakes, atol=0.0, rtol=0.0, step=torch.ones_like(ref_codes.double()))
+    verdict = diagnose(
+        codes, ref_codes.double(), mistakes, atol=0.0, rtol=0.0, step=torch.ones_like(ref_codes.double())
+    )
     if not verdict.passed:
         return Verdict(False, f"codes: {verdict.hint}")
     return diagnose(scale.reshape(-1, 1), ref_scale.double(), [], rtol=1e-5)
@@ -238,29 +363,51 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
 
 def _probe_dequantize(rng):
     weight = _normal(rng, 12, 20)
-    codes, scale = quant.quantize_int8(weight)
+    codes, scale = quantization.quantize_int8(weight)
     return {"call": "dequantize_int8", "args": [codes, scale]}
 
 
 @judges_tensor("the dequantized matrix")
 def _judge_dequantize(probe, got):
     codes, scale = probe["args"]
-    expected = quant.dequantize_int8(codes, scale)
-    mistakes = [("divided by the scale: multiply the codes by it", lambda: codes.double() / scale.double()),
-                ("returned the codes unchanged: multiply them by the scale", lambda: codes.double())]
+    expected = quantization.dequantize_int8(codes, scale)
+    mistakes = [
+        ("divided by the scale: multiply the codes by it", lambda: codes.double() / scale.double()),
+        ("returned the codes unchanged: multiply them by the scale", lambda: codes.double()),
+    ]
     return diagnose(got, expected, mistakes)
 
 
-INT8 = Exercise("int8", ("quantize_int8", "dequantize_int8"), [
-    Check("int8.codes_and_scale", "int8", 1, "int8 codes and per-row scales", _probe_int8(8, 32), _judge_int8, visible=True),
-    Check("int8.dequantize", "int8", 1, "dequantize_int8 on given codes and scales", _probe_dequantize, _judge_dequantize,
-          visible=True),
-    Check("int8.zero_row", "int8", 1, "an all-zero row", _probe_int8(6, 16, zero_row=True), _judge_int8),
-    Check("int8.wide", "int8", 1, "a wide matrix with an outlier column", _probe_int8(4, 300), _judge_int8),
-])
+INT8 = Exercise(
+    "int8",
+    ("quantize_int8", "dequantize_int8"),
+    [
+        Check(
+            "int8.codes_and_scale",
+            "int8",
+            1,
+            "int8 codes and per-row scales",
+            _probe_int8(8, 32),
+            _judge_int8,
+            visible=True,
+        ),
+        Check(
+            "int8.dequantize",
+            "int8",
+            1,
+            "dequantize_int8 on given codes and scales",
+            _probe_dequantize,
+            _judge_dequantize,
+            visible=True,
+        ),
+        Check("int8.zero_row", "int8", 1, "an all-zero row", _probe_int8(6, 16, zero_row=True), _judge_int8),
+        Check("int8.wide", "int8", 1, "a wide matrix with an outlier column", _probe_int8(4, 300), _judge_int8),
+    ],
+)
 
 
 # --- effective_bits ------------------------------------------------------------------------------
+
 
 def _probe_bits(bits, group, scale_bits=None):
     def make(rng):
@@ -280,14 +427,31 @@ def _judge_bits(probe, got):
         ("the scale was counted per weight: divide its bits by the group size", float(bits + scale_bits)),
         ("scale bits were multiplied by the group size: divide instead", float(bits + scale_bits * group)),
     ]
-    return judge_number(got, quant.effective_bits(bits, group, scale_bits), mistakes, "the bits per weight")
+    return judge_number(got, quantization.effective_bits(bits, group, scale_bits), mistakes, "the bits per weight")
 
 
-EFFECTIVE_BITS = Exercise("effective_bits", ("effective_bits",), [
-    Check("effective_bits.int4_g64", "effective_bits", 1, "int4 with an fp16 scale per 64 weights", _probe_bits(4, 64),
-          _judge_bits, visible=True),
-    Check("effective_bits.other", "effective_bits", 1, "int8 with an fp32 scale per 128 weights", _probe_bits(8, 128, 32),
-          _judge_bits),
-])
+EFFECTIVE_BITS = Exercise(
+    "effective_bits",
+    ("effective_bits",),
+    [
+        Check(
+            "effective_bits.int4_g64",
+            "effective_bits",
+            1,
+            "int4 with an fp16 scale per 64 weights",
+            _probe_bits(4, 64),
+            _judge_bits,
+            visible=True,
+        ),
+        Check(
+            "effective_bits.other",
+            "effective_bits",
+            1,
+            "int8 with an fp32 scale per 128 weights",
+            _probe_bits(8, 128, 32),
+            _judge_bits,
+        ),
+    ],
+)
 
 EXERCISES = [QUANTIZE_DEQUANTIZE, RELATIVE_ERROR, INT8, EFFECTIVE_BITS]

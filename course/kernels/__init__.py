@@ -1,1 +1,20 @@
-"""Triton kernels: imported only where Triton is usable (a CUDA device, or ``TRITON_INTERPRET=1``)."""
+"""Fast kernels, and the dispatcher that picks one: :func:`attention` runs the Triton kernel
+(``course.kernels.flash_attention``) for CUDA tensors when Triton is usable, the torch reference
+(``course.flash_attention.blockwise_attention``) otherwise; both have one signature. Triton is
+imported only where it is usable (a CUDA device, or ``TRITON_INTERPRET=1``)."""
+
+from __future__ import annotations
+
+import torch
+
+from course.device import triton_available
+from course.flash_attention import blockwise_attention as torch_blockwise_attention
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64, causal: bool = False) -> torch.Tensor:
+    """Blockwise attention on the fastest path available; both paths give the same result to rounding."""
+    if q.is_cuda and triton_available(q.device):
+        from course.kernels import flash_attention as kernel
+
+        return kernel.blockwise_attention(q, k, v, block, causal)
+    return torch_blockwise_attention(q, k, v, block, causal)

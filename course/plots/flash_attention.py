@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from course import attention as at
-from course.viz import BLUE, GREY, ORANGE, RED, plain_log_ticks, interactive, new_figure, slider
+from course import flash_attention
+from course.plots._widgets import BLUE, GREY, ORANGE, RED, interactive, new_figure, plain_log_ticks, slider
 
 
 def _example(n: int, seed: int):
@@ -23,7 +23,7 @@ def _example(n: int, seed: int):
 def plot_online_softmax(step: int = 1, block: int = 8, n: int = 48, seed: int = 0) -> Figure:
     """One query's scores, the blocks seen after ``step`` blocks, and the running m, l and output."""
     scores, values = _example(n, seed)
-    states = at.online_softmax_trace(scores, values, block)
+    states = flash_attention.online_softmax_trace(scores, values, block)
     step = max(1, min(step, len(states)))
     state = states[step - 1]
     exact = torch.softmax(scores, 0) @ values
@@ -63,22 +63,27 @@ def plot_io(n: int = 4096, d: int = 64, sram_kib: int = 192, bytes_per_element: 
     """Slow-memory traffic of standard and tiled attention against sequence length (one head)."""
     sram = sram_kib * 1024 / bytes_per_element
     lengths = np.array([2**i for i in range(8, 18)])
-    standard = np.array([at.standard_io_elements(int(x), d) for x in lengths]) * bytes_per_element
-    tiled = np.array([at.tiled_io_elements(int(x), d, sram) for x in lengths]) * bytes_per_element
+    standard = np.array([flash_attention.standard_io_elements(int(x), d) for x in lengths]) * bytes_per_element
+    tiled = np.array([flash_attention.tiled_io_elements(int(x), d, sram) for x in lengths]) * bytes_per_element
     fig = new_figure(10, 3.4, left=0.08, wspace=0.3)
     ax, ax_ratio = fig.subplots(1, 2)
     ax.loglog(lengths, standard, "o-", color=ORANGE, label="standard: Theta(N d + N^2)")
     ax.loglog(lengths, tiled, "o-", color=BLUE, label="tiled: Theta(N^2 d^2 / M)")
-    here_s, here_t = at.standard_io_elements(n, d) * bytes_per_element, at.tiled_io_elements(n, d, sram) * bytes_per_element
+    here_s, here_t = (
+        flash_attention.standard_io_elements(n, d) * bytes_per_element,
+        flash_attention.tiled_io_elements(n, d, sram) * bytes_per_element,
+    )
     ax.plot([n, n], [here_s, here_t], "*", color=RED, ms=12)
     plain_log_ticks(ax, "B")
-    ax.set(xlabel="sequence length N", ylabel="bytes moved (one head)",
-           title=f"d = {d}, fast memory {sram_kib} KiB")
+    ax.set(xlabel="sequence length N", ylabel="bytes moved (one head)", title=f"d = {d}, fast memory {sram_kib} KiB")
     ax.legend(fontsize=8)
     ax_ratio.semilogx(lengths, standard / tiled, "o-", color=RED)
     ax_ratio.axhline(1, color=GREY, ls=":")
-    ax_ratio.set(xlabel="sequence length N", ylabel="standard / tiled",
-                 title=f"N = {n:,}: {here_s / here_t:.1f}x less traffic tiled")
+    ax_ratio.set(
+        xlabel="sequence length N",
+        ylabel="standard / tiled",
+        title=f"N = {n:,}: {here_s / here_t:.1f}x less traffic tiled",
+    )
     return fig
 
 
@@ -86,17 +91,20 @@ def widget_io() -> None:
     controls = {
         "n": slider("SelectionSlider", options=[2**i for i in range(8, 18)], value=4096, description="N"),
         "d": slider("SelectionSlider", options=[32, 64, 128, 256], value=64, description="head dim"),
-        "sram_kib": slider("SelectionSlider", options=[16, 48, 100, 192, 228], value=192,
-                           description="fast memory (KiB)"),
+        "sram_kib": slider(
+            "SelectionSlider", options=[16, 48, 100, 192, 228], value=192, description="fast memory (KiB)"
+        ),
     }
     interactive(plot_io, controls, "Memory traffic of attention")
 
 
-def plot_attention_timing(lengths: list[int], seconds: dict[str, list[float]], peak_mib: dict[str, list[float]]) -> Figure:
+def plot_attention_timing(
+    lengths: list[int], seconds: dict[str, list[float]], peak_mib: dict[str, list[float]]
+) -> Figure:
     """Measured time and memory of the attention implementations against sequence length."""
     fig = new_figure(10, 3.4, left=0.08, wspace=0.3)
     ax_t, ax_m = fig.subplots(1, 2)
-    for (name, times), color in zip(seconds.items(), (ORANGE, BLUE, RED, GREY)):
+    for (name, times), color in zip(seconds.items(), (ORANGE, BLUE, RED, GREY), strict=False):
         ax_t.loglog(lengths, [1e3 * t for t in times], "o-", color=color, label=name)
         ax_m.loglog(lengths, peak_mib[name], "o-", color=color, label=name)
     for ax in (ax_t, ax_m):

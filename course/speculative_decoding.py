@@ -45,28 +45,45 @@ def best_draft_length(alpha: float, cost: float, longest: int = 32) -> int:
     return max(range(1, longest + 1), key=lambda k: speedup(alpha, k, cost))
 
 
+def acceptance_probabilities(target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x) / q(x)) for every token x: the chance that a drafted x is kept (0 where q is 0)."""
+    return torch.clamp(target / draft, max=1).nan_to_num(0.0)
+
+
+def residual_distribution(target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """What a rejection resamples from: max(0, p - q), normalised."""
+    leftover = (target - draft).clamp(min=0)
+    return leftover / leftover.sum()
+
+
+def verify(target: torch.Tensor, draft: torch.Tensor, x: int, generator: torch.Generator) -> tuple[int, bool]:
+    """The rule: keep the drafted token ``x`` with probability min(1, p(x) / q(x)), otherwise draw
+    its replacement from :func:`residual_distribution`; (token, whether ``x`` was kept)."""
+    if torch.rand(1, generator=generator).item() * draft[x].item() < target[x].item():
+        return x, True
+    return int(torch.multinomial(residual_distribution(target, draft), 1, generator=generator)), False
+
+
 def speculative_token(target: torch.Tensor, draft: torch.Tensor, generator: torch.Generator) -> tuple[int, bool]:
     """One position: draw from the draft, verify against the target; (token, whether accepted)."""
     x = int(torch.multinomial(draft, 1, generator=generator))
-    if torch.rand(1, generator=generator).item() * draft[x].item() < target[x].item():
-        return x, True
-    leftover = (target - draft).clamp(min=0)
-    return int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator)), False
+    return verify(target, draft, x, generator)
 
 
-def simulate_tokens_per_call(target: torch.Tensor, draft: torch.Tensor, draft_length: int, calls: int,
-                             seed: int = 0) -> float:
+def simulate_tokens_per_call(
+    target: torch.Tensor, draft: torch.Tensor, draft_length: int, calls: int, seed: int = 0
+) -> float:
     """Average tokens per target call when every position has the same p and q.
 
-    The rule of :func:`speculative_token`, vectorised over calls: proposals x ~ q, each accepted
-    with probability min(1, p(x) / q(x)); a call yields its run of accepted proposals plus one
-    token of its own (the replacement at the first rejection, or the bonus after k acceptances).
+    The rule of :func:`verify`, vectorised over calls: proposals x ~ q, each accepted with
+    probability min(1, p(x) / q(x)); a call yields its run of accepted proposals plus one token of
+    its own (the replacement at the first rejection, or the bonus after k acceptances).
     """
     generator = torch.Generator().manual_seed(seed)
     q = draft.double()
     proposals = torch.multinomial(q, calls * draft_length, replacement=True, generator=generator)
-    ratio = torch.clamp(target.double() / q, max=1).nan_to_num(0.0)
-    accepted = torch.rand(calls * draft_length, generator=generator, dtype=torch.float64) < ratio[proposals]
+    keep = acceptance_probabilities(target.double(), q)
+    accepted = torch.rand(calls * draft_length, generator=generator, dtype=torch.float64) < keep[proposals]
     run = accepted.reshape(calls, draft_length).long().cumprod(dim=1).sum(dim=1)  # accepted before a rejection
     return (run + 1).double().mean().item()
 
@@ -79,8 +96,15 @@ def _distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def speculative_generate(target: LanguageModel, draft: LanguageModel, prompt: torch.Tensor, k: int,
-                         max_new_tokens: int, temperature: float = 1.0, generator: torch.Generator | None = None) -> dict:
+def speculative_generate(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: torch.Tensor,
+    k: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict:
     """Generate with ``draft`` proposing ``k`` tokens per round and ``target`` verifying them in one call.
 
     Returns ``{"tokens": (1, T + new), "target_calls", "draft_calls", "accepted": per-position
@@ -105,31 +129,29 @@ def speculative_generate(target: LanguageModel, draft: LanguageModel, prompt: to
     while len(tokens) < goal:
         n = len(tokens)
         proposed, q = [], []
-        fresh = tokens[d_cache.length:]  # what the draft has not seen yet (at least the last token)
+        fresh = tokens[d_cache.length :]  # what the draft has not seen yet (at least the last token)
         for _ in range(k):
             logits = draft(torch.tensor([fresh], device=device), d_cache)[0, -1]
             stats["draft_calls"] += 1
             q.append(_distribution(logits, temperature).cpu())
             proposed.append(int(torch.multinomial(q[-1], 1, generator=generator)))
             fresh = proposed[-1:]
-        feed = tokens[t_cache.length:] + proposed
-        logits = target(torch.tensor([feed], device=device), t_cache)[0, -(k + 1):]  # (k + 1, vocab)
+        feed = tokens[t_cache.length :] + proposed
+        logits = target(torch.tensor([feed], device=device), t_cache)[0, -(k + 1) :]  # (k + 1, vocab)
         stats["target_calls"] += 1
         p = _distribution(logits, temperature).cpu()
         accepted = 0
         for i, x in enumerate(proposed):
             stats["proposed"][i] += 1
-            if torch.rand(1, generator=generator).item() * q[i][x].item() < p[i][x].item():
-                accepted += 1
-                stats["accepted"][i] += 1
-                continue
-            leftover = (p[i] - q[i]).clamp(min=0)
-            correction = int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator))
-            break
+            token, kept = verify(p[i], q[i], x, generator)
+            if not kept:
+                correction = token
+                break
+            accepted += 1
+            stats["accepted"][i] += 1
         else:
             correction = int(torch.multinomial(p[k], 1, generator=generator))  # the bonus token
         tokens += proposed[:accepted] + [correction]
         t_cache.length = n + accepted  # keep what was verified; the correction is fed next round
         d_cache.length = min(d_cache.length, n + accepted)
     return {"tokens": torch.tensor([tokens[:goal]], device=device), **stats}
-

@@ -15,14 +15,18 @@ import torch
 import torch.nn.functional as F
 
 
-def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def distillation_loss(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """T**2 * KL(softmax(teacher / T) || softmax(student / T)), averaged over positions.
 
     Logits are (..., vocab); every leading position counts once.
     """
     if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} must have the same shape")
+        raise ValueError(
+            f"student logits {tuple(student_logits.shape)} and teacher logits "
+            f"{tuple(teacher_logits.shape)} must have the same shape"
+        )
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature!r}")
     vocab = student_logits.shape[-1]
@@ -32,8 +36,9 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
     return kl.mean() * temperature**2
 
 
-def soft_target_mix(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
-                    temperature: float, weight: float) -> torch.Tensor:
+def soft_target_mix(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor, temperature: float, weight: float
+) -> torch.Tensor:
     """``weight`` x the soft-target loss + (1 - weight) x cross-entropy on the hard labels."""
     hard = F.cross_entropy(student_logits.float().reshape(-1, student_logits.shape[-1]), labels.reshape(-1))
     if weight == 0:

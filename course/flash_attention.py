@@ -1,5 +1,6 @@
 """Exact attention, three ways: the full score matrix, blockwise with the online softmax, and
-(on a GPU) a Triton kernel with the same signature. Plus FlashAttention's IO model.
+(on a GPU) a Triton kernel with the same signature (``course.kernels``, which also picks the
+fastest of them). Plus FlashAttention's IO model.
 
 The online softmax keeps, for each query, a running maximum ``m_i``, a running normaliser
 ``l_i`` and a running output ``o``; when a block of keys brings a larger maximum, what was
@@ -19,36 +20,39 @@ import math
 
 import torch
 
+from course.model import attention_reference, causal_mask
+
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int | None = None) -> None:
+    """Raise ValueError unless q, k and v are (..., N, D) tensors that fit together, and ``block`` a
+    positive number of keys; every implementation of this chapter's attention checks with it."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         raise ValueError("q, k and v must be torch tensors")
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"q, k, v must be (..., N, D) with the same number of dimensions; got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must be (..., N, D) with the same number of dimensions; got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or q.shape[:-2] != k.shape[:-2] != v.shape[:-2]:
-        raise ValueError(f"q and k need the same head dim, k and v the same number of keys, and all three the same "
-                         f"leading dims; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"q and k need the same head dim, k and v the same number of keys, and all three the same "
+            f"leading dims; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):
         raise ValueError(f"block must be a positive whole number of keys, got {block!r}")
 
 
-def _causal_mask(n_q: int, n_k: int, device) -> torch.Tensor:
-    """(n_q, n_k) True where query i may see key j: j <= i + n_k - n_q."""
-    return torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril(diagonal=n_k - n_q)
-
-
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v with the whole (N_q, N_k) score matrix in memory."""
+    """softmax(q k^T / sqrt(D)) v with the whole (N_q, N_k) score matrix in memory: the course
+    model's written-out attention (:func:`course.model.attention_reference`), shapes checked."""
     check_shapes(q, k, v)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., N_q, N_k)
-    if causal:
-        scores = scores.masked_fill(~_causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v  # (..., N_q, D)
+    mask = causal_mask(q.shape[-2], k.shape[-2], q.device) if causal else None  # (N_q, N_k)
+    return attention_reference(q, k, v, mask)  # (..., N_q, D)
 
 
-def online_softmax_update(m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, scores: torch.Tensor,
-                          v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def online_softmax_update(
+    m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, scores: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one block of keys into the running state.
 
     ``m, l``: (..., N_q, 1) running maximum and normaliser; ``o``: (..., N_q, D) running (not yet
@@ -62,7 +66,9 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, sco
     return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
 
 
-def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False) -> torch.Tensor:
+def blockwise_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False
+) -> torch.Tensor:
     """Exact softmax attention computed ``block`` keys at a time, never forming the score matrix."""
     check_shapes(q, k, v, block)
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -70,13 +76,12 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block
     m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)  # (..., N_q, 1)
     l = torch.zeros_like(m)
     o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)  # (..., N_q, D)
-    rows = torch.arange(n_q, device=q.device)[:, None]
     for start in range(0, n_k, block):
-        scores = q @ k[..., start:start + block, :].transpose(-2, -1) * scale  # (..., N_q, b)
+        scores = q @ k[..., start : start + block, :].transpose(-2, -1) * scale  # (..., N_q, b)
         if causal:
-            columns = torch.arange(start, min(start + block, n_k), device=q.device)[None, :]
-            scores = scores.masked_fill(columns > rows + n_k - n_q, float("-inf"))
-        m, l, o = online_softmax_update(m, l, o, scores, v[..., start:start + block, :])
+            visible = causal_mask(n_q, n_k, q.device, start, min(start + block, n_k))  # (N_q, b)
+            scores = scores.masked_fill(~visible, float("-inf"))
+        m, l, o = online_softmax_update(m, l, o, scores, v[..., start : start + block, :])
     return o / l
 
 
@@ -86,24 +91,13 @@ def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block: int)
     o = torch.zeros(1, values.shape[-1])
     states = []
     for start in range(0, len(scores), block):
-        m, l, o = online_softmax_update(m, l, o, scores[None, start:start + block], values[start:start + block])
+        m, l, o = online_softmax_update(m, l, o, scores[None, start : start + block], values[start : start + block])
         states.append({"m": m.item(), "l": l.item(), "o": o[0].clone(), "seen": min(start + block, len(scores))})
     return states
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64, causal: bool = False) -> torch.Tensor:
-    """Blockwise attention on the fastest path available: the Triton kernel for CUDA tensors when
-    Triton is installed, the torch reference otherwise. Both give the same result to rounding."""
-    from course.device import triton_available
-
-    if q.is_cuda and triton_available(q.device):
-        from course.kernels import flash
-
-        return flash.blockwise_attention(q, k, v, block, causal)
-    return blockwise_attention(q, k, v, block, causal)
-
-
 # --- FlashAttention's IO model ------------------------------------------------------------------
+
 
 def standard_io_elements(n: int, d: int) -> float:
     """Slow-memory traffic of standard attention, in elements: read Q, K, V; write and re-read the

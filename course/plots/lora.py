@@ -6,7 +6,7 @@ import torch
 from matplotlib.figure import Figure
 
 from course import lora
-from course.viz import BLUE, GREY, ORANGE, RED, count_label, interactive, new_figure, slider
+from course.plots._widgets import BLUE, GREY, ORANGE, RED, count_label, interactive, new_figure, slider
 
 
 def plot_rank_error(rank: int = 4, true_rank: int = 4, noise: float = 0.05, size: int = 64, seed: int = 0) -> Figure:
@@ -22,12 +22,17 @@ def plot_rank_error(rank: int = 4, true_rank: int = 4, noise: float = 0.05, size
     ax_s.bar(range(1, 33), singular[:32].numpy(), color=[BLUE if i < rank else GREY for i in range(32)])
     ax_s.set(xlabel="index", ylabel="singular value", title=f"spectrum of the change: rank {true_rank} + noise")
     ax_e.plot(ranks, errors, "-", color=GREY)
-    ax_e.plot([rank], [errors[rank - 1]], "o", color=RED, ms=9, label=f"rank {rank}: {100 * errors[rank - 1]:.1f}% error")
+    ax_e.plot(
+        [rank], [errors[rank - 1]], "o", color=RED, ms=9, label=f"rank {rank}: {100 * errors[rank - 1]:.1f}% error"
+    )
     ax_e.axhline(floor, color=ORANGE, ls=":", label=f"the noise alone: {100 * floor:.1f}%")
     ax_e.axvline(true_rank, color=GREY, ls="--", lw=1)
     ax_e.set_ylim(0, 1.02)
-    ax_e.set(xlabel="adapter rank r", ylabel="best relative error (truncated SVD)",
-             title=f"the floor for any adapter (r = {rank}: {lora.lora_parameters(size, size, rank)} numbers)")
+    ax_e.set(
+        xlabel="adapter rank r",
+        ylabel="best relative error (truncated SVD)",
+        title=f"the floor for any adapter (r = {rank}: {lora.lora_parameters(size, size, rank)} numbers)",
+    )
     ax_e.legend(fontsize=8)
     return fig
 
@@ -37,8 +42,9 @@ def widget_rank_error() -> None:
     controls = {
         "rank": slider("IntSlider", min=1, max=32, value=4, description="adapter rank r"),
         "true_rank": slider("IntSlider", min=1, max=16, value=4, description="true rank of the change"),
-        "noise": slider("SelectionSlider", options=[0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5], value=0.05,
-                        description="noise"),
+        "noise": slider(
+            "SelectionSlider", options=[0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5], value=0.05, description="noise"
+        ),
     }
     interactive(plot_rank_error, controls, "What rank does a change need?")
 
@@ -54,8 +60,13 @@ def plot_finetune_memory(params: float = 7e9, gpu_gib: float = 24.0) -> Figure:
     """Weights and training state of full fine-tuning, LoRA and QLoRA, stacked, against one GPU."""
     fig = new_figure(7, 3.4, left=0.1, right=0.7)
     ax = fig.subplots()
-    colors = {"weights (bf16)": BLUE, "gradients (bf16)": ORANGE, "Adam moments (fp32 x 2)": RED,
-              "fp32 master copy": GREY, "weights (NF4)": "#9467bd"}
+    colors = {
+        "weights (bf16)": BLUE,
+        "gradients (bf16)": ORANGE,
+        "Adam moments (fp32 x 2)": RED,
+        "fp32 master copy": GREY,
+        "weights (NF4)": "#9467bd",
+    }
     labelled = set()
     for x, method in enumerate(PARTS):
         bottom = 0.0
@@ -75,15 +86,22 @@ def plot_finetune_memory(params: float = 7e9, gpu_gib: float = 24.0) -> Figure:
 
 def widget_finetune_memory() -> None:
     controls = {
-        "params": slider("SelectionSlider", options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 7, 13, 34, 70)],
-                         value=7e9, description="parameters"),
-        "gpu_gib": slider("SelectionSlider", options=[16.0, 24.0, 40.0, 80.0, 141.0], value=24.0, description="GPU GiB"),
+        "params": slider(
+            "SelectionSlider",
+            options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 7, 13, 34, 70)],
+            value=7e9,
+            description="parameters",
+        ),
+        "gpu_gib": slider(
+            "SelectionSlider", options=[16.0, 24.0, 40.0, 80.0, 141.0], value=24.0, description="GPU GiB"
+        ),
     }
     interactive(plot_finetune_memory, controls, "Who fits on one GPU?")
 
 
-def plot_adapter_losses(base: float, by_rank: dict[int, float], full: float | None = None,
-                        qlora: dict[int, float] | None = None) -> Figure:
+def plot_adapter_losses(
+    base: float, by_rank: dict[int, float], full: float | None = None, qlora: dict[int, float] | None = None
+) -> Figure:
     """Held-out-domain loss after fine-tuning, against the adapter's rank (log axis)."""
     fig = new_figure(6, 3.4, left=0.13)
     ax = fig.subplots()

@@ -2,7 +2,7 @@
 
 One program per block of ``BLOCK_M`` queries and one (batch, head): the queries stay in fast
 memory while blocks of ``block`` keys and values stream past them, folded in by the online
-softmax (``course.attention.online_softmax_update``, written here in Triton's language).
+softmax (``course.flash_attention.online_softmax_update``, written here in Triton's language).
 Accumulates in fp32 whatever the input dtype.
 
 Not handled: head dimensions that are not a power of two from 16 to 256, blocks that are not
@@ -18,13 +18,31 @@ import torch
 import triton
 import triton.language as tl
 
-from course.attention import check_shapes
+from course.flash_attention import check_shapes
 
 
 @triton.jit
-def _forward(Q, K, V, O, n_q, n_k, scale,
-             stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_ob, stride_on,
-             CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+def _forward(
+    Q,
+    K,
+    V,
+    O,
+    n_q,
+    n_k,
+    scale,
+    stride_qb,
+    stride_qn,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_ob,
+    stride_on,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
@@ -54,17 +72,24 @@ def _forward(Q, K, V, O, n_q, n_k, scale,
         acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     out = acc / l_i[:, None]
-    tl.store(O + bh * stride_ob + rows[:, None] * stride_on + dims[None, :], out.to(O.dtype.element_ty),
-             mask=rows[:, None] < n_q)
+    tl.store(
+        O + bh * stride_ob + rows[:, None] * stride_on + dims[None, :],
+        out.to(O.dtype.element_ty),
+        mask=rows[:, None] < n_q,
+    )
 
 
-def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False) -> torch.Tensor:
-    """Same contract as :func:`course.attention.blockwise_attention`, computed by the Triton kernel."""
+def blockwise_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False
+) -> torch.Tensor:
+    """Same contract as :func:`course.flash_attention.blockwise_attention`, computed by the Triton kernel."""
     check_shapes(q, k, v, block)
     d = q.shape[-1]
     if d not in (16, 32, 64, 128, 256) or v.shape[-1] != d:
-        raise ValueError(f"the Triton kernel needs a head dim of 16, 32, 64, 128 or 256 for q, k and v; got {d} "
-                         "(use course.attention.blockwise_attention for other sizes)")
+        raise ValueError(
+            f"the Triton kernel needs a head dim of 16, 32, 64, 128 or 256 for q, k and v; got {d} "
+            "(use course.flash_attention.blockwise_attention for other sizes)"
+        )
     if block not in (16, 32, 64, 128):
         raise ValueError(f"the Triton kernel needs block = 16, 32, 64 or 128 keys, got {block}")
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -75,7 +100,25 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block
     out = torch.empty_like(q3)
     block_m = 64 if q.is_cuda else 16  # small programs keep the interpreter quick
     grid = (triton.cdiv(n_q, block_m), q3.shape[0])
-    _forward[grid](q3, k3, v3, out, n_q, n_k, 1 / math.sqrt(d),
-                   q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
-                   out.stride(0), out.stride(1), CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block, D=d)
+    _forward[grid](
+        q3,
+        k3,
+        v3,
+        out,
+        n_q,
+        n_k,
+        1 / math.sqrt(d),
+        q3.stride(0),
+        q3.stride(1),
+        k3.stride(0),
+        k3.stride(1),
+        v3.stride(0),
+        v3.stride(1),
+        out.stride(0),
+        out.stride(1),
+        CAUSAL=causal,
+        BLOCK_M=block_m,
+        BLOCK_N=block,
+        D=d,
+    )
     return out.reshape(*lead, n_q, d)

@@ -12,8 +12,8 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -121,9 +121,13 @@ def describe_threads(chosen: int, times: dict[int, float]) -> str:
         return f"CPU threads: {chosen} (the work runs on the GPU)"
     tried = ", ".join(f"{n} thread{'s' if n > 1 else ''} {1e3 * t:.1f} ms" for n, t in sorted(times.items()))
     usable = max(times)
-    why = ("the only CPU this process may use" if usable == 1 else
-           "faster here: the cores are busy with other work, so threads wait for each other" if chosen < usable else
-           "all usable CPUs help")
+    why = (
+        "the only CPU this process may use"
+        if usable == 1
+        else "faster here: the cores are busy with other work, so threads wait for each other"
+        if chosen < usable
+        else "all usable CPUs help"
+    )
     return f"measuring with {chosen} of {usable} usable CPU threads ({why}; one call: {tried})"
 
 
@@ -142,8 +146,12 @@ def matvec_bandwidth(rows: int, cols: int, dtype: torch.dtype, device: torch.dev
     x = torch.randn(cols, 1, generator=generator).to(device=device, dtype=dtype)
     seconds = median_seconds(lambda: weight @ x, device, repeats=repeats)
     n_bytes = weight.numel() * weight.element_size()
-    return {"dtype": str(dtype).replace("torch.", ""), "seconds": seconds, "bytes": n_bytes,
-            "gb_per_s": gb_per_s(n_bytes, seconds)}
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "seconds": seconds,
+        "bytes": n_bytes,
+        "gb_per_s": gb_per_s(n_bytes, seconds),
+    }
 
 
 def memory_bandwidth(device: torch.device, n_bytes: int = 256 * 2**20) -> float:

@@ -61,7 +61,9 @@ def _group_columns(weight: torch.Tensor, group_size: int | None) -> int:
     if group_size is None:
         return cols
     if isinstance(group_size, bool) or not isinstance(group_size, int):
-        raise ValueError(f"group_size must be a whole number of columns or None (one scale per row), got {group_size!r}")
+        raise ValueError(
+            f"group_size must be a whole number of columns or None (one scale per row), got {group_size!r}"
+        )
     if group_size < 1:
         raise ValueError(f"group_size must be positive, got {group_size}")
     if cols % group_size != 0:
@@ -71,9 +73,7 @@ def _group_columns(weight: torch.Tensor, group_size: int | None) -> int:
     return group_size
 
 
-def quantize(
-    weight: torch.Tensor, bits: int, group_size: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize(weight: torch.Tensor, bits: int, group_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric absmax quantization: integer codes and one scale per row or per group.
 
     Args:
@@ -106,9 +106,7 @@ def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (grouped * scale.unsqueeze(-1)).reshape(rows, cols)
 
 
-def quantize_dequantize(
-    weight: torch.Tensor, bits: int, group_size: int | None = None
-) -> torch.Tensor:
+def quantize_dequantize(weight: torch.Tensor, bits: int, group_size: int | None = None) -> torch.Tensor:
     """Round-trip ``weight`` through ``bits``-bit symmetric absmax codes (per row, or per group).
 
     Raises:
@@ -214,6 +212,7 @@ def nf4_quantize_dequantize(weight: torch.Tensor, group_size: int = 64) -> torch
 
 # --- LLM.int8(): outlier features kept in 16 bits ------------------------------------------------
 
+
 def int8_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` with both sides in int8: x per row (token), weight per row (output channel).
 
@@ -248,6 +247,7 @@ def int8_matmul_with_outliers(
 
 # --- Whole models -------------------------------------------------------------------------------
 
+
 def quantize_model(model: torch.nn.Module, bits: int | str, group_size: int | None = None) -> torch.nn.Module:
     """A copy of ``model`` whose linear layers' weights went through a quantization round trip.
 
@@ -261,13 +261,17 @@ def quantize_model(model: torch.nn.Module, bits: int | str, group_size: int | No
         for module in quantized.modules():
             if isinstance(module, torch.nn.Linear):
                 weight = module.weight
-                approx = (nf4_quantize_dequantize(weight, group_size or 64) if bits == "nf4"
-                          else quantize_dequantize(weight, bits, group_size))
+                approx = (
+                    nf4_quantize_dequantize(weight, group_size or 64)
+                    if bits == "nf4"
+                    else quantize_dequantize(weight, bits, group_size)
+                )
                 weight.copy_(approx)
     return quantized
 
 
 # --- Matrices the chapter studies --------------------------------------------------------------
+
 
 def gaussian_matrix(rows: int, cols: int, std: float = 0.02, seed: int = 0) -> torch.Tensor:
     """A (rows, cols) float32 matrix of N(0, std^2) weights, like a trained layer's bulk."""
@@ -322,10 +326,14 @@ def reference_numbers() -> dict[str, tuple[float, float, str]]:
     numbers["int4_g64_fp16_bits"] = (effective_bits(4, 64), 0.0, "4 + 16/64")
     numbers["nf4_double_quant_bits"] = (effective_bits_double_quant(), 1e-9, "4 + 8/64 + 32/(64*256)")
     numbers["nf4_g64_normal"] = (
-        relative_error(clean, nf4_quantize_dequantize(clean, 64)), 2e-4, "NF4, groups of 64, gaussian_matrix(seed=0)"
+        relative_error(clean, nf4_quantize_dequantize(clean, 64)),
+        2e-4,
+        "NF4, groups of 64, gaussian_matrix(seed=0)",
     )
     numbers["int4_g64_normal"] = (
-        relative_error(clean, quantize_dequantize(clean, 4, 64)), 2e-4, "int4, groups of 64, gaussian_matrix(seed=0)"
+        relative_error(clean, quantize_dequantize(clean, 4, 64)),
+        2e-4,
+        "int4, groups of 64, gaussian_matrix(seed=0)",
     )
     return numbers
 

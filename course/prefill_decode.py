@@ -85,6 +85,7 @@ def critical_batch(hardware: Hardware, bits: float = 16) -> float:
 
 # --- serving a trace of requests: static against continuous batching ---------------------------
 
+
 @dataclass(frozen=True, order=True)
 class Request:
     arrival: float  # seconds
@@ -107,8 +108,9 @@ class Served:
         return self.finished - self.request.arrival
 
 
-def make_trace(n: int, rate: float, prompt: tuple[int, int] = (32, 512), output: tuple[int, int] = (16, 256),
-               seed: int = 0) -> list[Request]:
+def make_trace(
+    n: int, rate: float, prompt: tuple[int, int] = (32, 512), output: tuple[int, int] = (16, 256), seed: int = 0
+) -> list[Request]:
     """``n`` requests arriving as a Poisson process of ``rate`` per second, lengths uniform in ranges."""
     import random
 
@@ -121,8 +123,9 @@ def make_trace(n: int, rate: float, prompt: tuple[int, int] = (32, 512), output:
     return requests
 
 
-def simulate(trace: list[Request], params: float, bits: float, hardware: Hardware, max_batch: int,
-             continuous: bool) -> list[Served]:
+def simulate(
+    trace: list[Request], params: float, bits: float, hardware: Hardware, max_batch: int, continuous: bool
+) -> list[Served]:
     """Serve ``trace`` one step at a time on the roofline's cost model.
 
     Static batching takes up to ``max_batch`` waiting requests, prefills them together, and

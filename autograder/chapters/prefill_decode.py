@@ -1,0 +1,258 @@
+"""Chapter 1's exercises: weight memory, prefill FLOPs, the roofline's step time, the critical
+batch size, and the throughput of static batching. Each hint names the mistake it recognises."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autograder.checks import Check, Exercise, judge_number, judges_value
+
+
+def _numbers(call: str, pick):
+    def make(rng: np.random.Generator) -> dict:
+        return {"call": call, "args": pick(rng)}
+
+    return make
+
+
+# --- weight_memory_gb --------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_memory(probe, got):
+    params, bits = probe["args"]
+    expected = params * bits / 8 / 1e9
+    mistakes = [
+        ("bits were not divided by 8: a byte holds 8 bits", params * bits / 1e9),
+        ("returned bytes: divide by 1e9 for GB", params * bits / 8),
+        ("divided by 2**30: that is GiB; the chapter's GB are 1e9 bytes", params * bits / 8 / 2**30),
+        ("multiplied by bits / 8 the wrong way round: bytes = params * bits / 8", params * 8 / bits / 1e9),
+    ]
+    return judge_number(got, expected, mistakes, "the weight memory in GB")
+
+
+WEIGHT_MEMORY = Exercise(
+    "weight_memory_gb",
+    ("weight_memory_gb",),
+    [
+        Check(
+            "weight_memory_gb.70b",
+            "weight_memory_gb",
+            1,
+            "70B parameters at 16, 8 and 4 bits: 140 / 70 / 35 GB",
+            _numbers("weight_memory_gb", lambda rng: [70e9, int(rng.choice([16, 8, 4]))]),
+            _judge_memory,
+            visible=True,
+        ),
+        Check(
+            "weight_memory_gb.other",
+            "weight_memory_gb",
+            1,
+            "another size at 3 bits",
+            _numbers("weight_memory_gb", lambda rng: [float(rng.integers(1, 400)) * 1e9, 3]),
+            _judge_memory,
+        ),
+    ],
+)
+
+
+# --- prefill_flops ------------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_prefill(probe, got):
+    params, tokens = probe["args"]
+    mistakes = [
+        ("the factor 2 is missing: each weight is one multiply and one add", params * tokens),
+        ("tokens were squared: the 2 * params * tokens term is linear in the prompt", 2 * params * tokens**2),
+        ("counted one token only: prefill runs the whole prompt", 2 * params),
+    ]
+    return judge_number(got, 2 * params * tokens, mistakes, "the FLOPs")
+
+
+PREFILL = Exercise(
+    "prefill_flops",
+    ("prefill_flops",),
+    [
+        Check(
+            "prefill_flops.8b",
+            "prefill_flops",
+            1,
+            "8B parameters, a 1000-token prompt",
+            _numbers("prefill_flops", lambda rng: [8e9, 1000]),
+            _judge_prefill,
+            visible=True,
+        ),
+        Check(
+            "prefill_flops.random",
+            "prefill_flops",
+            1,
+            "other sizes",
+            _numbers("prefill_flops", lambda rng: [float(rng.integers(1, 100)) * 1e9, int(rng.integers(2, 5000))]),
+            _judge_prefill,
+        ),
+    ],
+)
+
+
+# --- roofline_step_time -------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_roofline(probe, got):
+    flops, n_bytes, peak, bandwidth = probe["args"]
+    compute, memory = flops / peak, n_bytes / bandwidth
+    mistakes = [
+        ("added the two times: the roofline takes the larger (compute and memory traffic overlap)", compute + memory),
+        ("took the smaller time: the slower limit decides", min(compute, memory)),
+        ("FLOPs and bytes were divided by the wrong rates", max(flops / bandwidth, n_bytes / peak)),
+    ]
+    return judge_number(got, max(compute, memory), mistakes, "the step time in seconds")
+
+
+def _roofline_args(memory_bound: bool):
+    def pick(rng):
+        peak, bandwidth = 312e12, 2.039e12
+        n_bytes = float(rng.integers(2, 100)) * 1e9
+        flops = n_bytes * (rng.uniform(0.5, 20) if memory_bound else rng.uniform(400, 3000))
+        return [flops, n_bytes, peak, bandwidth]
+
+    return pick
+
+
+ROOFLINE = Exercise(
+    "roofline_step_time",
+    ("roofline_step_time",),
+    [
+        Check(
+            "roofline_step_time.memory_bound",
+            "roofline_step_time",
+            1,
+            "a memory-bound step (decode)",
+            _numbers("roofline_step_time", _roofline_args(True)),
+            _judge_roofline,
+            visible=True,
+        ),
+        Check(
+            "roofline_step_time.compute_bound",
+            "roofline_step_time",
+            1,
+            "a compute-bound step (prefill)",
+            _numbers("roofline_step_time", _roofline_args(False)),
+            _judge_roofline,
+        ),
+    ],
+)
+
+
+# --- critical_batch_size ------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_critical(probe, got):
+    peak, bandwidth, bytes_per_param = probe["args"]
+    ridge = peak / bandwidth
+    mistakes = [
+        ("the division by 2 is missing: each weight read gives 2 FLOPs per sequence", ridge * bytes_per_param),
+        ("bytes per parameter were left out: a weight of b bytes gives 2 / b FLOPs per byte per sequence", ridge / 2),
+        ("the ratio is upside down: peak FLOP/s divided by bandwidth", bandwidth / peak * bytes_per_param / 2),
+        (
+            "divided by the bytes per parameter: multiply, since fewer bytes per weight means less work per byte",
+            ridge / bytes_per_param / 2,
+        ),
+    ]
+    return judge_number(got, ridge * bytes_per_param / 2, mistakes, "the batch size")
+
+
+CRITICAL = Exercise(
+    "critical_batch_size",
+    ("critical_batch_size",),
+    [
+        Check(
+            "critical_batch_size.a100_bf16",
+            "critical_batch_size",
+            1,
+            "A100-80G in bf16 (about 153)",
+            _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, 2]),
+            _judge_critical,
+            visible=True,
+        ),
+        Check(
+            "critical_batch_size.int8",
+            "critical_batch_size",
+            1,
+            "another device with int8 weights",
+            _numbers(
+                "critical_batch_size",
+                lambda rng: [float(rng.integers(50, 1000)) * 1e12, float(rng.integers(3, 50)) * 1e11, 1],
+            ),
+            _judge_critical,
+        ),
+    ],
+)
+
+
+# --- static_batch_throughput --------------------------------------------------------------------
+
+
+def _static_seconds(outputs, batch, step):
+    chunks = [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
+    return sum(max(c) for c in chunks) * step
+
+
+@judges_value
+def _judge_static(probe, got):
+    outputs, batch, step = probe["args"]
+    chunks = [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
+    tokens = sum(outputs)
+    expected = tokens / _static_seconds(outputs, batch, step)
+    mistakes = [
+        (
+            "each batch took its mean length: a static batch runs until its longest request is done",
+            tokens / (sum(sum(c) / len(c) for c in chunks) * step),
+        ),
+        (
+            "all requests ran as one batch: split them into batches of batch_size, in order",
+            tokens / (max(outputs) * step),
+        ),
+        (
+            "batches took the sum of their lengths: the requests of a batch decode together, one step for all",
+            tokens / (sum(outputs) * step),
+        ),
+        ("counted batch_size tokens per step for every step: finished requests idle in their slot", batch / step),
+    ]
+    return judge_number(got, expected, mistakes, "the throughput in tokens per second")
+
+
+STATIC = Exercise(
+    "static_batch_throughput",
+    ("static_batch_throughput",),
+    [
+        Check(
+            "static_batch_throughput.example",
+            "static_batch_throughput",
+            1,
+            "the chapter's example",
+            _numbers("static_batch_throughput", lambda rng: [[10, 40, 20, 30, 5, 15], 3, 0.02]),
+            _judge_static,
+            visible=True,
+        ),
+        Check(
+            "static_batch_throughput.random",
+            "static_batch_throughput",
+            2,
+            "a longer trace, an uneven last batch",
+            _numbers(
+                "static_batch_throughput",
+                lambda rng: [
+                    [int(x) for x in rng.integers(1, 300, 23)],
+                    int(rng.integers(3, 8)),
+                    float(rng.uniform(0.005, 0.05)),
+                ],
+            ),
+            _judge_static,
+        ),
+    ],
+)
+
+EXERCISES = [WEIGHT_MEMORY, PREFILL, ROOFLINE, CRITICAL, STATIC]

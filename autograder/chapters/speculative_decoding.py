@@ -1,0 +1,288 @@
+"""Chapter 6's exercises: acceptance_rate, expected_tokens_per_call, speculative_token and
+speculative_speedup. speculative_token is judged by sampling: thousands of calls with one seeded
+generator, their token frequencies against the target's probabilities."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from autograder.checks import Check, Exercise, Verdict, judge_number, judges_value
+from course import speculative_decoding
+
+# --- distributions that disagree ----------------------------------------------------------------
+
+
+def _pair(rng, vocab=6):
+    p = rng.dirichlet(np.ones(vocab))
+    q = rng.dirichlet(np.ones(vocab) * 0.7)
+    return torch.tensor(p, dtype=torch.float32), torch.tensor(q, dtype=torch.float32)
+
+
+FIXED_P = torch.tensor([0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
+FIXED_Q = torch.tensor([0.1, 0.1, 0.2, 0.2, 0.3, 0.1])
+
+
+@judges_value
+def _judge_alpha(probe, got):
+    p, q = (a.double() for a in probe["args"])
+    mistakes = [
+        ("took the maximum: alpha sums min(p, q)", torch.maximum(p, q).sum().item()),
+        ("summed p * q: alpha sums min(p, q)", (p * q).sum().item()),
+        (
+            "summed min(1, p / q): that is the acceptance probability of each token, not weighted by q",
+            speculative_decoding.acceptance_probabilities(p, q).sum().item(),
+        ),
+        ("returned 1 - sum min(p, q): that is the rejection rate", 1 - torch.minimum(p, q).sum().item()),
+    ]
+    return judge_number(got, torch.minimum(p, q).sum().item(), mistakes, "the acceptance rate", rel=1e-5)
+
+
+def _alpha_probe(fixed=False):
+    def make(rng):
+        return {"call": "acceptance_rate", "args": [FIXED_P, FIXED_Q] if fixed else list(_pair(rng, 50))}
+
+    return make
+
+
+ACCEPTANCE = Exercise(
+    "acceptance_rate",
+    ("acceptance_rate",),
+    [
+        Check(
+            "acceptance_rate.example",
+            "acceptance_rate",
+            1,
+            "the chapter's p and q (0.5)",
+            _alpha_probe(True),
+            _judge_alpha,
+            visible=True,
+        ),
+        Check(
+            "acceptance_rate.random", "acceptance_rate", 1, "a random pair over 50 tokens", _alpha_probe(), _judge_alpha
+        ),
+    ],
+)
+
+
+# --- expected_tokens_per_call -------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_tokens(probe, got):
+    alpha, k = probe["args"]
+    expected = speculative_decoding.expected_tokens_per_call(alpha, k)
+    series = lambda n: sum(alpha**i for i in range(n))  # noqa: E731
+    mistakes = [
+        ("one term short: (1 - alpha^(k+1)) / (1 - alpha) counts the target's own token too", series(k)),
+        ("one term too many: the sum runs over alpha^0 .. alpha^k", series(k + 2)),
+        ("counted the accepted drafts only (k alpha): acceptance stops at the first rejection", k * alpha),
+    ]
+    return judge_number(got, expected, mistakes, "the expected tokens per call", rel=1e-6)
+
+
+def _tokens_probe(alpha=None, k=None):
+    def make(rng):
+        return {
+            "call": "expected_tokens_per_call",
+            "args": [
+                float(rng.uniform(0.3, 0.95)) if alpha is None else alpha,
+                int(rng.integers(1, 12)) if k is None else k,
+            ],
+        }
+
+    return make
+
+
+TOKENS = Exercise(
+    "expected_tokens_per_call",
+    ("expected_tokens_per_call",),
+    [
+        Check(
+            "expected_tokens_per_call.example",
+            "expected_tokens_per_call",
+            1,
+            "alpha 0.8, k 4 (3.36)",
+            _tokens_probe(0.8, 4),
+            _judge_tokens,
+            visible=True,
+        ),
+        Check(
+            "expected_tokens_per_call.random",
+            "expected_tokens_per_call",
+            1,
+            "other alpha and k",
+            _tokens_probe(),
+            _judge_tokens,
+        ),
+        Check(
+            "expected_tokens_per_call.alpha1",
+            "expected_tokens_per_call",
+            1,
+            "alpha = 1 (no division by zero)",
+            _tokens_probe(1.0, 5),
+            _judge_tokens,
+        ),
+    ],
+)
+
+
+# --- speculative_token -------------------------------------------------------------------------------
+
+
+def _outcome_distribution(p, q, accept, resample):
+    """Token distribution when x ~ q is accepted with probability accept(x) and otherwise replaced by resample."""
+    kept = q * accept
+    return kept + (1 - kept.sum()) * resample
+
+
+def sampled_tokens(function, target, draft, seed: int, n: int) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): call
+    ``function(target, draft, generator)`` ``n`` times with one seeded generator; the tokens and
+    acceptance flags it returned."""
+    import torch
+
+    generator = torch.Generator().manual_seed(int(seed))
+    tokens, accepted = [], []
+    for _ in range(n):
+        token, ok = function(target, draft, generator)
+        tokens.append(int(token))
+        accepted.append(bool(ok))
+    return {"tokens": torch.tensor(tokens), "accepted": torch.tensor(accepted)}
+
+
+def _sampling_probe(n, fixed=True):
+    def make(rng):
+        p, q = (FIXED_P, FIXED_Q) if fixed else _pair(rng)
+        return {"call": "speculative_token", "scenario": sampled_tokens, "args": [p, q, int(rng.integers(1 << 30)), n]}
+
+    return make
+
+
+@judges_value
+def _judge_sampling(probe, got):
+    p, q, _, n = probe["args"]
+    p, q = p.double(), q.double()
+    if not isinstance(got, dict) or not isinstance(got.get("tokens"), torch.Tensor):
+        return Verdict(False, f"speculative_token must return (token, accepted): {got!r}"[:200])
+    tokens, accepted = got["tokens"], got["accepted"]
+    if tokens.min() < 0 or tokens.max() >= len(p):
+        return Verdict(False, f"returned token {int(tokens.max())}, outside the vocabulary of {len(p)}")
+    freq = torch.bincount(tokens, minlength=len(p)).double() / n
+    alpha = torch.minimum(p, q).sum().item()
+
+    def fits(dist):
+        spread = (dist * (1 - dist) / n).sqrt()
+        return bool(((freq - dist).abs() <= 5 * spread + 2e-3).all())
+
+    rate = accepted.double().mean().item()
+    if fits(p):
+        if abs(rate - alpha) > 5 * math.sqrt(alpha * (1 - alpha) / n) + 2e-3:
+            return Verdict(
+                False,
+                f"the tokens follow p, but the accepted flag is True {rate:.3f} of the time; "
+                f"it should be True when the draft's token was kept (alpha = {alpha:.3f})",
+            )
+        return Verdict(True)
+    ratio = speculative_decoding.acceptance_probabilities(p, q)
+    mistakes = [
+        ("always accepted the draft's token: accept with probability min(1, p(x) / q(x))", q),
+        (
+            "on rejection it resampled from p: resample from max(0, p - q), normalised",
+            _outcome_distribution(p, q, ratio, p),
+        ),
+        (
+            "on rejection it resampled from q: resample from max(0, p - q), normalised",
+            _outcome_distribution(p, q, ratio, q),
+        ),
+        (
+            "accepted with probability q(x) / p(x): it is min(1, p(x) / q(x))",
+            _outcome_distribution(
+                p,
+                q,
+                speculative_decoding.acceptance_probabilities(q, p),
+                speculative_decoding.residual_distribution(p, q),
+            ),
+        ),
+    ]
+    worst = int((freq - p).abs().argmax())
+    for hint, dist in mistakes:
+        if not torch.allclose(dist, p, atol=1e-3) and fits(dist):
+            return Verdict(
+                False, f"{hint} (token {worst}: frequency {freq[worst]:.3f}, target probability {p[worst]:.3f})"
+            )
+    return Verdict(
+        False,
+        f"the tokens are not distributed as the target's p: token {worst} came "
+        f"{freq[worst]:.3f} of the time, p = {p[worst]:.3f}",
+    )
+
+
+SPECULATIVE_TOKEN = Exercise(
+    "speculative_token",
+    ("speculative_token",),
+    [
+        Check(
+            "speculative_token.distribution",
+            "speculative_token",
+            3,
+            "5,000 draws follow the target's p",
+            _sampling_probe(5000),
+            _judge_sampling,
+            visible=True,
+        ),
+        Check(
+            "speculative_token.random",
+            "speculative_token",
+            2,
+            "20,000 draws, another pair of distributions",
+            _sampling_probe(20000, fixed=False),
+            _judge_sampling,
+        ),
+    ],
+)
+
+
+# --- speculative_speedup ---------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_speedup(probe, got):
+    alpha, k, c = probe["args"]
+    tokens = speculative_decoding.expected_tokens_per_call(alpha, k)
+    mistakes = [
+        ("the draft's cost was left out: divide by (k c + 1)", tokens),
+        ("the target's own call was left out of the cost: divide by (k c + 1), not k c", tokens / (k * c)),
+        ("the draft's cost was counted once, not per drafted token: (k c + 1)", tokens / (c + 1)),
+    ]
+    return judge_number(got, speculative_decoding.speedup(alpha, k, c), mistakes, "the speed-up", rel=1e-6)
+
+
+def _speedup_probe(fixed=None):
+    def make(rng):
+        args = fixed or [float(rng.uniform(0.4, 0.95)), int(rng.integers(1, 10)), float(rng.uniform(0.01, 0.3))]
+        return {"call": "speculative_speedup", "args": args}
+
+    return make
+
+
+SPEEDUP = Exercise(
+    "speculative_speedup",
+    ("speculative_speedup",),
+    [
+        Check(
+            "speculative_speedup.paper",
+            "speculative_speedup",
+            1,
+            "alpha 0.8, k 5, c 0.05 (2.95x)",
+            _speedup_probe([0.8, 5, 0.05]),
+            _judge_speedup,
+            visible=True,
+        ),
+        Check("speculative_speedup.random", "speculative_speedup", 1, "other values", _speedup_probe(), _judge_speedup),
+    ],
+)
+
+EXERCISES = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP]

@@ -1,0 +1,138 @@
+"""Chapter 5: exact blockwise attention at every block size, its stability, the IO model, the Triton
+kernel through its interpreter, the chapter's figures, and the grader's hints for planted mistakes."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from course import flash_attention
+from course.plots import flash_attention as plots
+from course.plots._widgets import figure_png
+
+from conftest import Planted, assert_named
+
+
+@pytest.mark.parametrize("block", [1, 7, 16, 64, 100, 1000])
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_attention_is_exact(block, causal):
+    g = torch.Generator().manual_seed(block)
+    q, k, v = (torch.randn(2, 3, 100, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    assert torch.allclose(
+        flash_attention.blockwise_attention(q, k, v, block, causal),
+        flash_attention.naive_attention(q, k, v, causal),
+        atol=1e-12,
+    )
+
+
+def test_blockwise_attention_is_stable_for_large_scores_and_checks_shapes():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(8, 16, generator=g) for _ in range(3))
+    out = flash_attention.blockwise_attention(q * 1000, k, v, 3)
+    assert torch.isfinite(out).all()
+    with pytest.raises(ValueError, match="head dim"):
+        flash_attention.blockwise_attention(q, k[:, :8], v, 4)
+    with pytest.raises(ValueError, match="block"):
+        flash_attention.blockwise_attention(q, k, v, 0)
+
+
+def test_the_dispatcher_takes_the_torch_path_for_cpu_tensors():
+    from course import kernels
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 30, 16, generator=g) for _ in range(3))
+    expected = flash_attention.blockwise_attention(q, k, v, 16, causal=True)
+    assert torch.equal(kernels.attention(q, k, v, 16, causal=True), expected)
+
+
+def test_io_model_tiled_moves_less_at_long_sequences():
+    sram = 192 * 1024 / 2
+    assert flash_attention.tiled_io_elements(16384, 64, sram) < flash_attention.standard_io_elements(16384, 64) / 5
+    ratio = flash_attention.tiled_io_elements(32768, 64, sram) / flash_attention.tiled_io_elements(16384, 64, sram)
+    assert 3.5 < ratio < 4.5  # Theta(N^2 d^2 / M): quadratic in N
+
+
+TRITON_SCRIPT = textwrap.dedent("""
+    import torch
+    from course import flash_attention
+    from course.kernels import flash_attention as kernel
+    g = torch.Generator().manual_seed(0)
+    cases = [((2, 3, 100, 32), False, 16), ((1, 2, 77, 16), True, 32), ((1, 1, 64, 64), True, 64),
+             ((2, 50, 16), False, 16), ((1, 1, 40, 16), False, 128)]
+    for shape, causal, block in cases:
+        q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
+        expected = flash_attention.naive_attention(q, k, v, causal)
+        error = (kernel.blockwise_attention(q, k, v, block, causal) - expected).abs().max()
+        assert error < 1e-5, (shape, causal, block, float(error))
+    try:
+        kernel.blockwise_attention(q, k, v, 24)
+    except ValueError as e:
+        assert "block" in str(e)
+    else:
+        raise AssertionError("block 24 accepted")
+    print("ok", len(cases))
+""")
+
+
+def test_triton_kernel_matches_the_reference_in_the_interpreter():
+    pytest.importorskip("triton", reason="triton is installed with the dev extra on Linux: pip install triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    # the interpreter is slow: the timeout is a ceiling for a hang, not a time budget
+    done = subprocess.run([sys.executable, "-c", TRITON_SCRIPT], env=env, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0 and "ok 5" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_online_softmax(step=3, block=4),
+        lambda: plots.plot_io(n=16384, d=128, sram_kib=100),
+        lambda: plots.plot_attention_timing(
+            [128, 256], {"a": [1e-3, 3e-3], "b": [2e-3, 4e-3]}, {"a": [1.0, 4.0], "b": [0.5, 1.0]}
+        ),
+    ],
+)
+def test_plot_returns_a_figure_that_renders(draw):
+    assert figure_png(draw()).startswith(b"\x89PNG")
+
+
+BLOCKWISE = """
+def online_softmax_update(m, l, o, scores, v):
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    correction = {correction}
+    p = torch.exp(scores - {shift})
+    return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
+
+def blockwise_attention(q, k, v, block):
+    m = torch.full((q.shape[0], 1), float("-inf"))
+    l = torch.zeros(q.shape[0], 1)
+    o = torch.zeros(q.shape[0], v.shape[-1])
+    for start in range(0, k.shape[0], block):
+        scores = q @ k[start:start + block].T / math.sqrt(q.shape[-1])
+        m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
+    return o / l
+"""
+PLANTED = {  # blockwise_attention calls the learner's own online_softmax_update
+    "flash_no_rescale": Planted(
+        "online_softmax_update",
+        BLOCKWISE.format(correction="torch.ones_like(m)", shift="m_new"),
+        {"online_softmax_update.larger", "blockwise_attention.block16"},
+        "rescaled",
+        calls_it={"blockwise_attention"},
+    ),
+    "flash_overflow": Planted(
+        "online_softmax_update",
+        BLOCKWISE.format(correction="torch.ones_like(m)", shift="0"),
+        {"blockwise_attention.large_scores"},
+        "overflows",
+        calls_it={"blockwise_attention"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
+    assert_named(planted_reports[name], PLANTED[name])

@@ -1,0 +1,163 @@
+"""Chapter 1: the published figures, the roofline's two regimes, the batching simulator, the
+chapter's figures, and the grader's hints for planted mistakes."""
+
+import pytest
+
+from course import prefill_decode
+from course.plots import prefill_decode as plots
+from course.plots._widgets import figure_png
+
+from conftest import Planted, assert_named
+
+A100 = prefill_decode.PRESETS["A100-80G"]
+
+
+def test_weight_memory_of_a_70b_model():
+    assert [prefill_decode.weight_bytes(70e9, b) / 1e9 for b in (16, 8, 4)] == [140, 70, 35]
+
+
+def test_critical_batch_sizes_match_the_published_ratios():
+    expected = {"A100-80G": 153, "H100 SXM": 295, "H200": 206, "T4": 203, "RTX 4090": 164}
+    for name, value in expected.items():
+        assert prefill_decode.critical_batch(prefill_decode.PRESETS[name], 16) == pytest.approx(value, abs=1)
+    assert prefill_decode.critical_batch(A100, 8) == pytest.approx(prefill_decode.critical_batch(A100, 16) / 2)
+
+
+def test_decode_is_memory_bound_below_the_critical_batch_and_compute_bound_above():
+    params = 8e9
+    one = prefill_decode.decode_step_time(params, 16, 1, A100)
+    assert one == pytest.approx(16e9 / A100.bandwidth)
+    assert prefill_decode.decode_step_time(params, 16, 64, A100) == pytest.approx(one)  # same weights read, free batch
+    big = prefill_decode.decode_step_time(params, 16, 1024, A100)
+    assert big == pytest.approx(2 * params * 1024 / A100.peak_flops)
+
+
+def test_prefill_is_compute_bound_and_grows_with_the_prompt():
+    short, long = (prefill_decode.prefill_time(8e9, 16, t, A100) for t in (1000, 4000))
+    assert short == pytest.approx(16e12 / A100.peak_flops)
+    assert long == pytest.approx(4 * short)
+    assert prefill_decode.prefill_flops(8e9, 1000) == 16e12
+
+
+def test_a_70b_model_at_4_bits_decodes_faster_than_at_16():
+    h100 = prefill_decode.PRESETS["H100 SXM"]
+    assert prefill_decode.decode_step_time(70e9, 4, 1, h100) == pytest.approx(35e9 / 3.35e12)
+    assert prefill_decode.decode_step_time(70e9, 16, 1, h100) == pytest.approx(
+        4 * prefill_decode.decode_step_time(70e9, 4, 1, h100)
+    )
+
+
+def test_simulator_conserves_requests_and_tokens():
+    trace = prefill_decode.make_trace(60, 10.0, seed=3)
+    for continuous in (False, True):
+        served = prefill_decode.simulate(trace, 8e9, 16, A100, 8, continuous)
+        assert sorted(s.request for s in served) == sorted(trace)
+        assert all(s.request.arrival <= s.first_token <= s.finished for s in served)
+
+
+def test_static_batch_of_one_request_at_a_time_is_the_same_as_continuous():
+    trace = prefill_decode.make_trace(30, 2.0, seed=4)
+    static = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 1, False))
+    continuous = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 1, True))
+    assert static == pytest.approx(continuous)
+
+
+def test_continuous_batching_answers_sooner_at_moderate_load():
+    trace = prefill_decode.make_trace(200, 8.0, seed=0)
+    static = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 16, False))
+    continuous = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 16, True))
+    assert continuous["median_ttft"] < static["median_ttft"] / 10
+    assert continuous["median_latency"] < static["median_latency"] / 2
+
+
+def test_continuous_batching_serves_more_when_overloaded():
+    trace = prefill_decode.make_trace(200, 20.0, seed=0)
+    static = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 16, False))
+    continuous = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 16, True))
+    assert continuous["throughput"] > 1.2 * static["throughput"]
+    assert continuous["p90_latency"] < static["p90_latency"]
+
+
+def test_static_schedule_by_hand():
+    # two requests of 3 and 1 tokens, batch 2: one prefill step that makes the first tokens, then
+    # two more decode steps for the longer one; the short one is done after the prefill step
+    hw = prefill_decode.Hardware("toy", peak_flops=1e30, bandwidth=1.0, memory_bytes=1e12)  # 1 s per step
+    trace = [prefill_decode.Request(0.0, 4, 3), prefill_decode.Request(0.0, 4, 1)]
+    served = prefill_decode.simulate(trace, params=0.5, bits=16, hardware=hw, max_batch=2, continuous=False)
+    by_output = {s.request.output: s for s in served}
+    step = prefill_decode.decode_step_time(0.5, 16, 2, hw) + prefill_decode.prefill_time(0.5, 16, 8, hw)
+    assert by_output[1].finished == pytest.approx(step)
+    assert by_output[3].finished == pytest.approx(step + 2 * prefill_decode.decode_step_time(0.5, 16, 2, hw))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: prefill_decode.weight_bytes(-1, 16),
+        lambda: prefill_decode.prefill_flops(1e9, 0),
+        lambda: prefill_decode.decode_step_time(1e9, 16, 0, A100),
+        lambda: prefill_decode.make_trace(10, 0.0),
+        lambda: prefill_decode.simulate([], 1e9, 16, A100, 0, True),
+    ],
+)
+def test_bad_arguments_say_what_to_do(call):
+    with pytest.raises(ValueError, match="must be positive"):
+        call()
+
+
+def test_scaling_bend_finds_where_throughput_stops_growing_with_the_batch():
+    from course import evaluation
+
+    throughput = {1: 10.0, 2: 20.0, 4: 38.0, 8: 60.0, 16: 70.0}  # efficiency 1, 1, .95, .75, .44
+    assert evaluation.scaling_efficiency(throughput)[8] == pytest.approx(0.75)
+    assert evaluation.scaling_bend(throughput) == 16
+    assert evaluation.scaling_bend({1: 10.0, 2: 20.0}) is None
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_roofline(70e9, 4, 64, 1024, "H100 SXM", measured=[("here", 1.0, 1e12)]),
+        lambda: plots.plot_decode_batch(8e9, 16, "A100-80G", {1: 100.0, 8: 700.0}),
+        lambda: plots.plot_batching(8.0, 16, n=60),
+    ],
+)
+def test_plot_returns_a_figure_that_renders(draw):
+    assert figure_png(draw()).startswith(b"\x89PNG")
+
+
+PLANTED = {
+    "roofline_sum": Planted(
+        "roofline_step_time",
+        "def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):\n"
+        "    return flops / peak_flops + n_bytes / bandwidth\n",
+        {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
+        "added the two times",
+    ),
+    "critical_no_half": Planted(
+        "critical_batch_size",
+        "def critical_batch_size(peak_flops, bandwidth, bytes_per_param):\n"
+        "    return peak_flops / bandwidth * bytes_per_param\n",
+        {"critical_batch_size.a100_bf16"},
+        "division by 2 is missing",
+    ),
+    "static_mean": Planted(
+        "static_batch_throughput",
+        "def static_batch_throughput(output_lengths, batch_size, step_seconds):\n"
+        "    chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
+        "    return sum(output_lengths) / (sum(sum(c) / len(c) for c in chunks) * step_seconds)\n",
+        {"static_batch_throughput.example", "static_batch_throughput.random"},
+        "mean length",
+    ),
+    "memory_in_bits": Planted(
+        "weight_memory_gb",
+        "def weight_memory_gb(params, bits):\n    return params * bits / 1e9\n",
+        {"weight_memory_gb.70b", "weight_memory_gb.other"},
+        "divided by 8",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
+    assert_named(planted_reports[name], PLANTED[name])

@@ -1,0 +1,402 @@
+"""Chapter 3: exact small cases, properties on the chapter's matrices, an independent numpy
+implementation, the published NF4 table, the errors bad arguments give, the stored reference
+numbers, the chapter's figures, and the grader's hints for planted mistakes."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from course import quantization, reference
+from course.plots import quantization as plots
+from course.plots._widgets import figure_png
+
+from conftest import Planted, assert_named
+
+# The NF4 table as bitsandbytes ships it (QLoRA, arXiv 2305.14314), typed in from the source.
+PUBLISHED_NF4 = [
+    -1.0,
+    -0.6961928009986877,
+    -0.5250730514526367,
+    -0.39491748809814453,
+    -0.28444138169288635,
+    -0.18477343022823334,
+    -0.09105003625154495,
+    0.0,
+    0.07958029955625534,
+    0.16093020141124725,
+    0.24611230194568634,
+    0.33791524171829224,
+    0.44070982933044434,
+    0.5626170039176941,
+    0.7229568362236023,
+    1.0,
+]
+
+
+def numpy_round_trip(weight: np.ndarray, bits: int, group: int | None) -> np.ndarray:
+    """An independent, loop-based implementation of the same scheme, for cross-checking."""
+    levels = 2 ** (bits - 1) - 1
+    out = np.zeros_like(weight, dtype=np.float64)
+    rows, cols = weight.shape
+    group = cols if group is None else group
+    for r in range(rows):
+        for start in range(0, cols, group):
+            block = weight[r, start : start + group].astype(np.float64)
+            scale = np.abs(block).max() / levels
+            if scale == 0:
+                continue
+            out[r, start : start + group] = np.clip(np.rint(block / scale), -levels, levels) * scale
+    return out
+
+
+MATRICES = {
+    "gaussian": lambda: quantization.gaussian_matrix(64, 256, seed=5),
+    "outliers": lambda: quantization.outlier_matrix(64, 256, seed=5),
+}
+
+
+def test_worked_example():
+    row = torch.tensor([[0.5, -0.2, 0.1, 0.0]])
+    codes, scale = quantization.quantize(row, 4)
+    assert codes.tolist() == [[7, -3, 1, 0]]
+    assert scale.item() == pytest.approx(0.5 / 7)
+    assert quantization.quantize_dequantize(row, 4).tolist()[0] == pytest.approx([0.5, -3 * 0.5 / 7, 0.5 / 7, 0.0])
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 6, 8])
+@pytest.mark.parametrize("group", [None, 8, 64])
+def test_matches_independent_numpy_implementation(bits, group):
+    weight = quantization.outlier_matrix(16, 128, seed=bits)
+    ours = quantization.quantize_dequantize(weight.double(), bits, group).numpy()
+    theirs = numpy_round_trip(weight.double().numpy(), bits, group)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("group", [None, 16, 128])
+def test_error_at_most_half_a_step(name, bits, group):
+    weight = MATRICES[name]()
+    error = (quantization.quantize_dequantize(weight, bits, group) - weight).abs()
+    assert (error <= quantization.half_step(weight, bits, group) * (1 + 1e-5) + 1e-9).all()
+
+
+@pytest.mark.parametrize("name", MATRICES)
+def test_more_bits_never_worse(name):
+    weight = MATRICES[name]()
+    for group in (None, 32):
+        errors = [
+            quantization.relative_error(weight, quantization.quantize_dequantize(weight, b, group)) for b in range(2, 9)
+        ]
+        assert all(a >= b for a, b in itertools.pairwise(errors)), errors
+        assert errors[-1] / errors[-2] == pytest.approx(0.5, abs=0.05)  # each bit halves the step
+
+
+@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("bits", [3, 4, 8])
+def test_smaller_groups_never_worse(name, bits):
+    weight = MATRICES[name]()
+    per_tensor = quantization.relative_error(weight, quantization.quantize_dequantize_per_tensor(weight, bits))
+    errors = [
+        quantization.relative_error(weight, quantization.quantize_dequantize(weight, bits, g))
+        for g in (None, 128, 32, 8)
+    ]
+    assert per_tensor >= errors[0]
+    assert all(a >= b for a, b in itertools.pairwise(errors)), errors
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_outliers_more_than_double_the_per_row_error(bits):
+    clean = quantization.gaussian_matrix(256, 512, seed=0)
+    spiky = quantization.outlier_matrix(256, 512, seed=0)
+    ratio = quantization.relative_error(
+        spiky, quantization.quantize_dequantize(spiky, bits)
+    ) / quantization.relative_error(clean, quantization.quantize_dequantize(clean, bits))
+    assert ratio > 2
+
+
+def test_groups_repair_most_of_the_outlier_damage():
+    spiky = quantization.outlier_matrix(256, 512, seed=0)
+    errors = quantization.granularity_errors(spiky)
+    assert errors["int4_g32"] < errors["int4_row"] / 2
+
+
+def test_all_zero_groups_and_rows_come_back_as_zeros():
+    weight = quantization.gaussian_matrix(4, 32, seed=1)
+    weight[1] = 0
+    weight[2, :8] = 0
+    out = quantization.quantize_dequantize(weight, 4, 8)
+    assert torch.isfinite(out).all()
+    assert (out[1] == 0).all() and (out[2, :8] == 0).all()
+    codes, scale = quantization.quantize_int8(weight)
+    assert (codes[1] == 0).all() and scale[1].item() == 0
+    assert torch.isfinite(quantization.nf4_quantize_dequantize(weight, 8)).all()
+
+
+def test_keeps_dtype_and_shape():
+    weight = quantization.gaussian_matrix(8, 64).to(torch.bfloat16)
+    out = quantization.quantize_dequantize(weight, 4, 16)
+    assert out.dtype == torch.bfloat16 and out.shape == weight.shape
+
+
+def test_int8_codes_and_scales():
+    weight = quantization.outlier_matrix(32, 64, seed=2)
+    codes, scale = quantization.quantize_int8(weight)
+    assert codes.dtype == torch.int8 and scale.shape == (32, 1)
+    assert codes.abs().max() == 127 and codes.min() >= -127
+    back = quantization.dequantize_int8(codes, scale)
+    assert ((back - weight).abs() <= scale / 2 * (1 + 1e-5)).all()
+    assert torch.equal(back, quantization.quantize_dequantize(weight, 8))
+
+
+def test_relative_error_definition():
+    weight = torch.tensor([[3.0, 4.0]])
+    assert quantization.relative_error(weight, torch.zeros_like(weight)) == pytest.approx(1.0)
+    assert quantization.relative_error(weight, torch.tensor([[3.0, 3.0]])) == pytest.approx(1 / 5)
+
+
+def test_effective_bits():
+    assert quantization.effective_bits(4, 64) == 4.25
+    assert quantization.effective_bits(4, None, cols=4096) == pytest.approx(4 + 16 / 4096)
+    assert quantization.effective_bits_double_quant() == pytest.approx(4 + 8 / 64 + 32 / (64 * 256))
+    assert quantization.effective_bits_double_quant() - 4 == pytest.approx(0.127, abs=5e-4)
+
+
+def test_nf4_levels_match_the_published_table():
+    np.testing.assert_allclose(quantization.nf4_levels().numpy(), PUBLISHED_NF4, atol=2e-7)
+
+
+def test_nf4_beats_int4_on_normal_weights():
+    weight = quantization.gaussian_matrix(128, 512, seed=4)
+    nf4 = quantization.relative_error(weight, quantization.nf4_quantize_dequantize(weight, 64))
+    int4 = quantization.relative_error(weight, quantization.quantize_dequantize(weight, 4, 64))
+    assert nf4 < int4
+
+
+def test_nf4_codes_are_nearest_levels():
+    weight = quantization.gaussian_matrix(4, 64, seed=6)
+    codes, scale = quantization.quantize_nf4(weight, 16)
+    normalised = weight.reshape(4, 4, 16) / scale.unsqueeze(-1)
+    nearest = (normalised.unsqueeze(-1) - quantization.nf4_levels()).abs().argmin(dim=-1)
+    assert torch.equal(codes.reshape(4, 4, 16).long(), nearest)
+
+
+def test_int8_outlier_decomposition():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 128, generator=generator)
+    x[:, [3, 50]] *= 25
+    w = quantization.gaussian_matrix(64, 128, seed=2)
+    exact = x @ w.T
+    plain = quantization.int8_matmul(x, w)
+    mixed, columns = quantization.int8_matmul_with_outliers(x, w, threshold=6.0)
+    assert sorted(columns.tolist()) == [3, 50]
+    assert quantization.relative_error(exact, mixed) < quantization.relative_error(exact, plain) / 3
+    same, none = quantization.int8_matmul_with_outliers(x, w, threshold=math.inf)
+    assert none.numel() == 0 and torch.allclose(same, plain)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda w: quantization.quantize_dequantize(w, 4, 48), "group_size 48 does not divide 64 columns"),
+        (lambda w: quantization.quantize_dequantize(w, 1), "bits must be between 2 and 16"),
+        (lambda w: quantization.quantize_dequantize(w, 17), "bits must be between 2 and 16"),
+        (lambda w: quantization.quantize_dequantize(w, 4.0), "whole number"),
+        (lambda w: quantization.quantize_dequantize(w, 4, 0), "group_size must be positive"),
+        (lambda w: quantization.quantize_dequantize(w[0], 4), "2-D matrix"),
+        (lambda w: quantization.quantize_dequantize(w.numpy(), 4), "torch.Tensor"),
+        (lambda w: quantization.quantize_dequantize(w.long(), 4), "floating-point"),
+        (lambda w: quantization.quantize_dequantize(w * float("nan"), 4), "NaN"),
+        (lambda w: quantization.relative_error(w, w[:2]), "shapes differ"),
+        (lambda w: quantization.relative_error(torch.zeros_like(w), w), "all-zero"),
+        (lambda w: quantization.int8_matmul_with_outliers(w[:, :10], w), "features"),
+    ],
+)
+def test_bad_arguments_say_what_to_do(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(quantization.gaussian_matrix(4, 64))
+
+
+# --- the stored reference numbers -----------------------------------------------------------------
+
+
+def test_reference_numbers_agree_with_hand_arithmetic():
+    numbers = reference.load("quantization")
+    assert numbers["int4_g64_fp16_bits"]["value"] == 4 + 16 / 64
+    assert numbers["nf4_double_quant_bits"]["value"] == pytest.approx(4 + 8 / 64 + 32 / (64 * 256))
+    assert numbers["outlier_error_ratio_int8_row"]["value"] > 2  # outliers more than double the error
+    # each extra 4 bits divides the error by about 2^4 on well-behaved weights
+    ratio = numbers["clean_int4_row"]["value"] / numbers["clean_int8_row"]["value"]
+    assert 12 < ratio < 20
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_quantization(4, 32, 20.0),
+        lambda: plots.plot_granularity_bars(
+            quantization.granularity_errors(quantization.outlier_matrix()),
+            quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
+        ),
+        lambda: plots.plot_outlier_row(4.2),
+        lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
+        lambda: plots.plot_nf4_levels(),
+        lambda: plots.plot_model_bits({"per row": {8: 1.40, 4: 1.9}, "group 32": {8: 1.39, 4: 1.5}}, 1.38),
+    ],
+)
+def test_plot_returns_a_figure_that_renders(draw):
+    assert figure_png(draw()).startswith(b"\x89PNG")
+
+
+def test_the_quantization_plot_follows_its_arguments():
+    pictures = {figure_png(plots.plot_quantization(bits, 32, 20.0)) for bits in (3, 4, 8)}
+    pictures.add(figure_png(plots.plot_quantization(4, None, 20.0)))
+    pictures.add(figure_png(plots.plot_quantization(4, 32, 1.0)))
+    assert len(pictures) == 5
+
+
+def test_every_group_choice_draws():
+    for _, group in plots.GROUP_CHOICES:
+        plots.plot_quantization(3, group, 10.0)
+
+
+# --- the grader names planted mistakes --------------------------------------------------------------
+
+QUANTIZE = """
+def quantize_dequantize(weight, bits, group_size=None):
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group:
+        raise ValueError("group_size must divide the columns")
+    levels = {levels}
+    grouped = weight.reshape(rows, cols // group, group)
+    scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+    {guard}
+    return ({rounding}(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
+"""
+SAFE = "scale = torch.where(scale > 0, scale, torch.ones_like(scale))"
+
+
+def quantize_variant(levels="2 ** (bits - 1) - 1", rounding="torch.round", guard=SAFE):
+    return QUANTIZE.format(levels=levels, rounding=rounding, guard=guard)
+
+
+# Every check of these must fail with the mistake named, not only the first.
+ALL_ROUND_TRIPS = {
+    f"quantize_dequantize.{c}" for c in ("int8_per_row", "int4_groups", "other_bits", "six_bits", "zero_groups")
+}
+GROUPED_ROUND_TRIPS = {f"quantize_dequantize.{c}" for c in ("int4_groups", "other_bits", "zero_groups")}
+
+PLANTED = {
+    "too_many_levels": Planted(
+        "quantize_dequantize", quantize_variant(levels="2 ** bits - 1"), ALL_ROUND_TRIPS, "levels instead of"
+    ),
+    "one_level_too_many": Planted(
+        "quantize_dequantize",
+        quantize_variant(levels="2 ** (bits - 1)"),
+        {"quantize_dequantize.int8_per_row"},
+        "one level too many",
+    ),
+    "truncation": Planted(
+        "quantize_dequantize", quantize_variant(rounding="torch.trunc"), ALL_ROUND_TRIPS, "truncated"
+    ),
+    "nan_on_zero_group": Planted(
+        "quantize_dequantize", quantize_variant(guard="pass"), {"quantize_dequantize.zero_groups"}, "all-zero group"
+    ),
+    "groups_ignored": Planted(
+        "quantize_dequantize",
+        """
+def quantize_dequantize(weight, bits, group_size=None):
+    if group_size is not None and weight.shape[1] % group_size:
+        raise ValueError("bad group")
+    levels = 2 ** (bits - 1) - 1
+    scale = weight.abs().amax(dim=1, keepdim=True) / levels
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(weight / scale).clamp(-levels, levels) * scale
+""",
+        GROUPED_ROUND_TRIPS,
+        "group_size was ignored",
+    ),
+    "groups_down_the_rows": Planted(
+        "quantize_dequantize",
+        """
+def quantize_dequantize(weight, bits, group_size=None):
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group:
+        raise ValueError("bad group")
+    levels = 2 ** (bits - 1) - 1
+    if group_size is None:
+        grouped = weight.reshape(rows, 1, cols)
+    else:
+        grouped = weight.T.reshape(cols, rows // group, group)
+    scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    out = torch.round(grouped / scale).clamp(-levels, levels) * scale
+    return out.reshape(rows, cols) if group_size is None else out.reshape(cols, rows).T
+""",
+        GROUPED_ROUND_TRIPS,
+        "groups were taken down the columns",
+    ),
+    "no_value_error": Planted(
+        "quantize_dequantize",
+        quantize_variant().replace('raise ValueError("group_size must divide the columns")', "group = cols"),
+        {"quantize_dequantize.bad_group"},
+        "expected ValueError",
+    ),
+    "squared_error": Planted(
+        "relative_error",
+        """
+def relative_error(weight, approx):
+    return ((weight - approx).norm() ** 2 / weight.norm() ** 2).item()
+""",
+        {"relative_error.random", "relative_error.zeros"},
+        "square root",
+    ),
+    "int8_scale_128": Planted(
+        "int8",
+        """
+def quantize_int8(weight):
+    scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 128
+    return torch.round(weight / scale).clamp(-128, 127).to(torch.int8), scale
+
+def dequantize_int8(codes, scale):
+    return codes.float() * scale
+""",
+        {"int8.codes_and_scale"},
+        "absmax / 128",
+    ),
+    "int8_float_codes": Planted(
+        "int8",
+        """
+def quantize_int8(weight):
+    scale = weight.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
+    return torch.round(weight / scale), scale
+
+def dequantize_int8(codes, scale):
+    return codes.float() * scale
+""",
+        {"int8.codes_and_scale"},
+        "torch.int8",
+    ),
+    "bits_upside_down": Planted(
+        "effective_bits",
+        """
+def effective_bits(bits, group_size, scale_bits=16):
+    return bits + group_size / scale_bits
+""",
+        {"effective_bits.int4_g64", "effective_bits.other"},
+        "upside down",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
+    assert_named(planted_reports[name], PLANTED[name])
