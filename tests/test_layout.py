@@ -38,12 +38,15 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_checkpoints",
             "test_grader",
             "test_hostile",
+            "test_install_torch",
             "test_layout",
             "test_model",
             "test_notebooks",
             "test_packaging",
             "test_reference",
             "test_release",
+            "test_sandbox",
+            "test_timing",
             "test_widgets",
         }
     }
