@@ -1,4 +1,5 @@
-"""Command line: ``python -m autograder grade NOTEBOOK [--json]`` and ``grade-folder DIR --out DIR``."""
+"""Command line: ``python -m autograder grade NOTEBOOK [--json]``, ``grade-folder DIR --out DIR
+[--shard I/N]`` and ``merge DIR`` (the shards' parts into the class's files)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,17 @@ import sys
 import time
 from pathlib import Path
 
-from autograder import grade, runner
+from autograder import grade, gradebook, runner, shards, similarity
 
 
-def main(argv: list[str] | None = None) -> int:
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        return shards.parse_shard(text)
+    except shards.ShardError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description="Grade course notebooks.")
     sub = parser.add_subparsers(dest="command", required=True)
     one = sub.add_parser("grade", help="grade one notebook and print points and hints")
@@ -20,8 +28,25 @@ def main(argv: list[str] | None = None) -> int:
     many = sub.add_parser("grade-folder", help="grade every notebook under a folder into a gradebook")
     many.add_argument("folder", type=Path)
     many.add_argument("--out", type=Path, default=Path("feedback"), help="where gradebook.csv and feedback go")
-    many.add_argument("--workers", type=int, default=None, help="parallel submissions (default: all cores)")
+    many.add_argument(
+        "--workers", type=int, default=None, help="parallel submissions (default: the CPUs this process may use)"
+    )
     many.add_argument("--chapter", default=None, help="expected chapter, e.g. 03_quantization: others score 0")
+    many.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="I/N",
+        help="grade only shard I (from 0) of N, e.g. $SLURM_ARRAY_TASK_ID/4; needs --seed; then `merge OUT`",
+    )
+    join = sub.add_parser("merge", help="merge the shards' parts in OUT/parts into the class's gradebook")
+    join.add_argument("out", type=Path, help="the --out folder the shards wrote to")
+    join.add_argument("--shards", type=int, default=None, help="which split, when parts of several lie there")
+    for command in (many, join):
+        command.add_argument("--roster", type=Path, default=None, help="CSV of learners (Canvas's gradebook export)")
+        command.add_argument(
+            "--threshold", type=float, default=similarity.THRESHOLD, help="similarity listed for review (0 to 1)"
+        )
     for command in (one, many):
         command.add_argument("--seed", type=int, default=None, help="fix the hidden inputs (default: fresh)")
         command.add_argument("--timeout", type=float, default=runner.Limits.wall_seconds, help="seconds per submission")
@@ -31,25 +56,59 @@ def main(argv: list[str] | None = None) -> int:
             default=runner.Limits.memory_bytes / 2**30,
             help="GiB of resident memory per submission",
         )
-    args = parser.parse_args(argv)
-    limits = runner.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    started = time.monotonic()
     try:
+        if args.command == "merge":
+            graded, notes = grade.merge(args.out, args.roster, args.shards, args.threshold)
+            _summary([g.report for g in graded], notes, args.out, started, "merged")
+            return 0
+        limits = runner.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
         if args.command == "grade":
             report = grade.grade(args.notebook, limits, args.seed)
             print(json.dumps(report.as_json()) if args.json else report.text())
             return 0
-        started = time.monotonic()
-        reports = grade.grade_folder(args.folder, args.out, limits, args.workers, args.seed, args.chapter)
-    except runner.SandboxUnavailable as error:
+        print(f"sandbox: {runner.describe(runner.isolation(limits.memory_bytes))}", file=sys.stderr)
+        reports = grade.grade_folder(
+            args.folder,
+            args.out,
+            limits,
+            args.workers,
+            args.seed,
+            args.chapter,
+            shard=args.shard,
+            roster=args.roster,
+            threshold=args.threshold,
+        )
+    except (runner.SandboxUnavailable, shards.MergeError, gradebook.RosterError, shards.ShardError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    index, count = args.shard
+    if count > 1:
+        print(
+            f"shard {index}/{count}: graded {len(reports)} notebooks in {time.monotonic() - started:.1f} s; "
+            f"part: {shards.part_path(args.out, index, count)}; once every shard is done: "
+            f"python -m autograder merge {args.out}"
+        )
+        return 0
+    notes = [line[2:] for line in (args.out / grade.NOTES).read_text().splitlines() if line.startswith("- ")]
+    _summary(reports, notes, args.out, started, "graded")
+    return 0
+
+
+def _summary(reports: list, notes: list[str], out: Path, started: float, verb: str) -> None:
     for report in reports:
         print(f"{report.notebook:<40} {report.score:g}/{report.max_score:g}")
+    for line in notes:
+        print(f"note: {line}")
     print(
-        f"graded {len(reports)} notebooks in {time.monotonic() - started:.1f} s; "
-        f"gradebook: {args.out / 'gradebook.csv'}"
+        f"{verb} {len(reports)} notebooks in {time.monotonic() - started:.1f} s; gradebook: {out / 'gradebook.csv'}, "
+        f"Canvas: {out / 'canvas.csv'}, similar answers: {out / 'similarity.html'}"
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,25 +3,27 @@
 ``grade`` runs the stages in order: load (``notebook.load``), identify the chapter, extract the
 answers, run them in the sandbox, judge, report. It never raises for a bad submission: every
 problem becomes a message in the report and the points it costs. A folder is graded in parallel,
-one sandbox per submission, and yields a row for every file whatever happens to the others.
+one sandbox per submission, and yields a row for every file whatever happens to the others; a
+class too large for one machine is graded in shards (``shards.py``) and merged back into the same
+files: the gradebook and its LMS exports (``gradebook.py``), a page of feedback per submission
+(``feedback.py``), and the answers that look copied (``similarity.py``).
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
-from autograder import notebook, runner
+from autograder import feedback, gradebook, notebook, runner, shards, similarity
 from autograder.chapters import CHAPTERS
 from autograder.checks import Check, Verdict, encode_probe
+from course import timing
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Report:
     seconds: float = 0.0
     seed: int = 0
     isolation: str = ""
+    answers: dict[str, str] = field(default_factory=dict)  # grade_id -> the learner's code (not in as_json)
 
     def as_json(self) -> dict:
         return {
@@ -58,6 +61,15 @@ class Report:
             "isolation": self.isolation,
         }
 
+    @classmethod
+    def from_json(cls, data: dict, answers: dict[str, str] | None = None) -> Report:
+        """The report that :meth:`as_json` wrote (in a shard's part of the gradebook)."""
+        plain = {f.name for f in fields(cls)} - {"tests", "answers"}
+        report = cls(**{key: value for key, value in data.items() if key in plain})
+        report.tests = [TestResult(**test) for test in data.get("tests", [])]
+        report.answers = dict(answers or {})
+        return report
+
     def text(self) -> str:
         lines = [f"{self.notebook} ({self.chapter or 'unknown chapter'}): {self.score:g} / {self.max_score:g} points"]
         lines += [f"  note: {m}" for m in self.messages]
@@ -69,6 +81,9 @@ class Report:
                 lines.append(f"       hint: {test.hint if test.hint != last_hint else '(as above)'}")
                 last_hint = test.hint
         return "\n".join(lines)
+
+
+NOTES = "class-notes.md"  # the notes on a class's files, for the instructor
 
 
 def _max_score(chapter: str) -> float:
@@ -96,6 +111,7 @@ def grade(
     report.max_score = _max_score(report.chapter)
     release = notebook.released(report.chapter)
     answers = extract_answers(submitted, report.chapter, release, report.messages)
+    report.answers = dict(answers.sources)
     checks = [c for e in CHAPTERS[report.chapter] for c in e.checks]
     rng = np.random.default_rng(seed)
     probes = {c.id: c.probe(rng) for c in checks}
@@ -196,50 +212,79 @@ def grade_folder(
     workers: int | None = None,
     seed: int | None = None,
     chapter: str | None = None,
+    shard: tuple[int, int] = (0, 1),
+    roster: Path | None = None,
+    threshold: float = similarity.THRESHOLD,
 ) -> list[Report]:
-    """Grade every ``*.ipynb`` under ``folder``; write ``gradebook.csv`` and a feedback file each.
+    """Grade every ``*.ipynb`` under ``folder`` into ``out``: a feedback file each (text, JSON,
+    HTML), then the class's files (:func:`write_class`). Returns the reports in file order.
 
     The learner is the first folder under ``folder`` (``folder/alice/03_quantization.ipynb``),
-    or the file name for files directly in it.
+    or the file name for files directly in it. Each submission's hidden inputs come from ``seed``
+    (the class seed; fresh when None) and its path. With ``shard=(i, n)`` and n > 1, only the
+    share of shard i is graded (:func:`shards.owns`), and the class's files wait for :func:`merge`;
+    every run leaves its part of the gradebook in ``out/parts/``.
     """
     folder, out = Path(folder), Path(out)
+    index, count = shards.check_shard(shard)
+    if count > 1 and seed is None:
+        raise shards.ShardError("the shards of a class need one seed for its hidden inputs: give each the same --seed")
+    people = gradebook.read_roster(roster) if roster and count == 1 else None  # a bad roster stops us before grading
+    class_seed = secrets.randbelow(2**31) if seed is None else seed
     files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-    workers = workers or os.cpu_count() or 1
+    relatives = [p.relative_to(folder).as_posix() for p in files]
+    mine = [(p, r) for p, r in zip(files, relatives, strict=True) if shards.owns(r, index, count)]
+    workers = workers or timing.usable_cpus()  # a container's CPU quota, not the host's cores
     limits = limits or runner.Limits()
     runner.isolation(limits.memory_bytes)  # before any submission: SandboxUnavailable stops the run here
     hide = [folder.resolve(), out.resolve()]
     out.mkdir(parents=True, exist_ok=True)
 
-    def one(path: Path) -> Report:
+    def one(item: tuple[Path, str]) -> Report:
+        path, relative = item
         try:
-            return grade(path, limits, seed, hide=hide, chapter=chapter)
+            return grade(path, limits, shards.submission_seed(class_seed, relative), hide=hide, chapter=chapter)
         except Exception as error:  # the grader's own failure: still a row, with the reason
             return Report(path.name, "", 0.0, 0.0, messages=[f"grader error: {type(error).__name__}: {error}"])
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        reports = list(pool.map(one, files))
-    ids = sorted({t.id for r in reports for t in r.tests})
-    with open(out / "gradebook.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["learner", "notebook", "chapter", "score", "max_score", *ids, "messages"])
-        for path, report in zip(files, reports, strict=True):
-            learner = _learner(folder, path)
-            points = {t.id: t.points for t in report.tests}
-            writer.writerow(
-                [
-                    learner,
-                    path.name,
-                    report.chapter,
-                    report.score,
-                    report.max_score,
-                    *[points.get(i, "") for i in ids],
-                    " | ".join(report.messages),
-                ]
-            )
-            stem = f"{learner}__{path.stem}" if learner != path.stem else learner
-            (out / f"{stem}.txt").write_text(report.text() + "\n")
-            (out / f"{stem}.json").write_text(json.dumps(report.as_json(), indent=1) + "\n")
+        progress = tqdm(pool.map(one, mine), total=len(mine), unit="notebook", desc="grading", disable=None)
+        reports = list(progress)
+    graded = [shards.Graded(r, _learner(folder, p), report) for (p, r), report in zip(mine, reports, strict=True)]
+    for entry in graded:
+        feedback.write(out, entry)
+    shards.write_part(out, graded, (index, count), class_seed, chapter, relatives)
+    if count == 1:
+        write_class(out, graded, people, threshold)
     return reports
+
+
+def write_class(
+    out: Path,
+    graded: list[shards.Graded],
+    roster: gradebook.Roster | None = None,
+    threshold: float = similarity.THRESHOLD,
+) -> list[str]:
+    """The class's files in ``out``: ``gradebook.csv``, ``canvas.csv`` and ``grades/<chapter>.csv``
+    (learners named by ``roster``), ``similarity.csv`` and ``.html``, and ``class-notes.md``
+    (what the instructor should know about them, also returned)."""
+    gradebook.write_gradebook(out, graded)
+    notes = gradebook.write_exports(out, graded, roster)
+    notes += similarity.write_report(out, graded, threshold)
+    (Path(out) / NOTES).write_text("# What to know about this gradebook\n\n" + "".join(f"- {line}\n" for line in notes))
+    return notes
+
+
+def merge(
+    out: Path, roster: Path | None = None, count: int | None = None, threshold: float = similarity.THRESHOLD
+) -> tuple[list[shards.Graded], list[str]]:
+    """The shards' parts in ``out/parts/`` as one class: writes what one run over the whole folder
+    writes (:func:`write_class`); returns the graded submissions and the notes. Raises
+    :class:`shards.MergeError` (parts missing or not of one class) or ``gradebook.RosterError``."""
+    people = gradebook.read_roster(roster) if roster else None
+    _, entries = shards.read_parts(out, count)
+    graded = [shards.Graded(e["relative"], e["learner"], Report.from_json(e["report"], e["answers"])) for e in entries]
+    return graded, write_class(out, graded, people, threshold)
 
 
 def _learner(folder: Path, path: Path) -> str:

@@ -36,6 +36,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "conftest",
             "test_browser",
             "test_checkpoints",
+            "test_class_grading",
             "test_grader",
             "test_hostile",
             "test_install_torch",
