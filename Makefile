@@ -4,9 +4,11 @@
 #   make lint       ruff: the linter and the formatter's check, as `make test` runs them
 #   make format     ruff: fix what can be fixed, then format the tree
 #   make release    rebuild the student notebooks in notebooks/ from solutions/
-#   make autograde  grade every notebook under submissions/ into feedback/gradebook.csv
+#   make autograde  grade every notebook under submissions/ into feedback/: gradebook, Canvas CSV,
+#                   HTML feedback, similar answers (ROSTER=canvas-export.csv names learners)
 #   make reference  regenerate data/reference/*.json
-#   make bench      measurements, as ratios against a baseline and the physical bound
+#   make bench      measurements, as ratios against a baseline and the physical bound, and a
+#                   generated class of BENCH_SUBMISSIONS graded in one run and in 4 shards
 #   make model      train the course's target and draft models from scratch (under an hour, 2 cores)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -21,6 +23,9 @@ TORCH_BUILD ?=
 export TORCH_INDEX TORCH_BUILD
 SUBMISSIONS ?= submissions
 FEEDBACK ?= feedback
+ROSTER ?=
+SEED ?=
+BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
 .PHONY: lab test lint format release autograde reference bench model clean
@@ -66,13 +71,14 @@ release: $(BIN)/.installed-dev
 
 autograde: $(BIN)/.installed-dev
 	@test -d $(SUBMISSIONS) || { echo "put submissions in $(SUBMISSIONS)/LEARNER/NN_chapter.ipynb (or set SUBMISSIONS=folder)"; exit 1; }
-	$(BIN)/python -m autograder grade-folder $(SUBMISSIONS) --out $(FEEDBACK)
+	$(BIN)/python -m autograder grade-folder $(SUBMISSIONS) --out $(FEEDBACK) \
+	  $(if $(ROSTER),--roster $(ROSTER)) $(if $(SEED),--seed $(SEED))
 
 reference: $(BIN)/.installed-base
 	$(BIN)/python -m course.reference
 
 bench: $(BIN)/.installed-dev
-	$(BIN)/python tools/benchmarks.py
+	$(BIN)/python tools/benchmarks.py --submissions $(BENCH_SUBMISSIONS)
 
 model: $(BIN)/.installed-base
 	$(BIN)/python -m course.train

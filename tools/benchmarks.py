@@ -322,7 +322,288 @@ def budget(chapters: dict[str, float], sliders: dict[str, float], ratios: dict[s
     print(f"recorded in {REPORT.relative_to(paths.ROOT)}")
 
 
+# --- grading a class -------------------------------------------------------------------------------
+
+KINDS = ["solution", "blank", "planted", "solution", "planted", "blank", "solution", "planted", "blank", "solution"] * 2
+KINDS[3] = "hostile"  # one submission in twenty misbehaves
+HOSTILE = {  # appended to the last answer cell of a solution (no other exercise calls it)
+    "endless loop": "def {name}(*args, **kwargs):\n    while True:\n        pass\n",
+    "memory hog": "def {name}(*args, **kwargs):\n    return len([bytearray(2**26) for _ in range(400)])\n",
+    "os._exit": "import os\nos._exit(0)\n",
+}
+
+
+def _planted() -> dict[str, list]:
+    """Each chapter's planted mistakes, from its test module (``PLANTED`` in ``tests/test_<slug>.py``)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(paths.ROOT / "tests"))
+    found = {}
+    for source in paths.chapter_sources():
+        module = importlib.import_module(f"test_{paths.slug(source)}")
+        found[source.stem] = list(getattr(module, "PLANTED", {}).values())
+    return found
+
+
+def generated_class(folder, n: int) -> dict[str, tuple[str, object]]:
+    """``n`` submissions under ``folder``, chapters in turn, solutions, blanks, planted mistakes and
+    a few hostile ones mixed: relative path -> (kind, the planted mistake or hostile name)."""
+    import nbformat
+
+    from autograder import release
+    from autograder.chapters import CHAPTERS
+
+    chapters = [source.stem for source in paths.chapter_sources()]
+    solutions = {s.stem: nbformat.writes(release.instructor_notebook(s)) for s in paths.chapter_sources()}
+    planted = _planted()
+    made = {}
+    for i in range(n):
+        chapter = chapters[i % len(chapters)]
+        kind = KINDS[(i // len(chapters)) % len(KINDS)]
+        if kind == "planted" and not planted[chapter]:
+            kind = "solution"
+        relative = f"learner{i:05d}/{chapter}.ipynb"
+        target = folder / relative
+        target.parent.mkdir(parents=True)
+        if kind == "blank":
+            target.write_bytes((paths.NOTEBOOKS / f"{chapter}.ipynb").read_bytes())
+            made[relative] = (kind, None)
+            continue
+        notebook = json.loads(solutions[chapter])
+        detail = None
+        if kind == "planted":
+            detail = planted[chapter][(i // (len(chapters) * len(KINDS))) % len(planted[chapter])]
+            grade_id, source = detail.grade_id, detail.source
+        elif kind == "hostile":
+            detail = list(HOSTILE)[(i // (len(chapters) * len(KINDS))) % len(HOSTILE)]
+            exercise = CHAPTERS[chapter][-1]
+            grade_id = exercise.grade_id
+        for cell in notebook["cells"]:
+            if kind != "solution" and cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+                if kind == "planted":
+                    cell["source"] = source
+                else:
+                    cell["source"] = "".join(cell["source"]) + "\n" + HOSTILE[detail].format(name=exercise.defines[0])
+        target.write_text(json.dumps(notebook))
+        made[relative] = (kind, detail)
+    return made
+
+
+def kept_their_grades(made: dict, reports: dict) -> list[str]:
+    """What went wrong: a solution short of full marks, a blank copy with points, a planted mistake
+    that cost other exercises (``conftest.assert_named``), a hostile answer that cost its
+    submission's other exercises (one that ends the whole sandbox at definition costs them all)."""
+    from autograder.chapters import CHAPTERS
+
+    from conftest import assert_named
+
+    wrong = []
+    for relative, (kind, detail) in made.items():
+        report = reports[relative]
+        if kind == "hostile" and detail != "os._exit":
+            last = CHAPTERS[report.chapter][-1].grade_id
+            lost = [t.id for t in report.tests if not t.passed and not t.id.startswith(f"{last}.")]
+            if lost:
+                wrong.append(f"{relative}: hostile {detail} in {last} cost {', '.join(lost)}")
+        if kind == "solution" and report.score != report.max_score:
+            wrong.append(f"{relative}: solution got {report.score:g}/{report.max_score:g}")
+        elif kind == "blank" and report.score != 0:
+            wrong.append(f"{relative}: blank copy got {report.score:g}")
+        elif kind == "planted":
+            try:
+                assert_named(report, detail)
+            except AssertionError as error:
+                wrong.append(f"{relative}: planted {detail.grade_id}: {str(error).splitlines()[0]}")
+    return wrong
+
+
+class PeakMemory:
+    """The largest memory this process and every process under it (the sandboxes) held together,
+    sampled as proportional set sizes (shared pages counted once), from a thread."""
+
+    def __init__(self, every: float = 0.25):
+        import os
+        import threading
+
+        from autograder import runner
+
+        self.peak, self.every, self._stop = 0, every, threading.Event()
+        self._watch = runner.MemoryWatch(os.getpid(), 0)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from autograder import runner
+
+        while not self._stop.wait(self.every):
+            table = runner._processes()
+            total = sum(runner._proportional_bytes(pid, table[pid][3]) for pid in self._watch.members(table))
+            self.peak = max(self.peak, total)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
+    """Grade ``n`` generated submissions in one run, then as ``shard_count`` shards merged; check
+    that every honest submission kept its grade and that the merge equals the single run."""
+    import resource
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from autograder import grade, similarity
+
+    cores = timing.usable_cpus()
+    print(f"\n== grading a class: {n} generated submissions, {cores} worker(s), one per usable CPU ==")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="class-") as work:
+        folder, out = Path(work) / "submissions", Path(work) / "feedback"
+        made = generated_class(folder, n)
+        mix = {kind: sum(k == kind for k, _ in made.values()) for kind in ("solution", "blank", "planted", "hostile")}
+        print("mix: " + ", ".join(f"{count} {kind}" for kind, count in mix.items()))
+        started = time.perf_counter()
+        with PeakMemory() as memory:
+            reports = grade.grade_folder(folder, out, workers=cores, seed=1)
+        wall = time.perf_counter() - started
+        files = sorted(folder.rglob("*.ipynb"))
+        by_path = {p.relative_to(folder).as_posix(): r for p, r in zip(files, reports, strict=True)}
+        slowest = max(by_path, key=lambda r: by_path[r].seconds)
+        per_core = n / (wall / 60) / cores
+        biggest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB
+        print(
+            f"{wall:.0f} s for {n}: {n / (wall / 60):.1f} submissions per minute, {per_core:.1f} per minute per core; "
+            f"median {statistics.median(r.seconds for r in reports):.1f} s a submission"
+        )
+        kind, detail = made[slowest]
+        what = f"{kind} ({detail})" if kind == "hostile" else kind
+        print(f"slowest: {slowest}, {what}, {by_path[slowest].seconds:.1f} s")
+        print(
+            f"peak memory: {memory.peak / 2**30:.2f} GiB for the grader and its sandboxes together; "
+            f"the largest sandbox process {biggest:.2f} GiB"
+        )
+        wrong = kept_their_grades(made, by_path)
+        print(
+            f"{n - len(wrong)} of {n} submissions got exactly the grade their answers earn (hostile ones: their other "
+            f"exercises' points; the rest in the same batch: all of theirs)"
+        )
+        for line in wrong[:10]:
+            print(f"  WRONG {line}")
+        start = time.perf_counter()
+        graded, _ = grade.merge(out)
+        merging = time.perf_counter() - start
+        start = time.perf_counter()
+        matches, _ = similarity.find(graded)
+        print(
+            f"merging the class's files again: {merging:.1f} s, of which the similarity report "
+            f"{time.perf_counter() - start:.1f} s ({len(matches)} matches)"
+        )
+        results.update(
+            submissions=n,
+            cores=cores,
+            wall_seconds=round(wall, 1),
+            per_minute_per_core=round(per_core, 2),
+            slowest_seconds=round(by_path[slowest].seconds, 1),
+            slowest=what,
+            peak_memory_gib=round(memory.peak / 2**30, 2),
+            kept_grades=f"{n - len(wrong)}/{n}",
+        )
+        if shard_count > 1:
+            split = Path(work) / "sharded"
+            times = []
+            for index in range(shard_count):  # one after another, each with every core, as each machine would
+                start = time.perf_counter()
+                command = [sys.executable, "-m", "autograder", "grade-folder", str(folder), "--out", str(split)]
+                command += ["--shard", f"{index}/{shard_count}", "--seed", "1", "--workers", str(cores)]
+                subprocess.run(command, check=True, capture_output=True)
+                times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "autograder", "merge", str(split)], check=True, capture_output=True)
+            merging = time.perf_counter() - start
+            same = all(
+                (out / name).read_bytes() == (split / name).read_bytes()
+                for name in ("gradebook.csv", "canvas.csv", "similarity.csv")
+            )
+            print(
+                f"{shard_count} shards: {', '.join(f'{t:.0f} s' for t in times)} (each with {cores} cores), merge "
+                f"{merging:.1f} s; on {shard_count} machines like this one: {max(times) + merging:.0f} s against "
+                f"{wall:.0f} s on one ({wall / (max(times) + merging):.1f}x); merged gradebook "
+                + ("identical to the single run" if same else "DIFFERS from the single run")
+            )
+            results.update(
+                shard_seconds=[round(t, 1) for t in times],
+                merge_seconds=round(merging, 1),
+                sharded_wall_seconds=round(max(times) + merging, 1),
+                merged_equals_single=same,
+            )
+    results.update(similarity_scale(5000))
+    return results
+
+
+def similarity_scale(n: int) -> dict[str, float]:
+    """The similarity report's pair search on ``n`` distinct answers to one exercise (the chapter's
+    solution with lines of its own added at random places), ten of them renamed copies of one."""
+    import random
+
+    from autograder import similarity
+
+    material = similarity.chapter_material("03_quantization")
+    solution = material["references"]["quantize_dequantize"]["solutions/03_quantization.py"]
+    rng = random.Random(0)
+    extras = [f"    check_{k} = weight.shape[{k % 2}] * {{}}\n" for k in range(50)]
+    answers = {}
+    for i in range(n):
+        lines = solution.splitlines(keepends=True)
+        for _ in range(rng.randint(3, 8)):
+            extra = rng.choice(extras).format(rng.randint(0, 10**6)).replace("check_", f"c{i}_")
+            lines.insert(rng.randint(2, len(lines) - 1), extra)
+        answers[f"learner{i}"] = "".join(lines)
+    for i in range(1, 10):
+        answers[f"learner{i}"] = answers["learner0"].replace("c0_", f"mine{i}_")
+    start = time.perf_counter()
+    matches, _ = similarity.compare(
+        answers, {a: a for a in answers}, material["stubs"]["quantize_dequantize"], exercise="quantize_dequantize"
+    )
+    seconds = time.perf_counter() - start
+    found = {(m.a, m.b) for m in matches}
+    planted = [tuple(sorted((f"learner{i}", f"learner{j}"))) for i in range(10) for j in range(i + 1, 10)]
+    copies = sum(pair in found for pair in planted)
+    print(
+        f"similarity, {n} answers to one exercise: {seconds:.1f} s; {copies} of the 45 pairs among 10 planted copies "
+        f"found, {len(matches) - copies} other pairs listed"
+    )
+    return {"similarity_answers": n, "similarity_seconds": round(seconds, 1)}
+
+
+def record(key: str, value: dict) -> None:
+    """Put ``value`` under ``key`` in data/performance.json, keeping what the rest of it holds."""
+    report = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+    report[key] = value
+    REPORT.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"recorded under {key!r} in {REPORT.relative_to(paths.ROOT)}")
+
+
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The course's measurements on this machine, as ratios.")
+    parser.add_argument("--submissions", type=int, default=60, help="size of the generated class to grade")
+    parser.add_argument("--shards", type=int, default=4, help="shards to grade the same class in (1: none)")
+    parser.add_argument("--only", choices=["grading"], default=None, help="run one section only")
+    args = parser.parse_args()
+    if args.only != "grading":
+        measurements()
+    if args.submissions > 0:
+        record("grading", grading_throughput(args.submissions, args.shards))
+
+
+def measurements() -> None:
     device = best_device()
     torch.manual_seed(0)
     print(describe(device))
