@@ -229,7 +229,9 @@ def grade_folder(
     index, count = shards.check_shard(shard)
     if count > 1 and seed is None:
         raise shards.ShardError("the shards of a class need one seed for its hidden inputs: give each the same --seed")
-    people = gradebook.read_roster(roster) if roster and count == 1 else None  # a bad roster stops us before grading
+    if roster and count > 1:
+        raise shards.ShardError("a shard writes no LMS export: give the roster to the merge (merge OUT --roster FILE)")
+    people = gradebook.read_roster(roster) if roster else None  # a bad roster stops the run before grading
     class_seed = secrets.randbelow(2**31) if seed is None else seed
     files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     relatives = [p.relative_to(folder).as_posix() for p in files]
@@ -247,12 +249,13 @@ def grade_folder(
         except Exception as error:  # the grader's own failure: still a row, with the reason
             return Report(path.name, "", 0.0, 0.0, messages=[f"grader error: {type(error).__name__}: {error}"])
 
+    graded = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        progress = tqdm(pool.map(one, mine), total=len(mine), unit="notebook", desc="grading", disable=None)
-        reports = list(progress)
-    graded = [shards.Graded(r, _learner(folder, p), report) for (p, r), report in zip(mine, reports, strict=True)]
-    for entry in graded:
-        feedback.write(out, entry)
+        done = tqdm(pool.map(one, mine), total=len(mine), unit="notebook", desc="grading", disable=None)
+        for (path, relative), report in zip(mine, done, strict=True):
+            graded.append(shards.Graded(relative, _learner(folder, path), report))
+            feedback.write(out, graded[-1])  # as soon as it is graded: a run cut short keeps what it did
+    reports = [g.report for g in graded]
     shards.write_part(out, graded, (index, count), class_seed, chapter, relatives)
     if count == 1:
         write_class(out, graded, people, threshold)

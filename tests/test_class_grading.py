@@ -187,6 +187,8 @@ def test_merge_refuses_parts_that_are_missing_or_of_another_class(sharded, tmp_p
 def test_shards_need_a_valid_split_and_one_seed(klass, tmp_path):
     with pytest.raises(shards.ShardError, match="same --seed"):
         grade.grade_folder(klass, tmp_path, GENEROUS, shard=(1, 4))
+    with pytest.raises(shards.ShardError, match="give the roster to the merge"):
+        grade.grade_folder(klass, tmp_path, GENEROUS, seed=1, shard=(1, 4), roster=tmp_path / "roster.csv")
     for text in ("4/4", "-1/4", "two", "1/0"):
         with pytest.raises(shards.ShardError, match="I/N"):
             shards.parse_shard(text)

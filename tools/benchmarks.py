@@ -452,6 +452,7 @@ class PeakMemory:
 def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
     """Grade ``n`` generated submissions in one run, then as ``shard_count`` shards merged; check
     that every honest submission kept its grade and that the merge equals the single run."""
+    import os
     import resource
     import subprocess
     import sys
@@ -462,6 +463,7 @@ def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
 
     cores = timing.usable_cpus()
     print(f"\n== grading a class: {n} generated submissions, {cores} worker(s), one per usable CPU ==")
+    print(f"load average before: {os.getloadavg()[0]:.1f} (other work on this machine slows every figure below)")
     results = {}
     with tempfile.TemporaryDirectory(prefix="class-") as work:
         folder, out = Path(work) / "submissions", Path(work) / "feedback"
@@ -472,6 +474,7 @@ def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
         with PeakMemory() as memory:
             reports = grade.grade_folder(folder, out, workers=cores, seed=1)
         wall = time.perf_counter() - started
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
         files = sorted(folder.rglob("*.ipynb"))
         by_path = {p.relative_to(folder).as_posix(): r for p, r in zip(files, reports, strict=True)}
         slowest = max(by_path, key=lambda r: by_path[r].seconds)
