@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             f"python -m autograder merge {args.out}"
         )
         return 0
-    notes = [line[2:] for line in (args.out / grade.NOTES).read_text().splitlines() if line.startswith("- ")]
+    notes = (args.out / grade.NOTES).read_text().split("\n## ")[0]  # the first section: the notes themselves
+    notes = [line[2:] for line in notes.splitlines() if line.startswith("- ")]
     _summary(reports, notes, args.out, started, "graded")
     return 0
 

@@ -35,12 +35,20 @@ CSP = (
     + base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
     + "'; base-uri 'none'; form-action 'none'"
 )
+SHOWN_CHARACTERS = 20_000  # of one answer on a page
 EXPECTED_GOT = re.compile(r"expected (?P<expected>[^;()]+?), got (?P<got>[^;()]+?)(?=\)|;|$)")
 
 
 def escape(text) -> str:
     """Any text as HTML that shows it literally (quotes included, for attributes)."""
     return html.escape(str(text), quote=True)
+
+
+def code(source: str) -> str:
+    """A learner's code as escaped HTML, cut after ``SHOWN_CHARACTERS``."""
+    more = len(source) - SHOWN_CHARACTERS
+    shown = source if more <= 0 else f"{source[:SHOWN_CHARACTERS]}\n... ({more} more characters not shown)"
+    return f"<pre><code>{escape(shown)}</code></pre>"
 
 
 def page(title: str, body: str) -> str:
@@ -95,7 +103,7 @@ def html_report(report, learner: str) -> str:
     if report.answers:
         parts.append("<h2>Your answers, as graded</h2>")
         for grade_id, source in report.answers.items():
-            parts.append(f"<h3><code>{escape(grade_id)}</code></h3>\n<pre><code>{escape(source)}</code></pre>")
+            parts.append(f"<h3><code>{escape(grade_id)}</code></h3>\n{code(source)}")
     return page(f"{chapter}: {report.score:g} / {report.max_score:g}", "\n".join(parts))
 
 

@@ -273,8 +273,14 @@ def write_class(
     (what the instructor should know about them, also returned)."""
     gradebook.write_gradebook(out, graded)
     notes = gradebook.write_exports(out, graded, roster)
-    notes += similarity.write_report(out, graded, threshold)
-    (Path(out) / NOTES).write_text("# What to know about this gradebook\n\n" + "".join(f"- {line}\n" for line in notes))
+    by_exercise, total = similarity.write_report(out, graded, threshold)
+    notes.append(f"{total} (similarity.html)")
+    (Path(out) / NOTES).write_text(
+        "# What to know about this gradebook\n\n"
+        + "".join(f"- {line}\n" for line in notes)
+        + "\n## Similar answers, exercise by exercise\n\n"
+        + "".join(f"- {line}\n" for line in by_exercise)
+    )
     return notes
 
 

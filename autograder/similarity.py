@@ -330,9 +330,9 @@ def find(graded: list, threshold: float = THRESHOLD) -> tuple[list[Match], list[
 # --- the report ------------------------------------------------------------------------------------
 
 
-def write_report(out: Path, graded: list, threshold: float = THRESHOLD) -> list[str]:
-    """``similarity.csv`` and ``similarity.html`` in ``out``; returns the summary lines."""
-    from autograder.feedback import escape, page
+def write_report(out: Path, graded: list, threshold: float = THRESHOLD) -> tuple[list[str], str]:
+    """``similarity.csv`` and ``similarity.html`` in ``out``; returns a line per exercise and one for the class."""
+    from autograder.feedback import code, escape, page
 
     matches, summary = find(graded, threshold)
     owners = {g.relative: g.learner for g in graded}
@@ -371,9 +371,9 @@ def write_report(out: Path, graded: list, threshold: float = THRESHOLD) -> list[
             title = f"{m.a} and {m.b}: {m.similarity:.0%} of the answer's passages are the course's"
             right = chapter_material(chapter_of[m.a])["references"].get(m.exercise, {}).get(m.b, "")
         left = answers.get((m.a, m.exercise), "")
-        body.append(
-            f'<h3>{escape(title)}</h3>\n<div class="pair"><pre><code>{escape(m.a)}\n\n{escape(left)}</code></pre>'
-            f"<pre><code>{escape(m.b)}\n\n{escape(right)}</code></pre></div>"
-        )
+        sides = code(m.a + "\n\n" + left) + code(m.b + "\n\n" + right)
+        body.append(f'<h3>{escape(title)}</h3>\n<div class="pair">{sides}</div>')
     (Path(out) / "similarity.html").write_text(page("Answers that look alike", "\n".join(body)))
-    return summary
+    pairs = sum(m.kind == "pair" for m in matches)
+    total = f"similar answers to review: {pairs} pairs of submissions, {len(matches) - pairs} like the course's code"
+    return summary, total

@@ -202,6 +202,23 @@ def test_shards_need_a_valid_split_and_one_seed(klass, tmp_path):
     assert done.returncode == 2 and "indices run from 0 to N-1" in done.stderr
 
 
+def test_command_line_grades_a_class_and_says_what_to_know(tmp_path):
+    folder = tmp_path / "class"
+    (folder / "joe").mkdir(parents=True)
+    (folder / "joe" / "03_quantization.ipynb").write_text('{"cells": [')
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "grade-folder", str(folder), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sandbox: " in done.stderr  # the mode it got, first
+    assert "note: joe/03_quantization.ipynb: its chapter is unknown" in done.stdout
+    assert "note: similar answers to review: 0 pairs" in done.stdout
+    assert "graded 1 notebooks" in done.stdout
+
+
 # --- the LMS ---------------------------------------------------------------------------------------
 
 
