@@ -35,6 +35,7 @@ CSP = (
     + base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
     + "'; base-uri 'none'; form-action 'none'"
 )
+TEXT = {"encoding": "utf-8", "errors": "replace"}  # how files are written: a lone surrogate must not stop a run
 SHOWN_CHARACTERS = 20_000  # of one answer on a page
 EXPECTED_GOT = re.compile(r"expected (?P<expected>[^;()]+?), got (?P<got>[^;()]+?)(?=\)|;|$)")
 
@@ -110,6 +111,6 @@ def html_report(report, learner: str) -> str:
 def write(out: Path, graded) -> None:
     """Write one submission's feedback (a ``shards.Graded``) as ``STEM.txt``, ``STEM.json`` and ``STEM.html``."""
     out = Path(out)
-    (out / f"{graded.stem}.txt").write_text(graded.report.text() + "\n")
-    (out / f"{graded.stem}.json").write_text(json.dumps(graded.report.as_json(), indent=1) + "\n")
-    (out / f"{graded.stem}.html").write_text(html_report(graded.report, graded.learner))
+    (out / f"{graded.stem}.txt").write_text(graded.report.text() + "\n", **TEXT)
+    (out / f"{graded.stem}.json").write_text(json.dumps(graded.report.as_json(), indent=1) + "\n", **TEXT)
+    (out / f"{graded.stem}.html").write_text(html_report(graded.report, graded.learner), **TEXT)

@@ -279,7 +279,8 @@ def write_class(
         "# What to know about this gradebook\n\n"
         + "".join(f"- {line}\n" for line in notes)
         + "\n## Similar answers, exercise by exercise\n\n"
-        + "".join(f"- {line}\n" for line in by_exercise)
+        + "".join(f"- {line}\n" for line in by_exercise),
+        **feedback.TEXT,
     )
     return notes
 

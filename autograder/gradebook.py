@@ -25,6 +25,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.feedback import TEXT
+
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MATCH_COLUMNS = ("learner", "SIS Login ID", "SIS User ID", "ID")
 POINTS_POSSIBLE = "Points Possible"
@@ -81,7 +83,7 @@ def write_gradebook(out: Path, graded: list) -> Path:
     """``gradebook.csv``: a row per submission (``shards.Graded``), a column per check."""
     ids = sorted({t.id for g in graded for t in g.report.tests})
     path = Path(out) / "gradebook.csv"
-    with open(path, "w", newline="") as handle:
+    with open(path, "w", newline="", **TEXT) as handle:
         writer = csv.writer(handle)
         writer.writerow(["learner", "notebook", "chapter", "score", "max_score", *ids, "messages"])
         for g in graded:
@@ -152,7 +154,7 @@ def write_exports(out: Path, graded: list, roster: Roster | None = None) -> list
     folder = out / "grades"
     folder.mkdir(parents=True, exist_ok=True)
     for chapter in chapters:
-        with open(folder / f"{chapter}.csv", "w", newline="") as handle:
+        with open(folder / f"{chapter}.csv", "w", newline="", **TEXT) as handle:
             writer = csv.writer(handle)
             writer.writerow(["learner", "name", "sis_login_id", "score", "max_score", "percent", "notebook"])
             for learner in learners:
@@ -173,7 +175,7 @@ def write_exports(out: Path, graded: list, roster: Roster | None = None) -> list
                     ]
                 )
 
-    with open(out / "canvas.csv", "w", newline="") as handle:
+    with open(out / "canvas.csv", "w", newline="", **TEXT) as handle:
         writer = csv.writer(handle)
         writer.writerow([*CANVAS_COLUMNS, *[_canvas_column(c, roster) for c in chapters]])
         writer.writerow([POINTS_POSSIBLE, "", "", "", "", *[f"{maximum[c]:g}" for c in chapters]])

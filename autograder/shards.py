@@ -71,7 +71,8 @@ def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
 
 
 def _number(text: str, bits: int) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") % 2**bits
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()  # any file name, even not UTF-8
+    return int.from_bytes(digest[:8], "big") % 2**bits
 
 
 def owns(relative: str, index: int, count: int) -> bool:
@@ -99,7 +100,7 @@ def release_fingerprint() -> str:
 
 def listing_digest(relatives: list[str]) -> str:
     """A digest of the whole class's list of submissions, as one shard saw it."""
-    return hashlib.sha256("\n".join(sorted(relatives)).encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256("\n".join(sorted(relatives)).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def part_path(out: Path, index: int, count: int) -> Path:

@@ -42,6 +42,7 @@ import numpy as np
 
 from autograder import notebook
 from autograder.chapters import CHAPTERS
+from autograder.feedback import TEXT, code, escape, page
 from course import paths
 
 WIDTH = 5  # tokens per passage
@@ -332,11 +333,9 @@ def find(graded: list, threshold: float = THRESHOLD) -> tuple[list[Match], list[
 
 def write_report(out: Path, graded: list, threshold: float = THRESHOLD) -> tuple[list[str], str]:
     """``similarity.csv`` and ``similarity.html`` in ``out``; returns a line per exercise and one for the class."""
-    from autograder.feedback import code, escape, page
-
     matches, summary = find(graded, threshold)
     owners = {g.relative: g.learner for g in graded}
-    with open(Path(out) / "similarity.csv", "w", newline="") as handle:
+    with open(Path(out) / "similarity.csv", "w", newline="", **TEXT) as handle:
         writer = csv.writer(handle)
         writer.writerow(["exercise", "kind", "group", "similarity", "passages", "learner_a", "a", "learner_b", "b"])
         for m in matches:
@@ -373,7 +372,7 @@ def write_report(out: Path, graded: list, threshold: float = THRESHOLD) -> tuple
         left = answers.get((m.a, m.exercise), "")
         sides = code(m.a + "\n\n" + left) + code(m.b + "\n\n" + right)
         body.append(f'<h3>{escape(title)}</h3>\n<div class="pair">{sides}</div>')
-    (Path(out) / "similarity.html").write_text(page("Answers that look alike", "\n".join(body)))
+    (Path(out) / "similarity.html").write_text(page("Answers that look alike", "\n".join(body)), **TEXT)
     pairs = sum(m.kind == "pair" for m in matches)
     total = f"similar answers to review: {pairs} pairs of submissions, {len(matches) - pairs} like the course's code"
     return summary, total
