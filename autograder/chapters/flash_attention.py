@@ -87,10 +87,11 @@ def _variant_l(q, k, block):
     return torch.exp(scores - m).sum(dim=-1, keepdim=True)
 
 
-def _attention_probe(n_q, n_k, d, block, large=False):
+def _attention_probe(n_q, n_k, d, block, large=False, dtype=torch.float32):
     def make(rng):
         q = _randn(rng, n_q, d, scale=60.0 if large else 1.0)  # scores far past exp()'s float32 range
-        return {"call": "blockwise_attention", "args": [q, _randn(rng, n_k, d), _randn(rng, n_k, d), block]}
+        q, k, v = (t.to(dtype) for t in (q, _randn(rng, n_k, d), _randn(rng, n_k, d)))
+        return {"call": "blockwise_attention", "args": [q, k, v, block]}
 
     return make
 
@@ -134,6 +135,10 @@ def largest_intermediate(function, q, k, v, block) -> dict:
     from torch.utils._pytree import tree_leaves
 
     class Largest(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):  # nothing is compiled here: spare the seconds torch._dynamo takes to import
+            return False
+
         def __init__(self):
             super().__init__()
             self.size, self.shape, self.op = 0, [], ""
@@ -232,8 +237,8 @@ BLOCKWISE = Exercise(
             "blockwise_attention.one_block",
             "blockwise_attention",
             1,
-            "one block larger than the keys",
-            _attention_probe(5, 30, 8, 64),
+            "one block larger than the keys, float64 inputs",
+            _attention_probe(5, 30, 8, 64, dtype=torch.float64),
             _judge_attention,
         ),
     ],
@@ -251,7 +256,9 @@ BLOCKWISE = Exercise(
             "visits `block` keys at a time; the last block may be shorter",
             ("blockwise_attention.uneven", "blockwise_attention.block1"),
         ),
-        Requirement("a block larger than the keys (edge case)", ("blockwise_attention.one_block",)),
+        Requirement(
+            "a block larger than the keys (edge case); float64 inputs work too", ("blockwise_attention.one_block",)
+        ),
         Requirement(
             "never forms the full (n_q, n_k) score matrix (largest torch intermediate recorded)",
             ("blockwise_attention.no_score_matrix",),

@@ -210,13 +210,17 @@ def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
         zero_at_start = {name: bool((f.detach() == 0).all()) for name, f in factors.items()}
         goal = fresh(x).detach() + 1.0  # an output the adapter must move towards
         before = trained(x).detach()
-        optimizer = torch.optim.SGD([p for p in trained.parameters() if p.requires_grad], lr=0.5)
+        trainable = [p for p in trained.parameters() if p.requires_grad]
         steps = []
-        for _ in range(2):
-            optimizer.zero_grad()
+        for _ in range(2):  # plain gradient descent (torch.optim's first optimiser takes seconds to set up)
+            for parameter in trainable:
+                parameter.grad = None
             (trained(x) - goal).square().mean().backward()
             steps.append({n: None if f.grad is None else float(f.grad.abs().max()) for n, f in factors.items()})
-            optimizer.step()
+            with torch.no_grad():
+                for parameter in trainable:
+                    if parameter.grad is not None:
+                        parameter -= 0.5 * parameter.grad
         return {
             "zero_at_start": zero_at_start,
             "gradients": steps,

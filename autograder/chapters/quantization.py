@@ -150,10 +150,10 @@ def _round_trip_verdict(probe: dict, got: torch.Tensor) -> Verdict:
 _judge_round_trip = judges_tensor("the dequantized matrix")(_round_trip_verdict)
 
 
-def _probe_round_trip(rows, cols, bits, group, outliers=False):
+def _probe_round_trip(rows, cols, bits, group, outliers=False, dtype=torch.float32):
     def make(rng):
         weight = _with_outlier_columns(rng, rows, cols) if outliers else _normal(rng, rows, cols)
-        return {"call": "quantize_dequantize", "args": [weight, bits], "kwargs": {"group_size": group}}
+        return {"call": "quantize_dequantize", "args": [weight.to(dtype), bits], "kwargs": {"group_size": group}}
 
     return make
 
@@ -235,8 +235,8 @@ QUANTIZE_DEQUANTIZE = Exercise(
             "quantize_dequantize.six_bits",
             "quantize_dequantize",
             1,
-            "6 bits, one scale per row, outliers",
-            _probe_round_trip(24, 40, 6, None, outliers=True),
+            "6 bits, one scale per row, outliers, a float64 matrix",
+            _probe_round_trip(24, 40, 6, None, outliers=True, dtype=torch.float64),
             _judge_round_trip,
         ),
         Check(
@@ -289,7 +289,7 @@ QUANTIZE_DEQUANTIZE = Exercise(
         Requirement("ValueError when group_size does not divide the columns", ("quantize_dequantize.bad_group",)),
         Requirement("an all-zero group comes back as zeros, not NaN", ("quantize_dequantize.zero_groups",)),
         Requirement(
-            "any bit width (3, 4, 6, 8)",
+            "any bit width (3, 4, 6, 8); float64 matrices work too",
             ("quantize_dequantize.other_bits", "quantize_dequantize.six_bits", "quantize_dequantize.int8_per_row"),
         ),
     ],
