@@ -30,7 +30,7 @@ from course import paths
 
 SETUP_TAG = "grader-setup"
 MAX_NOTEBOOK_BYTES = 50 * 2**20
-CHECK_CELL = re.compile(r"^\s*(from\s+autograder\b|import\s+autograder\b|check\()", re.M)
+CHECK_LINE = re.compile(r"^(from\s+autograder\b|import\s+autograder\b|check\().*$", re.M)  # a check cell's
 
 
 class NotebookError(Exception):
@@ -184,15 +184,21 @@ def release_cells(release: dict) -> ReleaseCells:
     )
 
 
+def without_checks(source: str) -> str:
+    """A cell without its calls of the grader's ``check`` and its imports of the grader (which
+    grading has no use for, and could not import), and without a hidden-tests region."""
+    return CHECK_LINE.sub("", _without_hidden_tests(source))
+
+
 def is_learners_own(cell: dict, release: ReleaseCells) -> bool:
-    """Whether a code cell is one the learner added (or rewrote), rather than one of the release's."""
+    """Whether a code cell is one the learner added (or rewrote), rather than one of the release's
+    (a check cell, copied or stripped of its metadata, is the release's too)."""
     source = _source(cell)
     tags = cell.get("metadata", {}).get("tags") if isinstance(cell.get("metadata"), dict) else None
     return bool(
-        normalised(source)
+        normalised(without_checks(source))
         and _nbgrader(cell).get("grade_id") not in release.grade_ids
         and not (set(t for t in (tags or []) if isinstance(t, str)) & release.tags)
-        and not CHECK_CELL.search(source)
         and normalised(source) not in release.sources
     )
 
@@ -289,7 +295,7 @@ def answers(notebook: dict, exercises: list[Exercise], release: dict) -> Answers
             found.sources[chosen[id(cell)]] = source
             found.cells.append({"grade_id": chosen[id(cell)], "source": source})
         elif is_learners_own(cell, known):
-            found.cells.append({"added": _label(position, _source(cell)), "source": source})
+            found.cells.append({"added": _label(position, _source(cell)), "source": without_checks(source)})
     found.notes += _locked_cell_findings(notebook, release) + _format_findings(notebook)
     return found
 

@@ -246,6 +246,15 @@ LEARNERS = {  # name -> (how the chapter 5 solution is changed, points lost, wha
         0,
         "found by its content",
     ),
+    "helper_beside_a_check_call": (  # the grader's own lines are left out, the helper runs
+        lambda nb: _answer(
+            _with_cells(nb, "blockwise_attention", "from autograder import check\n" + HELPER_CELL + "check('x')\n"),
+            "blockwise_attention",
+            BLOCKWISE_WITH_HELPER,
+        ),
+        0,
+        "",
+    ),
     "added_cells_that_fail": (
         lambda nb: _with_cells(nb, "online_softmax_update", "raise RuntimeError('scratch work')", "print(undefined)"),
         0,
@@ -375,3 +384,52 @@ def test_visible_check_says_which_earlier_answer_is_wrong(capsys):
         capsys,
     )
     assert "calls your online_softmax_update, which fails its own checks" in printed, printed
+
+
+PROSE_WARNINGS = {  # mistakes a chapter's prose or prompt warns about: its visible checks must catch each
+    "no_t_squared": (
+        "07_distillation",
+        "def distillation_loss(student_logits, teacher_logits, temperature):\n"
+        "    s = torch.log_softmax(student_logits / temperature, -1)\n"
+        "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
+        "    return (t.exp() * (t - s)).sum(-1).mean()\n",
+    ),
+    "merge_changes_the_base": (
+        "02_lora",
+        "class LoRALinear(nn.Module):\n    def __init__(self, base, rank, alpha=None):\n        super().__init__()\n"
+        "        self.base = base.requires_grad_(False)\n        self.scale = (alpha or rank) / rank\n"
+        "        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))\n"
+        "        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))\n\n    def forward(self, x):\n"
+        "        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)\n\n    def merge(self):\n"
+        "        with torch.no_grad():\n            self.base.weight += self.scale * self.lora_B @ self.lora_A\n"
+        "        return self.base\n",
+    ),
+    "nan_on_a_zero_group": (
+        "03_quantization",
+        "def quantize_dequantize(weight, bits, group_size=None):\n    rows, cols = weight.shape\n"
+        "    group = group_size or cols\n    if cols % group:\n        raise ValueError('bad group_size')\n"
+        "    levels = 2 ** (bits - 1) - 1\n    grouped = weight.reshape(rows, cols // group, group)\n"
+        "    scale = grouped.abs().amax(-1, keepdim=True) / levels\n"
+        "    return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)\n",
+    ),
+    "alpha_one_divides_by_zero": (
+        "06_speculative_decoding",
+        "def expected_tokens_per_call(alpha, draft_length):\n"
+        "    return (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n",
+    ),
+    "full_score_matrix": (
+        "05_flash_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), -1) @ v\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROSE_WARNINGS))
+def test_visible_checks_catch_what_the_prose_warns_about(name, capsys):
+    from autograder import notebook
+
+    chapter, source = PROSE_WARNINGS[name]
+    exercise = next(e for e in CHAPTERS[chapter] if e.defines[0] in notebook.defined_names(source))
+    printed = _visible(exercise.grade_id, _kernel(chapter, source), capsys)
+    assert "FAIL" in printed, printed
