@@ -20,7 +20,8 @@ def table(chapter: str) -> str:
             checks = ", ".join(
                 f"`{i.removeprefix(exercise.grade_id + '.')}`{'*' if i in visible else ''}" for i in requirement.checks
             )
-            lines.append(f"| `{exercise.defines[0]}` | {requirement.text} | {checks} |")
+            text = requirement.text.replace("|", "\\|")  # a norm's bars would end the cell
+            lines.append(f"| `{exercise.defines[0]}` | {text} | {checks} |")
     return "\n".join(lines)
 
 

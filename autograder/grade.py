@@ -176,7 +176,7 @@ def judge(
             verdict = Verdict(False, f"no answer cell for {check.exercise} was found")
         elif check.id not in results:
             verdict = Verdict(False, outcome.problem or "the grading process ended before this test ran")
-        elif results[check.id].get("raised") == "NameError" and f"answer {check.exercise}" in raised:
+        elif f"answer {check.exercise}" in raised and _never_defined(probes[check.id], results[check.id]):
             cell = raised[f"answer {check.exercise}"]
             verdict = Verdict(False, f"your answer cell raised {cell['raised']}: {cell['message'][:300]}")
         else:
@@ -192,6 +192,12 @@ def judge(
         TestResult(c.id, c.points if verdicts[c.id].passed else 0, c.points, verdicts[c.id].passed, verdicts[c.id].hint)
         for c in checks
     ]
+
+
+def _never_defined(probe: dict, result: dict) -> bool:
+    """Whether the probe failed because the function it calls was never defined (see sandbox.call)."""
+    message = str(result.get("message", ""))
+    return result.get("raised") == "NameError" and message.startswith(f"{probe['call']} is not defined")
 
 
 def _helper_notes(check: Check, answers: notebook.Answers, verdicts: dict[str, Verdict]) -> str:

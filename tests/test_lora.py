@@ -170,6 +170,9 @@ def test_plot_returns_a_figure_that_renders(draw):
 # --- the grader names planted mistakes --------------------------------------------------------------
 
 LORA_CLASS = """
+import copy
+
+
 class LoRALinear(nn.Module):
     def __init__(self, base, rank, alpha=None):
         super().__init__()
@@ -269,6 +272,14 @@ MISTAKES = {
         lora_class().replace("parameter.requires_grad_(False)", "pass"),
         {"lora_linear.frozen"},
         "requires_grad_(False)",
+    ),
+    "lora_copies_the_base": Planted(
+        "lora_linear",
+        lora_class()
+        .replace("self.base = base\n", "self.base = copy.deepcopy(base)\n")
+        .replace("for parameter in base.parameters()", "for parameter in self.base.parameters()"),
+        {"lora_linear.frozen"},
+        "keep the base layer itself as self.base",
     ),
     "error_spectral_norm": Planted(
         "best_low_rank_error",
