@@ -48,17 +48,37 @@ class Check:
     visible: bool = False
 
 
+@dataclass(frozen=True)
+class Requirement:
+    """One thing an exercise's prompt asks for, and the ids of the checks that test it."""
+
+    text: str
+    checks: tuple[str, ...]
+
+
 @dataclass
 class Exercise:
-    """An answer cell: its grade_id, the names it must define, and its checks."""
+    """An answer cell: its grade_id, the names it must define, its checks, what its prompt requires
+    (each requirement naming the checks that cover it) and the earlier answers it may call."""
 
     grade_id: str
     defines: tuple[str, ...]
     checks: list[Check] = field(default_factory=list)
+    requirements: list[Requirement] = field(default_factory=list)
+    builds_on: tuple[str, ...] = ()  # grade_ids of earlier exercises whose answers this one may call
 
     @property
     def points(self) -> int:
         return sum(c.points for c in self.checks)
+
+
+def builds_on_note(exercise: Exercise, helper: Exercise, failed: list[str]) -> str:
+    """What to add to a failing hint of ``exercise`` when its answer calls the learner's own answer
+    to ``helper`` and that answer fails the checks ``failed``."""
+    return (
+        f"; note: {exercise.defines[0]} calls your {helper.defines[0]}, which fails its own checks "
+        f"({', '.join(failed)}): fix {helper.defines[0]} first"
+    )
 
 
 def scenario_source(scenario: Callable) -> dict:
@@ -221,12 +241,25 @@ def number(value, what: str) -> tuple[float | None, str]:
 
 
 def judge_number(
-    got, expected: float, mistakes: list[tuple[str, float]], what: str, rel: float = 1e-6, abs_tol: float = 1e-9
+    got,
+    expected: float,
+    mistakes: list[tuple[str, float]],
+    what: str,
+    rel: float = 1e-6,
+    abs_tol: float = 1e-9,
+    python_float: bool = False,
 ) -> Verdict:
-    """Compare a number, naming the matching mistake when it is wrong."""
+    """Compare a number, naming the matching mistake when it is wrong. With ``python_float``, a
+    one-element tensor fails (where the prompt asks for a Python float); otherwise it is accepted."""
     value, problem = number(got, what)
     if problem:
         return Verdict(False, problem)
+    if python_float and isinstance(got, torch.Tensor):
+        return Verdict(
+            False,
+            f"returned a tensor of shape {tuple(got.shape)}; {what} should be a Python float: .item() turns a "
+            "one-element tensor into one",
+        )
     if math.isfinite(value) and math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol):
         return Verdict(True)
     for hint, wrong in mistakes:

@@ -21,8 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 from autograder import feedback, gradebook, notebook, runner, shards, similarity
-from autograder.chapters import CHAPTERS
-from autograder.checks import Check, Verdict, encode_probe
+from autograder.chapters import CHAPTERS, exercise_by_id
+from autograder.checks import Check, Verdict, builds_on_note, encode_probe
 from course import timing
 
 
@@ -139,7 +139,7 @@ def ungradable(report: Report, error: notebook.NotebookError, expected: str | No
 
 
 def extract_answers(submitted: dict, chapter: str, release: dict, messages: list[str]) -> notebook.Answers:
-    """The learner's answer cells, and what the notebook shows was edited or lost."""
+    """The learner's answer cells and added cells, and what the notebook shows was edited or lost."""
     answers = notebook.answers(submitted, CHAPTERS[chapter], release)
     messages += answers.notes
     return answers
@@ -154,11 +154,13 @@ def run_in_sandbox(
     hide,
     messages: list[str],
 ) -> runner.Outcome:
-    """The release's setup cells, the answers and the probes of answered exercises, in a fresh
-    sandbox; what went wrong there (isolation, limits, cells that raised) becomes a message."""
+    """The release's setup cells, then the learner's answer cells and added cells in notebook
+    order, and the probes of answered exercises, in a fresh sandbox; what went wrong there
+    (isolation, limits, cells that raised) becomes a message."""
     job = {
         "setup": notebook.setup_sources(release),
-        "answers": [{"grade_id": g, "source": s} for g, s in answers.sources.items()],
+        "answers": answers.cells,
+        "added_seconds": limits.added_seconds,
         "probes": [{"id": c.id, **encode_probe(probes[c.id])} for c in checks if c.exercise in answers.sources],
     }
     outcome = runner.run(job, limits, hide=hide)
@@ -169,7 +171,7 @@ def run_in_sandbox(
         messages.append(f"grading stopped: {outcome.problem}")
     for cell in (outcome.results or {}).get("cells", []):
         where = f" at {cell['where'][-1]}" if cell.get("where") else ""
-        if cell["raised"] == "timeout":
+        if cell["raised"] in ("timeout", "skipped"):
             messages.append(f"cell {cell['cell']} {cell['message']}")
         else:
             messages.append(f"cell {cell['cell']} raised {cell['raised']}: {cell['message'][:200]}{where}")
@@ -179,23 +181,52 @@ def run_in_sandbox(
 def judge(
     checks: list[Check], probes: dict[str, dict], answers: notebook.Answers, outcome: runner.Outcome
 ) -> list[TestResult]:
-    """Each check's verdict on its probe's result, decided here, out of the learner's reach."""
+    """Each check's verdict on its probe's result, decided here, out of the learner's reach. A
+    function missing because its answer cell raised is failed with that cell's error, and a
+    failure of an answer that calls an earlier answer which fails too says which one."""
     results = (outcome.results or {}).get("probes", {})
-    tests = []
+    raised = {c["cell"]: c for c in (outcome.results or {}).get("cells", [])}
+    verdicts = {}
     for check in checks:
         if check.exercise not in answers.sources:
             verdict = Verdict(False, f"no answer cell for {check.exercise} was found")
         elif check.id not in results:
             verdict = Verdict(False, outcome.problem or "the grading process ended before this test ran")
+        elif f"answer {check.exercise}" in raised and _never_defined(probes[check.id], results[check.id]):
+            cell = raised[f"answer {check.exercise}"]
+            verdict = Verdict(False, f"your answer cell raised {cell['raised']}: {cell['message'][:300]}")
         else:
             try:
                 verdict = check.judge(probes[check.id], results[check.id])
             except Exception as error:  # a result shaped so oddly that judging it failed
                 verdict = Verdict(False, f"the result could not be judged ({type(error).__name__}: {error})")
-        tests.append(
-            TestResult(check.id, check.points if verdict.passed else 0, check.points, verdict.passed, verdict.hint)
-        )
-    return tests
+        verdicts[check.id] = verdict
+    for check in checks:
+        if not verdicts[check.id].passed:
+            verdicts[check.id].hint += _helper_notes(check, answers, verdicts)
+    return [
+        TestResult(c.id, c.points if verdicts[c.id].passed else 0, c.points, verdicts[c.id].passed, verdicts[c.id].hint)
+        for c in checks
+    ]
+
+
+def _never_defined(probe: dict, result: dict) -> bool:
+    """Whether the probe failed because the function it calls was never defined (see sandbox.call)."""
+    message = str(result.get("message", ""))
+    return result.get("raised") == "NameError" and message.startswith(f"{probe['call']} is not defined")
+
+
+def _helper_notes(check: Check, answers: notebook.Answers, verdicts: dict[str, Verdict]) -> str:
+    """For a failed check of an exercise whose answer calls the learner's answer to an earlier one
+    that fails its own checks: which one, so that the learner fixes the right function."""
+    exercise = exercise_by_id(check.exercise)
+    notes = ""
+    for helper in map(exercise_by_id, exercise.builds_on):
+        calls = set(helper.defines) & notebook.names_read(answers.sources.get(exercise.grade_id, ""))
+        failed = [c.id for c in helper.checks if c.id in verdicts and not verdicts[c.id].passed]
+        if calls and failed:
+            notes += builds_on_note(exercise, helper, failed)
+    return notes
 
 
 def finish(report: Report, started: float) -> Report:

@@ -1,17 +1,24 @@
-"""Read a submitted notebook defensively and take out what grading needs: the learner's answers.
+"""Read a submitted notebook defensively and take out what grading needs: the learner's cells.
 
 Grading never runs the submitted notebook as it is. It rebuilds a program from the released
-notebook's ``grader-setup`` cells (the instructor's copy, not the learner's) and the learner's
-answer cells, found by their nbgrader ``grade_id`` or, where an editor dropped the metadata
-(Colab, VS Code), by the names the answer must define. Edited or deleted locked and test cells
-are reported; they cannot change a score because they are not run.
+notebook's ``grader-setup`` cells (the instructor's copy, not the learner's), then the learner's
+own cells in notebook order: the answer cells, found by their nbgrader ``grade_id`` or, where an
+editor dropped the metadata (Colab, VS Code), by the names the answer must define, and the code
+cells the learner added (helpers, imports). A cell is the learner's own when it is none of the
+release's: no nbgrader ``grade_id`` or tag of the release, no check cell, and a source that matches
+no code cell of the release (comments and blank lines aside). So a chapter cell kept as released
+never runs (its figures and measurements need the course package and take long), while one the
+learner rewrote counts as theirs. Edited or deleted locked and test cells are reported; they
+cannot change a score because they are not run.
 
-Not handled: answers split across several cells (the cell that defines the names is taken).
+Not handled: a chapter cell edited by the learner runs as theirs, and fails there if it needs the
+course package (the report says so; other cells still run).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -23,6 +30,7 @@ from course import paths
 
 SETUP_TAG = "grader-setup"
 MAX_NOTEBOOK_BYTES = 50 * 2**20
+CHECK_LINE = re.compile(r"^(from\s+autograder\b|import\s+autograder\b|check\().*$", re.M)  # a check cell's
 
 
 class NotebookError(Exception):
@@ -92,6 +100,109 @@ def _defines(source: str) -> set[str]:
     return names
 
 
+@functools.lru_cache(maxsize=4096)
+def defined_names(source: str) -> frozenset[str]:
+    """Every name a cell binds in the notebook's namespace: definitions, assignments (unpacked
+    too), imports, loop and ``with`` targets, at the top level or inside its ``if``/``for``/``try``
+    blocks. Not handled: names bound through ``globals()`` or ``exec``."""
+    try:
+        tree = ast.parse(without_magics(source))
+    except (SyntaxError, ValueError):
+        return frozenset(_defines(source))
+    names: set[str] = set()
+
+    def targets(node) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                names.add(sub.id)
+
+    def visit(statements) -> None:
+        for node in statements:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).partition(".")[0] for a in node.names if a.name != "*")
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    targets(target)
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                targets(node.target)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        targets(item.optional_vars)
+            elif isinstance(node, ast.Expr):  # walrus assignments
+                names.update(n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr))
+            for block in ("body", "orelse", "finalbody"):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    visit(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                visit(handler.body)
+
+    visit(tree.body)
+    return frozenset(names)
+
+
+def names_read(source: str) -> set[str]:
+    """Every name a cell's code reads (loads), at any depth: what it may call."""
+    try:
+        tree = ast.parse(without_magics(source))
+    except (SyntaxError, ValueError):
+        return set(re.findall(r"\w+", source))
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def normalised(source: str) -> str:
+    """A cell's code for comparing with the release: without comment lines, blank lines and
+    trailing spaces (the release's first line, say, is a comment the instructor's copy lacks)."""
+    lines = (line.rstrip() for line in without_magics(source).split("\n"))
+    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith("#"))
+
+
+@dataclass(frozen=True)
+class ReleaseCells:
+    """What grading needs to know of the release's code cells to tell the learner's own from them."""
+
+    sources: frozenset[str]  # normalised sources of every code cell
+    grade_ids: frozenset[str]  # nbgrader grade_ids of every cell
+    tags: frozenset[str]  # tags that any code cell carries
+    chapter_sources: tuple[str, ...]  # the code cells grading never runs: neither setup nor answer cells
+
+
+def release_cells(release: dict) -> ReleaseCells:
+    code = [c for c in release["cells"] if c.get("cell_type") == "code"]
+    tags = {t for c in code for t in (c.get("metadata", {}).get("tags") or []) if isinstance(t, str)}
+    return ReleaseCells(
+        frozenset(normalised(_source(c)) for c in code),
+        frozenset(g for c in release["cells"] if isinstance(g := _nbgrader(c).get("grade_id"), str)),
+        frozenset(tags),
+        tuple(
+            _source(c)
+            for c in code
+            if SETUP_TAG not in (c.get("metadata", {}).get("tags") or []) and not _nbgrader(c).get("solution")
+        ),
+    )
+
+
+def without_checks(source: str) -> str:
+    """A cell without its calls of the grader's ``check`` and its imports of the grader (which
+    grading has no use for, and could not import), and without a hidden-tests region."""
+    return CHECK_LINE.sub("", _without_hidden_tests(source))
+
+
+def is_learners_own(cell: dict, release: ReleaseCells) -> bool:
+    """Whether a code cell is one the learner added (or rewrote), rather than one of the release's
+    (a check cell, copied or stripped of its metadata, is the release's too)."""
+    source = _source(cell)
+    tags = cell.get("metadata", {}).get("tags") if isinstance(cell.get("metadata"), dict) else None
+    return bool(
+        normalised(without_checks(source))
+        and _nbgrader(cell).get("grade_id") not in release.grade_ids
+        and not (set(t for t in (tags or []) if isinstance(t, str)) & release.tags)
+        and normalised(source) not in release.sources
+    )
+
+
 def without_magics(source: str) -> str:
     """IPython-only lines (``%time``, ``!pip``, ``%%capture``) turned into ``pass``: they mean
     nothing outside a notebook, and would be syntax errors."""
@@ -139,13 +250,23 @@ def identify(notebook: dict, path: Path) -> tuple[str, list[str]]:
 @dataclass
 class Answers:
     sources: dict[str, str] = field(default_factory=dict)  # grade_id -> learner's code
+    # what runs after the setup cells, in notebook order: {"grade_id", "source"} for an answer cell,
+    # {"added", "source"} for a cell the learner added, "added" naming it for the report
+    cells: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # integrity findings, shown to learner and instructor
 
 
+def _label(position: int, source: str) -> str:
+    first = next((line.strip() for line in source.split("\n") if line.strip()), "")
+    return f"{position} (yours: `{first[:40]}{'...' if len(first) > 40 else ''}`)"
+
+
 def answers(notebook: dict, exercises: list[Exercise], release: dict) -> Answers:
-    """The learner's answer for each exercise, and what was found wrong with the notebook."""
+    """The learner's answer for each exercise and the cells they added, in notebook order, and
+    what was found wrong with the notebook."""
     found = Answers()
     cells = [c for c in notebook["cells"] if c.get("cell_type") == "code"]
+    chosen: dict[int, str] = {}  # id() of the cell taken as an exercise's answer -> its grade_id
     by_id: dict[str, list[dict]] = {}
     for cell in cells:
         grade_id = _nbgrader(cell).get("grade_id")
@@ -157,14 +278,24 @@ def answers(notebook: dict, exercises: list[Exercise], release: dict) -> Answers
     for exercise in exercises:
         tagged = [c for c in by_id.get(exercise.grade_id, []) if _nbgrader(c).get("solution")]
         if tagged:
-            found.sources[exercise.grade_id] = without_magics(_source(tagged[-1]))
+            chosen[id(tagged[-1])] = exercise.grade_id
             continue
-        defining = [c for c in cells if set(exercise.defines) <= _defines(_source(c))]
+        defining = [c for c in cells if set(exercise.defines) <= _defines(_source(c)) and id(c) not in chosen]
         if defining:
-            found.sources[exercise.grade_id] = without_magics(_source(defining[-1]))
+            chosen[id(defining[-1])] = exercise.grade_id
             found.notes.append(f"answer {exercise.grade_id} found by its content (its cell metadata was missing)")
         else:
             found.notes.append(f"no answer cell for {exercise.grade_id}: it defines {', '.join(exercise.defines)}")
+    known = release_cells(release)
+    for position, cell in enumerate(notebook["cells"], start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        source = without_magics(_source(cell))
+        if id(cell) in chosen:
+            found.sources[chosen[id(cell)]] = source
+            found.cells.append({"grade_id": chosen[id(cell)], "source": source})
+        elif is_learners_own(cell, known):
+            found.cells.append({"added": _label(position, _source(cell)), "source": without_checks(source)})
     found.notes += _locked_cell_findings(notebook, release) + _format_findings(notebook)
     return found
 

@@ -78,6 +78,7 @@ class Limits:
     wall_seconds: float = 60.0
     probe_seconds: float = 10.0
     cell_seconds: int = 10
+    added_seconds: float = 20.0  # all the cells a learner added together; answer cells run whatever they took
     memory_bytes: int = 3 * 2**30  # resident memory of all the sandbox's processes together
     output_bytes: int = 2**20
     file_bytes: int = 16 * 2**20

@@ -1,8 +1,10 @@
 """The program that runs a submission inside the sandbox: define the answers, call them, report.
 
 Usage (by the grader, never by hand): ``python -I sandbox.py JOB.json FD``, FD being the
-descriptor of the result pipe. The job holds the instructor's setup cells, the learner's answer cells and the
-probes: calls of the learner's functions on inputs the grader chose. Each probe runs in a forked
+descriptor of the result pipe. The job holds the instructor's setup cells, the learner's cells (answer
+cells and the cells the learner added, in notebook order) and the probes: calls of the learner's
+functions on inputs the grader chose. The course's own packages cannot be imported here, in every
+isolation mode alike (:func:`unavailable` says so), and the visible checks say the same. Each probe runs in a forked
 child with its own alarm, so an exit, a crash or a hang in one function costs that probe only.
 Only plain data comes back (see ``wire.py``); whether an answer is right is decided by the
 grader, outside this process.
@@ -13,7 +15,10 @@ The visible checks in a notebook call :func:`call` too, so both probe the learne
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import linecache
 import os
 import select
 import signal
@@ -28,6 +33,7 @@ except (ImportError, OSError):  # in the sandbox, where the course is hidden: th
     import wire
 
 MAX_PAYLOAD = 8 * 2**20
+BLOCKED_PACKAGES = ("course", "autograder")  # what answers may not use: grading has neither
 FORK_RETRY_SECONDS = 3.0  # a neighbour's fork bomb can fill the process limit for a moment
 memory_limit = 0  # bytes, from the job: named when the grader had to stop a call
 
@@ -43,6 +49,46 @@ def describe(error: BaseException, filename_prefix: str = "<") -> dict:
     return {"raised": type(error).__name__, "message": message, "where": where}
 
 
+def unavailable(name: str) -> str:
+    """Why importing the course's package ``name`` fails at grading: the learner sees this message
+    from the grader and, before grading, from the visible check."""
+    return (
+        f"No module named '{name}': answers are graded without the course's own packages, "
+        "so write them yourself with torch, numpy and math"
+    )
+
+
+class BlockedPackages:
+    """An import hook that refuses the course's own packages (first on ``sys.meta_path``)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in BLOCKED_PACKAGES:
+            raise ModuleNotFoundError(unavailable(top), name=name)
+        return None
+
+
+def block_course_packages() -> None:
+    """From now on ``import course`` (or ``autograder``) fails as :func:`unavailable` says, even
+    where the files are reachable (the ``limits`` isolation mode)."""
+    for loaded in [m for m in sys.modules if m.partition(".")[0] in BLOCKED_PACKAGES]:
+        del sys.modules[loaded]
+    sys.meta_path.insert(0, BlockedPackages())
+
+
+class Discard(io.TextIOBase):
+    """Where the learner's printing goes while cells and probes run: nowhere. A debugging print
+    left in a function called thousands of times costs nothing, and cannot fill the output that
+    the grader caps (writes to the file descriptors themselves still count against that cap)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        return len(text) if isinstance(text, str) else 0
+
+
 class OutOfTime(BaseException):
     """Raised by the alarm; a BaseException so that ``except Exception`` in learner code misses it."""
 
@@ -52,28 +98,43 @@ def _on_alarm(signum, frame):
 
 
 def define(job: dict) -> tuple[dict, list]:
-    """Execute the setup and answer cells in one namespace; collect what each cell raised."""
+    """Execute the setup cells, then the learner's cells in notebook order, in one namespace;
+    collect what each cell raised. A learner's cell is ``{"grade_id", "source"}`` (an answer cell)
+    or ``{"added", "source"}`` (a cell the learner added, ``added`` its label). Added cells share a
+    time budget (``added_seconds``): once it is spent, the rest of them are skipped, answers still run."""
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     problems = []
-    for label, source in [(f"setup {i}", s) for i, s in enumerate(job["setup"])] + [
-        (f"answer {a['grade_id']}", a["source"]) for a in job["answers"]
-    ]:
-        signal.alarm(job["cell_seconds"])
+    cells = [(f"setup {i}", s, False) for i, s in enumerate(job["setup"])]
+    cells += [(a.get("added") or f"answer {a['grade_id']}", a["source"], "added" in a) for a in job["answers"]]
+    budget = job.get("added_seconds", float("inf"))
+    with contextlib.redirect_stdout(Discard()), contextlib.redirect_stderr(Discard()):
+        _run_cells(cells, namespace, problems, job["cell_seconds"], budget)
+    return namespace, problems
+
+
+def _run_cells(cells: list, namespace: dict, problems: list, seconds: int, budget: float) -> None:
+    spent = 0.0
+    for label, source, added in cells:
+        if added and spent >= budget:
+            problems.append(
+                {"cell": label, "raised": "skipped", "message": f"not run: the cells you added took their {budget:g} s"}
+            )
+            continue
+        started = time.monotonic()
+        filename = f"<{label}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # lines in tracebacks
+        signal.alarm(seconds)
         try:
-            exec(compile(source, f"<{label}>", "exec"), namespace)
+            exec(compile(source, filename, "exec"), namespace)
         except OutOfTime:
             problems.append(
-                {
-                    "cell": label,
-                    "raised": "timeout",
-                    "message": f"did not finish within {job['cell_seconds']} s (an endless loop?)",
-                }
+                {"cell": label, "raised": "timeout", "message": f"did not finish within {seconds} s (an endless loop?)"}
             )
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: keep going
             problems.append({"cell": label, **describe(error)})
         finally:
             signal.alarm(0)
-    return namespace, problems
+            spent += (time.monotonic() - started) if added else 0.0
 
 
 def call(namespace: dict, probe: dict):
@@ -117,6 +178,7 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
         os.setpgid(0, 0)
         me = os.getpid()
         os.close(read_end)
+        sys.stdout = sys.stderr = Discard()
         signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(max(1, int(seconds)))
         try:
@@ -185,6 +247,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # before any parallel work, so that fork() is safe
+    block_course_packages()
     signal.signal(signal.SIGALRM, _on_alarm)
     namespace, problems = define(job)
     results, hung = {}, set()

@@ -52,7 +52,7 @@ def encode(obj, depth: int = 0):
 def _encode_array(array: np.ndarray, kind: str, dtype: str) -> dict:
     if str(array.dtype) not in _SAFE_DTYPES:
         return {"object": f"{kind} of dtype {dtype}", "repr": ""}
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-d arrays 1-d
     return {
         kind: base64.b64encode(array.tobytes()).decode("ascii"),
         "dtype": str(array.dtype),

@@ -66,8 +66,11 @@ print(describe(device))
 # Write `lora_parameters(d_in, d_out, rank)`: the number of trainable numbers of a rank-`rank`
 # adapter on a `d_in` -> `d_out` layer.
 #
-# The cell below holds the only imports the grader gives your answers; you may import more
-# inside your own cells.
+# The cell below holds the imports that grading gives your answers. Helper functions and more
+# imports may go in your answer cell or in code cells you add: grading runs the cells you added,
+# in notebook order, with your answers, but not the chapter's own cells, and without the `course`
+# package (the check cell tells you when an answer relies on either). Save the notebook before
+# grading it (`python -m autograder grade`): the grader reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -177,7 +180,8 @@ plots.widget_rank_error()
 # * freeze the base layer's parameters (`requires_grad_(False)`) and keep the layer itself as
 #   `self.base`;
 # * `self.lora_A`: an `nn.Parameter` of shape `(rank, base.in_features)`, random (for example
-#   `torch.randn(...) / math.sqrt(base.in_features)`);
+#   `torch.randn(...) / math.sqrt(base.in_features)`); the check trains your adapter for two
+#   steps and expects both factors to get a gradient;
 # * `self.lora_B`: an `nn.Parameter` of shape `(base.out_features, rank)`, zeros;
 # * `forward(x)`: the formula above, for `x` of shape `(..., in_features)`;
 # * `merge()`: a **new** `nn.Linear` with weight `base.weight + (alpha / rank) * lora_B @ lora_A`

@@ -88,8 +88,11 @@ print("back   ", [round(v, 4) for v in quantization.dequantize(codes, scale).tol
 # * Hint: `weight.reshape(rows, cols // group_size, group_size)` puts each group on the last axis.
 #   Then `.abs().amax(dim=-1, keepdim=True)` is one absmax per group, and `torch.round` rounds.
 #
-# The cell below holds the only imports the grader gives your answers; you may import more
-# inside your own cells.
+# The cell below holds the imports that grading gives your answers. Helper functions and more
+# imports may go in your answer cell or in code cells you add: grading runs the cells you added,
+# in notebook order, with your answers, but not the chapter's own cells, and without the `course`
+# package (the check cell tells you when an answer relies on either). Save the notebook before
+# grading it (`python -m autograder grade`): the grader reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -270,7 +273,7 @@ assert quantization.effective_bits(4, 64) == numbers["int4_g64_fp16_bits"]["valu
 #
 # * `quantize_int8(weight)` returns `(codes, scale)`: `codes` of dtype `torch.int8` with values in
 #   [-127, 127], and `scale` of shape `(rows, 1)`, one per row.
-# * `dequantize_int8(codes, scale)` returns the float32 matrix `codes * scale`.
+# * `dequantize_int8(codes, scale)` returns the matrix `codes * scale`, as floats.
 #
 # Round before you convert: `.to(torch.int8)` on its own truncates.
 

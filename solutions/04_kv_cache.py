@@ -58,8 +58,11 @@ print(describe(device))
 # Write `kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2)`,
 # the bytes of the cache as a whole number.
 #
-# The cell below holds the only imports the grader gives your answers; you may import more
-# inside your own cells.
+# The cell below holds the imports that grading gives your answers. Helper functions and more
+# imports may go in your answer cell or in code cells you add: grading runs the cells you added,
+# in notebook order, with your answers, but not the chapter's own cells, and without the `course`
+# package (the check cell tells you when an answer relies on either). Save the notebook before
+# grading it (`python -m autograder grade`): the grader reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math

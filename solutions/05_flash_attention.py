@@ -71,8 +71,11 @@ print(describe(device))
 # Before the first block, `m` is `-inf` and `l` and `o` are zero. Then $e^{m - m_{new}}$ is
 # $e^{-\infty} = 0$, which is right, as long as $m_{new}$ is finite.
 #
-# The cell below holds the only imports the grader gives your answers; you may import more
-# inside your own cells.
+# The cell below holds the imports that grading gives your answers. Helper functions and more
+# imports may go in your answer cell or in code cells you add: grading runs the cells you added,
+# in notebook order, with your answers, but not the chapter's own cells, and without the `course`
+# package (the check cell tells you when an answer relies on either). Save the notebook before
+# grading it (`python -m autograder grade`): the grader reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -128,8 +131,8 @@ plots.widget_online_softmax()
 #
 # Write `blockwise_attention(q, k, v, block)` for `q` of shape `(n_q, D)` and `k`, `v` of shape
 # `(n_k, D)`, visiting `block` keys at a time (the last block may be shorter), without ever
-# forming the full `(n_q, n_k)` score matrix. It must equal ordinary softmax attention for every
-# block size, and survive large scores.
+# forming the full `(n_q, n_k)` score matrix (the check records the largest tensor your function
+# creates). It must equal ordinary softmax attention for every block size, and survive large scores.
 
 
 # %% nbgrader={"grade": false, "grade_id": "blockwise_attention", "locked": false, "schema_version": 3, "solution": true}
@@ -146,7 +149,7 @@ def blockwise_attention(q, k, v, block):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_blockwise_attention", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_blockwise_attention", "locked": true, "points": 7, "schema_version": 3, "solution": false}
 check("blockwise_attention")
 ### BEGIN HIDDEN TESTS
 check("blockwise_attention", hidden=True)

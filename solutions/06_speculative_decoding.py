@@ -68,8 +68,11 @@ print(describe(device))
 #
 # Write `acceptance_rate(target, draft)` for two probability vectors of the same length, as a float.
 #
-# The cell below holds the only imports the grader gives your answers; you may import more
-# inside your own cells.
+# The cell below holds the imports that grading gives your answers. Helper functions and more
+# imports may go in your answer cell or in code cells you add: grading runs the cells you added,
+# in notebook order, with your answers, but not the chapter's own cells, and without the `course`
+# package (the check cell tells you when an answer relies on either). Save the notebook before
+# grading it (`python -m autograder grade`): the grader reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math

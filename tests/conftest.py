@@ -150,3 +150,50 @@ def assert_named(report, planted: Planted) -> None:
     touched = {i.split(".")[0] for i in planted.must_fail} | {planted.grade_id} | planted.calls_it
     others = [t for t in report.tests if t.id.split(".")[0] not in touched]
     assert all(t.passed for t in others), "a mistake in one exercise must not cost another: " + report.text()
+
+
+def verdicts(grade_id: str, source: str, seed: int = 7) -> dict:
+    """Every check of the exercise ``grade_id`` (hidden ones too) on the answer ``source``, run in
+    this process after the chapter's setup cell: check id -> Verdict. The judges are the grader's;
+    only the sandbox is left out, which makes a long list of planted mistakes quick to test."""
+    from autograder import notebook
+    from autograder.chapters import chapter_of, exercise_by_id
+    from autograder.selfcheck import run_in_process
+
+    namespace: dict = {"__name__": "__main__"}
+    for setup in notebook.setup_sources(notebook.released(chapter_of(grade_id))):
+        exec(setup, namespace)
+    exec(source, namespace)
+    return {c.id: run_in_process(c, namespace, seed + i) for i, c in enumerate(exercise_by_id(grade_id).checks)}
+
+
+def assert_caught(planted: Planted) -> None:
+    """In this process: ``planted`` fails every check of ``must_fail`` naming its mistake, and
+    passes the other checks of its exercise unless they are in ``must_fail`` too."""
+    found = verdicts(planted.grade_id, planted.source)
+    shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
+    assert all(not found[i].passed for i in planted.must_fail), shown
+    assert all(planted.words in found[i].hint for i in planted.must_fail), shown
+
+
+def assert_accepted(grade_id: str, source: str) -> None:
+    """In this process: ``source``, a correct answer written its own way, passes every check."""
+    found = verdicts(grade_id, source)
+    assert all(v.passed for v in found.values()), "\n".join(f"{i}: {v.hint}" for i, v in found.items() if not v.passed)
+
+
+def judged_in_process(mistakes: dict[str, Planted], variants: dict[str, tuple[str, str]]):
+    """A chapter's two tests of its ``MISTAKES`` and ``VARIANTS`` (bind them to these names at module
+    level): every planted mistake fails with its hint, every correct variant keeps every point.
+    Warnings the planted code itself raises (torch's, say) are the learner's, not the test's."""
+
+    @pytest.mark.parametrize("name", sorted(mistakes))
+    @pytest.mark.filterwarnings("ignore::UserWarning")
+    def test_mistake_is_named(name):
+        assert_caught(mistakes[name])
+
+    @pytest.mark.parametrize("name", sorted(variants))
+    def test_correct_answer_written_its_own_way_keeps_every_point(name):
+        assert_accepted(*variants[name])
+
+    return test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point

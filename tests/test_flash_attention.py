@@ -13,7 +13,7 @@ from course import flash_attention
 from course.plots import flash_attention as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named
+from conftest import Planted, assert_named, judged_in_process
 
 
 @pytest.mark.parametrize("block", [1, 7, 16, 64, 100, 1000])
@@ -130,9 +130,151 @@ PLANTED = {  # blockwise_attention calls the learner's own online_softmax_update
         "overflows",
         calls_it={"blockwise_attention"},
     ),
+    "flash_says_which_helper_is_wrong": Planted(
+        "online_softmax_update",
+        BLOCKWISE.format(correction="torch.ones_like(m)", shift="m_new"),
+        {"blockwise_attention.block16", "blockwise_attention.uneven"},
+        "calls your online_softmax_update, which fails its own checks",
+        calls_it={"blockwise_attention"},
+    ),
+    "flash_full_score_matrix": Planted(  # the issue's case: right numbers, the exercise's point missed
+        "blockwise_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1) @ v\n",
+        {"blockwise_attention.no_score_matrix"},
+        "as large as the whole",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
+
+
+UPDATE = """
+def online_softmax_update(m, l, o, scores, v):
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    correction = torch.exp(m - m_new)
+    p = torch.exp(scores - m_new)
+    return {returned}
+"""
+RIGHT_UPDATE = UPDATE.format(returned="m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v")
+LOOP = """
+def blockwise_attention(q, k, v, block):
+    m = torch.full((q.shape[0], 1), float("-inf"))
+    l = torch.zeros(q.shape[0], 1)
+    o = torch.zeros(q.shape[0], v.shape[-1])
+    for start in {starts}:
+        scores = q @ k[start:start + block].T / math.sqrt(q.shape[-1])
+        m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
+    return {returned}
+"""
+EVERY_SIZE = {f"blockwise_attention.{c}" for c in ("block16", "uneven", "no_score_matrix", "large_scores", "block1")}
+
+# More plausible mistakes, judged in this process (conftest.assert_caught).
+MISTAKES = {
+    "update_keeps_the_old_maximum": Planted(
+        "online_softmax_update",
+        UPDATE.format(returned="m, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v"),
+        {"online_softmax_update.larger", "online_softmax_update.first"},
+        "running maximum was not updated",
+    ),
+    "update_normalises_o": Planted(
+        "online_softmax_update",
+        UPDATE.format(
+            returned="m_new, l * correction + p.sum(dim=-1, keepdim=True), "
+            "(o * correction + p @ v) / (l * correction + p.sum(dim=-1, keepdim=True))"
+        ),
+        {"online_softmax_update.larger", "online_softmax_update.first", "online_softmax_update.smaller"},
+        "o was divided by l",
+    ),
+    "update_scales_again": Planted(
+        "online_softmax_update",
+        RIGHT_UPDATE.replace(
+            "def online_softmax_update(m, l, o, scores, v):\n",
+            "def online_softmax_update(m, l, o, scores, v):\n    scores = scores / math.sqrt(v.shape[-1])\n",
+        ),
+        {"online_softmax_update.larger", "online_softmax_update.first"},
+        "divided by sqrt(D) again",
+    ),
+    "blockwise_no_final_division": Planted(
+        "blockwise_attention",
+        RIGHT_UPDATE + LOOP.format(starts="range(0, k.shape[0], block)", returned="o"),
+        EVERY_SIZE,
+        "not divided by the normaliser l",
+    ),
+    "blockwise_skips_the_short_block": Planted(
+        "blockwise_attention",
+        RIGHT_UPDATE + LOOP.format(starts="range(0, k.shape[0] - block + 1, block)", returned="o / l"),
+        {"blockwise_attention.uneven"},
+        "the last, shorter block was skipped",
+    ),
+    "blockwise_stacks_every_block": Planted(
+        "blockwise_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    parts = [q @ k[s:s + block].T / math.sqrt(q.shape[-1]) for s in range(0, k.shape[0], block)]\n"
+        "    return torch.softmax(torch.cat(parts, dim=1), dim=-1) @ v\n",
+        {"blockwise_attention.no_score_matrix"},
+        "as large as the whole",
+    ),
+    "blockwise_sdpa": Planted(
+        "blockwise_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
+        {"blockwise_attention.no_score_matrix"},
+        "as large as the whole",
+    ),
+}
+
+# Correct answers written their own way: each must keep every point.
+VARIANTS = {
+    "update_written_with_numpy": (
+        "online_softmax_update",
+        RIGHT_UPDATE.replace("torch.exp(m - m_new)", "torch.from_numpy(np.exp((m - m_new).numpy()))"),
+    ),
+    "blockwise_numpy_loops_float64": (
+        "blockwise_attention",
+        """
+def blockwise_attention(q, k, v, block):
+    q, k, v = (t.numpy().astype(np.float64) for t in (q, k, v))
+    out = np.zeros((q.shape[0], v.shape[1]))
+    for i in range(q.shape[0]):
+        m, l, o = -np.inf, 0.0, np.zeros(v.shape[1])
+        for start in range(0, k.shape[0], block):
+            s = k[start:start + block] @ q[i] / math.sqrt(q.shape[1])
+            m_new = max(m, s.max())
+            p = np.exp(s - m_new)
+            l = l * math.exp(m - m_new) + p.sum()
+            o = o * math.exp(m - m_new) + p @ v[start:start + block]
+            m = m_new
+        out[i] = o / l
+    return torch.from_numpy(out)
+""",
+    ),
+    "blockwise_one_query_at_a_time": (
+        "blockwise_attention",
+        RIGHT_UPDATE
+        + """
+def blockwise_attention(q, k, v, block):
+    rows = []
+    for i in range(q.shape[0]):
+        m, l, o = torch.tensor([[-math.inf]]), torch.zeros(1, 1), torch.zeros(1, v.shape[1])
+        for start in range(0, k.shape[0], block):
+            scores = q[i:i + 1] @ k[start:start + block].T / math.sqrt(q.shape[1])
+            m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
+        rows.append(o / l)
+    return torch.cat(rows)
+""",
+    ),
+    "blockwise_float64_inside": (
+        "blockwise_attention",
+        RIGHT_UPDATE
+        + LOOP.format(starts="range(0, k.shape[0], block)", returned="(o / l)").replace(
+            "    m = torch.full", "    q, k, v = q.double(), k.double(), v.double()\n    m = torch.full"
+        ),
+    ),
+}
+
+
+test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from autograder import grade
+from autograder import grade, runner
 from autograder.chapters import CHAPTERS
 from course import paths
 
@@ -52,6 +52,7 @@ def test_solution_gets_full_marks(batch, chapter):
     report = batch[0][f"solution/{chapter}"]
     assert report.max_score == sum(e.points for e in CHAPTERS[chapter]) > 0
     assert report.score == report.max_score, report.text()
+    assert not any("(yours" in m for m in report.messages), "the chapter's own cells must not run: " + report.text()
 
 
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))
@@ -131,7 +132,7 @@ def test_scenarios_run_on_their_own():
     """A scenario travels to the sandbox as text and runs with nothing of its module around it:
     with the course's own answers, every check that uses one passes."""
     from autograder.selfcheck import run_in_process
-    from course import lora, speculative_decoding
+    from course import flash_attention, lora, speculative_decoding
 
     answers = {"LoRALinear": lora.LoRALinear, "speculative_token": speculative_decoding.speculative_token}
     driven = [
@@ -141,6 +142,294 @@ def test_scenarios_run_on_their_own():
         for c in e.checks
         if c.probe(np.random.default_rng(0)).get("scenario")
     ]
-    assert {c.exercise for c in driven} == {"lora_linear", "speculative_token"}
+    assert {c.exercise for c in driven} == {"lora_linear", "speculative_token", "blockwise_attention"}
+    answers["blockwise_attention"] = flash_attention.blockwise_attention
     for index, check in enumerate(driven):
         assert run_in_process(check, answers, index).passed, check.id
+
+
+# --- what each exercise requires, and the checks that cover it -------------------------------------
+
+
+def test_every_requirement_names_checks_of_its_exercise_and_every_check_covers_one():
+    from autograder import coverage
+
+    assert coverage.problems() == []
+    for chapter in CHAPTERS:
+        table = coverage.table(chapter)
+        for exercise in CHAPTERS[chapter]:
+            assert all(r.text.replace("|", "\\|") in table for r in exercise.requirements)
+
+
+def test_coverage_finds_a_requirement_that_names_no_existing_check(monkeypatch):
+    from autograder import coverage
+    from autograder.checks import Requirement
+
+    exercise = CHAPTERS["05_flash_attention"][1]
+    broken = [*exercise.requirements, Requirement("a requirement with a typo", ("blockwise_attention.nope",))]
+    monkeypatch.setattr(exercise, "requirements", broken)
+    assert any("blockwise_attention.nope" in p for p in coverage.problems())
+
+
+# --- learners' own cells -------------------------------------------------------------------------------
+
+HELPER_CELL = "import math as m2\n\ndef _block_scores(q, k_block):\n    return q @ k_block.T / m2.sqrt(q.shape[-1])\n"
+BLOCKWISE_WITH_HELPER = """
+def blockwise_attention(q, k, v, block):
+    m = torch.full((q.shape[0], 1), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[0], 1, dtype=q.dtype)
+    o = torch.zeros(q.shape[0], v.shape[-1], dtype=q.dtype)
+    for start in range(0, k.shape[0], block):
+        m, l, o = online_softmax_update(m, l, o, _block_scores(q, k[start:start + block]), v[start:start + block])
+    return o / l
+"""
+CHAPTER5_POINTS = sum(e.points for e in CHAPTERS["05_flash_attention"])
+
+
+def _code_cell(source: str, cell_id: str) -> dict:
+    return {
+        "cell_type": "code",
+        "id": cell_id,
+        "metadata": {},
+        "execution_count": None,
+        "outputs": [],
+        "source": source,
+    }
+
+
+def _cell_index(notebook: dict, grade_id: str) -> int:
+    return next(
+        i
+        for i, c in enumerate(notebook["cells"])
+        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id
+    )
+
+
+def _with_cells(notebook: dict, before: str, *sources: str) -> dict:
+    """``notebook`` with new code cells (a learner's) inserted before the cell ``before``."""
+    index = _cell_index(notebook, before)
+    notebook["cells"][index:index] = [_code_cell(s, f"added{i}") for i, s in enumerate(sources)]
+    return notebook
+
+
+def _answer(notebook: dict, grade_id: str, source: str) -> dict:
+    notebook["cells"][_cell_index(notebook, grade_id)]["source"] = source
+    return notebook
+
+
+def _strip(notebook: dict) -> dict:
+    notebook["metadata"] = {}
+    for cell in notebook["cells"]:
+        cell["metadata"] = {}
+        cell.pop("id", None)
+    return notebook
+
+
+def _edit_chapter_cell(notebook: dict) -> dict:
+    cell = next(c for c in notebook["cells"] if "".join(c["source"]).startswith("generator = torch.Generator()"))
+    cell["source"] = "".join(cell["source"]).replace("manual_seed(0)", "manual_seed(1)")
+    return notebook
+
+
+LEARNERS = {  # name -> (how the chapter 5 solution is changed, points lost, what the report must say)
+    "helper_in_an_added_cell": (
+        lambda nb: _answer(
+            _with_cells(nb, "blockwise_attention", HELPER_CELL), "blockwise_attention", BLOCKWISE_WITH_HELPER
+        ),
+        0,
+        "",
+    ),
+    "helper_in_an_added_cell_metadata_stripped": (
+        lambda nb: _strip(
+            _answer(_with_cells(nb, "blockwise_attention", HELPER_CELL), "blockwise_attention", BLOCKWISE_WITH_HELPER)
+        ),
+        0,
+        "found by its content",
+    ),
+    "helper_beside_a_check_call": (  # the grader's own lines are left out, the helper runs
+        lambda nb: _answer(
+            _with_cells(nb, "blockwise_attention", "from autograder import check\n" + HELPER_CELL + "check('x')\n"),
+            "blockwise_attention",
+            BLOCKWISE_WITH_HELPER,
+        ),
+        0,
+        "",
+    ),
+    "added_cells_that_fail": (
+        lambda nb: _with_cells(nb, "online_softmax_update", "raise RuntimeError('scratch work')", "print(undefined)"),
+        0,
+        "(yours: `raise RuntimeError('scratch work')`) raised RuntimeError: scratch work",
+    ),
+    "added_cells_that_never_end": (
+        lambda nb: _with_cells(nb, "blockwise_attention", *["while True:\n    pass"] * 3, "x = 1"),
+        0,
+        "not run: the cells you added took their",
+    ),
+    "an_edited_chapter_cell_runs_as_the_learners": (_edit_chapter_cell, 0, "raised NameError: name 'flash_attention'"),
+    "an_answer_from_the_course_package": (
+        lambda nb: _answer(nb, "blockwise_attention", "from course.flash_attention import blockwise_attention\n"),
+        7,
+        "No module named 'course': answers are graded without the course's own packages",
+    ),
+    "an_answer_that_reads_a_chapter_cells_name": (
+        lambda nb: _answer(
+            nb,
+            "blockwise_attention",
+            BLOCKWISE_WITH_HELPER.replace("_block_scores(q, k[start:start + block])", "HEAD_DIM"),
+        ),
+        7,
+        "NameError: name 'HEAD_DIM' is not defined",
+    ),
+}
+QUICK = runner.Limits(wall_seconds=600, probe_seconds=300, cell_seconds=3, added_seconds=5)
+
+
+@pytest.fixture(scope="module")
+def learners(instructor_notebooks, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("learners")
+    for name, (change, _, _) in LEARNERS.items():
+        built = change(json.loads(instructor_notebooks["05_flash_attention"].read_text()))
+        (folder / name).mkdir()
+        (folder / name / "05_flash_attention.ipynb").write_text(json.dumps(built))
+    reports = grade.grade_folder(folder, tmp_path_factory.mktemp("learners-feedback"), QUICK, seed=5)
+    return {grade._learner(folder, p): r for p, r in zip(sorted(folder.rglob("*.ipynb")), reports, strict=True)}
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learners_own_cells_run_with_the_answers(learners, name):
+    _, lost, said = LEARNERS[name]
+    report = learners[name]
+    assert report.score == CHAPTER5_POINTS - lost, report.text()
+    assert said in report.text(), report.text()
+
+
+def test_an_untouched_chapter_cell_never_runs_but_a_learners_cell_does():
+    from autograder import notebook
+
+    release = notebook.released("05_flash_attention")
+    submitted = _with_cells(json.loads(json.dumps(release)), "online_softmax_update", "helper = 1")
+    found = notebook.answers(submitted, CHAPTERS["05_flash_attention"], release)
+    assert [c.get("added", c.get("grade_id")) for c in found.cells] == [
+        f"{_cell_index(submitted, 'online_softmax_update')} (yours: `helper = 1`)",
+        "online_softmax_update",
+        "blockwise_attention",
+    ]
+
+
+# --- the visible check says what grading will say ------------------------------------------------------
+
+
+def _kernel(chapter: str, *cells: str) -> dict:
+    """A namespace as the learner's kernel has it after running ``cells`` (they become its ``In``)."""
+    from autograder import notebook
+
+    namespace: dict = {"__name__": "__main__", "In": ["", *cells]}
+    for source in notebook.setup_sources(notebook.released(chapter)) + list(cells):
+        exec(source, namespace)
+    return namespace
+
+
+def _visible(exercise: str, namespace: dict, capsys) -> str:
+    from autograder.selfcheck import check
+
+    try:
+        check(exercise, namespace=namespace)
+    except AssertionError:
+        pass
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "from course.quantization import relative_error\n",
+        "from course import quantization\n\ndef relative_error(weight, approx):\n"
+        "    return quantization.relative_error(weight, approx)\n",
+        "def _norm(x):\n    import course.quantization\n    return x.norm()\n\n"
+        "def relative_error(weight, approx):\n    return (_norm(weight - approx) / _norm(weight)).item()\n",
+    ],
+    ids=["imported", "through_a_module", "imported_by_a_helper"],
+)
+def test_visible_check_fails_an_answer_that_uses_the_course_package(answer, capsys):
+    from autograder.sandbox import unavailable
+
+    printed = _visible("relative_error", _kernel("03_quantization", answer), capsys)
+    assert "ok  " not in printed and unavailable("course") in printed, printed
+
+
+def test_visible_check_fails_a_name_only_the_chapters_cells_define(capsys):
+    from autograder import notebook
+
+    parameters = next(
+        s for s in notebook.release_cells(notebook.released("05_flash_attention")).chapter_sources if "HEAD_DIM" in s
+    )
+    answer = "def online_softmax_update(m, l, o, scores, v):\n    return m, l, o * HEAD_DIM\n"
+    printed = _visible("online_softmax_update", _kernel("05_flash_attention", parameters, answer), capsys)
+    assert "NameError: name 'HEAD_DIM' is not defined" in printed and "ok  " not in printed, printed
+    mine = _visible("online_softmax_update", _kernel("05_flash_attention", parameters, "HEAD_DIM = 64", answer), capsys)
+    assert "NameError" not in mine, "a name the learner's own cell defines is fine: " + mine
+
+
+def test_visible_check_says_which_earlier_answer_is_wrong(capsys):
+    wrong_update = "def online_softmax_update(m, l, o, scores, v):\n    return m, l, o\n"
+    printed = _visible(
+        "blockwise_attention",
+        _kernel(
+            "05_flash_attention",
+            wrong_update,
+            BLOCKWISE_WITH_HELPER.replace(
+                "_block_scores(q, k[start:start + block])", "q @ k[start:start + block].T / math.sqrt(q.shape[-1])"
+            ),
+        ),
+        capsys,
+    )
+    assert "calls your online_softmax_update, which fails its own checks" in printed, printed
+
+
+PROSE_WARNINGS = {  # mistakes a chapter's prose or prompt warns about: its visible checks must catch each
+    "no_t_squared": (
+        "07_distillation",
+        "def distillation_loss(student_logits, teacher_logits, temperature):\n"
+        "    s = torch.log_softmax(student_logits / temperature, -1)\n"
+        "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
+        "    return (t.exp() * (t - s)).sum(-1).mean()\n",
+    ),
+    "merge_changes_the_base": (
+        "02_lora",
+        "class LoRALinear(nn.Module):\n    def __init__(self, base, rank, alpha=None):\n        super().__init__()\n"
+        "        self.base = base.requires_grad_(False)\n        self.scale = (alpha or rank) / rank\n"
+        "        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))\n"
+        "        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))\n\n    def forward(self, x):\n"
+        "        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)\n\n    def merge(self):\n"
+        "        with torch.no_grad():\n            self.base.weight += self.scale * self.lora_B @ self.lora_A\n"
+        "        return self.base\n",
+    ),
+    "nan_on_a_zero_group": (
+        "03_quantization",
+        "def quantize_dequantize(weight, bits, group_size=None):\n    rows, cols = weight.shape\n"
+        "    group = group_size or cols\n    if cols % group:\n        raise ValueError('bad group_size')\n"
+        "    levels = 2 ** (bits - 1) - 1\n    grouped = weight.reshape(rows, cols // group, group)\n"
+        "    scale = grouped.abs().amax(-1, keepdim=True) / levels\n"
+        "    return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)\n",
+    ),
+    "alpha_one_divides_by_zero": (
+        "06_speculative_decoding",
+        "def expected_tokens_per_call(alpha, draft_length):\n"
+        "    return (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n",
+    ),
+    "full_score_matrix": (
+        "05_flash_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), -1) @ v\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROSE_WARNINGS))
+def test_visible_checks_catch_what_the_prose_warns_about(name, capsys):
+    from autograder import notebook
+
+    chapter, source = PROSE_WARNINGS[name]
+    exercise = next(e for e in CHAPTERS[chapter] if e.defines[0] in notebook.defined_names(source))
+    printed = _visible(exercise.grade_id, _kernel(chapter, source), capsys)
+    assert "FAIL" in printed, printed

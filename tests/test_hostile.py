@@ -81,9 +81,13 @@ def _pad_with_noise(notebook):
         "metadata": {},
         "execution_count": 1,
         "outputs": [big_output],
-        "source": "print('x' * 5_000_000)  # not an answer cell: never run",
+        "source": "print('x' * 5_000_000)  # a learner's own cell: it runs, and what it prints goes nowhere",
     }
     notebook["cells"] = notebook["cells"][:3] + junk + [noisy_code] + notebook["cells"][3:]
+
+
+def _learners_cell(source: str) -> dict:
+    return {"cell_type": "code", "id": "mine", "metadata": {}, "execution_count": None, "outputs": [], "source": source}
 
 
 def _duplicate_answer(notebook):
@@ -182,7 +186,21 @@ KINDS: dict[str, Kind] = {
         FULL - 2,
         "effective_bits",
     ),
-    "huge_output": Kind(prepend("effective_bits", "print('x' * 5_000_000)"), 0, "printed more than"),
+    "huge_output": Kind(prepend("effective_bits", "import os\nos.write(1, b'x' * 5_000_000)"), 0, "printed more than"),
+    "prints_in_every_call": Kind(
+        answer(
+            "effective_bits",
+            "def effective_bits(bits, group_size, scale_bits=16):\n    print('debug', bits, 'x' * 100_000)\n"
+            "    return bits + scale_bits / group_size\n",
+        ),
+        FULL,
+        "",
+    ),
+    "added_cell_that_never_ends": Kind(
+        edit(lambda notebook: notebook["cells"].insert(4, _learners_cell("while True:\n    pass"))),
+        FULL,
+        "(yours: `while True:`) did not finish",
+    ),
     "monkeypatched_torch_numpy_asserts": Kind(
         answer(
             "relative_error",
@@ -241,11 +259,10 @@ KINDS: dict[str, Kind] = {
         "expected",
         namespace_only=True,
     ),
-    "imports_the_reference": Kind(
+    "imports_the_reference": Kind(  # refused in every isolation mode alike
         answer("relative_error", ("from course.quantization import relative_error\n")),
         FULL - 2,
         "No module named 'course",
-        namespace_only=True,
     ),
     "fetches_an_answer_over_the_network": Kind(
         answer(

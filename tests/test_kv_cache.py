@@ -9,7 +9,7 @@ from course.model import attention_reference, causal_mask
 from course.plots import kv_cache as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named
+from conftest import Planted, assert_named, judged_in_process
 
 
 def test_cache_bytes_match_published_figures():
@@ -68,3 +68,86 @@ PLANTED = {
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
+
+
+STEP = """
+def attention_step(q, k, v, cache_k, cache_v):
+    cache_k = torch.cat([cache_k, k[None]], dim=0)
+    cache_v = torch.cat([cache_v, v[None]], dim=0)
+    weights = torch.softmax(cache_k @ q / math.sqrt(q.shape[-1]), dim=0)
+    return {returned}
+"""
+ALL_STEPS = {"attention_step.small", "attention_step.empty", "attention_step.large"}
+BYTES = "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):\n    return "
+
+# More plausible mistakes, judged in this process (conftest.assert_caught).
+MISTAKES = {
+    "bytes_in_gb": Planted(
+        "kv_cache_bytes",
+        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element / 1e9\n",
+        {"kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
+        "returned GB",
+    ),
+    "bytes_without_batch": Planted(
+        "kv_cache_bytes",
+        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_element\n",
+        {"kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
+        "left out the batch",
+    ),
+    "step_returns_the_weights": Planted(
+        "attention_step", STEP.format(returned="weights, cache_k, cache_v"), ALL_STEPS, "attention weights"
+    ),
+    "step_caches_swapped": Planted(
+        "attention_step", STEP.format(returned="weights @ cache_v, cache_v, cache_k"), ALL_STEPS, "swapped"
+    ),
+    "step_new_row_first": Planted(
+        "attention_step",
+        STEP.format(returned="weights @ cache_v, cache_k, cache_v").replace(
+            "torch.cat([cache_k, k[None]], dim=0)", "torch.cat([k[None], cache_k], dim=0)"
+        ),
+        {"attention_step.small", "attention_step.large"},
+        "the new row went first",
+    ),
+    "pages_pooled": Planted(
+        "pages_needed",
+        "def pages_needed(lengths, page_size):\n    return math.ceil(sum(lengths) / page_size)\n",
+        {"pages_needed.example", "pages_needed.random"},
+        "pooled the sequences",
+    ),
+}
+
+# Correct answers written their own way: each must keep every point.
+VARIANTS = {
+    "bytes_math_prod": (
+        "kv_cache_bytes",
+        BYTES + "math.prod([2, n_layers, n_kv_heads, head_dim, seq_len, batch, bytes_per_element])\n",
+    ),
+    "step_numpy_float64": (
+        "attention_step",
+        """
+def attention_step(q, k, v, cache_k, cache_v):
+    keys = np.vstack([cache_k.numpy(), k.numpy()[None]]).astype(np.float64)
+    values = np.vstack([cache_v.numpy(), v.numpy()[None]]).astype(np.float64)
+    scores = keys @ q.numpy().astype(np.float64) / np.sqrt(q.shape[0])
+    weights = np.exp(scores - scores.max())
+    weights /= weights.sum()
+    return torch.from_numpy(weights @ values), torch.from_numpy(keys), torch.from_numpy(values)
+""",
+    ),
+    "step_sdpa": (
+        "attention_step",
+        """
+def attention_step(q, k, v, cache_k, cache_v):
+    cache_k, cache_v = torch.cat([cache_k, k.unsqueeze(0)]), torch.cat([cache_v, v.unsqueeze(0)])
+    out = torch.nn.functional.scaled_dot_product_attention(q[None, None], cache_k[None], cache_v[None])
+    return out.reshape(-1), cache_k, cache_v
+""",
+    ),
+    "pages_integer_ceiling": (
+        "pages_needed",
+        "def pages_needed(lengths, page_size):\n    return sum(-(-n // page_size) for n in lengths)\n",
+    ),
+}
+
+
+test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)

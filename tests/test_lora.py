@@ -11,7 +11,7 @@ from course import checkpoints, corpus, lora
 from course.plots import lora as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named
+from conftest import Planted, assert_named, judged_in_process
 
 
 def test_trainable_parameters():
@@ -170,6 +170,9 @@ def test_plot_returns_a_figure_that_renders(draw):
 # --- the grader names planted mistakes --------------------------------------------------------------
 
 LORA_CLASS = """
+import copy
+
+
 class LoRALinear(nn.Module):
     def __init__(self, base, rank, alpha=None):
         super().__init__()
@@ -177,32 +180,47 @@ class LoRALinear(nn.Module):
         for parameter in base.parameters():
             parameter.requires_grad_(False)
         self.scale = {scale}
-        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.lora_A = nn.Parameter({a_init}(rank, base.in_features) / math.sqrt(base.in_features))
         self.lora_B = nn.Parameter({b_init}(base.out_features, rank))
 
     def forward(self, x):
-        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)
+        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B{b_use}.T)
 
     def merge(self):
-        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
+{merge}
+"""
+MERGE = """        merged = nn.Linear(self.base.in_features, self.base.out_features, bias=self.base.bias is not None)
         with torch.no_grad():
             merged.weight.copy_(self.base.weight + self.scale * self.lora_B @ self.lora_A)
             if self.base.bias is not None:
                 merged.bias.copy_(self.base.bias)
-        return merged
-"""
+        return merged"""
+
+
+def lora_class(**changes) -> str:
+    """The solution's LoRALinear with the pieces named in ``changes`` replaced."""
+    pieces = {
+        "scale": "(rank if alpha is None else alpha) / rank",
+        "a_init": "torch.randn",
+        "b_init": "torch.zeros",
+        "b_use": "",
+        "merge": MERGE,
+    }
+    return LORA_CLASS.format(**{**pieces, **changes})
+
+
 PLANTED = {
     "lora_b_not_zero": Planted(
-        "lora_linear",
-        LORA_CLASS.format(scale="(rank if alpha is None else alpha) / rank", b_init="torch.randn"),
-        {"lora_linear.starts_at_base"},
-        "initialise lora_B to zeros",
+        "lora_linear", lora_class(b_init="torch.randn"), {"lora_linear.starts_at_base"}, "initialise lora_B to zeros"
     ),
     "lora_scale_not_divided": Planted(
         "lora_linear",
-        LORA_CLASS.format(scale="(rank if alpha is None else alpha)", b_init="torch.zeros"),
+        lora_class(scale="(rank if alpha is None else alpha)"),
         {"lora_linear.forward", "lora_linear.alpha"},
         "not divided by the rank",
+    ),
+    "lora_a_zero": Planted(  # the issue's case: an adapter that can never train
+        "lora_linear", lora_class(a_init="torch.zeros"), {"lora_linear.trains"}, "lora_A starts at zeros"
     ),
 }
 
@@ -210,3 +228,122 @@ PLANTED = {
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
+
+
+# More plausible mistakes, judged in this process (conftest.assert_caught).
+MISTAKES = {
+    "lora_alpha_defaults_to_one": Planted(
+        "lora_linear",
+        lora_class(scale="(1 if alpha is None else alpha) / rank"),
+        {"lora_linear.forward"},
+        "alpha defaults to the rank",
+    ),
+    "lora_b_detached": Planted(
+        "lora_linear", lora_class(b_use=".detach()"), {"lora_linear.trains"}, "lora_B gets no gradient"
+    ),
+    "lora_merge_in_place": Planted(
+        "lora_linear",
+        lora_class(
+            merge="        with torch.no_grad():\n"
+            "            self.base.weight += self.scale * self.lora_B @ self.lora_A\n"
+            "        return self.base"
+        ),
+        {"lora_linear.merge"},
+        "merge() changed the base layer's weight",
+    ),
+    "lora_merge_loses_bias": Planted(
+        "lora_linear",
+        lora_class(
+            merge=MERGE.replace("bias=self.base.bias is not None", "bias=False").replace(
+                "if self.base.bias is not None:", "if False:"
+            )
+        ),
+        {"lora_linear.merge"},
+        "lost the base's bias",
+    ),
+    "lora_merge_unscaled": Planted(
+        "lora_linear",
+        lora_class(merge=MERGE.replace("self.scale * ", "")),
+        {"lora_linear.merge"},
+        "merged weight was not scaled",
+    ),
+    "lora_base_not_frozen": Planted(
+        "lora_linear",
+        lora_class().replace("parameter.requires_grad_(False)", "pass"),
+        {"lora_linear.frozen"},
+        "requires_grad_(False)",
+    ),
+    "lora_copies_the_base": Planted(
+        "lora_linear",
+        lora_class()
+        .replace("self.base = base\n", "self.base = copy.deepcopy(base)\n")
+        .replace("for parameter in base.parameters()", "for parameter in self.base.parameters()"),
+        {"lora_linear.frozen"},
+        "keep the base layer itself as self.base",
+    ),
+    "error_spectral_norm": Planted(
+        "best_low_rank_error",
+        "def best_low_rank_error(delta, rank):\n    s = torch.linalg.svdvals(delta)\n"
+        "    return (s[rank] / s[0]).item()\n",
+        {"best_low_rank_error.below", "best_low_rank_error.at_rank"},
+        "spectral norm",
+    ),
+    "error_as_tensor": Planted(
+        "best_low_rank_error",
+        "def best_low_rank_error(delta, rank):\n    s = torch.linalg.svdvals(delta.double())\n"
+        "    return (s[rank:].square().sum() / s.square().sum()).sqrt()\n",
+        {"best_low_rank_error.below"},
+        "should be a Python float",
+    ),
+    "parameters_a_only": Planted(
+        "lora_parameters",
+        "def lora_parameters(d_in, d_out, rank):\n    return rank * d_in\n",
+        {"lora_parameters.4096", "lora_parameters.other"},
+        "counted A only",
+    ),
+}
+
+# Correct answers written their own way: each must keep every point.
+VARIANTS = {
+    "parameters_from_shapes": (
+        "lora_parameters",
+        "def lora_parameters(d_in, d_out, rank):\n    shapes = [(rank, d_in), (d_out, rank)]\n"
+        "    return sum(a * b for a, b in shapes)\n",
+    ),
+    "error_numpy_svd": (
+        "best_low_rank_error",
+        "def best_low_rank_error(delta, rank):\n"
+        "    s = np.linalg.svd(delta.numpy().astype(np.float64), compute_uv=False)\n"
+        "    return float(np.sqrt((s[rank:] ** 2).sum() / (s ** 2).sum()))\n",
+    ),
+    "error_from_the_truncation_itself": (
+        "best_low_rank_error",
+        "def best_low_rank_error(delta, rank):\n    u, s, vh = torch.linalg.svd(delta.double(), full_matrices=False)\n"
+        "    approx = u[:, :rank] @ torch.diag(s[:rank]) @ vh[:rank]\n"
+        "    return ((delta.double() - approx).norm() / delta.double().norm()).item()\n",
+    ),
+    "lora_float64_einsum": (
+        "lora_linear",
+        lora_class().replace(
+            "self.scale * (x @ self.lora_A.T @ self.lora_B.T)",
+            "self.scale * torch.einsum('...i,ri,or->...o', x.double(), self.lora_A.double(), "
+            "self.lora_B.double()).float()",
+        ),
+    ),
+    "lora_merge_with_copy_and_functional": (
+        "lora_linear",
+        lora_class(
+            merge="        import copy\n        merged = copy.deepcopy(self.base)\n        with torch.no_grad():\n"
+            "            merged.weight += self.scale * (self.lora_B @ self.lora_A)\n        return merged"
+        ),
+    ),
+    "memory_branches": (
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n    if method == 'full':\n        per = 16\n"
+        "    elif method == 'lora':\n        per = 2\n    else:\n        per = 4 / 8\n"
+        "    return params * per / 1024 ** 3\n",
+    ),
+}
+
+
+test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)

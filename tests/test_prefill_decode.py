@@ -7,7 +7,7 @@ from course import prefill_decode
 from course.plots import prefill_decode as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named
+from conftest import Planted, assert_named, judged_in_process
 
 A100 = prefill_decode.PRESETS["A100-80G"]
 
@@ -161,3 +161,116 @@ PLANTED = {
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
+
+
+def _answer(name: str, arguments: str, body: str) -> str:
+    return f"def {name}({arguments}):\n" + "".join(f"    {line}\n" for line in body.strip().split("\n"))
+
+
+STATIC = ("static_batch_throughput", "output_lengths, batch_size, step_seconds")
+ALL_STATIC = {"static_batch_throughput.example", "static_batch_throughput.random"}
+
+# More plausible mistakes, judged in this process (conftest.assert_caught): each check in the set
+# must fail and its hint must name the mistake.
+MISTAKES = {
+    "memory_two_bytes_always": Planted(
+        "weight_memory_gb",
+        _answer("weight_memory_gb", "params, bits", "return params * 2 / 1e9"),
+        {"weight_memory_gb.other"},
+        "2 bytes per weight",
+    ),
+    "prefill_training_cost": Planted(
+        "prefill_flops",
+        _answer("prefill_flops", "params, tokens", "return 6 * params * tokens"),
+        {"prefill_flops.8b", "prefill_flops.random"},
+        "cost of training",
+    ),
+    "roofline_intensity": Planted(
+        "roofline_step_time",
+        _answer("roofline_step_time", "flops, n_bytes, peak_flops, bandwidth", "return flops / n_bytes"),
+        {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
+        "arithmetic intensity",
+    ),
+    "roofline_multiplied": Planted(
+        "roofline_step_time",
+        _answer(
+            "roofline_step_time",
+            "flops, n_bytes, peak_flops, bandwidth",
+            "return max(flops * peak_flops, n_bytes * bandwidth)",
+        ),
+        {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
+        "multiplied by the rates",
+    ),
+    "static_seconds": Planted(
+        STATIC[0],
+        _answer(
+            *STATIC,
+            "steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))\n"
+            "return steps * step_seconds",
+        ),
+        ALL_STATIC,
+        "returned the seconds",
+    ),
+    "static_padding_counted": Planted(
+        STATIC[0],
+        _answer(
+            *STATIC,
+            "chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
+            "return sum(len(c) * max(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
+        ),
+        {"static_batch_throughput.random"},  # the example's numbers happen to equal another mistake's
+        "idle slots",
+    ),
+    "static_last_batch_dropped": Planted(
+        STATIC[0],
+        _answer(
+            *STATIC,
+            "full = len(output_lengths) // batch_size * batch_size\n"
+            "chunks = [output_lengths[i:i + batch_size] for i in range(0, full, batch_size)]\n"
+            "return sum(sum(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
+        ),
+        {"static_batch_throughput.random"},
+        "last, smaller batch",
+    ),
+}
+
+# Correct answers written their own way: each must keep every point.
+VARIANTS = {
+    "memory_integers": (
+        "weight_memory_gb",
+        _answer("weight_memory_gb", "params, bits", "return params * bits // 8 / 10**9"),
+    ),
+    "prefill_numpy_imported_in_the_answer": (
+        "prefill_flops",
+        "import numpy as np\n\n" + _answer("prefill_flops", "params, tokens", "return np.float64(2) * params * tokens"),
+    ),
+    "roofline_branches": (
+        "roofline_step_time",
+        _answer(
+            "roofline_step_time",
+            "flops, n_bytes, peak_flops, bandwidth",
+            "compute, memory = flops / peak_flops, n_bytes / bandwidth\n"
+            "if compute > memory:\n    return compute\nreturn memory",
+        ),
+    ),
+    "critical_from_intensity": (
+        "critical_batch_size",
+        _answer(
+            "critical_batch_size",
+            "peak_flops, bandwidth, bytes_per_param",
+            "intensity_per_sequence = 2 / bytes_per_param\nreturn (peak_flops / bandwidth) / intensity_per_sequence",
+        ),
+    ),
+    "static_loop": (
+        STATIC[0],
+        _answer(
+            *STATIC,
+            "seconds, tokens = 0.0, 0\nfor start in range(0, len(output_lengths), batch_size):\n"
+            "    batch = output_lengths[start:start + batch_size]\n    seconds += max(batch) * step_seconds\n"
+            "    tokens += sum(batch)\nreturn tokens / seconds",
+        ),
+    ),
+}
+
+
+test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)

@@ -13,7 +13,7 @@ from course import quantization, reference
 from course.plots import quantization as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named
+from conftest import Planted, assert_named, judged_in_process
 
 # The NF4 table as bitsandbytes ships it (QLoRA, arXiv 2305.14314), typed in from the source.
 PUBLISHED_NF4 = [
@@ -278,13 +278,13 @@ def quantize_dequantize(weight, bits, group_size=None):
     grouped = weight.reshape(rows, cols // group, group)
     scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
     {guard}
-    return ({rounding}(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
+    return ({rounding}(grouped / scale).clamp({clamp}) * scale).reshape(rows, cols)
 """
 SAFE = "scale = torch.where(scale > 0, scale, torch.ones_like(scale))"
 
 
-def quantize_variant(levels="2 ** (bits - 1) - 1", rounding="torch.round", guard=SAFE):
-    return QUANTIZE.format(levels=levels, rounding=rounding, guard=guard)
+def quantize_variant(levels="2 ** (bits - 1) - 1", rounding="torch.round", guard=SAFE, clamp="-levels, levels"):
+    return QUANTIZE.format(levels=levels, rounding=rounding, guard=guard, clamp=clamp)
 
 
 # Every check of these must fail with the mistake named, not only the first.
@@ -400,3 +400,135 @@ def effective_bits(bits, group_size, scale_bits=16):
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
+
+
+# More plausible mistakes, judged in this process (conftest.assert_caught).
+MISTAKES = {
+    "signed_integer_range": Planted(  # the issue's "1006 of 1024 values differ", now named
+        "quantize_dequantize",
+        quantize_variant(levels="2 ** (bits - 1)", clamp="-levels, levels - 1"),
+        ALL_ROUND_TRIPS | {"quantize_dequantize.chapter_number"},
+        "the range of a signed integer",
+    ),
+    "largest_value_not_magnitude": Planted(
+        "quantize_dequantize",
+        quantize_variant().replace("grouped.abs().amax", "grouped.amax"),
+        ALL_ROUND_TRIPS,
+        "largest value, not the largest magnitude",
+    ),
+    "scale_times_levels": Planted(
+        "quantize_dequantize",
+        quantize_variant().replace("amax(dim=-1, keepdim=True) / levels", "amax(dim=-1, keepdim=True) * levels"),
+        ALL_ROUND_TRIPS,
+        "multiplied by the number of levels",
+    ),
+    "min_max_with_zero_point": Planted(
+        "quantize_dequantize",
+        """
+def quantize_dequantize(weight, bits, group_size=None):
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group:
+        raise ValueError("group_size must divide the columns")
+    grouped = weight.reshape(rows, cols // group, group)
+    low, high = grouped.amin(dim=-1, keepdim=True), grouped.amax(dim=-1, keepdim=True)
+    scale = ((high - low) / (2**bits - 1)).clamp(min=1e-12)
+    zero = torch.round(-low / scale)
+    codes = (torch.round(grouped / scale) + zero).clamp(0, 2**bits - 1)
+    return ((codes - zero) * scale).reshape(rows, cols)
+""",
+        ALL_ROUND_TRIPS - {"quantize_dequantize.zero_groups"},
+        "min-max quantization with a zero point",
+    ),
+    "relative_error_mean_absolute": Planted(
+        "relative_error",
+        "def relative_error(weight, approx):\n"
+        "    return ((weight - approx).abs().mean() / weight.abs().mean()).item()\n",
+        {"relative_error.random", "relative_error.zeros"},
+        "mean absolute values",
+    ),
+    "relative_error_tensor": Planted(
+        "relative_error",
+        "def relative_error(weight, approx):\n    return (weight - approx).norm() / weight.norm()\n",
+        {"relative_error.random"},
+        "should be a Python float",
+    ),
+    "int8_scale_not_kept_2d": Planted(
+        "int8",
+        """
+def quantize_int8(weight):
+    scale = weight.abs().amax(dim=1) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(weight / safe[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+def dequantize_int8(codes, scale):
+    return codes.float() * scale.reshape(-1, 1)
+""",
+        {"int8.codes_and_scale", "int8.zero_row", "int8.wide"},
+        "keepdim=True",
+    ),
+}
+
+# Correct answers written their own way: each must keep every point.
+VARIANTS = {
+    "round_trip_numpy_loops_float64": (
+        "quantize_dequantize",
+        """
+def quantize_dequantize(weight, bits, group_size=None):
+    w = weight.numpy().astype(np.float64)
+    rows, cols = w.shape
+    g = cols if group_size is None else group_size
+    if cols % g:
+        raise ValueError(f"group_size {g} does not divide {cols} columns")
+    levels = 2 ** (bits - 1) - 1
+    out = np.zeros_like(w)
+    for r in range(rows):
+        for start in range(0, cols, g):
+            chunk = w[r, start:start + g]
+            scale = np.abs(chunk).max() / levels
+            if scale > 0:
+                out[r, start:start + g] = np.clip(np.round(chunk / scale), -levels, levels) * scale
+    return torch.from_numpy(out)
+""",
+    ),
+    "round_trip_unfold_and_clamped_scale": (
+        "quantize_dequantize",
+        """
+def quantize_dequantize(weight, bits, group_size=None):
+    rows, cols = weight.shape
+    group_size = group_size or cols
+    if cols % group_size != 0:
+        raise ValueError("group_size must divide the number of columns")
+    q_max = (1 << (bits - 1)) - 1
+    groups = weight.unfold(1, group_size, group_size)  # (rows, groups, group_size)
+    scale = groups.abs().max(dim=-1, keepdim=True).values.clamp(min=1e-30) / q_max
+    return (torch.clamp(torch.round(groups / scale), -q_max, q_max) * scale).flatten(1)
+""",
+    ),
+    "relative_error_numpy": (
+        "relative_error",
+        "def relative_error(weight, approx):\n"
+        "    return float(np.linalg.norm(weight.numpy() - approx.numpy()) / np.linalg.norm(weight.numpy()))\n",
+    ),
+    "int8_float64_dequantize": (
+        "int8",
+        """
+def quantize_int8(weight):
+    w = weight.double()
+    scale = w.abs().amax(dim=1, keepdim=True) / 127
+    codes = torch.round(w / torch.where(scale == 0, 1.0, scale)).clamp(-127, 127).to(torch.int8)
+    return codes, scale.float()
+
+def dequantize_int8(codes, scale):
+    return codes.double() * scale.double()
+""",
+    ),
+    "bits_fraction": (
+        "effective_bits",
+        "from fractions import Fraction\n\ndef effective_bits(bits, group_size, scale_bits=16):\n"
+        "    return float(bits + Fraction(scale_bits, group_size))\n",
+    ),
+}
+
+
+test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)

@@ -10,7 +10,7 @@ from course.model import generate
 from course.plots import speculative_decoding as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named
+from conftest import Planted, assert_named, judged_in_process
 
 
 def test_speculative_sampling_reproduces_the_target():
@@ -87,9 +87,108 @@ PLANTED = {
         "one term short",
         calls_it={"speculative_speedup"},
     ),
+    "speedup_names_the_wrong_helper": Planted(  # the issue's case: the speed-up is wrong because its helper is
+        "expected_tokens_per_call",
+        "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n",
+        {"speculative_speedup.paper", "speculative_speedup.random"},
+        "calls your expected_tokens_per_call, which fails its own checks",
+        calls_it={"speculative_speedup", "expected_tokens_per_call"},
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
+
+
+RIGHT_TOKEN = SPECULATIVE_TOKEN.format(leftover="(target - draft).clamp(min=0)")
+
+# More plausible mistakes, judged in this process (conftest.assert_caught).
+MISTAKES = {
+    "alpha_averaged": Planted(
+        "acceptance_rate",
+        "def acceptance_rate(target, draft):\n    return torch.minimum(target, draft).mean().item()\n",
+        {"acceptance_rate.example", "acceptance_rate.random"},
+        "averaged min(p, q)",
+    ),
+    "alpha_as_tensor": Planted(
+        "acceptance_rate",
+        "def acceptance_rate(target, draft):\n    return torch.minimum(target, draft).sum()\n",
+        {"acceptance_rate.example"},
+        "should be a Python float",
+    ),
+    "token_as_tensor": Planted(
+        "speculative_token",
+        RIGHT_TOKEN.replace("return x, True", "return torch.tensor(x), True").replace(
+            "return int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator)), False",
+            "return torch.multinomial(leftover / leftover.sum(), 1, generator=generator)[0], False",
+        ),
+        {"speculative_token.contract"},
+        "return it as an int",
+    ),
+    "draws_from_the_global_generator": Planted(
+        "speculative_token",
+        RIGHT_TOKEN.replace("torch.rand(1, generator=generator)", "torch.rand(1)"),
+        {"speculative_token.contract"},
+        "global random state",
+    ),
+    "draws_with_numpy": Planted(
+        "speculative_token",
+        RIGHT_TOKEN.replace("torch.rand(1, generator=generator).item()", "np.random.random()"),
+        {"speculative_token.contract"},
+        "seeded alike gave different tokens",
+    ),
+    "tokens_divide_by_zero_at_one": Planted(
+        "expected_tokens_per_call",
+        "def expected_tokens_per_call(alpha, draft_length):\n"
+        "    return (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n",
+        {"expected_tokens_per_call.alpha1"},
+        "return k + 1 when alpha is 1",
+    ),
+    "speedup_upside_down": Planted(
+        "speculative_speedup",
+        "def speculative_speedup(alpha, draft_length, cost):\n"
+        "    return (draft_length * cost + 1) * (1 - alpha) / (1 - alpha ** (draft_length + 1))\n",
+        {"speculative_speedup.paper", "speculative_speedup.random"},
+        "upside down",
+    ),
+}
+
+# Correct answers written their own way: each must keep every point.
+VARIANTS = {
+    "alpha_numpy": (
+        "acceptance_rate",
+        "def acceptance_rate(target, draft):\n    return float(np.minimum(target.numpy(), draft.numpy()).sum())\n",
+    ),
+    "alpha_from_total_variation": (
+        "acceptance_rate",
+        "def acceptance_rate(target, draft):\n    return 1 - 0.5 * (target - draft).abs().sum().item()\n",
+    ),
+    "token_with_a_residual_by_hand": (
+        "speculative_token",
+        """
+def speculative_token(target, draft, generator):
+    x = torch.multinomial(draft, 1, generator=generator).item()
+    u = torch.rand(1, generator=generator).item()
+    if draft[x] > 0 and u * draft[x].item() < target[x].item():
+        return x, True
+    residual = torch.where(target > draft, target - draft, torch.zeros_like(target))
+    return torch.multinomial(residual, 1, generator=generator).item(), False
+""",
+    ),
+    "tokens_as_a_loop": (
+        "expected_tokens_per_call",
+        "def expected_tokens_per_call(alpha, draft_length):\n"
+        "    return float(sum(alpha ** i for i in range(draft_length + 1)))\n",
+    ),
+    "speedup_by_its_own_formula": (
+        "speculative_speedup",
+        "def speculative_speedup(alpha, draft_length, cost):\n"
+        "    tokens = draft_length + 1 if alpha == 1 else (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n"
+        "    return tokens / (1 + cost * draft_length)\n",
+    ),
+}
+
+
+test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)

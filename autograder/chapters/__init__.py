@@ -23,9 +23,13 @@ CHAPTERS: dict[str, list[Exercise]] = _registry()
 
 def exercise_by_id(grade_id: str) -> Exercise:
     """The exercise whose answer cell has ``grade_id``, in any chapter."""
-    for exercises in CHAPTERS.values():
-        for exercise in exercises:
-            if exercise.grade_id == grade_id:
-                return exercise
+    return next(e for e in CHAPTERS[chapter_of(grade_id)] if e.grade_id == grade_id)
+
+
+def chapter_of(grade_id: str) -> str:
+    """The chapter (``05_flash_attention``) whose notebook has the answer cell ``grade_id``."""
+    for chapter, exercises in CHAPTERS.items():
+        if any(exercise.grade_id == grade_id for exercise in exercises):
+            return chapter
     known = ", ".join(e.grade_id for exercises in CHAPTERS.values() for e in exercises)
     raise KeyError(f"no exercise {grade_id!r}; known: {known}")

@@ -1,5 +1,7 @@
 """Chapter 5's exercises: online_softmax_update and blockwise_attention. Each check names the
-mistakes it can recognise in its hint (a missing rescale, no running maximum, no 1/sqrt(D), ...)."""
+mistakes it can recognise in its hint (a missing rescale, no running maximum, no 1/sqrt(D), ...),
+and blockwise_attention is also checked for what it must not do: form the (n_q, n_k) score matrix
+(a torch dispatch mode records the largest tensor the learner's function creates)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,16 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, as_tensor, compare_tensors, diagnose, judges_value
+from autograder.checks import (
+    Check,
+    Exercise,
+    Requirement,
+    Verdict,
+    as_tensor,
+    compare_tensors,
+    diagnose,
+    judges_value,
+)
 from course import flash_attention
 
 
@@ -40,7 +51,17 @@ def _variant(q, k, v, block, rescale=True, subtract_max=True, scale=True, normal
 
 def _mistakes(q, k, v, block):
     q, k, v = q.double(), k.double(), v.double()
+    whole = k.shape[0] // block * block  # keys in full blocks
     return [
+        (
+            "the output was not divided by the normaliser l at the end: return o / l",
+            lambda: _variant(q, k, v, block) * _variant_l(q, k, block),
+        ),
+        (
+            f"the last, shorter block was skipped (only the first {whole} of {k.shape[0]} keys were used): "
+            "range(0, n_k, block) visits it, and slicing k[start:start + block] stops at the end by itself",
+            lambda: flash_attention.naive_attention(q, k[:whole], v[:whole]),
+        ),
         (
             "the running output and normaliser were not rescaled by exp(m_old - m_new) when the maximum grew",
             lambda: _variant(q, k, v, block, rescale=False),
@@ -59,15 +80,29 @@ def _mistakes(q, k, v, block):
     ]
 
 
-def _attention_probe(n_q, n_k, d, block, large=False):
+def _variant_l(q, k, block):
+    """The final running normaliser l (n_q, 1) of exact blockwise attention."""
+    scores = q @ k.T / math.sqrt(q.shape[-1])
+    m = scores.amax(dim=-1, keepdim=True)
+    return torch.exp(scores - m).sum(dim=-1, keepdim=True)
+
+
+def _attention_probe(n_q, n_k, d, block, large=False, dtype=torch.float32):
     def make(rng):
         q = _randn(rng, n_q, d, scale=60.0 if large else 1.0)  # scores far past exp()'s float32 range
-        return {"call": "blockwise_attention", "args": [q, _randn(rng, n_k, d), _randn(rng, n_k, d), block]}
+        q, k, v = (t.to(dtype) for t in (q, _randn(rng, n_k, d), _randn(rng, n_k, d)))
+        return {"call": "blockwise_attention", "args": [q, k, v, block]}
 
     return make
 
 
-def _match(got: torch.Tensor, expected: torch.Tensor, mistakes, what: str) -> Verdict:
+def _match(got: torch.Tensor, expected: torch.Tensor, mistakes, what: str, keys: int, block: int) -> Verdict:
+    if torch.isnan(got).all() and block > keys:
+        return Verdict(
+            False,
+            f"{what} is all NaN, 0 / 0: no block of keys was visited. With block {block} larger than the "
+            f"{keys} keys, the one block is all of them: loop with range(0, n_k, block)",
+        )
     if torch.isnan(got).any() or torch.isinf(got).any():  # the reference is always finite
         difference = compare_tensors(got, expected, rtol=1e-4, atol=1e-5)[1]
         return Verdict(
@@ -78,14 +113,76 @@ def _match(got: torch.Tensor, expected: torch.Tensor, mistakes, what: str) -> Ve
     return diagnose(got, expected, mistakes, what=what, rtol=1e-4, atol=1e-5)
 
 
-@judges_value
-def _judge_attention(probe, got):
+def _attention_verdict(probe, got):
     q, k, v, block = probe["args"]
     tensor, problem = as_tensor(got, "the attention output")
     if problem:
         return Verdict(False, problem)
     expected = flash_attention.naive_attention(q.double(), k.double(), v.double())
-    return _match(tensor, expected, _mistakes(q, k, v, block), "the output")
+    return _match(tensor, expected, _mistakes(q, k, v, block), "the output", k.shape[0], block)
+
+
+_judge_attention = judges_value(_attention_verdict)
+
+
+def largest_intermediate(function, q, k, v, block) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): call ``function(q, k, v, block)``
+    while a torch dispatch mode records the largest tensor that any torch operation creates (views
+    of existing tensors do not count); report the output, and that tensor's size, shape and
+    operation. Not seen: arrays made by numpy or plain Python, which torch never dispatches."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Largest(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):  # nothing is compiled here: spare the seconds torch._dynamo takes to import
+            return False
+
+        def __init__(self):
+            super().__init__()
+            self.size, self.shape, self.op = 0, [], ""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not getattr(func, "is_view", False):
+                for tensor in tree_leaves(out):
+                    if isinstance(tensor, torch.Tensor) and tensor.numel() > self.size:
+                        self.size, self.shape = tensor.numel(), list(tensor.shape)
+                        self.op = func.overloadpacket.__name__
+            return out
+
+    with Largest() as mode:
+        output = function(q, k, v, block)
+    return {"output": output, "largest": mode.size, "shape": mode.shape, "op": mode.op}
+
+
+@judges_value
+def _judge_no_score_matrix(probe, found):
+    """Correct output, and no tensor as large as the (n_q, n_k) score matrix on the way."""
+    q, k = probe["args"][:2]
+    if not isinstance(found, dict) or "output" not in found:
+        return Verdict(False, f"blockwise_attention could not be measured: {found!r}"[:200])
+    verdict = _attention_verdict(probe, found["output"])
+    if not verdict.passed:
+        return verdict
+    n_q, n_k = q.shape[0], k.shape[0]
+    if found["largest"] >= n_q * n_k:
+        shape = " x ".join(str(n) for n in found["shape"])
+        return Verdict(
+            False,
+            f"the output is right, but your function created a {shape} tensor (torch's {found['op']}): as large as "
+            f"the whole ({n_q}, {n_k}) score matrix, which blockwise attention never forms. Compute the scores of "
+            "one block of keys at a time, q @ k[start:start + block].T, and fold each block into m, l and o",
+        )
+    return Verdict(True)
+
+
+def _structure_probe(n_q, n_k, d, block):
+    def make(rng):
+        return {**_attention_probe(n_q, n_k, d, block)(rng), "scenario": largest_intermediate}
+
+    return make
 
 
 BLOCKWISE = Exercise(
@@ -95,7 +192,7 @@ BLOCKWISE = Exercise(
         Check(
             "blockwise_attention.block16",
             "blockwise_attention",
-            2,
+            1,
             "64 queries and keys, blocks of 16",
             _attention_probe(64, 64, 16, 16),
             _judge_attention,
@@ -111,6 +208,24 @@ BLOCKWISE = Exercise(
             visible=True,
         ),
         Check(
+            "blockwise_attention.no_score_matrix",
+            "blockwise_attention",
+            2,
+            "never forms the (n_q, n_k) score matrix: 48 queries, 256 keys, blocks of 16",
+            _structure_probe(48, 256, 8, 16),
+            _judge_no_score_matrix,
+            visible=True,
+        ),
+        Check(
+            "blockwise_attention.large_scores",
+            "blockwise_attention",
+            1,
+            "large scores (no overflow allowed)",
+            _attention_probe(16, 40, 16, 8, large=True),
+            _judge_attention,
+            visible=True,
+        ),
+        Check(
             "blockwise_attention.block1",
             "blockwise_attention",
             1,
@@ -122,19 +237,35 @@ BLOCKWISE = Exercise(
             "blockwise_attention.one_block",
             "blockwise_attention",
             1,
-            "one block larger than the keys",
-            _attention_probe(5, 30, 8, 64),
-            _judge_attention,
-        ),
-        Check(
-            "blockwise_attention.large_scores",
-            "blockwise_attention",
-            1,
-            "large scores (no overflow allowed)",
-            _attention_probe(16, 40, 16, 8, large=True),
+            "one block larger than the keys, float64 inputs",
+            _attention_probe(5, 30, 8, 64, dtype=torch.float64),
             _judge_attention,
         ),
     ],
+    requirements=[
+        Requirement(
+            "equals ordinary softmax attention, (n_q, D), for every block size",
+            (
+                "blockwise_attention.block16",
+                "blockwise_attention.uneven",
+                "blockwise_attention.block1",
+                "blockwise_attention.one_block",
+            ),
+        ),
+        Requirement(
+            "visits `block` keys at a time; the last block may be shorter",
+            ("blockwise_attention.uneven", "blockwise_attention.block1"),
+        ),
+        Requirement(
+            "a block larger than the keys (edge case); float64 inputs work too", ("blockwise_attention.one_block",)
+        ),
+        Requirement(
+            "never forms the full (n_q, n_k) score matrix (largest torch intermediate recorded)",
+            ("blockwise_attention.no_score_matrix",),
+        ),
+        Requirement("survives large scores (no overflow)", ("blockwise_attention.large_scores",)),
+    ],
+    builds_on=("online_softmax_update",),
 )
 
 
@@ -156,20 +287,41 @@ def _update_probe(first: bool, larger: bool):
     return make
 
 
+def _update_variants(m, l, o, scores, v) -> list[tuple[str, tuple]]:
+    """(m, l, o) as the common wrong updates give them, each with the hint that names it."""
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    p = torch.exp(scores - m_new)
+    upside_down = torch.nan_to_num(torch.exp(m_new - m), nan=0.0, posinf=0.0)
+    right = flash_attention.online_softmax_update(m, l, o, scores, v)
+    twice = flash_attention.online_softmax_update(m, l, o, scores / math.sqrt(v.shape[-1]), v)
+    return [
+        ("{name} was not rescaled by exp(m_old - m_new)", (m_new, l + p.sum(-1, keepdim=True), o + p @ v)),
+        (
+            "{name}: the correction is upside down; multiply by exp(m_old - m_new) <= 1",
+            (m_new, l * upside_down + p.sum(-1, keepdim=True), o * upside_down + p @ v),
+        ),
+        (
+            "{name}: the running maximum was not updated; m_new = max(m, the block's largest score)",
+            (m, *flash_attention.online_softmax_update(m, l, o, scores, v)[1:]),
+        ),
+        (
+            "{name}: o was divided by l; keep o unnormalised and divide once, after the last block",
+            (right[0], right[1], right[2] / right[1]),
+        ),
+        (
+            "{name}: the scores were divided by sqrt(D) again; they arrive already scaled",
+            twice,
+        ),
+    ]
+
+
 @judges_value
 def _judge_update(probe, got):
     m, l, o, scores, v = (a.double() for a in probe["args"])
     if not isinstance(got, tuple) or len(got) != 3:
         return Verdict(False, f"return a tuple (m, l, o); got {type(got).__name__}")
     expected = flash_attention.online_softmax_update(m, l, o, scores, v)
-    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-    no_rescale = (m_new, l + torch.exp(scores - m_new).sum(-1, keepdim=True), o + torch.exp(scores - m_new) @ v)
-    upside_down = torch.nan_to_num(torch.exp(m_new - m), nan=0.0, posinf=0.0)
-    flipped = (
-        m_new,
-        l * upside_down + torch.exp(scores - m_new).sum(-1, keepdim=True),
-        o * upside_down + torch.exp(scores - m_new) @ v,
-    )
+    variants = _update_variants(m, l, o, scores, v)
     for index, name in enumerate(("m", "l", "o")):
         tensor, problem = as_tensor(got[index], name)
         if problem:
@@ -183,12 +335,10 @@ def _judge_update(probe, got):
                 f"{name} has NaN: on the first block m is -inf, and exp(-inf - (-inf)) is NaN; "
                 f"the correction must be 0 there (torch.exp(m - m_new) with m_new finite)",
             )
-        if compare_tensors(tensor, no_rescale[index], rtol=1e-4, atol=1e-6)[0]:
-            return Verdict(False, f"{name} was not rescaled by exp(m_old - m_new) ({difference})")
-        if compare_tensors(tensor, flipped[index], rtol=1e-4, atol=1e-6)[0]:
-            return Verdict(
-                False, f"{name}: the correction is upside down; multiply by exp(m_old - m_new) <= 1 ({difference})"
-            )
+        for hint, variant in variants:
+            wrong = variant[index]
+            if not torch.equal(wrong, expected[index]) and compare_tensors(tensor, wrong, rtol=1e-4, atol=1e-6)[0]:
+                return Verdict(False, f"{hint.format(name=name)} ({difference})")
         return Verdict(False, f"{name}: {difference}")
     return Verdict(True)
 
@@ -207,6 +357,15 @@ UPDATE = Exercise(
             visible=True,
         ),
         Check(
+            "online_softmax_update.first",
+            "online_softmax_update",
+            1,
+            "the first block (m = -inf, l = o = 0)",
+            _update_probe(True, True),
+            _judge_update,
+            visible=True,
+        ),
+        Check(
             "online_softmax_update.smaller",
             "online_softmax_update",
             1,
@@ -214,14 +373,18 @@ UPDATE = Exercise(
             _update_probe(False, False),
             _judge_update,
         ),
-        Check(
-            "online_softmax_update.first",
-            "online_softmax_update",
-            1,
-            "the first block (m = -inf, l = o = 0)",
-            _update_probe(True, True),
-            _judge_update,
+    ],
+    requirements=[
+        Requirement(
+            "returns the new (m, l, o): (n_q, 1), (n_q, 1), (n_q, D)",
+            ("online_softmax_update.larger", "online_softmax_update.first", "online_softmax_update.smaller"),
         ),
+        Requirement(
+            "m_new = max(m, the block's largest score); l and o rescaled by exp(m - m_new)",
+            ("online_softmax_update.larger", "online_softmax_update.smaller"),
+        ),
+        Requirement("the scores arrive already scaled by 1/sqrt(D)", ("online_softmax_update.larger",)),
+        Requirement("before the first block (m = -inf, l = o = 0): no NaN", ("online_softmax_update.first",)),
     ],
 )
 

@@ -8,7 +8,17 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, as_tensor, compare_tensors, diagnose, judge_number, judges_value
+from autograder.checks import (
+    Check,
+    Exercise,
+    Requirement,
+    Verdict,
+    as_tensor,
+    compare_tensors,
+    diagnose,
+    judge_number,
+    judges_value,
+)
 from course import kv_cache
 
 # --- kv_cache_bytes --------------------------------------------------------------------------------
@@ -26,6 +36,9 @@ def _judge_bytes(probe, got):
         ("left out the batch: every sequence keeps its own cache", 2 * one / batch),
         ("left out bytes_per_element", 2 * one / element),
         ("left out the number of layers: every layer caches its own keys and values", 2 * one / n_layers),
+        ("returned GB (1e9 bytes): return the bytes themselves", 2 * one / 1e9),
+        ("returned GiB: return the bytes themselves", 2 * one / 2**30),
+        ("returned MiB: return the bytes themselves", 2 * one / 2**20),
     ]
     return judge_number(got, 2 * one, mistakes, "the cache size in bytes")
 
@@ -77,6 +90,18 @@ KV_BYTES = Exercise(
             _judge_bytes,
         ),
     ],
+    requirements=[
+        Requirement(
+            "2 x layers x kv heads x head dim x tokens x batch x bytes per element",
+            ("kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"),
+        ),
+        Requirement("batch=1 and bytes_per_element=2 by default", ("kv_cache_bytes.llama2_token",)),
+        Requirement("batch and bytes_per_element given", ("kv_cache_bytes.gqa_32k", "kv_cache_bytes.random")),
+        Requirement(
+            "the bytes as a whole number",
+            ("kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"),
+        ),
+    ],
 )
 
 
@@ -106,11 +131,13 @@ def _judge_step(probe, got):
         return Verdict(False, f"return a tuple (output, cache_k, cache_v); got {type(got).__name__}")
     out, new_k, new_v = got
     keys, values = torch.cat([cache_k, k[None]]), torch.cat([cache_v, v[None]])
-    for name, value, expected in (("cache_k", new_k, keys), ("cache_v", new_v, values)):
+    for name, value, expected, other in (("cache_k", new_k, keys, values), ("cache_v", new_v, values, keys)):
         tensor, problem = as_tensor(value, name)
         if problem:
             return Verdict(False, problem)
         same, difference = compare_tensors(tensor, expected, rtol=1e-5, atol=1e-6)
+        if not same and compare_tensors(tensor, other, rtol=1e-5, atol=1e-6)[0]:
+            return Verdict(False, "cache_k and cache_v were swapped: return (output, cache_k, cache_v)")
         if not same:
             if tuple(tensor.shape) == tuple(cache_k.shape):
                 return Verdict(False, f"{name} was not extended: append the new token's row with torch.cat")
@@ -124,6 +151,10 @@ def _judge_step(probe, got):
     if problem:
         return Verdict(False, problem)
     expected = _attend(q, keys, values)
+    weights = torch.softmax(keys @ q / math.sqrt(q.shape[-1]), dim=0)
+    if tuple(output.shape) == tuple(weights.shape) != tuple(expected.shape):
+        if compare_tensors(output, weights, rtol=1e-4, atol=1e-5)[0]:
+            return Verdict(False, "returned the attention weights: multiply them by the values, weights @ cache_v")
     if torch.isnan(output).any() or torch.isinf(output).any():  # the reference is always finite
         difference = compare_tensors(output, expected, rtol=1e-4, atol=1e-5)[1]
         return Verdict(
@@ -161,6 +192,7 @@ ATTENTION_STEP = Exercise(
             "the first token (an empty cache)",
             _step_probe(0, 16),
             _judge_step,
+            visible=True,
         ),
         Check(
             "attention_step.large",
@@ -170,6 +202,19 @@ ATTENTION_STEP = Exercise(
             _step_probe(300, 64, True),
             _judge_step,
         ),
+    ],
+    requirements=[
+        Requirement(
+            "caches of shape (t + 1, D): the new row appended at the end",
+            ("attention_step.small", "attention_step.empty", "attention_step.large"),
+        ),
+        Requirement(
+            "output (D,): softmax(K q / sqrt(D)) V over all t + 1 positions",
+            ("attention_step.small", "attention_step.empty", "attention_step.large"),
+        ),
+        Requirement("returns (output, cache_k, cache_v)", ("attention_step.small",)),
+        Requirement("an empty cache, t = 0 (edge case)", ("attention_step.empty",)),
+        Requirement("large scores stay finite", ("attention_step.large",)),
     ],
 )
 
@@ -230,6 +275,14 @@ PAGES = Exercise(
             _pages_probe(),
             _judge_pages,
         ),
+    ],
+    requirements=[
+        Requirement(
+            "each sequence its own pages: ceil(length / page_size), summed",
+            ("pages_needed.example", "pages_needed.random"),
+        ),
+        Requirement("a partly filled page counts whole", ("pages_needed.example", "pages_needed.random")),
+        Requirement("exact multiples need no extra page (edge case)", ("pages_needed.example", "pages_needed.random")),
     ],
 )
 

@@ -8,7 +8,16 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, compare_tensors, diagnose, judge_number, judges_value
+from autograder.checks import (
+    Check,
+    Exercise,
+    Requirement,
+    Verdict,
+    compare_tensors,
+    diagnose,
+    judge_number,
+    judges_value,
+)
 from course import lora
 
 # --- lora_parameters ------------------------------------------------------------------------------
@@ -54,6 +63,13 @@ LORA_PARAMETERS = Exercise(
         ),
         Check("lora_parameters.other", "lora_parameters", 1, "a rectangular layer", _sizes(), _judge_parameters),
     ],
+    requirements=[
+        Requirement(
+            "the trainable numbers of A (r x d_in) and B (d_out x r): r (d_in + d_out)",
+            ("lora_parameters.4096", "lora_parameters.other"),
+        ),
+        Requirement("d_in and d_out may differ", ("lora_parameters.other",)),
+    ],
 )
 
 
@@ -75,6 +91,10 @@ def _error_mistakes(delta: torch.Tensor, rank: int) -> list[tuple[str, float]]:
             math.sqrt((s[: len(s) - rank].square().sum() / total).item()),
         ),
         (
+            "used the spectral norm (the largest singular value): the Frobenius norm sums all sigma_i^2",
+            (s[rank] / s[0]).item() if rank < len(s) else 0.0,
+        ),
+        (
             "divided by the norm of the approximation, not of delta",
             kept(rank) * math.sqrt(total.item()) / max(math.sqrt(s[:rank].square().sum().item()), 1e-300),
         ),
@@ -85,13 +105,21 @@ def _error_mistakes(delta: torch.Tensor, rank: int) -> list[tuple[str, float]]:
 def _judge_error(probe, got):
     delta, rank = probe["args"]
     expected = lora.best_low_rank_error(delta, rank)
-    return judge_number(got, expected, _error_mistakes(delta, rank), "the relative error", rel=1e-4, abs_tol=1e-5)
+    return judge_number(
+        got,
+        expected,
+        _error_mistakes(delta, rank),
+        "the relative error",
+        rel=1e-4,
+        abs_tol=1e-5,
+        python_float=probe["python_float"],
+    )
 
 
-def _change(rows, cols, true_rank, noise, rank):
+def _change(rows, cols, true_rank, noise, rank, python_float=False):
     def make(rng):
         delta = lora.low_rank_change(rows, cols, true_rank, noise, seed=int(rng.integers(1000))).float()
-        return {"call": "best_low_rank_error", "args": [delta, rank]}
+        return {"call": "best_low_rank_error", "args": [delta, rank], "python_float": python_float}
 
     return make
 
@@ -105,7 +133,7 @@ BEST_ERROR = Exercise(
             "best_low_rank_error",
             1,
             "a rank-4 change plus noise, at rank 2",
-            _change(48, 32, 4, 0.05, 2),
+            _change(48, 32, 4, 0.05, 2, python_float=True),
             _judge_error,
             visible=True,
         ),
@@ -126,6 +154,14 @@ BEST_ERROR = Exercise(
             _judge_error,
         ),
     ],
+    requirements=[
+        Requirement(
+            "sqrt(sum of sigma_i^2 beyond rank / sum of all sigma_i^2), the largest singular values kept",
+            ("best_low_rank_error.below", "best_low_rank_error.at_rank"),
+        ),
+        Requirement("returned as a Python float", ("best_low_rank_error.below",)),
+        Requirement("an exactly low-rank change gives 0 (edge case)", ("best_low_rank_error.exact",)),
+    ],
 )
 
 
@@ -135,8 +171,9 @@ BEST_ERROR = Exercise(
 def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
     """The scenario (run in the sandbox, see checks.scenario_source): wrap an ``nn.Linear`` of
     ``weight`` and ``bias`` in the learner's ``cls`` and report, step by step, the output before
-    training, which parameters train, the output once A and B are set, and the merged layer's
-    output and type. A failing step is reported and the others still run."""
+    training, which parameters train, the output once A and B are set, the merged layer's output
+    and type, and what two optimiser steps on a fresh adapter do (the gradient each factor gets,
+    whether the output moves). A failing step is reported and the others still run."""
     import torch
     from torch import nn
 
@@ -146,17 +183,51 @@ def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
         except Exception as error:
             report[key] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
 
-    base = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-    with torch.no_grad():
-        base.weight.copy_(weight)
-        if bias is not None:
-            base.bias.copy_(bias)
+    def linear():
+        made = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+        with torch.no_grad():
+            made.weight.copy_(weight)
+            if bias is not None:
+                made.bias.copy_(bias)
+        return made
+
+    def adapter(wrapped):
+        return cls(wrapped, rank) if alpha is None else cls(wrapped, rank, alpha)
+
+    base = linear()
     original = base.weight.detach().clone()
     report: dict = {}
-    layer = cls(base, rank) if alpha is None else cls(base, rank, alpha)
+    layer = adapter(base)
     attempt("initial", lambda: layer(x).detach())
     attempt("trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
+    attempt("base_kept", lambda: getattr(layer, "base", None) is base)
     attempt("shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
+
+    def training():
+        fresh = linear()
+        trained = adapter(fresh)
+        factors = {"lora_A": trained.lora_A, "lora_B": trained.lora_B}
+        zero_at_start = {name: bool((f.detach() == 0).all()) for name, f in factors.items()}
+        goal = fresh(x).detach() + 1.0  # an output the adapter must move towards
+        before = trained(x).detach()
+        trainable = [p for p in trained.parameters() if p.requires_grad]
+        steps = []
+        for _ in range(2):  # plain gradient descent (torch.optim's first optimiser takes seconds to set up)
+            for parameter in trainable:
+                parameter.grad = None
+            (trained(x) - goal).square().mean().backward()
+            steps.append({n: None if f.grad is None else float(f.grad.abs().max()) for n, f in factors.items()})
+            with torch.no_grad():
+                for parameter in trainable:
+                    if parameter.grad is not None:
+                        parameter -= 0.5 * parameter.grad
+        return {
+            "zero_at_start": zero_at_start,
+            "gradients": steps,
+            "moved": float((trained(x).detach() - before).abs().max()),
+        }
+
+    attempt("training", training)
 
     def set_factors():
         with torch.no_grad():
@@ -178,7 +249,7 @@ def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
     return report
 
 
-def _layer_probe(d_in, d_out, rank, alpha, bias):
+def _layer_probe(d_in, d_out, rank, alpha, bias, batch=(5,)):
     def make(rng):
         g = lambda *shape, s=1.0: torch.from_numpy(rng.normal(0, s, size=shape).astype(np.float32))  # noqa: E731
         return {
@@ -189,7 +260,7 @@ def _layer_probe(d_in, d_out, rank, alpha, bias):
                 g(d_out, s=0.1) if bias else None,
                 rank,
                 alpha,
-                g(5, d_in),
+                g(*batch, d_in),
                 g(rank, d_in, s=0.3),
                 g(d_out, rank, s=0.3),
             ],
@@ -266,6 +337,10 @@ def _judge_forward(probe, report):
     alpha_value = rank if alpha is None else alpha
     mistakes = [
         (
+            "alpha defaults to the rank (scale 1): with alpha=None, use alpha = rank, not 1",
+            lambda: e["base"] + e["update"] / rank if alpha is None else e["adapted"],
+        ),
+        (
             "the update was not divided by the rank: scale it by alpha / rank",
             lambda: e["base"] + alpha_value * e["update"],
         ),
@@ -285,11 +360,49 @@ def _judge_frozen(probe, report):
     if failed:
         return failed
     if trainable != ["lora_A", "lora_B"]:
+        missing = sorted({"lora_A", "lora_B"} - set(trainable))
         return Verdict(
             False,
             f"the parameters that train are {trainable}; only lora_A and lora_B should: "
-            "call requires_grad_(False) on the base layer's parameters",
+            + (
+                f"make {' and '.join(missing)} an nn.Parameter (registered on self, requires_grad left on)"
+                if missing
+                else "call requires_grad_(False) on the base layer's parameters"
+            ),
         )
+    kept, failed = _part(report, "base_kept")
+    if failed or not kept:
+        return Verdict(False, "keep the base layer itself as self.base (wrap it, do not copy it)")
+    return Verdict(True)
+
+
+@judges_value
+def _judge_trains(probe, report):
+    """Two optimiser steps on a fresh adapter: B gets a gradient at the first (A x is not zero),
+    A at the second (B is no longer zero), and the output moves."""
+    training, failed = _part(report, "training")
+    if failed:
+        return failed
+    zero, (first, second) = training["zero_at_start"], training["gradients"]
+    if zero.get("lora_A") and zero.get("lora_B"):
+        return Verdict(
+            False,
+            "lora_A starts at zeros: with lora_B at zeros too, neither factor ever gets a gradient and the "
+            "adapter never trains. Start lora_A random, e.g. torch.randn(rank, in_features) / math.sqrt(in_features)",
+        )
+    for name in ("lora_A", "lora_B"):
+        if first.get(name) is None:
+            return Verdict(
+                False,
+                f"{name} gets no gradient: it must be an nn.Parameter that forward uses as it is "
+                "(not .data, .detach() or a copy made under torch.no_grad())",
+            )
+    if not first["lora_B"] > 0:
+        return Verdict(False, "lora_B got a zero gradient at the first step: forward must add the update B A x")
+    if not second["lora_A"] > 0:
+        return Verdict(False, "lora_A got no gradient even once lora_B had moved: forward must use lora_A")
+    if not training["moved"] > 1e-6:
+        return Verdict(False, "the output did not move after two optimiser steps on lora_A and lora_B")
     return Verdict(True)
 
 
@@ -300,13 +413,31 @@ def _judge_merge(probe, report):
         return failed
     if merged.get("type") != "Linear":
         return Verdict(False, f"merge() returned a {merged.get('type')}; it should return an nn.Linear")
-    verdict = _tensor_verdict(merged.get("output"), _expected(probe)["adapted"], "the merged layer's output")
-    if not verdict.passed:
+    e = _expected(probe)
+    bias = probe["args"][1]
+    output = merged.get("output")
+    if not isinstance(output, torch.Tensor):
+        return Verdict(False, f"the merged layer's output is a {type(output).__name__}, not a torch.Tensor")
+    mistakes = [
+        (
+            "the merged weight was not scaled: weight + (alpha / rank) * lora_B @ lora_A",
+            lambda: e["base"] + e["update"],
+        ),
+        (
+            "the merged layer lost the base's bias: copy base.bias into it",
+            lambda: e["adapted"] - (0 if bias is None else bias.double()),
+        ),
+        ("the merged layer is the base alone: add (alpha / rank) * lora_B @ lora_A to its weight", lambda: e["base"]),
+    ]
+    verdict = diagnose(output, e["adapted"], mistakes, what="the merged layer's output", rtol=1e-4, atol=1e-5)
+    if not verdict.passed and verdict.hint.startswith("the merged layer's output"):
         return Verdict(
             False,
             f"the merged layer must give the adapted layer's outputs: weight + (alpha / rank) B A, "
             f"and the base's bias ({verdict.hint})",
         )
+    if not verdict.passed:
+        return verdict
     if not merged.get("base_unchanged"):
         return Verdict(
             False,
@@ -324,7 +455,7 @@ LORA_LINEAR = Exercise(
             "lora_linear.starts_at_base",
             "lora_linear",
             1,
-            "starts equal to the base layer (B = 0)",
+            "starts equal to the base layer (B = 0), factors of the right shapes",
             _layer_probe(12, 10, 3, None, False),
             _judge_start,
             visible=True,
@@ -332,27 +463,20 @@ LORA_LINEAR = Exercise(
         Check(
             "lora_linear.forward",
             "lora_linear",
-            2,
+            1,
             "forward with A and B set, alpha = rank",
             _layer_probe(12, 10, 3, None, False),
             _judge_forward,
             visible=True,
         ),
         Check(
-            "lora_linear.alpha",
+            "lora_linear.trains",
             "lora_linear",
             1,
-            "forward with alpha = 16, rank 4, a bias",
-            _layer_probe(20, 8, 4, 16.0, True),
-            _judge_forward,
-        ),
-        Check(
-            "lora_linear.frozen",
-            "lora_linear",
-            1,
-            "only lora_A and lora_B train",
-            _layer_probe(12, 10, 2, None, True),
-            _judge_frozen,
+            "two optimiser steps: both factors get gradients, the output moves",
+            _layer_probe(12, 10, 3, None, True),
+            _judge_trains,
+            visible=True,
         ),
         Check(
             "lora_linear.merge",
@@ -361,7 +485,46 @@ LORA_LINEAR = Exercise(
             "merge() gives the same outputs and leaves the base alone",
             _layer_probe(16, 12, 4, 8.0, True),
             _judge_merge,
+            visible=True,
         ),
+        Check(
+            "lora_linear.alpha",
+            "lora_linear",
+            1,
+            "forward with alpha = 16, rank 4, a bias, inputs (2, 3, d_in)",
+            _layer_probe(20, 8, 4, 16.0, True, batch=(2, 3)),
+            _judge_forward,
+        ),
+        Check(
+            "lora_linear.frozen",
+            "lora_linear",
+            1,
+            "only lora_A and lora_B train; the base is kept as self.base",
+            _layer_probe(12, 10, 2, None, True),
+            _judge_frozen,
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "the base's parameters frozen, the layer itself kept as self.base",
+            ("lora_linear.frozen", "lora_linear.trains"),
+        ),
+        Requirement(
+            "lora_A: a random nn.Parameter (rank, in_features); lora_B: a zero nn.Parameter (out_features, rank)",
+            ("lora_linear.starts_at_base", "lora_linear.trains", "lora_linear.frozen"),
+        ),
+        Requirement("equals the base layer before training (B = 0)", ("lora_linear.starts_at_base",)),
+        Requirement(
+            "forward: base(x) + (alpha / rank) x A^T B^T, for x of shape (..., in_features)",
+            ("lora_linear.forward", "lora_linear.alpha"),
+        ),
+        Requirement("alpha defaults to the rank (scale 1)", ("lora_linear.forward",)),
+        Requirement("both factors can train: each gets a gradient, the output moves", ("lora_linear.trains",)),
+        Requirement(
+            "merge(): a new nn.Linear with weight + (alpha / rank) B A and the base's bias, same outputs",
+            ("lora_linear.merge",),
+        ),
+        Requirement("merge() leaves the base layer unchanged", ("lora_linear.merge",)),
     ],
 )
 
@@ -407,6 +570,14 @@ FINETUNE_MEMORY = Exercise(
         ),
         Check("finetune_memory.lora", "finetune_memory", 1, "LoRA, another size", _memory("lora"), _judge_memory),
         Check("finetune_memory.qlora", "finetune_memory", 1, "QLoRA, another size", _memory("qlora"), _judge_memory),
+    ],
+    requirements=[
+        Requirement("full: 16 bytes per parameter (2 + 2 + 8 + 4)", ("finetune_memory.full_7b",)),
+        Requirement("lora: 2 bytes per parameter", ("finetune_memory.lora",)),
+        Requirement("qlora: 0.5 bytes per parameter", ("finetune_memory.qlora",)),
+        Requirement(
+            "in GiB (2**30 bytes)", ("finetune_memory.full_7b", "finetune_memory.lora", "finetune_memory.qlora")
+        ),
     ],
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autograder.checks import Check, Exercise, judge_number, judges_value
+from autograder.checks import Check, Exercise, Requirement, judge_number, judges_value
 
 
 def _numbers(call: str, pick):
@@ -27,6 +27,7 @@ def _judge_memory(probe, got):
         ("returned bytes: divide by 1e9 for GB", params * bits / 8),
         ("divided by 2**30: that is GiB; the chapter's GB are 1e9 bytes", params * bits / 8 / 2**30),
         ("multiplied by bits / 8 the wrong way round: bytes = params * bits / 8", params * 8 / bits / 1e9),
+        ("counted 2 bytes per weight whatever the bits: use bits / 8 bytes", params * 2 / 1e9),
     ]
     return judge_number(got, expected, mistakes, "the weight memory in GB")
 
@@ -53,6 +54,11 @@ WEIGHT_MEMORY = Exercise(
             _judge_memory,
         ),
     ],
+    requirements=[
+        Requirement("params * bits / 8 bytes", ("weight_memory_gb.70b", "weight_memory_gb.other")),
+        Requirement("in GB of 10^9 bytes", ("weight_memory_gb.70b", "weight_memory_gb.other")),
+        Requirement("any number of bits (3 too)", ("weight_memory_gb.other",)),
+    ],
 )
 
 
@@ -66,6 +72,10 @@ def _judge_prefill(probe, got):
         ("the factor 2 is missing: each weight is one multiply and one add", params * tokens),
         ("tokens were squared: the 2 * params * tokens term is linear in the prompt", 2 * params * tokens**2),
         ("counted one token only: prefill runs the whole prompt", 2 * params),
+        (
+            "used 6 * params * tokens, the cost of training (forward and backward): prefill is a forward pass",
+            6 * params * tokens,
+        ),
     ]
     return judge_number(got, 2 * params * tokens, mistakes, "the FLOPs")
 
@@ -92,6 +102,9 @@ PREFILL = Exercise(
             _judge_prefill,
         ),
     ],
+    requirements=[
+        Requirement("about 2 * params * tokens FLOPs", ("prefill_flops.8b", "prefill_flops.random")),
+    ],
 )
 
 
@@ -106,6 +119,11 @@ def _judge_roofline(probe, got):
         ("added the two times: the roofline takes the larger (compute and memory traffic overlap)", compute + memory),
         ("took the smaller time: the slower limit decides", min(compute, memory)),
         ("FLOPs and bytes were divided by the wrong rates", max(flops / bandwidth, n_bytes / peak)),
+        ("returned the arithmetic intensity (FLOPs per byte): the roofline's answer is a time", flops / n_bytes),
+        (
+            "multiplied by the rates: time = FLOPs / (FLOP/s) and bytes / (bytes/s)",
+            max(flops * peak, n_bytes * bandwidth),
+        ),
     ]
     return judge_number(got, max(compute, memory), mistakes, "the step time in seconds")
 
@@ -141,6 +159,14 @@ ROOFLINE = Exercise(
             _numbers("roofline_step_time", _roofline_args(False)),
             _judge_roofline,
         ),
+    ],
+    requirements=[
+        Requirement(
+            "max(FLOPs / peak, bytes / bandwidth), in seconds",
+            ("roofline_step_time.memory_bound", "roofline_step_time.compute_bound"),
+        ),
+        Requirement("memory-bound work: the bytes decide", ("roofline_step_time.memory_bound",)),
+        Requirement("compute-bound work: the FLOPs decide", ("roofline_step_time.compute_bound",)),
     ],
 )
 
@@ -189,6 +215,12 @@ CRITICAL = Exercise(
             _judge_critical,
         ),
     ],
+    requirements=[
+        Requirement(
+            "peak / bandwidth * bytes_per_param / 2", ("critical_batch_size.a100_bf16", "critical_batch_size.int8")
+        ),
+        Requirement("fewer bytes per weight, a smaller batch (int8)", ("critical_batch_size.int8",)),
+    ],
 )
 
 
@@ -220,6 +252,16 @@ def _judge_static(probe, got):
             tokens / (sum(outputs) * step),
         ),
         ("counted batch_size tokens per step for every step: finished requests idle in their slot", batch / step),
+        ("returned the seconds: the throughput is tokens / seconds", _static_seconds(outputs, batch, step)),
+        (
+            "counted the idle slots as tokens (batch size x longest answer per batch): count the tokens generated",
+            sum(len(c) * max(c) for c in chunks) / _static_seconds(outputs, batch, step),
+        ),
+        (
+            "the last, smaller batch was left out: it runs too, as many steps as its longest request",
+            sum(outputs[: len(outputs) // batch * batch])
+            / max(_static_seconds(outputs[: len(outputs) // batch * batch], batch, step), 1e-300),
+        ),
     ]
     return judge_number(got, expected, mistakes, "the throughput in tokens per second")
 
@@ -251,6 +293,16 @@ STATIC = Exercise(
                 ],
             ),
             _judge_static,
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "consecutive requests in batches of batch_size, each running as many steps as its longest request",
+            ("static_batch_throughput.example", "static_batch_throughput.random"),
+        ),
+        Requirement("the last batch may be smaller", ("static_batch_throughput.random",)),
+        Requirement(
+            "generated tokens per second", ("static_batch_throughput.example", "static_batch_throughput.random")
         ),
     ],
 )

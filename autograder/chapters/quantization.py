@@ -9,6 +9,7 @@ import torch
 from autograder.checks import (
     Check,
     Exercise,
+    Requirement,
     Verdict,
     as_tensor,
     diagnose,
@@ -37,18 +38,35 @@ def _with_outlier_columns(rng: np.random.Generator, rows: int, cols: int, n: int
 # --- the common mistakes, recomputed on the learner's inputs ----------------------------------------
 
 
-def _grouped_round_trip(weight, bits, group, levels=None, rounding=torch.round, dequantize=True):
+def _grouped_round_trip(
+    weight, bits, group, levels=None, rounding=torch.round, dequantize=True, high=None, magnitude=torch.abs
+):
     """The round trip with one thing changed. Computed in the input's precision, as learners do:
-    truncation is discontinuous at the integers, where float32 and float64 can land apart."""
+    truncation is discontinuous at the integers, where float32 and float64 can land apart.
+    Codes are clamped to [-levels, high] (``high`` is levels unless given); ``magnitude`` is what
+    the scale's maximum is taken of (the absolute value unless given)."""
     rows, cols = weight.shape
     group = cols if group is None else group
     levels = quantization.absmax_levels(bits) if levels is None else levels
     grouped = weight.reshape(rows, cols // group, group)  # (rows, groups, group)
-    scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+    scale = magnitude(grouped).amax(dim=-1, keepdim=True) / levels
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # only the named mistake differs
-    codes = rounding(grouped / scale).clamp(-levels, levels)
+    codes = rounding(grouped / scale).clamp(-levels, levels if high is None else high)
     out = codes * scale if dequantize else codes
     return out.reshape(rows, cols)
+
+
+def _asymmetric_round_trip(weight, bits, group):
+    """Min-max quantization with a zero point: what learners who know the asymmetric scheme write."""
+    rows, cols = weight.shape
+    group = cols if group is None else group
+    grouped = weight.reshape(rows, cols // group, group)
+    low, high = grouped.amin(dim=-1, keepdim=True), grouped.amax(dim=-1, keepdim=True)
+    scale = (high - low) / (2**bits - 1)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    zero = torch.round(-low / scale)
+    codes = (torch.round(grouped / scale) + zero).clamp(0, 2**bits - 1)
+    return ((codes - zero) * scale).reshape(rows, cols)
 
 
 def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
@@ -62,6 +80,25 @@ def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
         (
             f"scale divided by {2 ** (bits - 1)}, one level too many: use 2**(bits-1) - 1 = {levels}",
             lambda: _grouped_round_trip(weight, bits, group, levels=2 ** (bits - 1)),
+        ),
+        (
+            f"scale divided by {2 ** (bits - 1)} and codes clamped to [{-(2 ** (bits - 1))}, {2 ** (bits - 1) - 1}], "
+            f"the range of a signed integer: the symmetric scheme uses 2**(bits-1) - 1 = {levels} levels each "
+            f"side, codes in [-{levels}, {levels}]",
+            lambda: _grouped_round_trip(weight, bits, group, levels=2 ** (bits - 1), high=2 ** (bits - 1) - 1),
+        ),
+        (
+            "the scale came from the largest value, not the largest magnitude: take .abs().amax()",
+            lambda: _grouped_round_trip(weight, bits, group, magnitude=lambda t: t),
+        ),
+        (
+            "the scale was multiplied by the number of levels: scale = absmax / (2**(bits-1) - 1)",
+            lambda: _grouped_round_trip(weight, bits, group, levels=1 / levels),
+        ),
+        (
+            "min-max quantization with a zero point: this exercise is symmetric absmax, scale = absmax / "
+            f"{levels}, no zero point",
+            lambda: _asymmetric_round_trip(weight, bits, group),
         ),
         (
             "values were truncated toward zero: round to the nearest code with torch.round",
@@ -113,10 +150,10 @@ def _round_trip_verdict(probe: dict, got: torch.Tensor) -> Verdict:
 _judge_round_trip = judges_tensor("the dequantized matrix")(_round_trip_verdict)
 
 
-def _probe_round_trip(rows, cols, bits, group, outliers=False):
+def _probe_round_trip(rows, cols, bits, group, outliers=False, dtype=torch.float32):
     def make(rng):
         weight = _with_outlier_columns(rng, rows, cols) if outliers else _normal(rng, rows, cols)
-        return {"call": "quantize_dequantize", "args": [weight, bits], "kwargs": {"group_size": group}}
+        return {"call": "quantize_dequantize", "args": [weight.to(dtype), bits], "kwargs": {"group_size": group}}
 
     return make
 
@@ -156,10 +193,11 @@ def _judge_chapter_number(probe, got):
     error = quantization.relative_error(weight, got.float())
     if reference.close(entry, error):
         return Verdict(True)
+    named = _round_trip_verdict(probe, got)
     return Verdict(
         False,
         f"relative error {error:.4f} on the chapter's matrix; the reference is "
-        f"{entry['value']:.4f} +- {entry['tolerance']}",
+        f"{entry['value']:.4f} +- {entry['tolerance']}" + ("" if named.passed else f": {named.hint}"),
     )
 
 
@@ -197,8 +235,8 @@ QUANTIZE_DEQUANTIZE = Exercise(
             "quantize_dequantize.six_bits",
             "quantize_dequantize",
             1,
-            "6 bits, one scale per row, outliers",
-            _probe_round_trip(24, 40, 6, None, outliers=True),
+            "6 bits, one scale per row, outliers, a float64 matrix",
+            _probe_round_trip(24, 40, 6, None, outliers=True, dtype=torch.float64),
             _judge_round_trip,
         ),
         Check(
@@ -208,6 +246,7 @@ QUANTIZE_DEQUANTIZE = Exercise(
             "all-zero rows and groups give zeros, not NaN",
             _probe_zero_groups,
             _judge_zero_groups,
+            visible=True,
         ),
         Check(
             "quantize_dequantize.bad_group",
@@ -218,6 +257,7 @@ QUANTIZE_DEQUANTIZE = Exercise(
             lambda probe, result: judge_raises(
                 result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
             ),
+            visible=True,
         ),
         Check(
             "quantize_dequantize.chapter_number",
@@ -226,6 +266,31 @@ QUANTIZE_DEQUANTIZE = Exercise(
             "the chapter's int4 group-32 error",
             _probe_chapter_matrix,
             _judge_chapter_number,
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "the (rows, cols) matrix after a round trip through symmetric bits-bit codes, rounded to the nearest",
+            (
+                "quantize_dequantize.int8_per_row",
+                "quantize_dequantize.int4_groups",
+                "quantize_dequantize.other_bits",
+                "quantize_dequantize.six_bits",
+            ),
+        ),
+        Requirement(
+            "one scale per row when group_size is None",
+            ("quantize_dequantize.int8_per_row", "quantize_dequantize.six_bits"),
+        ),
+        Requirement(
+            "one scale per group_size consecutive columns",
+            ("quantize_dequantize.int4_groups", "quantize_dequantize.other_bits", "quantize_dequantize.chapter_number"),
+        ),
+        Requirement("ValueError when group_size does not divide the columns", ("quantize_dequantize.bad_group",)),
+        Requirement("an all-zero group comes back as zeros, not NaN", ("quantize_dequantize.zero_groups",)),
+        Requirement(
+            "any bit width (3, 4, 6, 8); float64 matrices work too",
+            ("quantize_dequantize.other_bits", "quantize_dequantize.six_bits", "quantize_dequantize.int8_per_row"),
         ),
     ],
 )
@@ -240,7 +305,7 @@ def _probe_relative_error(rows, cols, zeros_in_approx=False):
         approx = weight + _normal(rng, rows, cols, std=0.004)
         if zeros_in_approx:
             approx[:, : cols // 4] = 0.0
-        return {"call": "relative_error", "args": [weight, approx]}
+        return {"call": "relative_error", "args": [weight, approx], "python_float": not zeros_in_approx}
 
     return make
 
@@ -265,8 +330,12 @@ def _judge_relative_error(probe, got):
             "took ||W|| - ||W_hat||, a difference of norms: take the norm of the difference",
             abs(norm_w - norm_a) / norm_w,
         ),
+        (
+            "compared mean absolute values: the Frobenius norm is the square root of the sum of squares",
+            ((weight - approx).abs().mean() / weight.abs().mean()).item(),
+        ),
     ]
-    return judge_number(got, expected, mistakes, "the relative error", rel=1e-4)
+    return judge_number(got, expected, mistakes, "the relative error", rel=1e-4, python_float=probe["python_float"])
 
 
 RELATIVE_ERROR = Exercise(
@@ -290,6 +359,10 @@ RELATIVE_ERROR = Exercise(
             _probe_relative_error(20, 24, zeros_in_approx=True),
             _judge_relative_error,
         ),
+    ],
+    requirements=[
+        Requirement("||W - W_hat||_F / ||W||_F", ("relative_error.random", "relative_error.zeros")),
+        Requirement("returned as a Python float", ("relative_error.random",)),
     ],
 )
 
@@ -327,11 +400,11 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
         return Verdict(
             False, f"codes have dtype {dtype}: convert them with .to(torch.int8) after rounding and clamping"
         )
-    if scale.numel() != weight.shape[0]:
+    if tuple(scale.shape) != (weight.shape[0], 1):
         return Verdict(
             False,
-            f"scale has {scale.numel()} values; expected one per row ({weight.shape[0]}), "
-            "shape (rows, 1): take the absmax along dim=1 with keepdim=True",
+            f"scale has shape {tuple(scale.shape)}; expected one per row, shape ({weight.shape[0]}, 1): take the "
+            "absmax along dim=1 with keepdim=True",
         )
     if torch.isnan(scale).any():
         return Verdict(False, ZERO_GROUP_HINT)
@@ -403,6 +476,18 @@ INT8 = Exercise(
         Check("int8.zero_row", "int8", 1, "an all-zero row", _probe_int8(6, 16, zero_row=True), _judge_int8),
         Check("int8.wide", "int8", 1, "a wide matrix with an outlier column", _probe_int8(4, 300), _judge_int8),
     ],
+    requirements=[
+        Requirement(
+            "quantize_int8: codes of dtype torch.int8 in [-127, 127], rounded",
+            ("int8.codes_and_scale", "int8.zero_row", "int8.wide"),
+        ),
+        Requirement(
+            "quantize_int8: scale of shape (rows, 1), absmax / 127 per row",
+            ("int8.codes_and_scale", "int8.zero_row", "int8.wide"),
+        ),
+        Requirement("an all-zero row: codes 0, no NaN (edge case)", ("int8.zero_row",)),
+        Requirement("dequantize_int8: codes * scale as floats", ("int8.dequantize",)),
+    ],
 )
 
 
@@ -451,6 +536,11 @@ EFFECTIVE_BITS = Exercise(
             _probe_bits(8, 128, 32),
             _judge_bits,
         ),
+    ],
+    requirements=[
+        Requirement("bits + scale_bits / group_size", ("effective_bits.int4_g64", "effective_bits.other")),
+        Requirement("scale_bits defaults to 16", ("effective_bits.int4_g64",)),
+        Requirement("scale_bits given", ("effective_bits.other",)),
     ],
 )
 

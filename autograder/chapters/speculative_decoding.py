@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, judge_number, judges_value
+from autograder.checks import Check, Exercise, Requirement, Verdict, judge_number, judges_value, outcome
 from course import speculative_decoding
 
 # --- distributions that disagree ----------------------------------------------------------------
@@ -36,13 +36,16 @@ def _judge_alpha(probe, got):
             speculative_decoding.acceptance_probabilities(p, q).sum().item(),
         ),
         ("returned 1 - sum min(p, q): that is the rejection rate", 1 - torch.minimum(p, q).sum().item()),
+        ("averaged min(p, q) over the tokens: sum it", torch.minimum(p, q).mean().item()),
     ]
-    return judge_number(got, torch.minimum(p, q).sum().item(), mistakes, "the acceptance rate", rel=1e-5)
+    expected = torch.minimum(p, q).sum().item()
+    return judge_number(got, expected, mistakes, "the acceptance rate", rel=1e-5, python_float=probe["python_float"])
 
 
 def _alpha_probe(fixed=False):
     def make(rng):
-        return {"call": "acceptance_rate", "args": [FIXED_P, FIXED_Q] if fixed else list(_pair(rng, 50))}
+        args = [FIXED_P, FIXED_Q] if fixed else list(_pair(rng, 50))
+        return {"call": "acceptance_rate", "args": args, "python_float": fixed}
 
     return make
 
@@ -64,6 +67,10 @@ ACCEPTANCE = Exercise(
             "acceptance_rate.random", "acceptance_rate", 1, "a random pair over 50 tokens", _alpha_probe(), _judge_alpha
         ),
     ],
+    requirements=[
+        Requirement("alpha = sum over tokens of min(p, q)", ("acceptance_rate.example", "acceptance_rate.random")),
+        Requirement("returned as a Python float", ("acceptance_rate.example",)),
+    ],
 )
 
 
@@ -81,6 +88,21 @@ def _judge_tokens(probe, got):
         ("counted the accepted drafts only (k alpha): acceptance stops at the first rejection", k * alpha),
     ]
     return judge_number(got, expected, mistakes, "the expected tokens per call", rel=1e-6)
+
+
+def _judge_tokens_at_one(probe, result):
+    if result.get("raised") in ("ZeroDivisionError", "FloatingPointError"):
+        return Verdict(
+            False,
+            f"raised {result['raised']} at alpha = 1: the formula divides by 1 - alpha = 0. Every proposal is "
+            "accepted then, so return k + 1 when alpha is 1",
+        )
+    value, failed = outcome(result)
+    if failed:
+        return failed
+    if isinstance(value, float) and value != value:
+        return Verdict(False, "returned NaN at alpha = 1 (0 / 0): every proposal is accepted then, return k + 1")
+    return _judge_tokens(probe, result)
 
 
 def _tokens_probe(alpha=None, k=None):
@@ -123,8 +145,16 @@ TOKENS = Exercise(
             1,
             "alpha = 1 (no division by zero)",
             _tokens_probe(1.0, 5),
-            _judge_tokens,
+            _judge_tokens_at_one,
+            visible=True,
         ),
+    ],
+    requirements=[
+        Requirement(
+            "(1 - alpha^(k+1)) / (1 - alpha)",
+            ("expected_tokens_per_call.example", "expected_tokens_per_call.random"),
+        ),
+        Requirement("alpha = 1 allowed: k + 1 (edge case)", ("expected_tokens_per_call.alpha1",)),
     ],
 )
 
@@ -151,6 +181,53 @@ def sampled_tokens(function, target, draft, seed: int, n: int) -> dict:
         tokens.append(int(token))
         accepted.append(bool(ok))
     return {"tokens": torch.tensor(tokens), "accepted": torch.tensor(accepted)}
+
+
+def draw_contract(function, target, draft, seed: int, n: int) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): what one call returns (the
+    type names of its parts), whether it touched torch's global random state, and whether two
+    runs of ``n`` calls with generators seeded alike give the same tokens."""
+    import torch
+
+    state = torch.random.get_rng_state()
+    first = function(target, draft, torch.Generator().manual_seed(int(seed)))
+    touched = not torch.equal(state, torch.random.get_rng_state())
+    runs = []
+    for _ in range(2):
+        generator = torch.Generator().manual_seed(int(seed))
+        runs.append([int(function(target, draft, generator)[0]) for _ in range(n)])
+    parts = [type(part).__name__ for part in first] if isinstance(first, tuple) else None
+    return {"parts": parts, "returned": type(first).__name__, "global_state": touched, "same": runs[0] == runs[1]}
+
+
+@judges_value
+def _judge_contract(probe, got):
+    if not isinstance(got, dict):
+        return Verdict(False, f"speculative_token could not be tested: {got!r}"[:200])
+    parts = got.get("parts")
+    if not parts or len(parts) != 2:
+        return Verdict(False, f"return a tuple (token, accepted); got a {got.get('returned')}")
+    if parts[0] != "int":
+        return Verdict(False, f"the token is a {parts[0]}: return it as an int (int(x) or x.item())")
+    if parts[1] != "bool":
+        return Verdict(False, f"accepted is a {parts[1]}: return a bool, True when the draft's token was kept")
+    if got.get("global_state"):
+        return Verdict(
+            False,
+            "a draw used torch's global random state: pass generator=generator to every torch.multinomial "
+            "and torch.rand, so that results can be reproduced",
+        )
+    if not got.get("same"):
+        return Verdict(
+            False,
+            "two runs with generators seeded alike gave different tokens: draw every random number from "
+            "`generator` (not numpy's or Python's random)",
+        )
+    return Verdict(True)
+
+
+def _contract_probe(rng):
+    return {"call": "speculative_token", "scenario": draw_contract, "args": [FIXED_P, FIXED_Q, 12345, 200]}
 
 
 def _sampling_probe(n, fixed=True):
@@ -227,10 +304,19 @@ SPECULATIVE_TOKEN = Exercise(
         Check(
             "speculative_token.distribution",
             "speculative_token",
-            3,
+            2,
             "5,000 draws follow the target's p",
             _sampling_probe(5000),
             _judge_sampling,
+            visible=True,
+        ),
+        Check(
+            "speculative_token.contract",
+            "speculative_token",
+            1,
+            "returns (int, bool); every draw from `generator` (reproducible)",
+            _contract_probe,
+            _judge_contract,
             visible=True,
         ),
         Check(
@@ -241,6 +327,19 @@ SPECULATIVE_TOKEN = Exercise(
             _sampling_probe(20000, fixed=False),
             _judge_sampling,
         ),
+    ],
+    requirements=[
+        Requirement(
+            "accept the draft's token with probability min(1, p(x) / q(x))",
+            ("speculative_token.distribution", "speculative_token.random"),
+        ),
+        Requirement(
+            "on rejection, draw from max(0, p - q) normalised: the tokens follow p",
+            ("speculative_token.distribution", "speculative_token.random"),
+        ),
+        Requirement("accepted is True exactly when the draft's token was kept", ("speculative_token.distribution",)),
+        Requirement("returns (token, accepted): an int and a bool", ("speculative_token.contract",)),
+        Requirement("every random draw uses `generator` (reproducible)", ("speculative_token.contract",)),
     ],
 )
 
@@ -256,6 +355,7 @@ def _judge_speedup(probe, got):
         ("the draft's cost was left out: divide by (k c + 1)", tokens),
         ("the target's own call was left out of the cost: divide by (k c + 1), not k c", tokens / (k * c)),
         ("the draft's cost was counted once, not per drafted token: (k c + 1)", tokens / (c + 1)),
+        ("divided the cost by the tokens, upside down: tokens per call / (k c + 1)", (k * c + 1) / tokens),
     ]
     return judge_number(got, speculative_decoding.speedup(alpha, k, c), mistakes, "the speed-up", rel=1e-6)
 
@@ -283,6 +383,13 @@ SPEEDUP = Exercise(
         ),
         Check("speculative_speedup.random", "speculative_speedup", 1, "other values", _speedup_probe(), _judge_speedup),
     ],
+    requirements=[
+        Requirement(
+            "(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))",
+            ("speculative_speedup.paper", "speculative_speedup.random"),
+        ),
+    ],
+    builds_on=("expected_tokens_per_call",),
 )
 
 EXERCISES = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP]
