@@ -47,10 +47,15 @@ $(BIN)/.installed-dev: $(BIN)/.installed-base
 	  echo "no Chromium: the browser test will be skipped (install it with: sudo apt-get install chromium)"
 	touch $@
 
+# Colab's ipywidgets (7.7.1), beside the environment: the widget test puts it first on a kernel's path
+$(VENV)/ipywidgets7/.installed: | $(BIN)/.installed-base
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/ipywidgets7 "ipywidgets==7.7.1" "ipython_genutils==0.2.0"
+	touch $@
+
 lab: $(BIN)/.installed-base
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(BIN)/.installed-dev lint
+test: $(BIN)/.installed-dev $(VENV)/ipywidgets7/.installed lint
 	$(BIN)/python -m pytest -q
 
 lint: $(BIN)/.installed-dev

@@ -1,27 +1,42 @@
-"""The widget plumbing every chapter's figures share: each widget shows its sliders and leaves a
-static view behind, and nothing in the package imports Jupyter at module level."""
+"""The widget plumbing every chapter's figures share: each widget shows its controls and leaves a
+static view behind; every control of every widget moves in a real kernel under ipywidgets 8 and
+under 7.7 (what Colab ships); a chart updated in place draws what a fresh chart draws; pictures
+are opaque whatever the matplotlib style (dark themes); nothing in the package imports Jupyter at
+module level."""
 
 import importlib
 import inspect
+import io
+import json
+import os
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
+import matplotlib
+import nbformat
+import numpy as np
 import pytest
+from PIL import Image
 
 import course
+from autograder import headless
 from course import paths
+from course.plots._widgets import Chart, figure_png
 
+SLUGS = [paths.slug(source) for source in paths.chapter_sources()]
 WIDGETS = [
     (slug, name)
-    for slug in (paths.slug(source) for source in paths.chapter_sources())
+    for slug in SLUGS
     for name, _ in inspect.getmembers(importlib.import_module(f"course.plots.{slug}"), inspect.isfunction)
     if name.startswith("widget_")
 ]
+IPYWIDGETS7 = Path(sys.prefix) / "ipywidgets7"  # `make test` installs ipywidgets 7.7.1 there (see the Makefile)
 
 
 @pytest.mark.parametrize("slug, name", WIDGETS)
-def test_widget_shows_sliders_and_a_static_view(monkeypatch, slug, name):
+def test_widget_shows_its_controls_and_a_static_view(monkeypatch, slug, name):
     import IPython.display
 
     shown = []
@@ -35,6 +50,111 @@ def test_widget_shows_sliders_and_a_static_view(monkeypatch, slug, name):
 
 def test_widgets_are_found():
     assert ("quantization", "widget_quantization") in WIDGETS and len({slug for slug, _ in WIDGETS}) > 1
+
+
+def _move_in_kernel(tmp_path, kernel, env=None) -> tuple[str, list[dict]]:
+    """Run tests/_widget_driver.py in a kernel; return the ipywidgets it saw and its records."""
+    driver = (Path(__file__).parent / "_widget_driver.py").read_text()
+    cells = [
+        "import ipywidgets\nprint(ipywidgets.__version__, ipywidgets.__file__)",
+        driver + f"\nimport json\nprint(json.dumps(move_every_control({SLUGS!r})))",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": kernel, "display_name": "Python 3 (course)", "language": "python"}
+    nbformat.write(notebook, tmp_path / "widgets.ipynb")
+    executed = headless.execute(tmp_path / "widgets.ipynb", tmp_path / "out.ipynb", kernel, cwd=tmp_path, env=env)
+    printed = [
+        "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []) if o.get("name") == "stdout"
+    ]
+    failures = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not failures, "\n".join(failures[0]["traceback"])
+    return printed[0], json.loads(printed[1])
+
+
+def _assert_every_control_moves(records: list[dict]) -> None:
+    built = [r for r in records if "control" not in r]
+    assert {r["widget"] for r in built} == {f"{slug}.{name}" for slug, name in WIDGETS}
+    for r in built:
+        assert r["bundles"] == 1 and r["static_png"] and r["controls"] >= 1, r
+        assert r["unselected"] == [], f"{r['widget']}: nothing selected in {r['unselected']}"
+        if r["images"]:  # a chart: its picture is an Image widget, never an Output widget (which made papermill hang)
+            assert r["images"] == 1 and r["output_widgets"] == 0, r
+    moved = [r for r in records if "control" in r]
+    assert len(moved) == sum(r["controls"] for r in built)
+    assert [r for r in moved if r["error"] or not r["changed"]] == []
+
+
+def test_every_control_moves_in_a_kernel(tmp_path, kernel):
+    version, records = _move_in_kernel(tmp_path, kernel)
+    assert version.startswith("8.")
+    _assert_every_control_moves(records)
+
+
+def test_every_control_moves_under_ipywidgets_7_as_in_colab(tmp_path, kernel):
+    """Colab ships ipywidgets 7.7: put it first on the kernel's path, then build and move everything."""
+    assert (IPYWIDGETS7 / "ipywidgets").is_dir(), (
+        f"ipywidgets 7.7 is not installed in {IPYWIDGETS7}: run `make test`, or "
+        f"{sys.executable} -m pip install --no-deps --target {IPYWIDGETS7} ipywidgets==7.7.1 ipython_genutils==0.2.0"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(IPYWIDGETS7), os.environ.get("PYTHONPATH", "")])}
+    version, records = _move_in_kernel(tmp_path, kernel, env)
+    assert version.startswith("7.7.") and str(IPYWIDGETS7) in version
+    _assert_every_control_moves(records)
+
+
+def _charts() -> dict[type, tuple[dict, dict]]:
+    """Every chart class of every chapter, with two views: one to draw first, one to move to."""
+    from course.plots import flash_attention, kv_cache, lora, prefill_decode, quantization, speculative_decoding
+
+    return {
+        prefill_decode.RooflineChart: ({"batch": 4}, {"batch": 256, "hardware": "H200"}),
+        prefill_decode.BatchingChart: ({"rate": 8.0}, {"rate": 30.0, "max_batch": 4}),
+        lora.RankErrorChart: ({"rank": 4}, {"rank": 9, "noise": 0.2}),
+        lora.FinetuneMemoryChart: ({}, {"params": 70e9, "gpu_gib": 80.0}),
+        quantization.QuantizationChart: ({"bits": 4}, {"bits": 3, "group_size": 32, "outlier": 40.0}),
+        kv_cache.KVCacheChart: ({}, {"model": "Llama-3-8B", "batch": 8}),
+        kv_cache.PagingChart: ({}, {"page_size": 256}),
+        flash_attention.OnlineSoftmaxChart: ({"step": 2}, {"step": 5, "block": 4}),
+        flash_attention.IOChart: ({}, {"n": 65536, "d": 128}),
+        speculative_decoding.SpeculativeChart: ({}, {"alpha": 0.6, "k": 7, "cost": 0.2}),
+    }
+
+
+def _pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+
+
+def test_every_chart_has_a_case_here():
+    for slug in SLUGS:
+        importlib.import_module(f"course.plots.{slug}")
+    assert set(Chart.__subclasses__()) <= set(_charts())
+
+
+@pytest.mark.parametrize("chart", list(_charts()), ids=lambda c: c.__name__)
+def test_a_chart_updated_in_place_draws_what_a_fresh_chart_draws(chart):
+    first, then = _charts()[chart]
+    moved = chart()
+    before = moved.update(**first).png()
+    after = moved.update(**then).png()
+    fresh = chart().update(**then).png()
+    assert before != after
+    differing = np.abs(_pixels(after) - _pixels(fresh)).max(axis=2) > 16
+    assert differing.mean() < 0.001, f"{differing.mean():.2%} of the pixels differ from a fresh drawing"
+
+
+@pytest.mark.parametrize("chart", list(_charts()), ids=lambda c: c.__name__)
+def test_pictures_are_opaque_even_when_the_style_asks_for_transparency(monkeypatch, chart):
+    """Dark themes (JupyterLab's, VS Code's) show a transparent picture's black text on black."""
+    for key, value in {
+        "figure.facecolor": (1, 1, 1, 0),
+        "axes.facecolor": "none",
+        "savefig.transparent": True,
+        "savefig.facecolor": "none",
+    }.items():
+        monkeypatch.setitem(matplotlib.rcParams, key, value)
+    picture = Image.open(io.BytesIO(figure_png(chart().update(**_charts()[chart][1]).figure)))
+    assert picture.mode == "RGB"
+    assert picture.getpixel((0, 0)) == (255, 255, 255)  # the margin is white, not see-through black
 
 
 def test_package_does_not_import_jupyter_at_module_level():
