@@ -7,6 +7,7 @@
 #   make autograde  grade every notebook under submissions/ into feedback/gradebook.csv
 #   make reference  regenerate data/reference/*.json
 #   make bench      measurements, as ratios against a baseline and the physical bound
+#   make gpu-check  on a CUDA machine: the GPU tests, every chapter on the GPU, the Triton kernel timed
 #   make model      train the course's target and draft models from scratch (under an hour, 2 cores)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -23,7 +24,7 @@ SUBMISSIONS ?= submissions
 FEEDBACK ?= feedback
 PORT ?= 8888
 
-.PHONY: lab test lint format release autograde reference bench model clean
+.PHONY: lab test lint format release autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
@@ -78,6 +79,9 @@ reference: $(BIN)/.installed-base
 
 bench: $(BIN)/.installed-dev
 	$(BIN)/python tools/benchmarks.py
+
+gpu-check: $(BIN)/.installed-dev
+	$(BIN)/python tools/gpu_check.py
 
 model: $(BIN)/.installed-base
 	$(BIN)/python -m course.train

@@ -167,6 +167,49 @@ def decode_roofline(device: torch.device, bound: float) -> dict[str, float]:
     return {"decode_vs_roofline": per_batch[1] / predicted}
 
 
+def triton_against_sdpa(
+    device: torch.device,
+    lengths=(1024, 4096, 16384),
+    dtype: torch.dtype = torch.bfloat16,
+    heads: int = 16,
+    head_dim: int = 64,
+    kernel=None,
+    repeats: int = 10,
+) -> list[dict]:
+    """The Triton kernel (or ``kernel``, same signature) against torch's SDPA, causal, one row per length:
+    the largest difference of each from SDPA in float32, both times, the ratio and the kernel's TFLOP/s."""
+    if kernel is None:
+        from course.kernels import flash_attention as triton_kernel
+
+        kernel = triton_kernel.blockwise_attention
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for n in lengths:
+        q, k, v = (torch.randn(1, heads, n, head_dim, generator=generator).to(device, dtype) for _ in range(3))
+        exact = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+        sdpa_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        difference = (kernel(q, k, v, 64, causal=True).float() - exact).abs().max().item()
+        sdpa_difference = (sdpa_out.float() - exact).abs().max().item()
+        del exact, sdpa_out
+        sdpa = timing.median_seconds(
+            lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), device, repeats=repeats
+        )
+        ours = timing.median_seconds(lambda: kernel(q, k, v, 64, causal=True), device, repeats=repeats)
+        flops = 4 * heads * n * n * head_dim * 0.5  # causal: half the score matrix
+        rows.append(
+            {
+                "n": n,
+                "difference": difference,
+                "sdpa_difference": sdpa_difference,
+                "kernel_ms": 1e3 * ours,
+                "sdpa_ms": 1e3 * sdpa,
+                "ratio": ours / sdpa,
+                "kernel_tflops": flops / ours / 1e12,
+            }
+        )
+    return rows
+
+
 def attention_timing(device: torch.device) -> dict[str, float]:
     """Chapter 5: the blockwise reference and the Triton kernel against torch's SDPA."""
     from course import flash_attention
@@ -174,22 +217,12 @@ def attention_timing(device: torch.device) -> dict[str, float]:
     print("\n== chapter 5: attention ==")
     ratios = {}
     if device.type == "cuda" and triton_available(device):
-        from course.kernels import flash_attention as triton_kernel
-
-        for n in (1024, 4096, 16384):
-            q, k, v = (torch.randn(1, 16, n, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
-            sdpa = timing.median_seconds(
-                lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), device, repeats=10
-            )
-            kernel = timing.median_seconds(
-                lambda: triton_kernel.blockwise_attention(q, k, v, 64, causal=True), device, repeats=10
-            )
-            flops = 4 * 16 * n * n * 64 * 0.5
-            ratios[f"triton_vs_sdpa_{n}"] = kernel / sdpa
+        for row in triton_against_sdpa(device):
+            ratios[f"triton_vs_sdpa_{row['n']}"] = row["ratio"]
             print(
-                f"N = {n:5d}, 16 heads of 64, causal, bf16: Triton {1e3 * kernel:.2f} ms "
-                f"({flops / kernel / 1e12:.0f} TFLOP/s), SDPA {1e3 * sdpa:.2f} ms: Triton / SDPA = {kernel / sdpa:.2f} "
-                "(goal <= 1.2 at 4096)"
+                f"N = {row['n']:5d}, 16 heads of 64, causal, bf16: Triton {row['kernel_ms']:.2f} ms "
+                f"({row['kernel_tflops']:.0f} TFLOP/s), SDPA {row['sdpa_ms']:.2f} ms: Triton / SDPA = "
+                f"{row['ratio']:.2f} (goal <= 1.2 at 4096)"
             )
     else:
         print("Triton kernel: not timed (needs a CUDA GPU; its logic is tested through the interpreter)")
