@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +167,96 @@ def test_package_does_not_import_jupyter_at_module_level():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]
     assert {"course.plots._widgets", "course.quantization", "course.timing"} <= set(modules)
+
+
+def _figures() -> dict[str, object]:
+    """Every figure the chapters draw: each ``plot_*`` that needs no data with its defaults, and
+    those that plot measurements with numbers shaped like the chapters' (2-bit losses far above the
+    rest, twin series, an acceptance rate near 1: the cases that once hid lines or clipped labels)."""
+    from course import quantization as q
+    from course.plots import distillation, flash_attention, kv_cache, lora, prefill_decode, quantization
+
+    drawn = {}
+    for slug in SLUGS:
+        module = importlib.import_module(f"course.plots.{slug}")
+        for name, plot in inspect.getmembers(module, inspect.isfunction):
+            needs = [p for p in inspect.signature(plot).parameters.values() if p.default is p.empty]
+            if name.startswith("plot_") and plot.__module__ == module.__name__ and not needs:
+                drawn[f"{slug}.{name}"] = plot
+    return drawn | {
+        "quantization.plot_model_bits": lambda: quantization.plot_model_bits(
+            {"per row": {2: 5.1, 3: 1.62, 4: 1.45, 8: 1.40}, "group 32": {2: 3.2, 3: 1.51, 4: 1.42, 8: 1.39}}, 1.38
+        ),
+        "quantization.plot_granularity_bars": lambda: quantization.plot_granularity_bars(
+            q.granularity_errors(q.outlier_matrix()), q.granularity_errors(q.gaussian_matrix(256, 512))
+        ),
+        "quantization.plot_bits_sweep": lambda: quantization.plot_bits_sweep(q.gaussian_matrix(64, 128)),
+        "flash_attention.plot_attention_timing": lambda: flash_attention.plot_attention_timing(
+            [256, 1024],
+            {"sdpa": [1e-3, 9e-3], "blockwise": [2e-3, 3e-2]},
+            {"sdpa": [1.0, 4.0], "blockwise": [1.0, 4.0]},
+        ),
+        "kv_cache.plot_cache_speed": lambda: kv_cache.plot_cache_speed([64, 256], [0.1, 0.4], [0.3, 4.0]),
+        "lora.plot_adapter_losses": lambda: lora.plot_adapter_losses(1.6, {1: 1.5, 4: 1.45, 16: 1.44}, 1.42, {4: 1.47}),
+        "prefill_decode.plot_decode_batch": lambda: prefill_decode.plot_decode_batch(
+            9e7, 32, "A100-80G", {1: 50.0, 8: 300.0}
+        ),
+        "distillation.plot_drafts_and_pruning": lambda: distillation.plot_drafts_and_pruning(
+            {"trained draft": 0.62, "distilled draft": 0.97}, [0.0, 0.3], [1.40, 1.45], [1.40, 1.70], 1.40
+        ),
+    }
+
+
+NUMBER = re.compile(r"[-\N{MINUS SIGN}+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?( ?[kMGTPmµn]?[A-Za-z%]{0,3})?")
+
+
+def _needs_a_label(axis, shared_with_labelled: bool) -> bool:
+    """An axis whose tick labels are numbers needs a name; words as tick labels (bar charts) name themselves."""
+    ticks = [t.get_text() for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+    return not shared_with_labelled and any(NUMBER.fullmatch(text) for text in ticks)
+
+
+@pytest.mark.parametrize("name", list(_figures()))
+def test_every_figure_names_its_axes_and_keeps_its_words_inside(name):
+    """Each numeric axis has a label (or shares it with a labelled neighbour); value labels and
+    notes sit inside their axes, clear of the frame; titles and axis labels inside the picture."""
+    fig = _figures()[name]()
+    figure_png(fig)
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    for i, ax in enumerate(fig.axes):
+        inside = ax.bbox if ax.axison else fig.bbox
+        for text in (t for t in ax.texts if t.get_visible() and t.get_text()):
+            box, clear = text.get_window_extent(renderer), inside.padded(-1)
+            if not (clear.contains(box.x0, box.y0) and clear.contains(box.x1, box.y1)):
+                problems.append(f"axes {i}: {text.get_text()!r} touches or crosses the frame")
+        if not ax.axison:
+            continue
+        for text in (ax.title, ax.xaxis.label, ax.yaxis.label):
+            box = text.get_window_extent(renderer)
+            if text.get_text() and not (fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)):
+                problems.append(f"axes {i}: {text.get_text()!r} is cut off by the picture's edge")
+        for axis, shared in ((ax.xaxis, ax.get_shared_x_axes()), (ax.yaxis, ax.get_shared_y_axes())):
+            labelled = any(other.axison and other is not ax for other in shared.get_siblings(ax)) and any(
+                (other.xaxis if axis is ax.xaxis else other.yaxis).get_label_text() for other in shared.get_siblings(ax)
+            )
+            if not axis.get_label_text() and _needs_a_label(axis, labelled):
+                problems.append(f"axes {i} ({ax.get_title()!r}): its {axis.axis_name} axis has no label")
+    assert problems == []
+
+
+def test_the_loss_chart_shows_3_to_8_bits_when_2_bits_are_far_off():
+    """2-bit losses once flattened the chart: the axis now fits 3 to 8 bits and marks 2 bits at its edge."""
+    fig = _figures()["quantization.plot_model_bits"]()
+    low, high = fig.axes[0].get_ylim()
+    assert high < 3.2 and (1.62 - 1.38) / (high - low) > 0.5  # 3..8 bits fill most of the height
+    assert {t.get_text() for t in fig.axes[0].texts} == {"5.10", "3.20"}
+
+
+def test_two_series_with_the_same_numbers_are_both_visible():
+    """Blockwise attention's memory once hid exactly under SDPA's: a twin is drawn dashed and hollow."""
+    ax_memory = _figures()["flash_attention.plot_attention_timing"]().axes[1]
+    first, twin = ax_memory.get_lines()
+    assert np.allclose(first.get_ydata(), twin.get_ydata())
+    assert (first.get_linestyle(), first.get_markerfacecolor()) != (twin.get_linestyle(), twin.get_markerfacecolor())
+    assert "(= sdpa)" in twin.get_label()

@@ -267,14 +267,18 @@ def slider(kind: str, **options):
 # --- axes shared by several chapters ------------------------------------------------------------
 
 
-def plain_log_ticks(ax, y_unit: str = "") -> None:
+def plain_log_ticks(ax, y_unit: str | None = None) -> None:
     """Log axes labelled 100 / 10 G rather than 10^2 / 10^10: easier to read, and it spares
-    matplotlib's math-text parser, which otherwise takes most of a redraw."""
+    matplotlib's math-text parser, which otherwise takes most of a redraw. With ``y_unit`` (""
+    for a unit named in the axis label) the y axis counts in k, M, G; without, it prints plain
+    numbers (for values below 1 as well, where SI prefixes would read 500 m)."""
     from matplotlib.ticker import EngFormatter, FuncFormatter
 
     ax.minorticks_off()
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.yaxis.set_major_formatter(EngFormatter(unit=y_unit, sep=" ") if y_unit else FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_formatter(
+        EngFormatter(unit=y_unit, sep=" ") if y_unit is not None else FuncFormatter(lambda v, _: f"{v:g}")
+    )
 
 
 def count_label(params: float) -> str:

@@ -60,7 +60,7 @@ class OnlineSoftmaxChart(Chart):
         self.m_line = self.moving(*self.ax_m.plot([], [], "o-", color=RED, label="m (running max)"))
         self.lse_line = self.moving(*self.ax_m.plot([], [], "s-", color=ORANGE, label="m + log l (log-sum-exp)"))
         self.now = self.moving(self.ax_m.axvline(1, color=GREY, ls=":"))
-        self.ax_m.set(xlabel="blocks seen", title="the running statistics")
+        self.ax_m.set(xlabel="blocks seen", ylabel="score", title="the running statistics")
         self.ax_m.legend(fontsize=8, loc="lower right")
         self.path = self.moving(*self.ax_o.plot([], [], "o-", color=BLUE, label="o / l after each block"))
         self.ax_o.plot([exact[0].item()], [exact[1].item()], "*", color=RED, ms=14, label="exact softmax output")

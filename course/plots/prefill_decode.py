@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
 
 from course import prefill_decode
 from course.plots._widgets import (
@@ -52,7 +51,6 @@ class RooflineChart(Chart):
         ax.set_xlim(0.1, 1e4)
         ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", ylabel="FLOP/s achievable")
         plain_log_ticks(ax, y_unit="")  # 100 T, 10 T: the unit is in the axis label
-        ax.yaxis.set_major_formatter(EngFormatter(sep=" "))
         self.moving(ax.title)
         self.legend = self.moving(
             ax.legend(handles=[self.decode, self.prefill, *points], fontsize=8, loc="lower right")
@@ -150,7 +148,7 @@ def plot_decode_batch(
     ax.axvline(prefill_decode.critical_batch(hw, bits), color=GREY, ls=":", lw=1, label="critical batch")
     if measured:
         ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
-    plain_log_ticks(ax)
+    plain_log_ticks(ax, y_unit="")  # 10 k, 1 M: short enough for the axis label to fit
     ax.set_xticks(list(batches), [str(b) for b in batches])
     ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
     ax.legend(fontsize=8)
