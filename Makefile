@@ -9,6 +9,7 @@
 #   make reference  regenerate data/reference/*.json
 #   make bench      measurements, as ratios against a baseline and the physical bound, and a
 #                   generated class of BENCH_SUBMISSIONS graded in one run and in 4 shards
+#   make gpu-check  on a CUDA machine: the GPU tests, every chapter on the GPU, the Triton kernel timed
 #   make model      train the course's target and draft models from scratch (under an hour, 2 cores)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -28,7 +29,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test lint format release autograde reference bench model clean
+.PHONY: lab test lint format release autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
@@ -52,10 +53,15 @@ $(BIN)/.installed-dev: $(BIN)/.installed-base
 	  echo "no Chromium: the browser test will be skipped (install it with: sudo apt-get install chromium)"
 	touch $@
 
+# Colab's ipywidgets (7.7.1), beside the environment: the widget test puts it first on a kernel's path
+$(VENV)/ipywidgets7/.installed: | $(BIN)/.installed-base
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/ipywidgets7 "ipywidgets==7.7.1" "ipython_genutils==0.2.0"
+	touch $@
+
 lab: $(BIN)/.installed-base
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(BIN)/.installed-dev lint
+test: $(BIN)/.installed-dev $(VENV)/ipywidgets7/.installed lint
 	$(BIN)/python -m pytest -q
 
 lint: $(BIN)/.installed-dev
@@ -79,6 +85,9 @@ reference: $(BIN)/.installed-base
 
 bench: $(BIN)/.installed-dev
 	$(BIN)/python tools/benchmarks.py --submissions $(BENCH_SUBMISSIONS)
+
+gpu-check: $(BIN)/.installed-dev
+	$(BIN)/python tools/gpu_check.py
 
 model: $(BIN)/.installed-base
 	$(BIN)/python -m course.train

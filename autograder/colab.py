@@ -1,8 +1,13 @@
-"""The first cell of every notebook: in Colab it installs the course, anywhere else it does nothing.
+"""Colab: the first cell of every notebook (in Colab it installs the course, anywhere else it does
+nothing), each chapter's "Open in Colab" address, and the README's block of badges.
 
-The chapter sources do not carry it: the release inserts it into every notebook it builds, from
-the one template below, with the repository taken from ``pyproject.toml``
-(``[project.urls] Repository``), the only place the address is written.
+The repository's address is written in one place, ``pyproject.toml`` (``[project.urls]
+Repository``); the release (``make release``) writes it into every notebook's first cell and into
+the README's Colab block, between the markers below. When the clone fails (a private repository,
+no network), the cell unpacks a zip of the course uploaded to Colab's Files pane, or says how to
+install the course from a folder instead.
+
+Not handled: repositories outside GitHub get no Colab address (Colab opens notebooks from GitHub).
 """
 
 from __future__ import annotations
@@ -12,14 +17,40 @@ import tomllib
 from course import paths
 
 TAG = "colab"
+BRANCH = "main"  # the branch Colab opens the notebooks from
+BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+README_START = "<!-- colab: written by `make release` from pyproject.toml's Repository; edit it there -->"
+README_END = "<!-- /colab -->"
 TEMPLATE = """\
 # Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
 import sys
 
 if "google.colab" in sys.modules:
-    !git clone -q --depth 1 {repository} /content/course
+    import glob, os, subprocess, zipfile
+
+    REPOSITORY, COURSE = "{repository}", "/content/course"
+    problem = ""
+    if not os.path.exists(COURSE + "/pyproject.toml"):
+        uploaded = sorted(glob.glob("/content/*.zip"), key=os.path.getmtime)
+        if uploaded:  # the course uploaded as a zip through the Files pane
+            zipfile.ZipFile(uploaded[-1]).extractall("/content/unpacked")
+            found = sorted(glob.glob("/content/unpacked/**/pyproject.toml", recursive=True), key=len)
+            if found:
+                os.rename(os.path.dirname(found[0]), COURSE)
+            else:
+                problem = "no pyproject.toml in " + uploaded[-1]
+        else:
+            clone = ["git", "clone", "-q", "--depth", "1", REPOSITORY, COURSE]
+            problem = subprocess.run(clone, capture_output=True, text=True).stderr.strip() or "git clone failed"
+    if not os.path.exists(COURSE + "/pyproject.toml"):
+        raise RuntimeError(
+            "The course could not be fetched (" + problem + "). Instead: download the course as a .zip "
+            "(GitHub's Code > Download ZIP on " + REPOSITORY + ", or the copy your instructor gave you), "
+            "drag it into the Files pane on the left, and run this cell again. With the course in a "
+            "folder already (Google Drive, for example), install it from there: %pip install -e FOLDER"
+        )
     %pip install -q -e /content/course
-    sys.path.insert(0, "/content/course")
+    sys.path.insert(0, COURSE)
     from google.colab import output
 
     output.enable_custom_widget_manager()"""
@@ -41,3 +72,35 @@ def cell():
     import nbformat
 
     return nbformat.v4.new_code_cell(source(), metadata={"tags": [TAG]})
+
+
+def notebook_url(chapter: str, url: str | None = None) -> str | None:
+    """Where Colab opens ``notebooks/<chapter>.ipynb`` of the repository (None outside GitHub)."""
+    url = (url or repository()).removesuffix(".git").rstrip("/")
+    prefix = "https://github.com/"
+    if not url.startswith(prefix) or url.count("/") != prefix.count("/") + 1:
+        return None
+    return (
+        f"https://colab.research.google.com/github/{url.removeprefix(prefix)}/blob/{BRANCH}/notebooks/{chapter}.ipynb"
+    )
+
+
+def readme_block(chapters: list[str]) -> str:
+    """The README's Colab block: one badge per chapter, between the markers."""
+    lines = [README_START, ""]
+    links = [(chapter, notebook_url(chapter)) for chapter in chapters]
+    if all(link for _, link in links):
+        lines += ["| chapter | |", "| --- | --- |"]
+        lines += [f"| {chapter} | [![Open {chapter} in Colab]({BADGE})]({link}) |" for chapter, link in links]
+    else:
+        lines.append(f"The repository ({repository()}) is not on GitHub, so Colab cannot open its notebooks directly.")
+    lines += ["", README_END]
+    return "\n".join(lines)
+
+
+def with_readme_block(readme: str, chapters: list[str]) -> str:
+    """``readme`` with its Colab block replaced by a fresh one (the markers must be there)."""
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md needs the lines {README_START!r} and {README_END!r}, where the badges go")
+    return readme[:start] + readme_block(chapters) + readme[end + len(README_END) :]

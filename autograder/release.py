@@ -3,7 +3,8 @@
 ``python -m autograder.release`` (``make release``) turns each ``solutions/NN_name.py`` (jupytext
 percent format, carrying nbgrader cell metadata) into ``notebooks/NN_name.ipynb`` through
 nbgrader's generate step, which removes the solutions and the hidden tests, and clears outputs.
-Every notebook it builds starts with the Colab cell (``colab.py``).
+Every notebook it builds starts with the Colab cell (``colab.py``), and the README's Colab block
+(a badge per chapter) is written from the same repository address.
 ``--check`` builds into a temporary folder and reports student copies that are out of date.
 
 Student copies are never paired or synced with jupytext: that could put answers back in.
@@ -112,7 +113,16 @@ def stale(sources: list[Path] | None = None) -> list[str]:
                 problems.append(f"{path.name}: differs from its source")
         extra = {p.name for p in paths.NOTEBOOKS.glob("*.ipynb")} - {p.name for p in fresh}
         problems += [f"{name}: has no source in solutions/" for name in sorted(extra)]
+    readme = (paths.ROOT / "README.md").read_text()
+    if readme != colab.with_readme_block(readme, [source.stem for source in sources]):
+        problems.append("README.md: its Colab badges do not match the chapters and pyproject.toml's repository")
     return problems
+
+
+def write_readme(sources: list[Path]) -> None:
+    """Write the README's Colab block (a badge per chapter) from the repository pyproject.toml names."""
+    readme = paths.ROOT / "README.md"
+    readme.write_text(colab.with_readme_block(readme.read_text(), [source.stem for source in sources]))
 
 
 def main() -> int:
@@ -126,6 +136,8 @@ def main() -> int:
         return 1 if problems else 0
     for path in build(chapters(), paths.NOTEBOOKS):
         print(f"wrote {path.relative_to(paths.ROOT)}")
+    write_readme(chapters())
+    print("wrote README.md's Colab badges")
     return 0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import grade, release, runner
+from autograder import grade, headless, release, runner
 from course import paths
 
 ARTIFACTS = paths.ROOT / "test-artifacts"
@@ -20,7 +20,6 @@ KERNEL = "course"
 # Time limits in tests are ceilings for a hang, never budgets: a machine busy with other work must
 # not fail a test. Grading limits are tests/test_hostile.py's subject; elsewhere they are generous.
 GENEROUS = runner.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
-CELL_CEILING = 1800  # seconds one notebook cell may run under papermill
 
 
 def chapter_names() -> list[str]:
@@ -62,27 +61,14 @@ def kernel() -> str:
     return KERNEL
 
 
-def execute(notebook: Path, output: Path, kernel: str, timeout: int = CELL_CEILING) -> dict:
-    """Run ``notebook`` headless with papermill; return the executed notebook as a dict.
+def execute(notebook: Path, output: Path, kernel: str, timeout: int = headless.CELL_TIMEOUT) -> dict:
+    """Run ``notebook`` headless (papermill, the course's engine); return the executed notebook.
 
-    papermill raises when any cell has an error output, even a cell tagged ``raises-exception``
-    that it ran through; the caller decides from the returned notebook which errors were allowed.
+    A cell that raises stops the run, even one tagged ``raises-exception`` that papermill ran
+    through; the caller decides from the returned notebook which errors were allowed. A cell past
+    ``timeout`` seconds fails the test with the cell named (:class:`autograder.headless.CellTimeout`).
     """
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
-    try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(output),
-            kernel_name=kernel,
-            cwd=str(paths.NOTEBOOKS),
-            execution_timeout=timeout,
-            progress_bar=False,
-        )
-    except PapermillExecutionError:
-        pass
-    return json.loads(output.read_text())
+    return headless.execute(notebook, output, kernel, cwd=paths.NOTEBOOKS, timeout=timeout)
 
 
 def errors(executed: dict) -> list[tuple[int, list[str], str]]:

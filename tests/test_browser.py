@@ -114,7 +114,7 @@ def _slider_images(page, label: str):
     box = page.locator(".widget-vbox").filter(has=page.locator(".widget-label", has_text=label)).last
     return (
         box.locator(".noUi-handle").first,
-        box.locator(".widget-output img").first,
+        box.locator("img.widget-image").first,
         box.locator(".widget-readout").first,
     )
 
@@ -156,12 +156,9 @@ def test_run_all_move_a_slider_and_the_chart_changes(lab, browser, artifacts, ch
         page.wait_for_function(
             "([el, old]) => el.innerText !== old", arg=[readout.element_handle(), before_value], timeout=CEILING_MS
         )
-        # the output widget replaces its image: look it up again each time, until its picture differs
-        box = image.evaluate_handle("img => img.closest('.widget-output')")
+        # the Image widget keeps its element and gives it a new picture
         page.wait_for_function(
-            "([box, old]) => { const img = box.querySelector('img'); return img && img.src !== old; }",
-            arg=[box, before_src],
-            timeout=CEILING_MS,
+            "([img, old]) => img.src !== old", arg=[image.element_handle(), before_src], timeout=CEILING_MS
         )
         page.screenshot(path=str(artifacts / f"browser-{chapter}-slider.png"), full_page=False)
         assert image.get_attribute("src") != before_src

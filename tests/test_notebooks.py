@@ -1,20 +1,39 @@
 """Every chapter executes headless: the instructor's source without any error, the student copy
-with errors only in its check cells (the exercises are blank). How long a chapter takes is a
-benchmark, not a test: `make bench` times every chapter and reports those over the budget."""
+with errors only in its check cells (the exercises are blank), each cell within the per-cell limit
+(``autograder.headless``), and every picture opaque, so dark themes show it as drawn. How long a
+chapter takes is a benchmark, not a test: `make bench` times every chapter and reports those over
+the budget."""
 
+import base64
+import io
 import re
 
 import pytest
+from PIL import Image
 
 from course import paths
 
 from conftest import chapter_names, errors, execute
 
 
+def see_through_pictures(executed: dict) -> list[int]:
+    """Cells with a PNG that has transparent pixels: on a dark theme its black text is unreadable."""
+    found = []
+    for index, cell in enumerate(executed["cells"]):
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png:
+                picture = Image.open(io.BytesIO(base64.b64decode(png)))
+                if picture.mode in ("RGBA", "LA", "P") and picture.convert("RGBA").getextrema()[3][0] < 255:
+                    found.append(index)
+    return found
+
+
 @pytest.mark.parametrize("chapter", chapter_names())
 def test_solution_executes_without_errors(chapter, instructor_notebooks, kernel, artifacts):
     executed = execute(instructor_notebooks[chapter], artifacts / f"{chapter}.solution.ipynb", kernel)
     assert errors(executed) == []
+    assert see_through_pictures(executed) == []
     printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
     from autograder.chapters import CHAPTERS
 
@@ -35,6 +54,7 @@ def test_student_copy_executes_with_only_its_checks_failing(chapter, kernel, art
         if c["cell_type"] == "code" and re.search(r"\bplots\.(plot|widget)_", "".join(c["source"]))
     ]
     assert drawing, "every chapter has figures"
+    assert see_through_pictures(executed) == []
     for cell in drawing:
         images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
         assert images, f"no figure rendered headless for: {''.join(cell['source'])[:80]}"

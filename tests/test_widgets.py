@@ -1,27 +1,43 @@
-"""The widget plumbing every chapter's figures share: each widget shows its sliders and leaves a
-static view behind, and nothing in the package imports Jupyter at module level."""
+"""The widget plumbing every chapter's figures share: each widget shows its controls and leaves a
+static view behind; every control of every widget moves in a real kernel under ipywidgets 8 and
+under 7.7 (what Colab ships); a chart updated in place draws what a fresh chart draws; pictures
+are opaque whatever the matplotlib style (dark themes); nothing in the package imports Jupyter at
+module level."""
 
 import importlib
 import inspect
+import io
+import json
+import os
 import pkgutil
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import matplotlib
+import nbformat
+import numpy as np
 import pytest
+from PIL import Image
 
 import course
+from autograder import headless
 from course import paths
+from course.plots._widgets import Chart, figure_png
 
+SLUGS = [paths.slug(source) for source in paths.chapter_sources()]
 WIDGETS = [
     (slug, name)
-    for slug in (paths.slug(source) for source in paths.chapter_sources())
+    for slug in SLUGS
     for name, _ in inspect.getmembers(importlib.import_module(f"course.plots.{slug}"), inspect.isfunction)
     if name.startswith("widget_")
 ]
+IPYWIDGETS7 = Path(sys.prefix) / "ipywidgets7"  # `make test` installs ipywidgets 7.7.1 there (see the Makefile)
 
 
 @pytest.mark.parametrize("slug, name", WIDGETS)
-def test_widget_shows_sliders_and_a_static_view(monkeypatch, slug, name):
+def test_widget_shows_its_controls_and_a_static_view(monkeypatch, slug, name):
     import IPython.display
 
     shown = []
@@ -37,6 +53,111 @@ def test_widgets_are_found():
     assert ("quantization", "widget_quantization") in WIDGETS and len({slug for slug, _ in WIDGETS}) > 1
 
 
+def _move_in_kernel(tmp_path, kernel, env=None) -> tuple[str, list[dict]]:
+    """Run tests/_widget_driver.py in a kernel; return the ipywidgets it saw and its records."""
+    driver = (Path(__file__).parent / "_widget_driver.py").read_text()
+    cells = [
+        "import ipywidgets\nprint(ipywidgets.__version__, ipywidgets.__file__)",
+        driver + f"\nimport json\nprint(json.dumps(move_every_control({SLUGS!r})))",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": kernel, "display_name": "Python 3 (course)", "language": "python"}
+    nbformat.write(notebook, tmp_path / "widgets.ipynb")
+    executed = headless.execute(tmp_path / "widgets.ipynb", tmp_path / "out.ipynb", kernel, cwd=tmp_path, env=env)
+    printed = [
+        "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []) if o.get("name") == "stdout"
+    ]
+    failures = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not failures, "\n".join(failures[0]["traceback"])
+    return printed[0], json.loads(printed[1])
+
+
+def _assert_every_control_moves(records: list[dict]) -> None:
+    built = [r for r in records if "control" not in r]
+    assert {r["widget"] for r in built} == {f"{slug}.{name}" for slug, name in WIDGETS}
+    for r in built:
+        assert r["bundles"] == 1 and r["static_png"] and r["controls"] >= 1, r
+        assert r["unselected"] == [], f"{r['widget']}: nothing selected in {r['unselected']}"
+        if r["images"]:  # a chart: its picture is an Image widget, never an Output widget (which made papermill hang)
+            assert r["images"] == 1 and r["output_widgets"] == 0, r
+    moved = [r for r in records if "control" in r]
+    assert len(moved) == sum(r["controls"] for r in built)
+    assert [r for r in moved if r["error"] or not r["changed"]] == []
+
+
+def test_every_control_moves_in_a_kernel(tmp_path, kernel):
+    version, records = _move_in_kernel(tmp_path, kernel)
+    assert version.startswith("8.")
+    _assert_every_control_moves(records)
+
+
+def test_every_control_moves_under_ipywidgets_7_as_in_colab(tmp_path, kernel):
+    """Colab ships ipywidgets 7.7: put it first on the kernel's path, then build and move everything."""
+    assert (IPYWIDGETS7 / "ipywidgets").is_dir(), (
+        f"ipywidgets 7.7 is not installed in {IPYWIDGETS7}: run `make test`, or "
+        f"{sys.executable} -m pip install --no-deps --target {IPYWIDGETS7} ipywidgets==7.7.1 ipython_genutils==0.2.0"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(IPYWIDGETS7), os.environ.get("PYTHONPATH", "")])}
+    version, records = _move_in_kernel(tmp_path, kernel, env)
+    assert version.startswith("7.7.") and str(IPYWIDGETS7) in version
+    _assert_every_control_moves(records)
+
+
+def _charts() -> dict[type, tuple[dict, dict]]:
+    """Every chart class of every chapter, with two views: one to draw first, one to move to."""
+    from course.plots import flash_attention, kv_cache, lora, prefill_decode, quantization, speculative_decoding
+
+    return {
+        prefill_decode.RooflineChart: ({"batch": 4}, {"batch": 256, "hardware": "H200"}),
+        prefill_decode.BatchingChart: ({"rate": 8.0}, {"rate": 30.0, "max_batch": 4}),
+        lora.RankErrorChart: ({"rank": 4}, {"rank": 9, "noise": 0.2}),
+        lora.FinetuneMemoryChart: ({}, {"params": 70e9, "gpu_gib": 80.0}),
+        quantization.QuantizationChart: ({"bits": 4}, {"bits": 3, "group_size": 32, "outlier": 40.0}),
+        kv_cache.KVCacheChart: ({}, {"model": "Llama-3-8B", "batch": 8}),
+        kv_cache.PagingChart: ({}, {"page_size": 256}),
+        flash_attention.OnlineSoftmaxChart: ({"step": 2}, {"step": 5, "block": 4}),
+        flash_attention.IOChart: ({}, {"n": 65536, "d": 128}),
+        speculative_decoding.SpeculativeChart: ({}, {"alpha": 0.6, "k": 7, "cost": 0.2}),
+    }
+
+
+def _pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+
+
+def test_every_chart_has_a_case_here():
+    for slug in SLUGS:
+        importlib.import_module(f"course.plots.{slug}")
+    assert set(Chart.__subclasses__()) <= set(_charts())
+
+
+@pytest.mark.parametrize("chart", list(_charts()), ids=lambda c: c.__name__)
+def test_a_chart_updated_in_place_draws_what_a_fresh_chart_draws(chart):
+    first, then = _charts()[chart]
+    moved = chart()
+    before = moved.update(**first).png()
+    after = moved.update(**then).png()
+    fresh = chart().update(**then).png()
+    assert before != after
+    differing = np.abs(_pixels(after) - _pixels(fresh)).max(axis=2) > 16
+    assert differing.mean() < 0.001, f"{differing.mean():.2%} of the pixels differ from a fresh drawing"
+
+
+@pytest.mark.parametrize("chart", list(_charts()), ids=lambda c: c.__name__)
+def test_pictures_are_opaque_even_when_the_style_asks_for_transparency(monkeypatch, chart):
+    """Dark themes (JupyterLab's, VS Code's) show a transparent picture's black text on black."""
+    for key, value in {
+        "figure.facecolor": (1, 1, 1, 0),
+        "axes.facecolor": "none",
+        "savefig.transparent": True,
+        "savefig.facecolor": "none",
+    }.items():
+        monkeypatch.setitem(matplotlib.rcParams, key, value)
+    picture = Image.open(io.BytesIO(figure_png(chart().update(**_charts()[chart][1]).figure)))
+    assert picture.mode == "RGB"
+    assert picture.getpixel((0, 0)) == (255, 255, 255)  # the margin is white, not see-through black
+
+
 def test_package_does_not_import_jupyter_at_module_level():
     modules = [m.name for m in pkgutil.walk_packages(course.__path__, "course.") if ".kernels" not in m.name]
     code = (
@@ -46,3 +167,96 @@ def test_package_does_not_import_jupyter_at_module_level():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"]
     assert {"course.plots._widgets", "course.quantization", "course.timing"} <= set(modules)
+
+
+def _figures() -> dict[str, object]:
+    """Every figure the chapters draw: each ``plot_*`` that needs no data with its defaults, and
+    those that plot measurements with numbers shaped like the chapters' (2-bit losses far above the
+    rest, twin series, an acceptance rate near 1: the cases that once hid lines or clipped labels)."""
+    from course import quantization as q
+    from course.plots import distillation, flash_attention, kv_cache, lora, prefill_decode, quantization
+
+    drawn = {}
+    for slug in SLUGS:
+        module = importlib.import_module(f"course.plots.{slug}")
+        for name, plot in inspect.getmembers(module, inspect.isfunction):
+            needs = [p for p in inspect.signature(plot).parameters.values() if p.default is p.empty]
+            if name.startswith("plot_") and plot.__module__ == module.__name__ and not needs:
+                drawn[f"{slug}.{name}"] = plot
+    return drawn | {
+        "quantization.plot_model_bits": lambda: quantization.plot_model_bits(
+            {"per row": {2: 5.1, 3: 1.62, 4: 1.45, 8: 1.40}, "group 32": {2: 3.2, 3: 1.51, 4: 1.42, 8: 1.39}}, 1.38
+        ),
+        "quantization.plot_granularity_bars": lambda: quantization.plot_granularity_bars(
+            q.granularity_errors(q.outlier_matrix()), q.granularity_errors(q.gaussian_matrix(256, 512))
+        ),
+        "quantization.plot_bits_sweep": lambda: quantization.plot_bits_sweep(q.gaussian_matrix(64, 128)),
+        "flash_attention.plot_attention_timing": lambda: flash_attention.plot_attention_timing(
+            [256, 1024],
+            {"sdpa": [1e-3, 9e-3], "blockwise": [2e-3, 3e-2]},
+            {"sdpa": [1.0, 4.0], "blockwise": [1.0, 4.0]},
+        ),
+        "kv_cache.plot_cache_speed": lambda: kv_cache.plot_cache_speed([64, 256], [0.1, 0.4], [0.3, 4.0]),
+        "lora.plot_adapter_losses": lambda: lora.plot_adapter_losses(1.6, {1: 1.5, 4: 1.45, 16: 1.44}, 1.42, {4: 1.47}),
+        "prefill_decode.plot_decode_batch": lambda: prefill_decode.plot_decode_batch(
+            9e7, 32, "A100-80G", {1: 50.0, 8: 300.0}
+        ),
+        "distillation.plot_drafts_and_pruning": lambda: distillation.plot_drafts_and_pruning(
+            {"trained draft": 0.62, "distilled draft": 0.97}, [0.0, 0.3], [1.40, 1.45], [1.40, 1.70], 1.40
+        ),
+    }
+
+
+NUMBER = re.compile(r"[-\N{MINUS SIGN}+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?( ?[kMGTPmµn]?[A-Za-z%]{0,3})?")
+
+
+def _needs_a_label(axis, shared_with_labelled: bool) -> bool:
+    """An axis whose tick labels are numbers needs a name; words as tick labels (bar charts) name themselves."""
+    ticks = [t.get_text() for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+    return not shared_with_labelled and any(NUMBER.fullmatch(text) for text in ticks)
+
+
+@pytest.mark.parametrize("name", list(_figures()))
+def test_every_figure_names_its_axes_and_keeps_its_words_inside(name):
+    """Each numeric axis has a label (or shares it with a labelled neighbour); value labels and
+    notes sit inside their axes, clear of the frame; titles and axis labels inside the picture."""
+    fig = _figures()[name]()
+    figure_png(fig)
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    for i, ax in enumerate(fig.axes):
+        inside = ax.bbox if ax.axison else fig.bbox
+        for text in (t for t in ax.texts if t.get_visible() and t.get_text()):
+            box, clear = text.get_window_extent(renderer), inside.padded(-1)
+            if not (clear.contains(box.x0, box.y0) and clear.contains(box.x1, box.y1)):
+                problems.append(f"axes {i}: {text.get_text()!r} touches or crosses the frame")
+        if not ax.axison:
+            continue
+        for text in (ax.title, ax.xaxis.label, ax.yaxis.label):
+            box = text.get_window_extent(renderer)
+            if text.get_text() and not (fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)):
+                problems.append(f"axes {i}: {text.get_text()!r} is cut off by the picture's edge")
+        for axis, shared in ((ax.xaxis, ax.get_shared_x_axes()), (ax.yaxis, ax.get_shared_y_axes())):
+            labelled = any(other.axison and other is not ax for other in shared.get_siblings(ax)) and any(
+                (other.xaxis if axis is ax.xaxis else other.yaxis).get_label_text() for other in shared.get_siblings(ax)
+            )
+            if not axis.get_label_text() and _needs_a_label(axis, labelled):
+                problems.append(f"axes {i} ({ax.get_title()!r}): its {axis.axis_name} axis has no label")
+    assert problems == []
+
+
+def test_the_loss_chart_shows_3_to_8_bits_when_2_bits_are_far_off():
+    """2-bit losses once flattened the chart: the axis now fits 3 to 8 bits and marks 2 bits at its edge."""
+    fig = _figures()["quantization.plot_model_bits"]()
+    low, high = fig.axes[0].get_ylim()
+    assert high < 3.2 and (1.62 - 1.38) / (high - low) > 0.5  # 3..8 bits fill most of the height
+    assert {t.get_text() for t in fig.axes[0].texts} == {"5.10", "3.20"}
+
+
+def test_two_series_with_the_same_numbers_are_both_visible():
+    """Blockwise attention's memory once hid exactly under SDPA's: a twin is drawn dashed and hollow."""
+    ax_memory = _figures()["flash_attention.plot_attention_timing"]().axes[1]
+    first, twin = ax_memory.get_lines()
+    assert np.allclose(first.get_ydata(), twin.get_ydata())
+    assert (first.get_linestyle(), first.get_markerfacecolor()) != (twin.get_linestyle(), twin.get_markerfacecolor())
+    assert "(= sdpa)" in twin.get_label()

@@ -9,9 +9,86 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from course import kv_cache
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, interactive, new_figure, plain_log_ticks, slider
+from course.plots._widgets import (
+    BLUE,
+    GREY,
+    ORANGE,
+    RED,
+    Chart,
+    decades,
+    interactive,
+    new_figure,
+    nice_ceiling,
+    plain_log_ticks,
+    slider,
+)
 
 DTYPES = {"fp32": 4, "fp16 / bf16": 2, "fp8 / int8": 1, "int4": 0.5}
+
+
+class KVCacheChart(Chart):
+    """The cache of ``batch`` sequences against context length, next to the fp16 weights."""
+
+    CONTEXTS = np.array([2**i for i in range(7, 18)])
+
+    def __init__(self):
+        super().__init__(10, 3.5, left=0.07, wspace=0.35)
+        self.ax, self.ax_bar = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
+        ax = self.ax
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        self.curve = self.moving(*ax.plot([], [], "-", color=BLUE, label=" "))
+        self.weights = self.moving(ax.axhline(1, color=GREY, ls="--", label=" "))
+        self.here = self.moving(*ax.plot([], [], "o", color=RED, ms=8, label=" "))
+        self.cross = self.moving(ax.axvline(1, color=ORANGE, ls=":", label=" "))
+        ax.set_xlim(self.CONTEXTS[0] / 1.3, self.CONTEXTS[-1] * 1.3)
+        plain_log_ticks(ax)
+        ax.set(xlabel="context length (tokens per sequence)", ylabel="GB")
+        self.moving(ax.title)
+        self.legend = self.moving(ax.legend(fontsize=8, loc="upper left"))
+        self.bars = self.moving(*self.ax_bar.bar(["weights", "KV cache"], [0, 0], color=[GREY, BLUE]))
+        self.bar_values = [
+            self.moving(self.ax_bar.text(x, 0, "", ha="center", va="bottom", fontsize=9)) for x in (0, 1)
+        ]
+        self.ax_bar.set_ylabel("GB")
+        self.moving(self.ax_bar.title)
+
+    def update(
+        self,
+        model: str = "Llama-2-7B",
+        context: int = 4096,
+        batch: int = 1,
+        n_kv_heads: int = 0,
+        bytes_per_element: float = 2,
+    ) -> KVCacheChart:
+        arch = kv_cache.PUBLISHED[model]
+        if n_kv_heads:
+            arch = dataclasses.replace(arch, n_kv_heads=min(n_kv_heads, arch.n_heads))
+        cache = np.array([kv_cache.cache_bytes(arch, int(c), batch, bytes_per_element) for c in self.CONTEXTS]) / 1e9
+        weights = arch.params * 2 / 1e9
+        here = kv_cache.cache_bytes(arch, context, batch, bytes_per_element) / 1e9
+        cross = kv_cache.crossover_tokens(arch, batch, bytes_per_element)
+        self.curve.set_data(self.CONTEXTS, cache)
+        self.weights.set_ydata([weights, weights])
+        self.here.set_data([context], [here])
+        shown = self.CONTEXTS[0] <= cross <= self.CONTEXTS[-1]
+        self.cross.set_xdata([cross, cross])
+        self.cross.set_visible(shown)
+        labels = self.legend.get_texts()
+        labels[0].set_text(f"KV cache, batch {batch}")
+        labels[1].set_text(f"fp16 weights: {weights:.1f} GB")
+        labels[2].set_text(f"{context:,} tokens: {here:.1f} GB")
+        labels[3].set_text(f"cache = weights at {cross:,} tokens" if shown else "cache < weights at every length")
+        self.ax.set_ylim(*decades(cache[0], cache[-1], weights))
+        per_token = kv_cache.cache_bytes(arch, 1, 1, bytes_per_element) / 2**10
+        self.ax.set_title(f"{model} ({arch.kind}): {per_token:.0f} KiB per token")
+        for bar, text, value in zip(self.bars, self.bar_values, (weights, here), strict=True):
+            bar.set_height(value)
+            text.set_position((text.get_position()[0], value))
+            text.set_text(f"{value:.1f}")
+        self.ax_bar.set_ylim(0, nice_ceiling(max(weights, here) * 1.12))
+        self.ax_bar.set_title(f"at {context:,} tokens x {batch}")
+        return self
 
 
 def plot_kv_cache(
@@ -20,38 +97,11 @@ def plot_kv_cache(
     """The cache of ``batch`` sequences against context length, next to the fp16 weights.
 
     ``n_kv_heads`` overrides the model's (capped at its query heads); 0 keeps the published number."""
-    arch = kv_cache.PUBLISHED[model]
-    if n_kv_heads:
-        n_kv_heads = min(n_kv_heads, arch.n_heads)
-        arch = dataclasses.replace(arch, n_kv_heads=n_kv_heads)
-    contexts = np.array([2**i for i in range(7, 18)])
-    cache = np.array([kv_cache.cache_bytes(arch, int(c), batch, bytes_per_element) for c in contexts]) / 1e9
-    weights = arch.params * 2 / 1e9
-    fig = new_figure(10, 3.5, left=0.07, wspace=0.35)
-    ax, ax_bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
-    ax.loglog(contexts, cache, "-", color=BLUE, label=f"KV cache, batch {batch}")
-    ax.axhline(weights, color=GREY, ls="--", label=f"fp16 weights: {weights:.1f} GB")
-    here = kv_cache.cache_bytes(arch, context, batch, bytes_per_element) / 1e9
-    ax.plot([context], [here], "o", color=RED, ms=8, label=f"{context:,} tokens: {here:.1f} GB")
-    cross = kv_cache.crossover_tokens(arch, batch, bytes_per_element)
-    if contexts[0] <= cross <= contexts[-1]:
-        ax.axvline(cross, color=ORANGE, ls=":", label=f"cache = weights at {cross:,} tokens")
-    plain_log_ticks(ax)
-    ax.set(
-        xlabel="context length (tokens per sequence)",
-        ylabel="GB",
-        title=f"{model} ({arch.kind}): {kv_cache.cache_bytes(arch, 1, 1, bytes_per_element) / 2**10:.0f} KiB per token",
-    )
-    ax.legend(fontsize=8, loc="upper left")
-    ax_bar.bar(["weights", "KV cache"], [weights, here], color=[GREY, BLUE])
-    ax_bar.set(ylabel="GB", title=f"at {context:,} tokens x {batch}")
-    for x, value in enumerate((weights, here)):
-        ax_bar.text(x, value, f"{value:.1f}", ha="center", va="bottom", fontsize=9)
-    return fig
+    return KVCacheChart().update(model, context, batch, n_kv_heads, bytes_per_element).figure
 
 
 def widget_kv_cache() -> None:
-    """Sliders for the model, context, batch, kv heads and cache dtype over :func:`plot_kv_cache`."""
+    """Sliders for the model, context, batch, kv heads and cache dtype over :class:`KVCacheChart`."""
     controls = {
         "model": slider("Dropdown", options=list(kv_cache.PUBLISHED), value="Llama-2-7B", description="model"),
         "context": slider("SelectionSlider", options=[2**i for i in range(9, 18)], value=4096, description="context"),
@@ -64,7 +114,7 @@ def widget_kv_cache() -> None:
         ),
         "bytes_per_element": slider("Dropdown", options=list(DTYPES.items()), value=2, description="cache dtype"),
     }
-    interactive(plot_kv_cache, controls, "When does the cache outgrow the model?")
+    interactive(KVCacheChart(), controls, "When does the cache outgrow the model?")
 
 
 @functools.lru_cache(maxsize=64)
@@ -73,38 +123,59 @@ def _served(capacity_tokens: int, page_size: int | None, n: int, seed: int) -> k
     return kv_cache.simulate_allocation(kv_cache.request_trace(n, seed=seed), capacity_tokens, page_size)
 
 
+class PagingChart(Chart):
+    """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages."""
+
+    def __init__(self, n: int = 200, seed: int = 0):
+        super().__init__(10, 3.4, left=0.1, wspace=0.2)
+        self.n, self.seed = n, seed
+        self.ax, text_ax = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.8, 1]})
+        self.lines = [self.moving(*self.ax.plot([], [], color=color, label=" ")) for color in (ORANGE, BLUE)]
+        self.capacity = self.moving(self.ax.axhline(0, color=GREY, ls="--", label="capacity"))
+        self.ax.set(xlabel="decode step", ylabel="tokens in the cache", title="what the cache holds")
+        text_ax.axis("off")  # the legend goes under the numbers, where it cannot cover a line
+        text_ax.set_position([text_ax.get_position().x0, 0.03, text_ax.get_position().width, 0.94])
+        handles = [*self.lines, self.capacity]
+        self.legend = self.moving(text_ax.legend(handles, [" ", " ", "capacity"], fontsize=8, loc="lower left"))
+        self.numbers = self.moving(text_ax.text(0, 0.98, "", va="top", fontsize=9, family="monospace"))
+
+    def update(self, page_size: int = 16, capacity_tokens: int = 32768) -> PagingChart:
+        lines = [f"{self.n} requests, cache of {capacity_tokens:,} tokens", ""]
+        steps = 1
+        runs = ((None, "contiguous"), (page_size, f"pages of {page_size}"))
+        for line, label, (page, name) in zip(self.lines, self.legend.get_texts(), runs, strict=False):
+            result = _served(capacity_tokens, page, self.n, self.seed)
+            line.set_data(np.arange(len(result.timeline)), [u for _, u, _ in result.timeline])
+            label.set_text(f"{name}: tokens stored")
+            steps = max(steps, len(result.timeline))
+            lines += [
+                f"{name}:",
+                f"  {100 * result.used_share:5.1f}% of reserved memory used",
+                f"  {result.mean_batch:5.1f} sequences at a time",
+                f"  {result.steps:5d} steps for the trace",
+                f"  {result.preemptions:5d} preemptions",
+            ]
+        self.capacity.set_ydata([capacity_tokens, capacity_tokens])
+        self.ax.set_xlim(0, nice_ceiling(steps))
+        self.ax.set_ylim(0, capacity_tokens * 1.08)
+        self.numbers.set_text("\n".join(lines))
+        return self
+
+
 def plot_paging(page_size: int = 16, capacity_tokens: int = 32768, n: int = 200, seed: int = 0) -> Figure:
     """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages."""
-    fig = new_figure(10, 3.4, left=0.1, wspace=0.2)
-    ax_mem, ax_text = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.8, 1]})
-    lines = [f"{n} requests, cache of {capacity_tokens:,} tokens", ""]
-    for page, color, name in ((None, ORANGE, "contiguous"), (page_size, BLUE, f"pages of {page_size}")):
-        result = _served(capacity_tokens, page, n, seed)
-        used = [u for _, u, _ in result.timeline]
-        ax_mem.plot(used, color=color, label=f"{name}: tokens stored")
-        lines += [
-            f"{name}:",
-            f"  {100 * result.used_share:5.1f}% of reserved memory used",
-            f"  {result.mean_batch:5.1f} sequences at a time",
-            f"  {result.steps:5d} steps for the trace",
-            f"  {result.preemptions:5d} preemptions",
-        ]
-    ax_mem.axhline(capacity_tokens, color=GREY, ls="--", label="capacity")
-    ax_mem.set(xlabel="decode step", ylabel="tokens in the cache", title="what the cache holds")
-    ax_mem.legend(fontsize=8, loc="upper right")
-    ax_text.axis("off")
-    ax_text.text(0, 0.98, "\n".join(lines), va="top", fontsize=9, family="monospace")
-    return fig
+    return PagingChart(n, seed).update(page_size, capacity_tokens).figure
 
 
 def widget_paging() -> None:
+    """Sliders for the page size and the cache's capacity over :class:`PagingChart`."""
     controls = {
         "page_size": slider("SelectionSlider", options=[1, 4, 16, 64, 256, 1024], value=16, description="page size"),
         "capacity_tokens": slider(
             "SelectionSlider", options=[8192, 16384, 32768, 65536], value=32768, description="cache capacity (tokens)"
         ),
     }
-    interactive(plot_paging, controls, "Contiguous against paged allocation")
+    interactive(PagingChart(), controls, "Contiguous against paged allocation")
 
 
 def plot_cache_speed(lengths: list[int], with_cache: list[float], without_cache: list[float]) -> Figure:

@@ -2,43 +2,86 @@
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
 from course import lora
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, count_label, interactive, new_figure, slider
+from course.plots._widgets import (
+    BLUE,
+    GREY,
+    ORANGE,
+    PURPLE,
+    RED,
+    Chart,
+    count_label,
+    interactive,
+    new_figure,
+    nice_ceiling,
+    slider,
+)
+
+
+@functools.lru_cache(maxsize=32)
+def _spectrum(true_rank: int, noise: float, size: int, seed: int) -> tuple[np.ndarray, list[float], float]:
+    """Singular values, best error at ranks 1..32 and the noise's own share: kept per change, so the
+    rank slider only moves the marker."""
+    delta = lora.low_rank_change(size, size, true_rank, noise, seed)
+    singular = torch.linalg.svdvals(delta.double())[:32].numpy()
+    errors = [lora.best_low_rank_error(delta, r) for r in range(1, 33)]
+    noise_only = lora.low_rank_change(size, size, true_rank, 0.0, seed)
+    return singular, errors, (delta - noise_only).norm().item() / delta.norm().item()
+
+
+class RankErrorChart(Chart):
+    """A rank-``true_rank`` change plus noise: its singular values, and the best error at each rank."""
+
+    def __init__(self, size: int = 64, seed: int = 0):
+        super().__init__(10, 3.4, left=0.07, wspace=0.28)
+        self.size, self.seed = size, seed
+        self.ax_s, self.ax_e = self.figure.subplots(1, 2)
+        self.bars = self.moving(*self.ax_s.bar(range(1, 33), [0] * 32, color=GREY))
+        self.ax_s.set_xlim(0, 33)
+        self.ax_s.set(xlabel="index", ylabel="singular value")
+        self.moving(self.ax_s.title)
+        self.curve = self.moving(*self.ax_e.plot([], [], "-", color=GREY))
+        self.marker = self.moving(*self.ax_e.plot([], [], "o", color=RED, ms=9, label=" "))
+        self.floor = self.moving(self.ax_e.axhline(0, color=ORANGE, ls=":", label=" "))
+        self.true_rank = self.moving(self.ax_e.axvline(1, color=GREY, ls="--", lw=1))
+        self.ax_e.set_xlim(0, 33)
+        self.ax_e.set_ylim(0, 1.02)
+        self.ax_e.set(xlabel="adapter rank r", ylabel="best relative error (truncated SVD)")
+        self.moving(self.ax_e.title)
+        self.legend = self.moving(self.ax_e.legend(fontsize=8, loc="upper right"))
+
+    def update(self, rank: int = 4, true_rank: int = 4, noise: float = 0.05) -> RankErrorChart:
+        singular, errors, floor = _spectrum(true_rank, noise, self.size, self.seed)
+        for i, (bar, value) in enumerate(zip(self.bars, singular, strict=False)):
+            bar.set_height(value)
+            bar.set_facecolor(BLUE if i < rank else GREY)
+        self.ax_s.set_ylim(0, nice_ceiling(singular.max() * 1.05))
+        self.ax_s.set_title(f"spectrum of the change: rank {true_rank} + noise")
+        self.curve.set_data(range(1, 33), errors)
+        self.marker.set_data([rank], [errors[rank - 1]])
+        self.floor.set_ydata([floor, floor])
+        self.true_rank.set_xdata([true_rank, true_rank])
+        labels = self.legend.get_texts()
+        labels[0].set_text(f"rank {rank}: {100 * errors[rank - 1]:.1f}% error")
+        labels[1].set_text(f"the noise alone: {100 * floor:.1f}%")
+        numbers = lora.lora_parameters(self.size, self.size, rank)
+        self.ax_e.set_title(f"the floor for any adapter (r = {rank}: {numbers} numbers)")
+        return self
 
 
 def plot_rank_error(rank: int = 4, true_rank: int = 4, noise: float = 0.05, size: int = 64, seed: int = 0) -> Figure:
     """A rank-``true_rank`` change plus noise: its singular values, and the best error at each rank."""
-    delta = lora.low_rank_change(size, size, true_rank, noise, seed)
-    singular = torch.linalg.svdvals(delta.double())
-    ranks = list(range(1, 33))
-    errors = [lora.best_low_rank_error(delta, r) for r in ranks]
-    noise_only = lora.low_rank_change(size, size, true_rank, 0.0, seed)
-    floor = (delta - noise_only).norm().item() / delta.norm().item()
-    fig = new_figure(10, 3.4, left=0.07, wspace=0.28)
-    ax_s, ax_e = fig.subplots(1, 2)
-    ax_s.bar(range(1, 33), singular[:32].numpy(), color=[BLUE if i < rank else GREY for i in range(32)])
-    ax_s.set(xlabel="index", ylabel="singular value", title=f"spectrum of the change: rank {true_rank} + noise")
-    ax_e.plot(ranks, errors, "-", color=GREY)
-    ax_e.plot(
-        [rank], [errors[rank - 1]], "o", color=RED, ms=9, label=f"rank {rank}: {100 * errors[rank - 1]:.1f}% error"
-    )
-    ax_e.axhline(floor, color=ORANGE, ls=":", label=f"the noise alone: {100 * floor:.1f}%")
-    ax_e.axvline(true_rank, color=GREY, ls="--", lw=1)
-    ax_e.set_ylim(0, 1.02)
-    ax_e.set(
-        xlabel="adapter rank r",
-        ylabel="best relative error (truncated SVD)",
-        title=f"the floor for any adapter (r = {rank}: {lora.lora_parameters(size, size, rank)} numbers)",
-    )
-    ax_e.legend(fontsize=8)
-    return fig
+    return RankErrorChart(size, seed).update(rank, true_rank, noise).figure
 
 
 def widget_rank_error() -> None:
-    """Sliders for the adapter's rank, the change's true rank and the noise over :func:`plot_rank_error`."""
+    """Sliders for the adapter's rank, the change's true rank and the noise over :class:`RankErrorChart`."""
     controls = {
         "rank": slider("IntSlider", min=1, max=32, value=4, description="adapter rank r"),
         "true_rank": slider("IntSlider", min=1, max=16, value=4, description="true rank of the change"),
@@ -46,7 +89,7 @@ def widget_rank_error() -> None:
             "SelectionSlider", options=[0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5], value=0.05, description="noise"
         ),
     }
-    interactive(plot_rank_error, controls, "What rank does a change need?")
+    interactive(RankErrorChart(), controls, "What rank does a change need?")
 
 
 PARTS = {  # bytes per parameter of each part of the training state, per method
@@ -54,37 +97,62 @@ PARTS = {  # bytes per parameter of each part of the training state, per method
     "lora": {"weights (bf16)": 2},
     "qlora": {"weights (NF4)": 0.5},
 }
+PART_COLORS = {
+    "weights (bf16)": BLUE,
+    "gradients (bf16)": ORANGE,
+    "Adam moments (fp32 x 2)": RED,
+    "fp32 master copy": GREY,
+    "weights (NF4)": PURPLE,
+}
+
+
+class FinetuneMemoryChart(Chart):
+    """Weights and training state of full fine-tuning, LoRA and QLoRA, stacked, against one GPU."""
+
+    def __init__(self):
+        super().__init__(7, 3.4, left=0.1, right=0.7)
+        self.ax = ax = self.figure.subplots()
+        self.segments = []  # (method, part, bar, bytes per parameter)
+        for x, method in enumerate(PARTS):
+            for part, per in PARTS[method].items():
+                (bar,) = ax.bar(x, 0, color=PART_COLORS[part], label=part)
+                self.segments.append((method, part, self.moving(bar), per))
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))  # one legend entry per part
+        ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+        self.totals = [self.moving(ax.text(x, 0, "", ha="center", va="bottom", fontsize=9)) for x in range(3)]
+        self.gpu = self.moving(ax.axhline(0, color="black", ls=":", lw=1))
+        self.gpu_label = self.moving(ax.text(2.45, 0, "", va="bottom", ha="right", fontsize=8))
+        ax.set_xlim(-0.6, 2.6)
+        ax.set_xticks(range(3), ["full fine-tune\n(Adam)", "LoRA", "QLoRA"])
+        ax.set_ylabel("GiB (weights + training state)")
+        self.moving(ax.title)
+
+    def update(self, params: float = 7e9, gpu_gib: float = 24.0) -> FinetuneMemoryChart:
+        bottoms = dict.fromkeys(PARTS, 0.0)
+        for method, _, bar, per in self.segments:
+            height = params * per / lora.GiB
+            bar.set_y(bottoms[method])
+            bar.set_height(height)
+            bottoms[method] += height
+        for text, method in zip(self.totals, PARTS, strict=True):
+            text.set_position((text.get_position()[0], bottoms[method]))
+            text.set_text(f"{lora.finetune_memory_gib(params, method):.1f} GiB")
+        self.gpu.set_ydata([gpu_gib, gpu_gib])
+        self.gpu_label.set_y(gpu_gib)
+        self.gpu_label.set_text(f" {gpu_gib:g} GiB GPU")
+        self.ax.set_ylim(0, nice_ceiling(max(max(bottoms.values()), gpu_gib) * 1.12))
+        self.ax.set_title(f"fine-tuning a {count_label(params)}-parameter model")
+        return self
 
 
 def plot_finetune_memory(params: float = 7e9, gpu_gib: float = 24.0) -> Figure:
     """Weights and training state of full fine-tuning, LoRA and QLoRA, stacked, against one GPU."""
-    fig = new_figure(7, 3.4, left=0.1, right=0.7)
-    ax = fig.subplots()
-    colors = {
-        "weights (bf16)": BLUE,
-        "gradients (bf16)": ORANGE,
-        "Adam moments (fp32 x 2)": RED,
-        "fp32 master copy": GREY,
-        "weights (NF4)": "#9467bd",
-    }
-    labelled = set()
-    for x, method in enumerate(PARTS):
-        bottom = 0.0
-        for part, per in PARTS[method].items():
-            height = params * per / lora.GiB
-            ax.bar(x, height, bottom=bottom, color=colors[part], label=None if part in labelled else part)
-            labelled.add(part)
-            bottom += height
-        ax.text(x, bottom, f"{lora.finetune_memory_gib(params, method):.1f} GiB", ha="center", va="bottom", fontsize=9)
-    ax.axhline(gpu_gib, color="black", ls=":", lw=1)
-    ax.text(2.45, gpu_gib, f" {gpu_gib:g} GiB GPU", va="bottom", ha="right", fontsize=8)
-    ax.set_xticks(range(3), ["full fine-tune\n(Adam)", "LoRA", "QLoRA"])
-    ax.set(ylabel="GiB (weights + training state)", title=f"fine-tuning a {count_label(params)}-parameter model")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    return fig
+    return FinetuneMemoryChart().update(params, gpu_gib).figure
 
 
 def widget_finetune_memory() -> None:
+    """Sliders for the model's size and the GPU's memory over :class:`FinetuneMemoryChart`."""
     controls = {
         "params": slider(
             "SelectionSlider",
@@ -96,7 +164,7 @@ def widget_finetune_memory() -> None:
             "SelectionSlider", options=[16.0, 24.0, 40.0, 80.0, 141.0], value=24.0, description="GPU GiB"
         ),
     }
-    interactive(plot_finetune_memory, controls, "Who fits on one GPU?")
+    interactive(FinetuneMemoryChart(), controls, "Who fits on one GPU?")
 
 
 def plot_adapter_losses(
@@ -108,7 +176,7 @@ def plot_adapter_losses(
     ranks = sorted(by_rank)
     ax.plot(ranks, [by_rank[r] for r in ranks], "o-", color=BLUE, label="LoRA (fp32 base)")
     if qlora:
-        ax.plot(sorted(qlora), [qlora[r] for r in sorted(qlora)], "s--", color="#9467bd", label="QLoRA (NF4 base)")
+        ax.plot(sorted(qlora), [qlora[r] for r in sorted(qlora)], "s--", color=PURPLE, label="QLoRA (NF4 base)")
     ax.axhline(base, color=GREY, ls=":", label=f"base model: {base:.3f}")
     if full is not None:
         ax.axhline(full, color=RED, ls="--", label=f"full fine-tune: {full:.3f}")

@@ -7,11 +7,87 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from course import prefill_decode
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, count_label, interactive, new_figure, plain_log_ticks, slider
+from course.plots._widgets import (
+    BLUE,
+    GREY,
+    ORANGE,
+    RED,
+    Chart,
+    count_label,
+    interactive,
+    new_figure,
+    nice_ceiling,
+    plain_log_ticks,
+    slider,
+)
 
 
 def _hardware(name_or_hw):
     return prefill_decode.PRESETS[name_or_hw] if isinstance(name_or_hw, str) else name_or_hw
+
+
+class RooflineChart(Chart):
+    """The roofline of a machine with one model's decode step and prefill on it, and the numbers.
+
+    ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
+    """
+
+    def __init__(self, measured: list[tuple[str, float, float]] = ()):
+        super().__init__(11, 3.6, left=0.1, wspace=0.3)
+        self.ax, text_ax = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
+        ax = self.ax
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        self.intensity = np.logspace(-1, 4, 200)
+        self.roof = self.moving(*ax.plot([], [], color=GREY, lw=2))
+        self.ridge = self.moving(ax.axvline(1, color=GREY, ls=":", lw=1))
+        self.ridge_label = self.moving(ax.text(1, 1, "", fontsize=8, color=GREY))
+        self.decode = self.moving(*ax.plot([], [], "o", color=BLUE, ms=9))
+        self.prefill = self.moving(*ax.plot([], [], "o", color=ORANGE, ms=9))
+        points = [
+            self.moving(*ax.plot([x], [y], marker, color=RED, ms=9, mew=2, label=label))
+            for (label, x, y), marker in zip(measured, "xP*Dv^", strict=False)
+        ]
+        ax.set_xlim(0.1, 1e4)
+        ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", ylabel="FLOP/s achievable")
+        plain_log_ticks(ax, y_unit="")  # 100 T, 10 T: the unit is in the axis label
+        self.moving(ax.title)
+        self.legend = self.moving(
+            ax.legend(handles=[self.decode, self.prefill, *points], fontsize=8, loc="lower right")
+        )
+        text_ax.axis("off")
+        self.numbers = self.moving(text_ax.text(0, 0.95, "", va="top", fontsize=10, family="monospace"))
+
+    def update(self, params: float = 8e9, bits: int = 16, batch: int = 1, prompt: int = 512, hardware="A100-80G"):
+        hw = _hardware(hardware)
+        self.roof.set_data(self.intensity, np.minimum(hw.peak_flops, self.intensity * hw.bandwidth))
+        self.ridge.set_xdata([hw.ridge, hw.ridge])
+        self.ridge_label.set_position((hw.ridge * 1.1, hw.peak_flops * 0.02))
+        self.ridge_label.set_text(f"ridge {hw.ridge:.0f} FLOP/B")
+        step = prefill_decode.decode_step_time(params, bits, batch, hw)
+        ttft = prefill_decode.prefill_time(params, bits, prompt, hw)
+        weights = prefill_decode.weight_bytes(params, bits)
+        prefill = prefill_decode.prefill_flops(params, prompt)
+        self.decode.set_data([prefill_decode.decode_intensity(batch, bits)], [2 * params * batch / step])
+        self.prefill.set_data([prefill / weights], [prefill / ttft])
+        texts = self.legend.get_texts()
+        texts[0].set_text(f"decode, batch {batch}")
+        texts[1].set_text(f"prefill, {prompt} tokens")
+        self.ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
+        self.ax.set_title(f"the roofline of {hw.name}")
+        critical = prefill_decode.critical_batch(hw, bits)
+        lines = [
+            f"weights: {weights / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
+            f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if weights < hw.memory_bytes else 'NO'}",
+            f"time to first token: {1e3 * ttft:.1f} ms",
+            f"decode step: {1e3 * step:.2f} ms",
+            f"tokens/s per sequence: {1 / step:.0f}",
+            f"tokens/s, whole batch: {batch / step:.0f}",
+            f"critical batch: {critical:.0f}",
+            "decode is " + ("compute-bound" if batch >= critical else "memory-bound"),
+        ]
+        self.numbers.set_text("\n".join(lines))
+        return self
 
 
 def plot_roofline(
@@ -26,54 +102,11 @@ def plot_roofline(
 
     ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
     """
-    hw = _hardware(hardware)
-    fig = new_figure(11, 3.6, left=0.1, wspace=0.3)
-    ax, text_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
-    intensity = np.logspace(-1, 4, 200)
-    ax.loglog(intensity, np.minimum(hw.peak_flops, intensity * hw.bandwidth), color=GREY, lw=2)
-    ax.axvline(hw.ridge, color=GREY, ls=":", lw=1)
-    ax.text(hw.ridge * 1.1, hw.peak_flops * 0.02, f"ridge {hw.ridge:.0f} FLOP/B", fontsize=8, color=GREY)
-    points = {
-        f"decode, batch {batch}": (
-            prefill_decode.decode_intensity(batch, bits),
-            2 * params * batch / prefill_decode.decode_step_time(params, bits, batch, hw),
-            BLUE,
-        ),
-        f"prefill, {prompt} tokens": (
-            prefill_decode.prefill_flops(params, prompt) / prefill_decode.weight_bytes(params, bits),
-            prefill_decode.prefill_flops(params, prompt) / prefill_decode.prefill_time(params, bits, prompt, hw),
-            ORANGE,
-        ),
-    }
-    for label, (x, y, color) in points.items():
-        ax.loglog([x], [y], "o", color=color, ms=9, label=label)
-    for (label, x, y), marker in zip(measured, "xP*Dv^", strict=False):
-        ax.loglog([x], [y], marker, color=RED, ms=9, mew=2, label=label)
-    ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", title=f"roofline: {hw.name}: FLOP/s achievable")
-    ax.set_xlim(0.1, 1e4)
-    ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
-    plain_log_ticks(ax, y_unit="FLOP/s")
-    ax.legend(fontsize=8, loc="lower right")
-    ttft = prefill_decode.prefill_time(params, bits, prompt, hw)
-    step = prefill_decode.decode_step_time(params, bits, batch, hw)
-    weights = prefill_decode.weight_bytes(params, bits)
-    lines = [
-        f"weights: {weights / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
-        f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if weights < hw.memory_bytes else 'NO'}",
-        f"time to first token: {1e3 * ttft:.1f} ms",
-        f"decode step: {1e3 * step:.2f} ms",
-        f"tokens/s per sequence: {1 / step:.0f}",
-        f"tokens/s, whole batch: {batch / step:.0f}",
-        f"critical batch: {prefill_decode.critical_batch(hw, bits):.0f}",
-        "decode is " + ("compute-bound" if batch >= prefill_decode.critical_batch(hw, bits) else "memory-bound"),
-    ]
-    text_ax.axis("off")
-    text_ax.text(0, 0.95, "\n".join(lines), va="top", fontsize=10, family="monospace")
-    return fig
+    return RooflineChart(measured).update(params, bits, batch, prompt, hardware).figure
 
 
 def widget_roofline(this_machine=None) -> None:
-    """Sliders for parameters, bits, batch, prompt length and hardware over :func:`plot_roofline`.
+    """Sliders for parameters, bits, batch, prompt length and hardware over :class:`RooflineChart`.
 
     ``this_machine``: a measured :class:`course.prefill_decode.Hardware` added to the presets.
     """
@@ -96,7 +129,7 @@ def widget_roofline(this_machine=None) -> None:
             "Dropdown", options=hardware, value=prefill_decode.PRESETS["A100-80G"], description="hardware"
         ),
     }
-    interactive(plot_roofline, controls, "Prefill and decode on the roofline")
+    interactive(RooflineChart(), controls, "Prefill and decode on the roofline")
 
 
 def plot_decode_batch(
@@ -115,50 +148,75 @@ def plot_decode_batch(
     ax.axvline(prefill_decode.critical_batch(hw, bits), color=GREY, ls=":", lw=1, label="critical batch")
     if measured:
         ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
-    plain_log_ticks(ax)
+    plain_log_ticks(ax, y_unit="")  # 10 k, 1 M: short enough for the axis label to fit
     ax.set_xticks(list(batches), [str(b) for b in batches])
     ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
     ax.legend(fontsize=8)
     return fig
 
 
+class BatchingChart(Chart):
+    """Static against continuous batching on one request trace: latencies, time to first token, and
+    the summary numbers. Requests are drawn in order of arrival, so the axes stay put as the rate changes."""
+
+    def __init__(self, params: float = 8e9, hardware="A100-80G", n: int = 200, seed: int = 0):
+        super().__init__(11, 3.4, left=0.07, wspace=0.3)
+        self.params, self.hw, self.n, self.seed = params, _hardware(hardware), n, seed
+        self.ax_lat, self.ax_ttft, text_ax = self.figure.subplots(1, 3, gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
+        self.kinds = ((False, ORANGE, "static"), (True, BLUE, "continuous"))
+        self.points, self.hists = {}, {}
+        for _, color, name in self.kinds:
+            self.points[name] = self.moving(*self.ax_lat.plot([], [], ".", color=color, ms=4, label=name))
+            self.hists[name] = self.moving(self.ax_ttft.stairs([0], [0, 1], fill=True, color=color, alpha=0.6))
+        self.ax_lat.set_xlim(-0.02 * n, 1.02 * n)
+        self.ax_lat.set(xlabel="request (in order of arrival)", ylabel="latency (s)", title="each request's latency")
+        self.ax_lat.legend(fontsize=8, loc="upper left")
+        self.ax_ttft.set(xlabel="time to first token (s)", ylabel="requests", title="time to first token")
+        text_ax.axis("off")
+        self.numbers = self.moving(text_ax.text(0, 0.98, "", va="top", fontsize=9, family="monospace"))
+
+    def update(self, rate: float = 8.0, max_batch: int = 16) -> BatchingChart:
+        trace = prefill_decode.make_trace(self.n, rate, seed=self.seed)
+        served = {
+            name: prefill_decode.simulate(trace, self.params, 16, self.hw, max_batch, continuous)
+            for continuous, _, name in self.kinds
+        }
+        latest = max(s.latency for runs in served.values() for s in runs)
+        slowest = max(s.ttft for runs in served.values() for s in runs)
+        edges = np.linspace(0, nice_ceiling(slowest), 31)
+        tallest = 1
+        lines = [f"{rate:g} requests/s, batch <= {max_batch}", ""]
+        for name, runs in served.items():
+            self.points[name].set_data(np.arange(len(runs)), [s.latency for s in runs])
+            counts, _ = np.histogram([s.ttft for s in runs], bins=edges)
+            self.hists[name].set_data(counts, edges)
+            tallest = max(tallest, counts.max())
+            numbers = prefill_decode.summarise(runs)
+            lines += [
+                f"{name}:",
+                f"  {numbers['throughput']:7.0f} tokens/s",
+                f"  TTFT   {numbers['median_ttft']:6.2f} s median",
+                f"  latency {numbers['median_latency']:5.2f} s median",
+                f"  latency {numbers['p90_latency']:5.2f} s p90",
+            ]
+        self.ax_lat.set_ylim(0, nice_ceiling(latest * 1.05))
+        self.ax_ttft.set_xlim(0, edges[-1])
+        self.ax_ttft.set_ylim(0, nice_ceiling(tallest * 1.05))
+        self.numbers.set_text("\n".join(lines))
+        return self
+
+
 def plot_batching(
     rate: float = 8.0, max_batch: int = 16, params: float = 8e9, hardware="A100-80G", n: int = 200, seed: int = 0
 ) -> Figure:
     """Static against continuous batching on one request trace: latencies, and the summary numbers."""
-    hw = _hardware(hardware)
-    trace = prefill_decode.make_trace(n, rate, seed=seed)
-    fig = new_figure(11, 3.4, left=0.07, wspace=0.3)
-    ax_lat, ax_ttft, ax_text = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
-    summary = {}
-    for continuous, color, name in ((False, ORANGE, "static"), (True, BLUE, "continuous")):
-        served = prefill_decode.simulate(trace, params, 16, hw, max_batch, continuous)
-        summary[name] = prefill_decode.summarise(served)
-        ax_lat.plot(
-            [s.request.arrival for s in served], [s.latency for s in served], ".", color=color, ms=4, label=name
-        )
-        ax_ttft.hist([s.ttft for s in served], bins=30, color=color, alpha=0.6, label=name)
-    ax_lat.set(xlabel="arrival time (s)", ylabel="latency (s)", title="each request's latency")
-    ax_ttft.set(xlabel="time to first token (s)", ylabel="requests", title="time to first token")
-    ax_lat.legend(fontsize=8)
-    lines = [f"{rate:g} requests/s, batch <= {max_batch}", ""]
-    for name, numbers in summary.items():
-        lines += [
-            f"{name}:",
-            f"  {numbers['throughput']:7.0f} tokens/s",
-            f"  TTFT   {numbers['median_ttft']:6.2f} s median",
-            f"  latency {numbers['median_latency']:5.2f} s median",
-            f"  latency {numbers['p90_latency']:5.2f} s p90",
-        ]
-    ax_text.axis("off")
-    ax_text.text(0, 0.98, "\n".join(lines), va="top", fontsize=9, family="monospace")
-    return fig
+    return BatchingChart(params, hardware, n, seed).update(rate, max_batch).figure
 
 
 def widget_batching() -> None:
-    """Sliders for the arrival rate and the batch limit over :func:`plot_batching`."""
+    """Sliders for the arrival rate and the batch limit over :class:`BatchingChart`."""
     controls = {
         "rate": slider("FloatSlider", value=8.0, min=1.0, max=40.0, step=1.0, description="requests/s"),
         "max_batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=16, description="max batch"),
     }
-    interactive(plot_batching, controls, "Static against continuous batching")
+    interactive(BatchingChart(), controls, "Static against continuous batching")

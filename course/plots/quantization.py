@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from course import quantization
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, interactive, new_figure, slider
+from course.plots._widgets import BLUE, GREY, ORANGE, RED, Chart, interactive, new_figure, nice_ceiling, slider
 
-GROUP_CHOICES = (
+GROUP_CHOICES = (  # (label, group_size): "row" is one scale per row (group_size None), "tensor" one in all
     ("per tensor", "tensor"),
-    ("per row", None),
+    ("per row", "row"),
     ("group 128", 128),
     ("group 64", 64),
     ("group 32", 32),
@@ -20,70 +21,103 @@ GROUP_CHOICES = (
 )
 
 
+def _group(group_size):
+    """The widget's choice as the quantizer takes it: None (or "row") is one scale per row."""
+    return "row" if group_size is None else group_size
+
+
 def _round_trip(weight: torch.Tensor, bits: int, group) -> torch.Tensor:
     if group == "tensor":
         return quantization.quantize_dequantize_per_tensor(weight, bits)
-    return quantization.quantize_dequantize(weight, bits, group)
+    return quantization.quantize_dequantize(weight, bits, None if group == "row" else group)
 
 
 def _group_label(group) -> str:
-    return next(label for label, value in GROUP_CHOICES if value == group)
+    return next(label for label, value in GROUP_CHOICES if value == _group(group))
+
+
+class QuantizationChart(Chart):
+    """One matrix with outlier columns, quantized: row 0 against its quantized values, the integer
+    codes in use, and the relative error of every granularity at this bit width."""
+
+    def __init__(self, seed: int = 0, rows: int = 128, cols: int = 512):
+        super().__init__(11, 3.2, left=0.07)
+        self.seed, self.shape = seed, (rows, cols)
+        self.ax_row, self.ax_codes, self.ax_err = self.figure.subplots(1, 3)
+        ordinary = quantization.outlier_matrix(rows, cols, magnitude=1.0, seed=seed)[0].numpy()
+        lim = float(np.quantile(np.abs(ordinary), 0.98)) * 1.2  # zoom on the ordinary weights
+        self.ax_row.plot([-lim, lim], [-lim, lim], color=GREY, lw=0.8, ls="--")
+        self.ax_row.set(xlim=(-lim, lim), ylim=(-lim, lim), xlabel="weight (outliers off the chart)")
+        self.ax_row.set_ylabel("after quantization")
+        self.row_points = self.moving(*self.ax_row.plot([], [], "o", ms=2.5, color=BLUE))
+        self.moving(self.ax_row.title)
+
+        self.codes = self.moving(self.ax_codes.stairs([0], [0, 1], fill=True, color=BLUE))
+        self.ax_codes.set(xlabel="integer code", ylabel="share of weights")
+        self.ax_codes.xaxis.set_major_locator(MaxNLocator(nbins=7, integer=True))
+        self.moving(self.ax_codes.title)
+
+        labels = [label.replace("group ", "g").replace("per ", "") for label, _ in GROUP_CHOICES]
+        self.bars = self.ax_err.bar(range(len(labels)), [0] * len(labels), color=BLUE)
+        self.moving(*self.bars)
+        self.bar_values = [
+            self.moving(self.ax_err.text(x, 0, "", ha="center", va="bottom", fontsize=8)) for x in range(len(labels))
+        ]
+        self.ax_err.set_xticks(range(len(labels)), labels)
+        self.ax_err.tick_params(axis="x", labelsize=8)
+        self.ax_err.set_ylabel("relative error (%)")
+        self.moving(self.ax_err.title)
+
+    def update(self, bits: int = 4, group_size=None, outlier: float = 20.0) -> QuantizationChart:
+        group_size = _group(group_size)
+        weight = quantization.outlier_matrix(*self.shape, magnitude=outlier, seed=self.seed)
+        levels = quantization.absmax_levels(bits)
+
+        approx = _round_trip(weight, bits, group_size)
+        self.row_points.set_data(weight[0].numpy(), approx[0].numpy())
+        self.ax_row.set_title(f"row 0, int{bits}, {_group_label(group_size)}")
+
+        if group_size == "tensor":
+            codes, _ = quantization.quantize(weight.reshape(1, -1), bits)
+        else:
+            codes, _ = quantization.quantize(weight, bits, None if group_size == "row" else group_size)
+        counts = torch.bincount((codes.flatten() + levels).long(), minlength=2 * levels + 1).numpy()
+        share = counts / counts.sum()
+        self.codes.set_data(share, np.arange(-levels, levels + 2) - 0.5)
+        self.ax_codes.set_xlim(-levels - 0.5, levels + 0.5)
+        self.ax_codes.set_ylim(0, nice_ceiling(share.max() * 1.05))
+        self.ax_codes.set_title(f"{(counts > 0).sum()} of {2 * levels + 1} codes used")
+
+        errors = [100 * quantization.relative_error(weight, _round_trip(weight, bits, g)) for _, g in GROUP_CHOICES]
+        top = nice_ceiling(max(errors) * 1.15)  # room for the value labels above the bars
+        for bar, label, error, (_, group) in zip(self.bars, self.bar_values, errors, GROUP_CHOICES, strict=True):
+            bar.set_height(error)
+            bar.set_facecolor(ORANGE if group == group_size else BLUE)
+            label.set_position((bar.get_x() + bar.get_width() / 2, error + 0.01 * top))
+            label.set_text(f"{error:.1f}")
+        self.ax_err.set_ylim(0, top)
+        self.ax_err.set_title(f"int{bits}, outliers x{outlier:g}")
+        return self
 
 
 def plot_quantization(bits: int = 4, group_size=None, outlier: float = 20.0, seed: int = 0) -> Figure:
-    """One matrix with outlier columns, quantized at ``bits`` with ``group_size``.
+    """One matrix with outlier columns, quantized at ``bits`` with ``group_size`` (None or "row": one
+    scale per row; "tensor": one for the whole matrix; a number: that many columns per scale).
 
     Left: one row's weights against their quantized values. Middle: how often each integer
     code is used. Right: relative error of every granularity at this bit width.
     """
-    weight = quantization.outlier_matrix(128, 512, magnitude=outlier, seed=seed)
-    levels = quantization.absmax_levels(bits)
-    fig = new_figure(11, 3.2, left=0.07)
-    ax_row, ax_codes, ax_err = fig.subplots(1, 3)
-
-    approx = _round_trip(weight, bits, group_size)
-    row = weight[0].numpy()
-    ax_row.scatter(row, approx[0].numpy(), s=6, color=BLUE)
-    lim = np.quantile(np.abs(row), 0.98) * 1.2  # zoom on the ordinary weights; outliers fall outside
-    ax_row.plot([-lim, lim], [-lim, lim], color=GREY, lw=0.8, ls="--")
-    ax_row.set(
-        xlim=(-lim, lim),
-        ylim=(-lim, lim),
-        xlabel="weight (outliers off the chart)",
-        ylabel="after quantization",
-        title=f"row 0, int{bits}, {_group_label(group_size)}",
-    )
-
-    if group_size == "tensor":
-        codes, _ = quantization.quantize(weight.reshape(1, -1), bits)
-    else:
-        codes, _ = quantization.quantize(weight, bits, group_size)
-    counts = torch.bincount((codes.flatten() + levels).long(), minlength=2 * levels + 1).numpy()
-    edges = np.arange(-levels, levels + 2) - 0.5
-    ax_codes.stairs(counts / counts.sum(), edges, fill=True, color=BLUE)
-    used = (counts > 0).sum()
-    ax_codes.set(xlabel="integer code", ylabel="share of weights", title=f"{used} of {2 * levels + 1} codes used")
-
-    labels, errors = [], []
-    for label, group in GROUP_CHOICES:
-        labels.append(label.replace("group ", "g").replace("per ", ""))
-        errors.append(100 * quantization.relative_error(weight, _round_trip(weight, bits, group)))
-    colors = [ORANGE if group == group_size else BLUE for _, group in GROUP_CHOICES]
-    bars = ax_err.bar(labels, errors, color=colors)
-    ax_err.bar_label(bars, fmt="%.1f", fontsize=8)
-    ax_err.set(ylabel="relative error (%)", title=f"int{bits}, outliers x{outlier:g}")
-    ax_err.tick_params(axis="x", labelsize=8)
-    return fig
+    return QuantizationChart(seed).update(bits, group_size, outlier).figure
 
 
 def widget_quantization() -> None:
-    """Sliders for bits, group size and outlier magnitude over :func:`plot_quantization`."""
+    """Sliders for bits, group size and outlier magnitude over :class:`QuantizationChart`."""
     controls = {
         "bits": slider("IntSlider", value=4, min=2, max=8, description="bits"),
-        "group_size": slider("Dropdown", options=list(GROUP_CHOICES), value=None, description="scales"),
+        "group_size": slider("Dropdown", options=list(GROUP_CHOICES), value="row", description="scales"),
         "outlier": slider("FloatSlider", value=20.0, min=1.0, max=60.0, step=1.0, description="outlier x"),
     }
-    interactive(plot_quantization, controls, "Quantization error: bits, scales and outliers")
+    interactive(QuantizationChart(), controls, "Quantization error: bits, scales and outliers")
 
 
 def plot_granularity_bars(with_outliers: dict[str, float], without_outliers: dict[str, float]) -> Figure:
@@ -102,6 +136,7 @@ def plot_granularity_bars(with_outliers: dict[str, float], without_outliers: dic
         b2 = ax.bar(x + 0.2, clean, 0.4, label="without", color=BLUE)
         ax.bar_label(b1, fmt="%.1f", fontsize=8)
         ax.bar_label(b2, fmt="%.1f", fontsize=8)
+        ax.set_ylim(0, max(spiky + clean) * 1.15)  # the value labels stay clear of the frame
         ax.set_xticks(x, [k.split("_")[1].replace("g", "group ") for k in keys])
         ax.set(title=f"int{bits}", ylabel="relative error (%)")
     axes[0].legend(fontsize=8)
@@ -144,23 +179,42 @@ def plot_bits_sweep(weight: torch.Tensor, groups=(None, 128, 32), bits_range=ran
     return fig
 
 
-def plot_model_bits(losses: dict[str, dict[int, float]], baseline: float) -> Figure:
+def plot_model_bits(losses: dict[str, dict[int, float]], baseline: float, zoom_from: int = 3) -> Figure:
     """Validation loss of a quantized model against bits, one line per granularity.
 
-    ``losses``: label -> {bits: loss in nats per byte}; ``baseline``: the unquantized loss.
+    ``losses``: label -> {bits: loss in nats per byte}; ``baseline``: the unquantized loss. The
+    axis fits the losses from ``zoom_from`` bits up, where the differences are; losses above it
+    (2 bits, typically) are marked at the top edge with their value.
     """
     fig = new_figure(6, 3.4, left=0.14)
     ax = fig.subplots()
+    zoomed = [v for by_bits in losses.values() for b, v in by_bits.items() if b >= zoom_from] + [baseline]
+    low, high = min(zoomed), max(zoomed)
+    pad = 0.12 * (high - low) or 0.01
+    top = high + 2 * pad
+    marked: dict[int, int] = {}  # bits -> off-scale values already labelled there
     for label, by_bits in losses.items():
         bits = sorted(by_bits)
-        ax.plot(bits, [by_bits[b] for b in bits], "o-", label=label)
+        (line,) = ax.plot(bits, [by_bits[b] for b in bits], "o-", label=label)
+        for b in (b for b in bits if by_bits[b] > top):
+            ax.plot([b], [top], "^", color=line.get_color(), ms=8, clip_on=False)
+            ax.annotate(
+                f"{by_bits[b]:.2f}",
+                (b, top),
+                xytext=(7, -11 - 11 * marked.get(b, 0)),
+                textcoords="offset points",
+                fontsize=8,
+                color=line.get_color(),
+            )
+            marked[b] = marked.get(b, 0) + 1
     ax.axhline(baseline, color=GREY, ls="--", lw=1, label="float32")
+    ax.set_ylim(low - pad, top)
     ax.set(
         xlabel="bits per weight (scales not counted)",
         ylabel="validation loss (nats/byte)",
-        title="the course model, quantized",
+        title="the course model, quantized" + (" (^: off the scale)" if marked else ""),
     )
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")
     return fig
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from matplotlib.figure import Figure
 
 from course import speculative_decoding
-from course.plots._widgets import BLUE, GREY, RED, interactive, new_figure, slider
+from course.plots._widgets import BLUE, GREY, RED, Chart, interactive, nice_ceiling, slider
 
 
 def _pair_with_alpha(alpha: float):
@@ -16,47 +18,71 @@ def _pair_with_alpha(alpha: float):
     return p, q
 
 
+@functools.lru_cache(maxsize=128)
+def _simulated(alpha: float, ks: tuple[int, ...]) -> tuple[float, list[float]]:
+    p, q = _pair_with_alpha(alpha)
+    sims = [speculative_decoding.simulate_tokens_per_call(p, q, x, 5000, seed=x) for x in ks]
+    return speculative_decoding.acceptance_rate(p, q), sims
+
+
+class SpeculativeChart(Chart):
+    """Expected tokens per target call and wall-clock speed-up against the draft length k."""
+
+    KS = list(range(1, 17))
+
+    def __init__(self, simulate: bool = True):
+        super().__init__(10, 3.4, left=0.07, wspace=0.28)
+        self.simulate = simulate
+        self.ax_t, self.ax_s = self.figure.subplots(1, 2)
+        self.formula = self.moving(*self.ax_t.plot([], [], "-", color=GREY, label="formula"))
+        handles = [self.formula]
+        if simulate:
+            self.sims = self.moving(*self.ax_t.plot([], [], "o", color=BLUE, label=" "))
+            handles.append(self.sims)
+        self.star_t = self.moving(*self.ax_t.plot([], [], "*", color=RED, ms=12))
+        self.ax_t.set_xlim(0, 17)
+        self.ax_t.set(xlabel="tokens drafted per call k", ylabel="tokens per target call")
+        self.moving(self.ax_t.title)
+        self.legend_t = self.moving(self.ax_t.legend(handles=handles, fontsize=8, loc="upper left"))
+        self.speed = self.moving(*self.ax_s.plot([], [], "-", color=GREY))
+        self.star_s = self.moving(*self.ax_s.plot([], [], "*", color=RED, ms=12, label=" "))
+        self.best = self.moving(self.ax_s.axvline(1, color=BLUE, ls=":", label=" "))
+        self.ax_s.axhline(1, color="black", lw=0.5)
+        self.ax_s.set_xlim(0, 17)
+        self.ax_s.set(xlabel="tokens drafted per call k", ylabel="speed-up over the target alone")
+        self.moving(self.ax_s.title)
+        self.legend_s = self.moving(self.ax_s.legend(fontsize=8, loc="upper right"))
+
+    def update(self, alpha: float = 0.8, k: int = 4, cost: float = 0.05) -> SpeculativeChart:
+        tokens = [speculative_decoding.expected_tokens_per_call(alpha, x) for x in self.KS]
+        self.formula.set_data(self.KS, tokens)
+        if self.simulate:
+            measured, sims = _simulated(alpha, tuple(self.KS[::3]))
+            self.sims.set_data(self.KS[::3], sims)
+            self.legend_t.get_texts()[1].set_text(f"simulated (alpha {measured:.2f})")
+        self.star_t.set_data([k], [tokens[k - 1]])
+        self.ax_t.set_ylim(0, nice_ceiling(max(tokens) * 1.1))
+        self.ax_t.set_title(f"alpha = {alpha:.2f}")
+        speed = [speculative_decoding.speedup(alpha, x, cost) for x in self.KS]
+        best = speculative_decoding.best_draft_length(alpha, cost)
+        self.speed.set_data(self.KS, speed)
+        self.star_s.set_data([k], [speed[k - 1]])
+        self.best.set_xdata([best, best])
+        labels = self.legend_s.get_texts()
+        labels[0].set_text(f"k = {k}: {speed[k - 1]:.2f}x")
+        labels[1].set_text(f"best k = {best}: {speculative_decoding.speedup(alpha, best, cost):.2f}x")
+        self.ax_s.set_ylim(0, nice_ceiling(max(speed) * 1.15))
+        self.ax_s.set_title(f"draft cost c = {cost:g} of a target step")
+        return self
+
+
 def plot_speculative(alpha: float = 0.8, k: int = 4, cost: float = 0.05, simulate: bool = True) -> Figure:
     """Expected tokens per target call and wall-clock speed-up against the draft length k."""
-    ks = list(range(1, 17))
-    fig = new_figure(10, 3.4, left=0.07, wspace=0.28)
-    ax_t, ax_s = fig.subplots(1, 2)
-    ax_t.plot(
-        ks, [speculative_decoding.expected_tokens_per_call(alpha, x) for x in ks], "-", color=GREY, label="formula"
-    )
-    if simulate:
-        p, q = _pair_with_alpha(alpha)
-        measured = speculative_decoding.acceptance_rate(p, q)
-        sims = [speculative_decoding.simulate_tokens_per_call(p, q, x, 5000, seed=x) for x in ks[::3]]
-        ax_t.plot(ks[::3], sims, "o", color=BLUE, label=f"simulated (alpha {measured:.2f})")
-    ax_t.plot([k], [speculative_decoding.expected_tokens_per_call(alpha, k)], "*", color=RED, ms=12)
-    ax_t.set(xlabel="tokens drafted per call k", ylabel="tokens per target call", title=f"alpha = {alpha:.2f}")
-    ax_t.legend(fontsize=8)
-    speed = [speculative_decoding.speedup(alpha, x, cost) for x in ks]
-    best = speculative_decoding.best_draft_length(alpha, cost)
-    ax_s.plot(ks, speed, "-", color=GREY)
-    ax_s.plot(
-        [k],
-        [speculative_decoding.speedup(alpha, k, cost)],
-        "*",
-        color=RED,
-        ms=12,
-        label=f"k = {k}: {speculative_decoding.speedup(alpha, k, cost):.2f}x",
-    )
-    ax_s.axvline(
-        best, color=BLUE, ls=":", label=f"best k = {best}: {speculative_decoding.speedup(alpha, best, cost):.2f}x"
-    )
-    ax_s.axhline(1, color="black", lw=0.5)
-    ax_s.set(
-        xlabel="tokens drafted per call k",
-        ylabel="speed-up over the target alone",
-        title=f"draft cost c = {cost:g} of a target step",
-    )
-    ax_s.legend(fontsize=8)
-    return fig
+    return SpeculativeChart(simulate).update(alpha, k, cost).figure
 
 
 def widget_speculative() -> None:
+    """Sliders for the acceptance rate, the draft length and the draft's cost over :class:`SpeculativeChart`."""
     controls = {
         "alpha": slider("FloatSlider", min=0.1, max=0.99, step=0.01, value=0.8, description="alpha"),
         "k": slider("IntSlider", min=1, max=16, value=4, description="k"),
@@ -64,4 +90,4 @@ def widget_speculative() -> None:
             "SelectionSlider", options=[0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5], value=0.05, description="draft cost c"
         ),
     }
-    interactive(plot_speculative, controls, "How much does speculation buy?")
+    interactive(SpeculativeChart(), controls, "How much does speculation buy?")
