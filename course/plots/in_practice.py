@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator
 
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, interactive, new_figure, slider
+from course.plots._widgets import BLUE, GREY, ORANGE, RED, interactive, new_figure, plain_log_ticks, slider
 
 
 def plot_decode_batch(throughput: dict[int, float], memory_bound: float) -> Figure:
@@ -27,6 +28,9 @@ def plot_decode_batch(throughput: dict[int, float], memory_bound: float) -> Figu
     )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    plain_log_ticks(ax)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.set_xticks(batches)
     ax.set_xlabel("batch (sequences decoded together)")
     ax.set_ylabel("tokens per second")
     ax.set_title("SmolLM2-135M decode on this machine")
@@ -43,9 +47,13 @@ def plot_activation_outliers(absmax: torch.Tensor, threshold: float = 6.0, title
     over = values >= threshold
     features = torch.arange(len(values))
     ax.bar(features[~over], values[~over], width=1.0, color=BLUE)
-    ax.bar(features[over], values[over], width=3.0, color=RED, label=f"{int(over.sum())} features reach {threshold:g}")
+    ax.bar(
+        features[over], values[over], width=3.0, color=RED, label=f"features reaching {threshold:g}: {int(over.sum())}"
+    )
     ax.axhline(threshold, color=GREY, linestyle="--", linewidth=1)
     ax.set_yscale("log")
+    plain_log_ticks(ax)
+    ax.set_ylim(top=values.max().item() * 3)  # room for the legend above the bars
     ax.set_xlabel("feature (input dimension of the layer)")
     ax.set_ylabel("largest |x| over the tokens")
     ax.set_title(title)
@@ -84,7 +92,9 @@ def widget_activation_outliers(absmax: dict[tuple[int, str], torch.Tensor] | Non
             "layer": slider(
                 "IntSlider", value=layers[len(layers) // 2], min=layers[0], max=layers[-1], description="layer"
             ),
-            "name": slider("Dropdown", options=names, value=names[0], description="linear layer"),
+            "name": slider(
+                "Dropdown", options=names, value="q_proj" if "q_proj" in names else names[0], description="linear layer"
+            ),
             "threshold": slider("FloatSlider", value=6.0, min=1.0, max=20.0, step=0.5, description="threshold"),
         },
         "Activation outliers of a real model",
