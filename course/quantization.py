@@ -175,13 +175,14 @@ def nf4_levels() -> torch.Tensor:
 
     Eight positive levels are quantiles at probabilities evenly spaced from 0.5 to the offset,
     seven negative ones likewise, then all are divided by the largest. Built from
-    ``torch.special.ndtri``; the tests compare it with the published bitsandbytes table.
+    ``torch.special.ndtri`` with bitsandbytes' roundings (float32 probabilities, float64
+    quantiles, float32 division), so the table is bitsandbytes' to the last bit: a level one
+    float32 step off moves the weights that sit on a decision boundary to the other code.
     """
-    normal = torch.distributions.Normal(0.0, 1.0)
-    positive = normal.icdf(torch.linspace(NF4_OFFSET, 0.5, 9, dtype=torch.float64)[:-1])  # 8 values
-    negative = -normal.icdf(torch.linspace(NF4_OFFSET, 0.5, 8, dtype=torch.float64)[:-1])  # 7 values
-    levels = torch.cat([negative, torch.zeros(1, dtype=torch.float64), positive]).sort().values
-    return (levels / levels.abs().max()).float()
+    positive = torch.special.ndtri(torch.linspace(NF4_OFFSET, 0.5, 9)[:-1].double())  # 8 values
+    negative = -torch.special.ndtri(torch.linspace(NF4_OFFSET, 0.5, 8)[:-1].double())  # 7 values
+    levels = torch.cat([negative, torch.zeros(1, dtype=torch.float64), positive]).float().sort().values
+    return levels / levels.abs().max()
 
 
 def quantize_nf4(weight: torch.Tensor, group_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:

@@ -329,6 +329,7 @@ plots.widget_batching()
 # %% [markdown]
 # ## In practice
 #
+# * **Run it on a pretrained LLM**: [chapter 8, section 1](08_in_practice.ipynb#chapter-1) times prefill and decode of SmolLM2-135M in transformers against this machine's roofline.
 # * **vLLM**, **TGI** and **TensorRT-LLM** all batch continuously; vLLM also pages the KV cache
 #   (chapter 4). Orca reported 36.9x the throughput of FasterTransformer at the same latency.
 # * Published decode speeds follow the roofline: torchao reports Llama-2-7B at batch 1 on an A100

@@ -435,6 +435,7 @@ print(f"QLoRA rank 4:       {qlora_loss:.3f}            (LoRA rank 4 on the fp32
 # %% [markdown]
 # ## In practice
 #
+# * **Run it on a pretrained LLM**: [chapter 8, section 2](08_in_practice.ipynb#chapter-2) trains peft adapters and a bitsandbytes QLoRA on SmolLM2-135M, checked against `LoRALinear`.
 # * **peft**: `LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])` and
 #   `get_peft_model(model, config)` wrap the named layers as you did; `model.merge_and_unload()`
 #   merges; `load_adapter(...)` and `set_adapter(name)` hot-swap adapters on one base.

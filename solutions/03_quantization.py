@@ -426,6 +426,8 @@ print(f"bfloat16 / float32 time: {rows[1]['seconds'] / rows[0]['seconds']:.2f} (
 #
 # ## In practice
 #
+# * **Run it on a pretrained LLM**: [chapter 8, section 3](08_in_practice.ipynb#chapter-3) quantizes SmolLM2-135M with these functions, checks NF4 code for code against bitsandbytes, and finds its activation outliers.
+#
 # | what you built | what people use |
 # | --- | --- |
 # | `quantize_dequantize`, groups | **torchao** `quantize_(model, Int4WeightOnlyConfig(group_size=64))`, `Int8WeightOnlyConfig()` |

@@ -315,6 +315,7 @@ plots.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
 #
 # ## In practice
 #
+# * **Run it on a pretrained LLM**: [chapter 8, section 4](08_in_practice.ipynb#chapter-4) checks the bytes-per-token formula against the cache transformers keeps for SmolLM2-135M.
 # * **transformers** keeps the cache in `past_key_values` (a `DynamicCache` by default;
 #   `StaticCache` preallocates for `torch.compile`); `generate(use_cache=True)` is the default.
 # * **vLLM** pages the cache (PagedAttention, 16-token blocks), shares pages between requests with

@@ -270,6 +270,7 @@ plots.plot_attention_timing(LENGTHS, seconds, peak_mib)
 #
 # ## In practice
 #
+# * **Run it on a pretrained LLM**: [chapter 8, section 5](08_in_practice.ipynb#chapter-5) runs `blockwise_attention` on SmolLM2-135M's own q, k, v and inside the model, against torch's SDPA.
 # * **FlashAttention-2** (2023) reorganised the loops for more parallelism: 1.7 to 3x over the
 #   first version, up to 73% of an A100's peak. **FlashAttention-3** (2024) uses the H100's
 #   asynchronous copies and fp8: up to 740 TFLOP/s in fp16.

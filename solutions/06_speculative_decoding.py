@@ -288,6 +288,7 @@ for k in tqdm(DRAFT_LENGTHS, desc="speculative runs"):
 #
 # ## In practice
 #
+# * **Run it on a pretrained LLM**: [chapter 8, section 6](08_in_practice.ipynb#chapter-6) runs prompt lookup and assisted generation in transformers, and the same rule through `speculative_generate`.
 # * **transformers**: `model.generate(..., assistant_model=draft)` (assisted generation); the
 #   draft must share the tokenizer.
 # * **vLLM**: speculative decoding with a draft model, n-gram (prompt lookup) drafts, or

@@ -240,6 +240,7 @@ plots.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baselin
 #
 # ## In practice
 #
+# * **Run it on a pretrained LLM**: [chapter 8, section 6](08_in_practice.ipynb#chapter-6) speculates with drafts on SmolLM2-135M; a distilled draft is what would raise their acceptance.
 # * Distilled small models: DistilBERT (40% smaller, 97% of BERT's quality), and most small
 #   open models are distilled from larger ones.
 # * Draft training: DistillSpec, EAGLE and Medusa train the draft (or draft heads) on the

@@ -1,0 +1,306 @@
+"""Chapter 8's exercises: kv_cache_bytes_from_config, lora_trainable_parameters (both from a
+transformers config as a dict) and pack_nf4 (bitsandbytes' byte layout). Each check names the
+mistakes it can recognise in its hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from autograder.checks import Check, Exercise, Verdict, as_tensor, judge_number, judges_value, outcome
+from course import in_practice
+
+SMOLLM2 = {  # SmolLM2-135M's config.json, the numbers the exercises use
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+}
+GEMMA_7B = {  # a head_dim of its own, larger than hidden_size // num_attention_heads (3072 / 16 = 192)
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "hidden_size": 3072,
+    "intermediate_size": 24576,
+    "head_dim": 256,
+}
+LLAMA3_8B = {
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+}
+
+
+def _random_config(rng: np.random.Generator, with_head_dim: bool = False) -> dict:
+    heads = int(rng.choice([8, 12, 16, 32]))
+    d = int(rng.choice([64, 80, 128]))
+    config = {
+        "num_hidden_layers": int(rng.integers(4, 60)),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(rng.choice([k for k in (1, 2, 4, 8) if heads % k == 0 and k < heads])),
+        "hidden_size": heads * d,
+        "intermediate_size": int(rng.integers(2, 6)) * heads * d,
+    }
+    if with_head_dim:
+        config["head_dim"] = 3 * d // 2  # differs from hidden_size // heads (and not by 2): it must be used as given
+    return config
+
+
+def _with(config: dict, **changes) -> dict:
+    return {**config, **changes}
+
+
+# --- kv_cache_bytes_from_config ------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_kv(probe, got):
+    config, seq_len = probe["args"]
+    batch = probe["kwargs"].get("batch", 1)
+    element = probe["kwargs"].get("bytes_per_element", 2)
+    expected = in_practice.kv_cache_bytes_from_config(config, seq_len, batch, element)
+
+    def formula(**changes):
+        return in_practice.kv_cache_bytes_from_config(_with(config, **changes), seq_len, batch, element)
+
+    width_per_head = config["hidden_size"] // config["num_attention_heads"]
+    mistakes = [
+        (
+            "used num_attention_heads: the cache keeps key-value heads only (num_key_value_heads), "
+            "which grouped-query attention makes fewer",
+            formula(num_key_value_heads=config["num_attention_heads"]),
+        ),
+        ("the factor 2 is missing: the cache holds a key and a value per head", expected / 2),
+        (
+            "ignored the config's head_dim: when a config gives head_dim, use it "
+            "(only without one is it hidden_size // num_attention_heads)",
+            formula(head_dim=width_per_head),
+        ),
+        (
+            "head_dim taken as hidden_size // num_key_value_heads: the head dimension comes from the query heads",
+            formula(head_dim=config["hidden_size"] // config["num_key_value_heads"]),
+        ),
+        (
+            "left out the number of layers: every layer caches its own keys and values",
+            expected / config["num_hidden_layers"],
+        ),
+        ("left out the batch: every sequence keeps its own cache", expected / batch),
+        ("left out bytes_per_element", expected / element),
+    ]
+    return judge_number(got, expected, mistakes, "the cache size in bytes")
+
+
+def _kv_probe(config=None, seq_len=None, kwargs=None, with_head_dim=False):
+    def make(rng):
+        chosen = config or _random_config(rng, with_head_dim)
+        length = seq_len or int(rng.integers(100, 9000))
+        extra = (
+            kwargs
+            if kwargs is not None
+            else {"batch": int(rng.integers(2, 17)), "bytes_per_element": int(rng.choice([1, 4]))}
+        )
+        return {"call": "kv_cache_bytes_from_config", "args": [dict(chosen), length], "kwargs": dict(extra)}
+
+    return make
+
+
+KV_FROM_CONFIG = Exercise(
+    "kv_cache_bytes_from_config",
+    ("kv_cache_bytes_from_config",),
+    [
+        Check(
+            "kv_cache_bytes_from_config.smollm2",
+            "kv_cache_bytes_from_config",
+            1,
+            "SmolLM2-135M, one token in fp16: 23,040 bytes",
+            _kv_probe(SMOLLM2, 1, {}),
+            _judge_kv,
+            visible=True,
+        ),
+        Check(
+            "kv_cache_bytes_from_config.llama3",
+            "kv_cache_bytes_from_config",
+            1,
+            "Llama-3-8B's config, 8,192 tokens, batch 4",
+            _kv_probe(LLAMA3_8B, 8192, {"batch": 4}),
+            _judge_kv,
+        ),
+        Check(
+            "kv_cache_bytes_from_config.head_dim",
+            "kv_cache_bytes_from_config",
+            1,
+            "Gemma-7B's config, which gives its own head_dim",
+            _kv_probe(GEMMA_7B, 4096, {"bytes_per_element": 2}),
+            _judge_kv,
+        ),
+        Check(
+            "kv_cache_bytes_from_config.random",
+            "kv_cache_bytes_from_config",
+            1,
+            "other configs, batches and dtypes, some with their own head_dim",
+            _kv_probe(with_head_dim=True),
+            _judge_kv,
+        ),
+    ],
+)
+
+
+# --- lora_trainable_parameters ---------------------------------------------------------------------------
+
+
+@judges_value
+def _judge_lora(probe, got):
+    config, targets, r = probe["args"]
+    expected = in_practice.lora_trainable_parameters(config, targets, r)
+    layers = config["num_hidden_layers"]
+    shapes = in_practice.linear_shapes(config)
+
+    def each(count):
+        return layers * sum(count(*shapes[name]) for name in set(targets))
+
+    mistakes = [
+        (
+            "k_proj and v_proj sized like q_proj: with grouped-query attention they output "
+            "num_key_value_heads * head_dim, fewer than the queries",
+            in_practice.lora_trainable_parameters(
+                _with(config, num_key_value_heads=config["num_attention_heads"]), targets, r
+            ),
+        ),
+        ("counted A only (r x d_in): B (d_out x r) trains too", each(lambda d_in, d_out: r * d_in)),
+        ("counted B only (d_out x r): A (r x d_in) trains too", each(lambda d_in, d_out: r * d_out)),
+        (
+            "counted the whole weight matrices (d_in x d_out): an adapter trains r (d_in + d_out)",
+            each(lambda d_in, d_out: d_in * d_out),
+        ),
+        ("left out the number of layers: peft adds the adapters to every layer", expected / layers),
+    ]
+    return judge_number(got, expected, mistakes, "the number of trainable parameters")
+
+
+def _lora_probe(config=None, targets=None, r=None):
+    def make(rng):
+        chosen = config or _random_config(rng)
+        names = targets or sorted(
+            rng.choice(list(in_practice.linear_shapes(chosen)), size=int(rng.integers(2, 6)), replace=False).tolist()
+        )
+        return {
+            "call": "lora_trainable_parameters",
+            "args": [dict(chosen), list(names), r or int(rng.choice([2, 4, 16, 64]))],
+        }
+
+    return make
+
+
+LORA_PARAMETERS = Exercise(
+    "lora_trainable_parameters",
+    ("lora_trainable_parameters",),
+    [
+        Check(
+            "lora_trainable_parameters.smollm2_qv",
+            "lora_trainable_parameters",
+            1,
+            "SmolLM2-135M, rank 8 on q_proj and v_proj: 460,800, as peft counts",
+            _lora_probe(SMOLLM2, ["q_proj", "v_proj"], 8),
+            _judge_lora,
+            visible=True,
+        ),
+        Check(
+            "lora_trainable_parameters.all_linear",
+            "lora_trainable_parameters",
+            2,
+            "Llama-3-8B's config, rank 16 on all seven linear layers of a block",
+            _lora_probe(LLAMA3_8B, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], 16),
+            _judge_lora,
+        ),
+        Check(
+            "lora_trainable_parameters.random",
+            "lora_trainable_parameters",
+            1,
+            "other configs, ranks and target_modules",
+            _lora_probe(),
+            _judge_lora,
+        ),
+    ],
+)
+
+
+# --- pack_nf4 ------------------------------------------------------------------------------------------------
+
+
+def _judge_pack(probe, result):  # reads the raw result too: the dtype is part of the answer
+    got, failed = outcome(result)
+    if failed:
+        return failed
+    packed, problem = as_tensor(got, "the packed bytes")
+    if problem:
+        return Verdict(False, problem)
+    codes = probe["args"][0]
+    expected = in_practice.pack_nf4(codes)
+    if packed.numel() == codes.numel():
+        return Verdict(False, f"returned {packed.numel()} values for {codes.numel()} codes: two codes go in one byte")
+    if packed.numel() != expected.numel():
+        return Verdict(False, f"returned {packed.numel()} values; {codes.numel()} codes make {expected.numel()} bytes")
+    dtype = result["returned"].get("torch_dtype")
+    flat = packed.flatten()
+    if torch.equal(flat, expected.double()):
+        if dtype != "uint8":
+            return Verdict(
+                False, f"the values are right but the dtype is {dtype}: bytes are torch.uint8 (.to(torch.uint8))"
+            )
+        return Verdict(True)
+    first, second = codes[0::2].double(), codes[1::2].double()
+    mistakes = [
+        (
+            "the second code went into the high nibble: bitsandbytes puts the first code high, the second low",
+            second * 16 + first,
+        ),
+        ("the first code's bits are lost: shift it by 4 bits (x << 4), a byte holds only 8", second),
+        ("shifted by 8 instead of 4 without losing the bits: a byte's high nibble is x << 4", first * 256 + second),
+    ]
+    for hint, wrong in mistakes:
+        if torch.equal(flat, wrong):
+            return Verdict(False, hint)
+    index = int((flat != expected.double()).nonzero()[0])
+    return Verdict(
+        False,
+        f"byte {index} is {int(flat[index])}, expected {int(expected[index])} "
+        f"(codes {int(first[index])} and {int(second[index])})",
+    )
+
+
+def _pack_probe(n=None, fixed=None):
+    def make(rng):
+        codes = fixed if fixed is not None else rng.integers(0, 16, size=n)
+        return {"call": "pack_nf4", "args": [torch.tensor(codes, dtype=torch.uint8)]}
+
+    return make
+
+
+PACK_NF4 = Exercise(
+    "pack_nf4",
+    ("pack_nf4",),
+    [
+        Check(
+            "pack_nf4.example",
+            "pack_nf4",
+            1,
+            "codes 1, 2, 3, 15: bytes 0x12 and 0x3f",
+            _pack_probe(fixed=[1, 2, 3, 15]),
+            _judge_pack,
+            visible=True,
+        ),
+        Check(
+            "pack_nf4.random",
+            "pack_nf4",
+            2,
+            "4,096 random codes, every value from 0 to 15",
+            _pack_probe(4096),
+            _judge_pack,
+        ),
+    ],
+)
+
+EXERCISES = [KV_FROM_CONFIG, LORA_PARAMETERS, PACK_NF4]

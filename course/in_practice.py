@@ -1,0 +1,421 @@
+"""Chapter 8: the course's own code run on a pretrained transformers model, and checked against
+the libraries (transformers, peft, bitsandbytes) that do the same job.
+
+:class:`AsCourseModel` gives a transformers causal LM the course model's interface (tokens in,
+logits out, ``new_cache``, ``embed``), so the course's measurements (``course.evaluation``), its
+fine-tuning loop (``course.lora.finetune``) and its speculative decoding
+(``course.speculative_decoding.speculative_generate``) run on it unchanged. The rest are the
+reference answers of the chapter's exercises (KV bytes and LoRA parameters from a model's
+config, NF4 packing), and the hooks that take the model apart: its linear layers, the inputs
+they see, and its attention's q, k, v.
+
+A worked example: SmolLM2-135M (30 layers, 3 key-value heads of 64) keeps
+2 * 30 * 3 * 64 * 2 = 23,040 bytes of cache per token in fp16.
+
+Not handled: batches with padding (prompts of one length only), models whose layers are not
+named like Llama's (``q_proj`` ... ``down_proj``), sliding-window caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterable
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from course import flash_attention, lora, quantization
+from course.model import repeat_kv
+
+# --- the course model's interface over a transformers model ---------------------------------------
+
+
+class CourseCache:
+    """A transformers ``DynamicCache`` with the course cache's ``length``; setting a smaller
+    length drops the newest positions (speculative decoding's rollback)."""
+
+    def __init__(self, config):
+        from transformers import DynamicCache
+
+        self.dynamic = DynamicCache(config=config)
+
+    @property
+    def length(self) -> int:
+        return self.dynamic.get_seq_length()
+
+    @length.setter
+    def length(self, value: int) -> None:
+        if value > self.length:
+            raise ValueError(f"a cache of {self.length} positions cannot grow to {value} by setting its length")
+        if value < self.length:
+            self.dynamic.crop(value - self.length)  # transformers 5: minus the number of positions to remove
+
+    def nbytes(self) -> int:
+        return cache_nbytes(self.dynamic)
+
+
+class AsCourseModel(nn.Module):
+    """A transformers causal LM seen as a course model: ``model(tokens, cache) -> logits``.
+
+    ``tokens`` (B, T) of one length (no padding); the cache continues where it stopped, as the
+    course model's does.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.config = SimpleNamespace(max_seq_len=model.config.max_position_embeddings)
+
+    @property
+    def embed(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def forward(self, tokens: torch.Tensor, cache: CourseCache | None = None) -> torch.Tensor:
+        if cache is None:
+            return self.model(input_ids=tokens, use_cache=False).logits  # (B, T, vocab)
+        return self.model(input_ids=tokens, cache=cache.dynamic, use_cache=True).logits
+
+    def new_cache(self, batch: int = 1, max_len: int | None = None) -> CourseCache:
+        return CourseCache(self.model.config)
+
+    def num_parameters(self) -> int:
+        return count_parameters(self.model)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Numbers in the model, each shared tensor (a tied embedding) counted once."""
+    return sum(p.numel() for p in model.parameters())  # parameters() already skips shared ones
+
+
+def storage_bytes(model: nn.Module) -> int:
+    """Bytes the model's weights occupy: every parameter and buffer once, plus bitsandbytes'
+    per-block scales (kept beside a 4-bit weight, not as a parameter)."""
+    seen, total = set(), 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            total += tensor.numel() * tensor.element_size()
+    for module in model.modules():
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        if state is not None:
+            total += state.absmax.numel() * state.absmax.element_size()
+            if state.nested:
+                total += state.state2.absmax.numel() * state.state2.absmax.element_size()
+    return total
+
+
+def encode(tokenizer, text: str) -> torch.Tensor:
+    """``text`` as a (T,) tensor of token ids."""
+    return torch.tensor(tokenizer(text).input_ids, dtype=torch.long)
+
+
+def chat_prompt(tokenizer, request: str) -> torch.Tensor:
+    """A user turn in the model's chat template, ready for the answer: (1, T) token ids."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": request}], tokenize=False, add_generation_prompt=True
+    )
+    return encode(tokenizer, text)[None]
+
+
+# --- exercises' references: sizes from a config -------------------------------------------------
+
+
+def head_dim(config: dict) -> int:
+    """The config's ``head_dim`` when it has one (Gemma's differs from the width / heads), else
+    ``hidden_size // num_attention_heads``."""
+    return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+
+
+def kv_cache_bytes_from_config(config: dict, seq_len: int, batch: int = 1, bytes_per_element: int = 2) -> int:
+    """Chapter 4's formula with the numbers read off a transformers config (as a dict)."""
+    return int(
+        2
+        * config["num_hidden_layers"]
+        * config["num_key_value_heads"]
+        * head_dim(config)
+        * seq_len
+        * batch
+        * bytes_per_element
+    )
+
+
+def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of each linear layer of one Llama-style block, by its name."""
+    width, heads, kv_heads = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
+    d, ffn = head_dim(config), config["intermediate_size"]
+    return {
+        "q_proj": (width, heads * d),
+        "k_proj": (width, kv_heads * d),
+        "v_proj": (width, kv_heads * d),
+        "o_proj": (heads * d, width),
+        "gate_proj": (width, ffn),
+        "up_proj": (width, ffn),
+        "down_proj": (ffn, width),
+    }
+
+
+def lora_trainable_parameters(config: dict, target_modules: Iterable[str], r: int) -> int:
+    """Numbers peft trains for rank-``r`` adapters on ``target_modules`` of every layer."""
+    shapes = linear_shapes(config)
+    unknown = set(target_modules) - set(shapes)
+    if unknown:
+        raise ValueError(f"no layers named {sorted(unknown)}; a Llama block has {', '.join(shapes)}")
+    per_layer = sum(lora.lora_parameters(*shapes[name], r) for name in set(target_modules))
+    return config["num_hidden_layers"] * per_layer
+
+
+def lora_linear_from_peft(layer: nn.Module, adapter: str = "default") -> lora.LoRALinear:
+    """The course's :class:`~course.lora.LoRALinear` over a peft LoRA layer's frozen base, with
+    that layer's rank, alpha, A and B for ``adapter`` (copied: training one leaves the other)."""
+    ours = lora.LoRALinear(layer.base_layer, layer.r[adapter], alpha=layer.lora_alpha[adapter])
+    with torch.no_grad():
+        ours.lora_A.copy_(layer.lora_A[adapter].weight)  # (r, d_in)
+        ours.lora_B.copy_(layer.lora_B[adapter].weight)  # (d_out, r)
+    return ours
+
+
+def config_dict(model: nn.Module) -> dict:
+    """The numbers of a transformers config that the exercises use, as a plain dict."""
+    keys = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "intermediate_size")
+    return {key: getattr(model.config, key) for key in keys}
+
+
+def cache_nbytes(cache) -> int:
+    """Bytes of keys and values held by a transformers cache (all layers)."""
+    layers = getattr(cache, "layers", None)
+    pairs = (
+        [(layer.keys, layer.values) for layer in layers]
+        if layers is not None
+        else zip(cache.key_cache, cache.value_cache, strict=True)  # transformers 4
+    )
+    return sum(t.numel() * t.element_size() for pair in pairs for t in pair if t is not None)
+
+
+# --- chapter 3: the course's quantizers and bitsandbytes' NF4 on the model's weights ----------------
+
+
+def linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
+    """The decoder's linear layers by path; the output layer (tied to the embedding) is left out,
+    as weight-only schemes usually leave it."""
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and not name.endswith("lm_head")
+    }
+
+
+def round_trip(weight: torch.Tensor, method: str, group_size: int | None = None) -> torch.Tensor:
+    """``weight`` through one of the course's quantizers: ``int8``, ``int4`` (absmax per row or
+    per ``group_size`` columns) or ``nf4`` (groups of ``group_size``, 64 by default)."""
+    if method == "nf4":
+        return quantization.nf4_quantize_dequantize(weight, group_size or 64)
+    if method in ("int8", "int4"):
+        return quantization.quantize_dequantize(weight, int(method[3:]), group_size)
+    raise ValueError(f"method must be int8, int4 or nf4, got {method!r}")
+
+
+@contextlib.contextmanager
+def quantized_weights(model: nn.Module, method: str, group_size: int | None = None):
+    """Within the block, every linear layer of the decoder holds its weights after the course's
+    quantization round trip (``round_trip``); afterwards the original weights are back."""
+    layers = linear_layers(model)
+    originals = {name: layer.weight.detach().clone() for name, layer in layers.items()}
+    try:
+        with torch.no_grad():
+            for layer in layers.values():
+                layer.weight.copy_(round_trip(layer.weight, method, group_size))
+        yield model
+    finally:
+        with torch.no_grad():
+            for name, layer in layers.items():
+                layer.weight.copy_(originals[name])
+
+
+def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
+    """Two 4-bit codes per byte, the first in the high nibble (bitsandbytes' layout): (n,) -> (n/2,) uint8."""
+    flat = codes.flatten().to(torch.uint8)
+    if flat.numel() % 2:
+        raise ValueError(f"an even number of codes packs into bytes, got {flat.numel()}")
+    return (flat[0::2] << 4) | flat[1::2]
+
+
+def unpack_nf4(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`pack_nf4`: (n/2,) bytes -> (n,) codes 0..15."""
+    flat = packed.flatten()
+    return torch.stack([flat >> 4, flat & 15], dim=1).flatten()
+
+
+@torch.no_grad()
+def linear_inputs(model: nn.Module, ids: torch.Tensor, names: Iterable[str] = ("q_proj", "down_proj")) -> dict:
+    """What the linear layers named ``names`` receive for one prompt: {(layer, name): (T, features)}."""
+    seen, hooks = {}, []
+    for path, module in linear_layers(model).items():
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf in names:
+            index = int(path.split(".layers.")[1].split(".")[0])
+
+            def keep(module, args, index=index, leaf=leaf):
+                seen[(index, leaf)] = args[0].detach()[0]  # (T, features) of the only sequence
+
+            hooks.append(module.register_forward_pre_hook(keep))
+    try:
+        model(input_ids=ids, use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def outlier_features(x: torch.Tensor, threshold: float = 6.0) -> torch.Tensor:
+    """Indices of the feature columns of ``x`` (tokens, features) where some |value| reaches ``threshold``."""
+    return (x.abs() >= threshold).any(dim=0).nonzero().flatten()
+
+
+# --- chapter 5: the model's own attention --------------------------------------------------------
+
+
+def _attention_function(name: str, function) -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(name, function)
+
+
+@contextlib.contextmanager
+def attention_implementation(model: nn.Module, name: str, function):
+    """Within the block, every attention layer of ``model`` runs ``function`` (transformers'
+    attention interface: q (B, H, T, D), k and v (B, K, T, D) after the rotary embedding)."""
+    _attention_function(name, function)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(previous)
+
+
+def _check_mask(attention_mask) -> None:
+    if attention_mask is not None:
+        raise ValueError("padded batches are not handled: pass prompts of one length without an attention_mask")
+
+
+def blockwise_attention_function(block: int):
+    """A transformers attention function that computes causal attention with the course's
+    :func:`course.flash_attention.blockwise_attention`, ``block`` keys at a time."""
+
+    def course_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        _check_mask(attention_mask)
+        n_rep = query.shape[1] // key.shape[1]
+        out = flash_attention.blockwise_attention(
+            query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), block, causal=True
+        )
+        return out.transpose(1, 2).contiguous(), None  # (B, T, H, D), as transformers expects
+
+    return course_attention
+
+
+@torch.no_grad()
+def attention_inputs(
+    model: nn.Module, ids: torch.Tensor, layer: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The q (B, H, T, D), k and v (B, K, T, D) that attention layer ``layer`` receives for ``ids``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    captured = {}
+
+    def capture(module, query, key, value, attention_mask, **kwargs):
+        if module.layer_idx == layer:
+            captured["qkv"] = (query.detach(), key.detach(), value.detach())
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    with attention_implementation(model, "course_capture", capture):
+        model(input_ids=ids, use_cache=False)
+    return captured["qkv"]
+
+
+# --- chapter 6: drafts for speculative decoding ------------------------------------------------------
+
+
+class PromptLookupCache:
+    """The tokens a prompt-lookup draft has seen; ``length`` rolls back like a KV cache's."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @length.setter
+    def length(self, value: int) -> None:
+        del self.tokens[value:]
+
+
+class PromptLookupDraft(nn.Module):
+    """A draft with no weights: it proposes the token that followed the latest earlier occurrence
+    of the last ``ngram`` tokens (then shorter n-grams), as transformers' prompt lookup does.
+
+    It answers like a course model, with logits that put all the weight on its proposal, so the
+    course's ``speculative_generate`` runs it unchanged. With no match it proposes the last token
+    again (and the target will usually reject it).
+    """
+
+    def __init__(self, vocab_size: int, max_seq_len: int, ngram: int = 2):
+        super().__init__()
+        self.vocab_size, self.ngram = vocab_size, ngram
+        self.config = SimpleNamespace(max_seq_len=max_seq_len)
+
+    def new_cache(self, batch: int = 1, max_len: int | None = None) -> PromptLookupCache:
+        if batch != 1:
+            raise ValueError("prompt lookup drafts for one sequence at a time")
+        return PromptLookupCache()
+
+    def propose(self, history: list[int]) -> int:
+        for n in range(min(self.ngram, len(history) - 1), 0, -1):
+            tail = history[-n:]
+            for start in range(len(history) - n - 1, -1, -1):  # latest earlier occurrence first
+                if history[start : start + n] == tail:
+                    return history[start + n]
+        return history[-1]
+
+    def forward(self, tokens: torch.Tensor, cache: PromptLookupCache) -> torch.Tensor:
+        cache.tokens += tokens[0].tolist()
+        logits = torch.zeros(1, tokens.shape[1], self.vocab_size, device=tokens.device)  # (1, T, vocab)
+        logits[0, -1, self.propose(cache.tokens)] = 1e4  # only the last position's proposal is used
+        return logits
+
+
+def shallow_draft(model: nn.Module, n_layers: int) -> nn.Module:
+    """A draft made of the model's first ``n_layers`` blocks, its final norm and output layer:
+    no new weights (every module is shared), about ``n_layers`` / layers of the cost per token."""
+    total = model.config.num_hidden_layers
+    if not 1 <= n_layers < total:
+        raise ValueError(f"n_layers must be between 1 and {total - 1}, got {n_layers}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = n_layers
+    with torch.device("meta"):
+        draft = type(model)(config)
+    inner, source = draft.model, model.model
+    inner.embed_tokens, inner.norm, inner.rotary_emb = source.embed_tokens, source.norm, source.rotary_emb
+    inner.layers = nn.ModuleList(source.layers[:n_layers])
+    draft.lm_head = model.lm_head
+    draft.generation_config = copy.deepcopy(model.generation_config)
+    return draft.eval()
+
+
+def int8_draft(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` for drafting, whose linear layers run on torch's int8 kernels
+    (``quantize_dynamic``): weights in int8 with one scale per output row (chapter 3's per-row
+    int8, with torch's scale absmax / 127.5), and each call's activations in int8 with one scale
+    for the whole tensor, which outlier features (LLM.int8()) make coarse. Cheaper per token on a
+    CPU; how often it agrees with the model is for speculative decoding to measure."""
+    import warnings
+
+    quantization_api = getattr(getattr(torch, "ao", None), "quantization", None)
+    if quantization_api is None or not hasattr(quantization_api, "quantize_dynamic"):
+        raise RuntimeError(f"this torch ({torch.__version__}) has no torch.ao.quantization.quantize_dynamic")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its deprecation notice points to torchao, which the course does not need
+        per_row = {nn.Linear: quantization_api.per_channel_dynamic_qconfig}
+        return quantization_api.quantize_dynamic(copy.deepcopy(model), per_row, dtype=torch.qint8).eval()

