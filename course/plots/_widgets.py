@@ -65,14 +65,23 @@ def interactive(plot: Callable[..., Figure], controls: dict, title: str = "") ->
     static = base64.b64encode(first[0]).decode("ascii")
     output = widgets.interactive_output(redraw, controls)
     children = ([widgets.HTML(f"<b>{title}</b>")] if title else []) + [widgets.HBox(list(controls.values())), output]
-    box = widgets.VBox(children)
-    bundle = {
-        "application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0, "model_id": box.model_id},
-        "image/png": static,
-        "text/plain": f"{title or plot.__name__}: static view with the default values "
-        "(open in JupyterLab or Colab to move the sliders)",
-    }
-    display(bundle, raw=True)
+    display_widget(
+        widgets.VBox(children),
+        {
+            "image/png": static,
+            "text/plain": f"{title or plot.__name__}: static view with the default values "
+            "(open in JupyterLab or Colab to move the sliders)",
+        },
+    )
+
+
+def display_widget(box, fallback: dict[str, str]) -> None:
+    """Display the widget ``box`` with ``fallback`` data (``image/png``, ``text/html``, ``text/plain``)
+    that front ends without a widget manager show in its place."""
+    from IPython.display import display
+
+    view = {"version_major": 2, "version_minor": 0, "model_id": box.model_id}
+    display({"application/vnd.jupyter.widget-view+json": view, **fallback}, raw=True)
 
 
 def slider(kind: str, **options):
