@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder import notebook, runner
+from autograder import leaderboard, notebook, runner
 from autograder.chapters import CHAPTERS
 from autograder.checks import Check, Verdict, encode_probe
 
@@ -31,6 +31,7 @@ class TestResult:
     max_points: float
     passed: bool
     hint: str
+    data: dict | None = None  # the verdict's figures (chapter 9's capstone), if any
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Report:
             "chapter": self.chapter,
             "score": self.score,
             "max_score": self.max_score,
-            "tests": [asdict(t) for t in self.tests],
+            "tests": [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tests],
             "messages": self.messages,
             "seconds": round(self.seconds, 2),
             "seed": self.seed,
@@ -177,7 +178,14 @@ def judge(
             except Exception as error:  # a result shaped so oddly that judging it failed
                 verdict = Verdict(False, f"the result could not be judged ({type(error).__name__}: {error})")
         tests.append(
-            TestResult(check.id, check.points if verdict.passed else 0, check.points, verdict.passed, verdict.hint)
+            TestResult(
+                check.id,
+                check.points if verdict.passed else 0,
+                check.points,
+                verdict.passed,
+                verdict.hint,
+                verdict.data,
+            )
         )
     return tests
 
@@ -197,7 +205,8 @@ def grade_folder(
     seed: int | None = None,
     chapter: str | None = None,
 ) -> list[Report]:
-    """Grade every ``*.ipynb`` under ``folder``; write ``gradebook.csv`` and a feedback file each.
+    """Grade every ``*.ipynb`` under ``folder``; write ``gradebook.csv`` and a feedback file each,
+    and the capstone's ``leaderboard.csv`` when chapter 9 is among them (``leaderboard.py``).
 
     The learner is the first folder under ``folder`` (``folder/alice/03_quantization.ipynb``),
     or the file name for files directly in it.
@@ -239,6 +248,7 @@ def grade_folder(
             stem = f"{learner}__{path.stem}" if learner != path.stem else learner
             (out / f"{stem}.txt").write_text(report.text() + "\n")
             (out / f"{stem}.json").write_text(json.dumps(report.as_json(), indent=1) + "\n")
+    leaderboard.write(out, [(_learner(folder, path), report) for path, report in zip(files, reports, strict=True)])
     return reports
 
 
