@@ -135,11 +135,12 @@ def test_scenarios_run_on_their_own():
     with the course's own answers, every check that uses one passes."""
     from autograder import quiz
     from autograder.selfcheck import run_in_process
-    from course import lora, speculative_decoding
+    from course import choosing_a_technique, lora, speculative_decoding
 
     answers = {
         "LoRALinear": lora.LoRALinear,
         "speculative_token": speculative_decoding.speculative_token,
+        "fine_tuning_advice": choosing_a_technique.fine_tuning_advice,
     }
     driven = [
         c
@@ -149,7 +150,7 @@ def test_scenarios_run_on_their_own():
         if c.probe(np.random.default_rng(0)).get("scenario")
     ]
     quizzes = {f"quiz_{paths.slug(chapter)}": paths.slug(chapter) for chapter in CHAPTERS}
-    assert {c.exercise for c in driven} == {"lora_linear", "speculative_token", *quizzes}
+    assert {c.exercise for c in driven} == {"lora_linear", "speculative_token", "fine_tuning_advice", *quizzes}
     for index, check in enumerate(driven):
         if check.exercise in quizzes:
             key = quiz.key(quizzes[check.exercise])
