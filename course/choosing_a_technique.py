@@ -683,7 +683,7 @@ ALTERNATIVES = (("fp32", None), ("fp16", None), ("int8", None), ("int4", None), 
 
 
 def format_table(formats=ALTERNATIVES) -> list[dict]:
-    """Bytes, share of fp32 and held-out loss of the target in each of ``formats``."""
+    """Bytes, share of fp32, bits per linear weight and held-out loss of the target in each of ``formats``."""
     fp32_bytes, fp32_loss = format_figures("fp32", None)
     table = []
     for weights, group in formats:
@@ -694,6 +694,7 @@ def format_table(formats=ALTERNATIVES) -> list[dict]:
                 "group_size": group,
                 "bytes": n_bytes,
                 "share": n_bytes / fp32_bytes,
+                "bits": 8 * (n_bytes - _untouched_bytes()) / _linear_weights(),  # per linear weight, scales included
                 "loss": loss,
                 "loss_gap": loss - fp32_loss,
             }
@@ -742,7 +743,7 @@ def reference_numbers() -> dict[str, tuple[float, float, str]]:
         ),
         "fp32_weight_bytes": (figures.fp32_bytes, 0.0, "bytes of the float32 target"),
         "int4_g64_bits_per_weight": (
-            8 * (weight_bytes(stored_target("int4", 64)) - _untouched_bytes()) / _linear_weights(),
+            next(row["bits"] for row in format_table([("int4", 64)])),
             1e-9,
             "bits per linear weight of the stored int4 g64 target, its fp16 scales included (4 + 16/64)",
         ),
@@ -768,11 +769,3 @@ def speedup_reading(speedups: dict[str, float]) -> str:
         else "; every part is faster than fp32 alone here"
     )
     return "speed-up over the fp32 target alone: " + ", ".join(parts) + tail
-
-
-def bits_per_weight(weights: str, group_size: int | None, cols: int = 256) -> float:
-    """Stored bits per weight, fp16 scales included: int4 g64 is 4.25, int8 per row of 256 columns 8.0625."""
-    bits = FORMAT_BITS[weights]
-    if weights not in GROUPED:
-        return float(bits)
-    return quantization.effective_bits(bits, group_size, 16, cols)

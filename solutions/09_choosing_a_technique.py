@@ -217,11 +217,10 @@ check("pack_int4", hidden=True)
 
 # %%
 for row in technique.format_table():
-    bits = technique.bits_per_weight(row["weights"], row["group_size"])
     name = row["weights"] + (f" g{row['group_size']}" if row["group_size"] else "")
     print(
-        f"{name:9s} {row['bytes'] / 1e6:6.2f} MB = {100 * row['share']:5.1f}% of fp32 ({bits:6.3f} bits per linear "
-        f"weight); held-out loss {row['loss']:.4f} nats/byte ({row['loss_gap']:+.4f})"
+        f"{name:9s} {row['bytes'] / 1e6:6.2f} MB = {100 * row['share']:5.1f}% of fp32 ({row['bits']:6.3f} bits per "
+        f"linear weight); held-out loss {row['loss']:.4f} nats/byte ({row['loss_gap']:+.4f})"
     )
 
 # %% [markdown]
