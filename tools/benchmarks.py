@@ -61,6 +61,7 @@ def quantization_speed(device: torch.device, bound: float) -> None:
 
 def slider_latency() -> dict[str, float]:
     """Median time of one slider update (recompute plus redraw to PNG) over a sweep of its values."""
+    import course.plots.choosing_a_technique
     import course.plots.flash_attention
     import course.plots.kv_cache
     import course.plots.lora
@@ -94,6 +95,8 @@ def slider_latency() -> dict[str, float]:
         "ch5 sequence length": (plots.flash_attention.plot_io, [dict(n=n) for n in (256, 4096, 65536)]),
         "ch6 alpha": (plots.speculative_decoding.plot_speculative, [dict(alpha=a) for a in (0.3, 0.6, 0.8, 0.95)]),
         "ch6 draft cost": (plots.speculative_decoding.plot_speculative, [dict(cost=c) for c in (0.0, 0.05, 0.2, 0.5)]),
+        "ch9 problem": (plots.choosing_a_technique.plot_guide, [dict(problem=p) for p in ("adapt", "serve", "decode")]),
+        "ch9 draft length": (plots.choosing_a_technique.plot_capstone, [dict(draft_length=k) for k in (1, 4, 8)]),
     }
     over, medians = [], {}
     for name, (plot, values) in sweeps.items():
@@ -264,6 +267,30 @@ def speculative_decoding(device: torch.device) -> dict[str, float]:
     return {"speculative_speedup_" + label.replace(", ", "_"): r["speedup"] for label, r in results.items()}
 
 
+def capstone(device: torch.device, bound: float) -> dict[str, float]:
+    """Chapter 9: the reference configuration and each of its parts, against the fp32 target alone."""
+    from course import choosing_a_technique as technique
+
+    print("\n== chapter 9: the capstone's reference configuration ==")
+    baseline, parts, new = technique.Configuration(), technique.REFERENCE.parts(), 128
+    chosen, tried = timing.choose_threads(technique.generation(baseline, device, new), device)
+    print(timing.describe_threads(chosen, tried))
+    with timing.threads(chosen):
+        seconds = technique.time_generation([baseline, *parts.values()], device, new)
+    for name, config in {"fp32 alone": baseline, **parts}.items():
+        figures = technique.measure(config)
+        roof = bound * 1e9 / figures.target_bytes  # target steps per second if reading its weights were all
+        print(
+            f"{name:31s} {new / seconds[config]:6.0f} tokens/s, {seconds[baseline] / seconds[config]:4.2f}x the fp32 "
+            f"target alone; {figures.tokens_per_call:.2f} tokens per target call, target weights "
+            f"{figures.target_bytes / 1e6:.1f} MB (the memory bound: {roof:.0f} target calls/s)"
+        )
+    return {
+        f"capstone_speedup_{name.split(',')[0].replace(' ', '_')}": seconds[baseline] / seconds[config]
+        for name, config in parts.items()
+    }
+
+
 def chapter_times() -> dict[str, float]:
     """Each instructor notebook executed headless with papermill, timed."""
     import tempfile
@@ -323,17 +350,31 @@ def budget(chapters: dict[str, float], sliders: dict[str, float], ratios: dict[s
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The course's measurements, as ratios.")
+    parser.add_argument(
+        "--only", choices=["capstone"], help="run one section and update its ratios in data/performance.json"
+    )
+    args = parser.parse_args()
     device = best_device()
     torch.manual_seed(0)
     print(describe(device))
     bound = timing.memory_bandwidth(device)
     print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
     synchronize(device)
+    if args.only:
+        report = json.loads(REPORT.read_text())
+        report["ratios"].update({k: round(v, 3) for k, v in capstone(device, bound).items()})
+        REPORT.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"updated its ratios in {REPORT.relative_to(paths.ROOT)}")
+        return
     quantization_speed(device, bound)
     ratios = decode_roofline(device, bound)
     ratios.update(course_model(device))
     ratios.update(attention_timing(device))
     ratios.update(speculative_decoding(device))
+    ratios.update(capstone(device, bound))
     sliders = slider_latency()
     chapters = chapter_times()
     budget(chapters, sliders, ratios, describe(device))
