@@ -27,6 +27,7 @@ from autograder import wire
 class Verdict:
     passed: bool
     hint: str = ""
+    data: dict | None = None  # figures worth keeping beside the score (plain data), e.g. for a leaderboard
 
 
 @dataclass(frozen=True)

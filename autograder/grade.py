@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from autograder import feedback, gradebook, notebook, runner, shards, similarity
+from autograder import feedback, gradebook, leaderboard, notebook, runner, shards, similarity
 from autograder.chapters import CHAPTERS, exercise_by_id
 from autograder.checks import Check, Verdict, builds_on_note, encode_probe
 from course import timing
@@ -33,6 +33,7 @@ class TestResult:
     max_points: float
     passed: bool
     hint: str
+    data: dict | None = None  # the verdict's figures (chapter 9's capstone), if any
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Report:
             "chapter": self.chapter,
             "score": self.score,
             "max_score": self.max_score,
-            "tests": [asdict(t) for t in self.tests],
+            "tests": [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tests],
             "messages": self.messages,
             "seconds": round(self.seconds, 2),
             "seed": self.seed,
@@ -205,8 +206,9 @@ def judge(
         if not verdicts[check.id].passed:
             verdicts[check.id].hint += _helper_notes(check, answers, verdicts)
     return [
-        TestResult(c.id, c.points if verdicts[c.id].passed else 0, c.points, verdicts[c.id].passed, verdicts[c.id].hint)
+        TestResult(c.id, c.points if v.passed else 0, c.points, v.passed, v.hint, v.data)
         for c in checks
+        for v in [verdicts[c.id]]
     ]
 
 
@@ -305,6 +307,7 @@ def write_class(
     gradebook.write_gradebook(out, graded)
     notes = gradebook.write_exports(out, graded, roster)
     by_exercise, total = similarity.write_report(out, graded, threshold)
+    leaderboard.write(out, [(g.learner, g.report) for g in graded])  # chapter 9's capstone, when graded
     notes.append(f"{total} (similarity.html)")
     (Path(out) / NOTES).write_text(
         "# What to know about this gradebook\n\n"

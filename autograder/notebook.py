@@ -212,6 +212,16 @@ def without_magics(source: str) -> str:
     )
 
 
+def _telling() -> dict[str, list]:
+    """Each chapter's exercises whose names no other chapter's answers define: those tell the
+    chapter apart (every chapter's quiz defines ``quiz_answers``, which tells nothing)."""
+    owners: dict[tuple[str, ...], set[str]] = {}
+    for name, exercises in CHAPTERS.items():
+        for exercise in exercises:
+            owners.setdefault(exercise.defines, set()).add(name)
+    return {name: [e for e in exercises if len(owners[e.defines]) == 1] for name, exercises in CHAPTERS.items()}
+
+
 def identify(notebook: dict, path: Path) -> tuple[str, list[str]]:
     """Which chapter a submission is: from its metadata, its file name, or its answer cells."""
     notes = []
@@ -224,7 +234,9 @@ def identify(notebook: dict, path: Path) -> tuple[str, list[str]]:
     }
     if not by_answers:
         defined = set().union(*(_defines(_source(c)) for c in notebook["cells"] if c.get("cell_type") == "code"))
-        by_answers = {name for name, exercises in CHAPTERS.items() if any(set(e.defines) <= defined for e in exercises)}
+        by_answers = {
+            name for name, exercises in _telling().items() if any(set(e.defines) <= defined for e in exercises)
+        }
     if isinstance(claimed, str) and claimed not in CHAPTERS:
         raise NotebookError(
             f"this notebook is {claimed}, which is not a chapter the grader knows ({', '.join(CHAPTERS)})"

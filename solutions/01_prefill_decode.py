@@ -359,3 +359,27 @@ plots.widget_batching()
 # 5. The longest one: every other request in the batch waits for it.
 #
 # </details>
+#
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("prefill_decode")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_prefill_decode", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "b", 2: "b", 3: "a", 4: "d", 5: "c", 6: "d"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_prefill_decode", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_prefill_decode")

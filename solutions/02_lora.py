@@ -466,3 +466,27 @@ print(f"QLoRA rank 4:       {qlora_loss:.3f}            (LoRA rank 4 on the fp32
 #    one base, switching per request.
 #
 # </details>
+#
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("lora")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_lora", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "a", 2: "b", 3: "c", 4: "b", 5: "c", 6: "b"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_lora", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_lora")

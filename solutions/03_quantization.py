@@ -460,3 +460,27 @@ print(f"bfloat16 / float32 time: {rows[1]['seconds'] / rows[0]['seconds']:.2f} (
 #    are; int4's evenly spaced levels waste resolution in the tails.
 #
 # </details>
+#
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("quantization")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_quantization", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "b", 2: "d", 3: "b", 4: "c", 5: "d", 6: "c"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_quantization", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_quantization")

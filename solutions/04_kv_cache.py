@@ -344,3 +344,27 @@ plots.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
 #    scattered reads for the attention kernel.
 #
 # </details>
+#
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("kv_cache")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_kv_cache", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "c", 2: "a", 3: "b", 4: "d", 5: "c", 6: "a"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_kv_cache", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_kv_cache")

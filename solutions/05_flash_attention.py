@@ -299,3 +299,27 @@ plots.plot_attention_timing(LENGTHS, seconds, peak_mib)
 #    The saving shrinks as the head dimension grows relative to the fast memory (d^2 / M).
 #
 # </details>
+#
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("flash_attention")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_flash_attention", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "d", 2: "b", 3: "c", 4: "a", 5: "c"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_flash_attention", "locked": true, "points": 5, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_flash_attention")

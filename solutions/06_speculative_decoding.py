@@ -314,3 +314,27 @@ for k in tqdm(DRAFT_LENGTHS, desc="speculative runs"):
 #    that verifying k + 1 tokens costs more than one step.
 #
 # </details>
+#
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("speculative_decoding")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_speculative_decoding", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "b", 2: "d", 3: "c", 4: "c", 5: "c", 6: "b"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_speculative_decoding", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_speculative_decoding")

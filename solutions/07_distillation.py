@@ -267,3 +267,27 @@ plots.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baselin
 #    unless the pattern is one it can skip (2:4) or the sparsity is very high.
 #
 # </details>
+#
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("distillation")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_distillation", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "a", 2: "d", 3: "c", 4: "b", 5: "b", 6: "c"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_distillation", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_distillation")

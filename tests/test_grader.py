@@ -62,9 +62,12 @@ def test_blank_copy_gets_no_exercise_points(batch, chapter):
     assert all("not answered yet" in t.hint for t in report.tests)
 
 
+QUANTIZATION_POINTS = sum(e.points for e in CHAPTERS["03_quantization"])
+
+
 def test_metadata_stripped_by_an_editor_still_grades(batch):
     report = batch[0]["stripped"]
-    assert report.chapter == "03_quantization" and report.score == 16, report.text()
+    assert report.chapter == "03_quantization" and report.score == QUANTIZATION_POINTS, report.text()
     assert any("found by its content" in m for m in report.messages)
 
 
@@ -100,7 +103,7 @@ def test_submissions_and_feedback_nested_inside_each_other(instructor_notebooks,
     folder = tmp_path / "class"
     copy_into(instructor_notebooks["03_quantization"], folder / "ada", "03_quantization.ipynb")
     reports = grade.grade_folder(folder, folder / "feedback", GENEROUS, seed=2)
-    assert [r.score for r in reports] == [16], reports[0].text()
+    assert [r.score for r in reports] == [QUANTIZATION_POINTS], reports[0].text()
 
 
 def test_command_line_json(instructor_notebooks):
@@ -124,17 +127,22 @@ def test_command_line_json(instructor_notebooks):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert {"notebook", "score", "max_score", "tests"} <= set(report)
-    assert report["score"] == report["max_score"] == 16
+    assert report["score"] == report["max_score"] == QUANTIZATION_POINTS
     assert all({"id", "points", "max_points", "passed", "hint"} <= set(t) for t in report["tests"])
 
 
 def test_scenarios_run_on_their_own():
     """A scenario travels to the sandbox as text and runs with nothing of its module around it:
     with the course's own answers, every check that uses one passes."""
+    from autograder import quiz
     from autograder.selfcheck import run_in_process
-    from course import flash_attention, lora, speculative_decoding
+    from course import choosing_a_technique, flash_attention, lora, speculative_decoding
 
-    answers = {"LoRALinear": lora.LoRALinear, "speculative_token": speculative_decoding.speculative_token}
+    answers = {
+        "LoRALinear": lora.LoRALinear,
+        "speculative_token": speculative_decoding.speculative_token,
+        "fine_tuning_advice": choosing_a_technique.fine_tuning_advice,
+    }
     driven = [
         c
         for exercises in CHAPTERS.values()
@@ -142,9 +150,14 @@ def test_scenarios_run_on_their_own():
         for c in e.checks
         if c.probe(np.random.default_rng(0)).get("scenario")
     ]
-    assert {c.exercise for c in driven} == {"lora_linear", "speculative_token", "blockwise_attention"}
+    quizzes = {f"quiz_{paths.slug(chapter)}": paths.slug(chapter) for chapter in CHAPTERS}
+    expected = {"lora_linear", "speculative_token", "blockwise_attention", "fine_tuning_advice", *quizzes}
+    assert {c.exercise for c in driven} == expected
     answers["blockwise_attention"] = flash_attention.blockwise_attention
     for index, check in enumerate(driven):
+        if check.exercise in quizzes:
+            key = quiz.key(quizzes[check.exercise])
+            answers["quiz_answers"] = lambda key=key: key
         assert run_in_process(check, answers, index).passed, check.id
 
 

@@ -46,6 +46,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_model",
             "test_notebooks",
             "test_packaging",
+            "test_quiz",
             "test_reference",
             "test_release",
             "test_sandbox",

@@ -105,7 +105,16 @@ def test_every_control_moves_under_ipywidgets_7_as_in_colab(tmp_path, kernel):
 
 def _charts() -> dict[type, tuple[dict, dict]]:
     """Every chart class of every chapter, with two views: one to draw first, one to move to."""
-    from course.plots import flash_attention, kv_cache, lora, prefill_decode, quantization, speculative_decoding
+    from course.plots import (
+        choosing_a_technique,
+        flash_attention,
+        in_practice,
+        kv_cache,
+        lora,
+        prefill_decode,
+        quantization,
+        speculative_decoding,
+    )
 
     return {
         prefill_decode.RooflineChart: ({"batch": 4}, {"batch": 256, "hardware": "H200"}),
@@ -118,6 +127,9 @@ def _charts() -> dict[type, tuple[dict, dict]]:
         flash_attention.OnlineSoftmaxChart: ({"step": 2}, {"step": 5, "block": 4}),
         flash_attention.IOChart: ({}, {"n": 65536, "d": 128}),
         speculative_decoding.SpeculativeChart: ({}, {"alpha": 0.6, "k": 7, "cost": 0.2}),
+        in_practice.OutliersChart: ({}, {"layer": 3, "threshold": 2.0}),
+        choosing_a_technique.GuideChart: ({}, {"problem": "adapt", "params_billion": 7, "gpu_gib": 24}),
+        choosing_a_technique.CapstoneChart: ({}, {"weights": "int8", "group_size": None, "draft": "draft"}),
     }
 
 

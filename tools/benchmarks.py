@@ -393,6 +393,30 @@ def pretrained_llm(bound: float) -> dict[str, float]:
     }
 
 
+def capstone(device: torch.device, bound: float) -> dict[str, float]:
+    """Chapter 9: the reference configuration and each of its parts, against the fp32 target alone."""
+    from course import choosing_a_technique as technique
+
+    print("\n== chapter 9: the capstone's reference configuration ==")
+    baseline, parts, new = technique.Configuration(), technique.REFERENCE.parts(), 128
+    chosen, tried = timing.choose_threads(technique.generation(baseline, device, new), device)
+    print(timing.describe_threads(chosen, tried))
+    with timing.threads(chosen):
+        seconds = technique.time_generation([baseline, *parts.values()], device, new)
+    for name, config in {"fp32 alone": baseline, **parts}.items():
+        figures = technique.measure(config)
+        roof = bound * 1e9 / figures.target_bytes  # target steps per second if reading its weights were all
+        print(
+            f"{name:31s} {new / seconds[config]:6.0f} tokens/s, {seconds[baseline] / seconds[config]:4.2f}x the fp32 "
+            f"target alone; {figures.tokens_per_call:.2f} tokens per target call, target weights "
+            f"{figures.target_bytes / 1e6:.1f} MB (the memory bound: {roof:.0f} target calls/s)"
+        )
+    return {
+        f"capstone_speedup_{name.split(',')[0].replace(' ', '_')}": seconds[baseline] / seconds[config]
+        for name, config in parts.items()
+    }
+
+
 def chapter_times() -> dict[str, float]:
     """Each instructor notebook executed headless with papermill, timed."""
     import tempfile
@@ -733,27 +757,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="The course's measurements on this machine, as ratios.")
     parser.add_argument("--submissions", type=int, default=60, help="size of the generated class to grade")
     parser.add_argument("--shards", type=int, default=4, help="shards to grade the same class in (1: none)")
-    parser.add_argument("--only", choices=["grading"], default=None, help="run one section only")
+    parser.add_argument(
+        "--only",
+        choices=["grading", "capstone"],
+        default=None,
+        help="run one section only (capstone: update its ratios in data/performance.json)",
+    )
     args = parser.parse_args()
     if args.only != "grading":
-        measurements()
-    if args.submissions > 0:
+        measurements(args.only)
+    if args.submissions > 0 and args.only in (None, "grading"):
         record("grading", grading_throughput(args.submissions, args.shards))
 
 
-def measurements() -> None:
+def measurements(only: str | None = None) -> None:
     device = best_device()
     torch.manual_seed(0)
     print(describe(device))
     bound = timing.memory_bandwidth(device)
     print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
     synchronize(device)
+    if only == "capstone":
+        report = json.loads(REPORT.read_text())
+        report["ratios"].update({k: round(v, 3) for k, v in capstone(device, bound).items()})
+        REPORT.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"updated its ratios in {REPORT.relative_to(paths.ROOT)}")
+        return
     quantization_speed(device, bound)
     ratios = decode_roofline(device, bound)
     ratios.update(course_model(device))
     ratios.update(attention_timing(device))
     ratios.update(speculative_decoding(device))
     ratios.update(pretrained_llm(bound))
+    ratios.update(capstone(device, bound))
     sliders = slider_latency()
     chapters = chapter_times()
     budget(chapters, sliders, ratios, describe(device))

@@ -1,21 +1,25 @@
 """The chapters the grader knows, read off the chapter list that the release builds from
 (:func:`course.paths.chapter_sources`): the checks of ``solutions/NN_<slug>.py`` are the
-``EXERCISES`` of ``autograder/chapters/<slug>.py``, in notebook order."""
+``EXERCISES`` of ``autograder/chapters/<slug>.py``, in notebook order, then the chapter's quiz
+(``autograder/quiz.py``) when ``data/quizzes/<slug>.toml`` exists."""
 
 from __future__ import annotations
 
 import importlib
 
+from autograder import quiz
 from autograder.checks import Exercise
 from course import paths
 
 
+def _exercises(slug: str) -> list[Exercise]:
+    exercises = list(importlib.import_module(f"{__name__}.{slug}").EXERCISES)
+    return exercises + [e for e in [quiz.exercise(slug)] if e is not None]
+
+
 def _registry() -> dict[str, list[Exercise]]:
     """Chapter name (``03_quantization``) -> its exercises, for every chapter the release builds."""
-    return {
-        source.stem: importlib.import_module(f"{__name__}.{paths.slug(source)}").EXERCISES
-        for source in paths.chapter_sources()
-    }
+    return {source.stem: _exercises(paths.slug(source)) for source in paths.chapter_sources()}
 
 
 CHAPTERS: dict[str, list[Exercise]] = _registry()

@@ -221,7 +221,6 @@ def interactive(chart: Chart, controls: dict, title: str = "") -> None:
     import base64
 
     import ipywidgets as widgets
-    from IPython.display import display
 
     def values() -> dict:
         return {name: control.value for name, control in controls.items()}
@@ -244,14 +243,23 @@ def interactive(chart: Chart, controls: dict, title: str = "") -> None:
         image,
         problem,
     ]
-    box = widgets.VBox(children)
-    bundle = {
-        "application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0, "model_id": box.model_id},
-        "image/png": base64.b64encode(first).decode("ascii"),
-        "text/plain": f"{title or type(chart).__name__}: static view with the default values "
-        "(open in JupyterLab or Colab to move the sliders)",
-    }
-    display(bundle, raw=True)
+    display_widget(
+        widgets.VBox(children),
+        {
+            "image/png": base64.b64encode(first).decode("ascii"),
+            "text/plain": f"{title or type(chart).__name__}: static view with the default values "
+            "(open in JupyterLab or Colab to move the sliders)",
+        },
+    )
+
+
+def display_widget(box, fallback: dict[str, str]) -> None:
+    """Display the widget ``box`` with ``fallback`` data (``image/png``, ``text/html``, ``text/plain``)
+    that front ends without a widget manager show in its place."""
+    from IPython.display import display
+
+    view = {"version_major": 2, "version_minor": 0, "model_id": box.model_id}
+    display({"application/vnd.jupyter.widget-view+json": view, **fallback}, raw=True)
 
 
 def slider(kind: str, **options):

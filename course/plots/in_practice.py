@@ -7,7 +7,18 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator
 
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, interactive, new_figure, plain_log_ticks, slider
+from course.plots._widgets import (
+    BLUE,
+    GREY,
+    ORANGE,
+    RED,
+    Chart,
+    decades,
+    interactive,
+    new_figure,
+    plain_log_ticks,
+    slider,
+)
 
 
 def plot_decode_batch(throughput: dict[int, float], memory_bound: float) -> Figure:
@@ -38,27 +49,57 @@ def plot_decode_batch(throughput: dict[int, float], memory_bound: float) -> Figu
     return fig
 
 
+class OutliersChart(Chart):
+    """The largest |input| of each feature of one layer over a prompt's tokens; features at or
+    over the threshold (LLM.int8()'s outliers) in red. ``absmax`` maps (layer, name) to per-feature
+    maxima (a made-up example when None)."""
+
+    def __init__(self, absmax: dict[tuple[int, str], torch.Tensor] | None = None):
+        super().__init__(7.0, 3.2, left=0.1, bottom=0.17)
+        self.made_up = absmax is None
+        self.absmax = example_absmax() if self.made_up else absmax
+        self.ax = self.figure.add_subplot()
+        self.below = self.moving(self.ax.vlines([], [], [], color=BLUE, lw=1.0))
+        self.over = self.moving(self.ax.vlines([], [], [], color=RED, lw=3.0, label=" "))
+        self.line = self.moving(self.ax.axhline(1, color=GREY, linestyle="--", linewidth=1))
+        self.ax.set_yscale("log")
+        plain_log_ticks(self.ax)
+        self.ax.set_xlabel("feature (input dimension of the layer)")
+        self.ax.set_ylabel("largest |x| over the tokens")
+        self.moving(self.ax.title)
+        self.legend = self.moving(self.ax.legend(fontsize=8, loc="upper right"))
+
+    def update(self, layer: int | None = None, name: str | None = None, threshold: float = 6.0) -> OutliersChart:
+        layers, names = self.choices()
+        layer = layers[len(layers) // 2] if layer is None else layer
+        name = ("q_proj" if "q_proj" in names else names[0]) if name is None else name
+        values = self.absmax[(layer, name)].float().cpu()
+        floor = max(values.min().item(), 1e-6) / 2
+        over = values >= threshold
+        for lines, chosen in ((self.below, ~over), (self.over, over)):
+            lines.set_segments(
+                [
+                    [(f, floor), (f, v)]
+                    for f, v in zip(torch.nonzero(chosen).flatten().tolist(), values[chosen].tolist(), strict=True)
+                ]
+            )
+        self.line.set_ydata([threshold, threshold])
+        self.legend.get_texts()[0].set_text(f"features reaching {threshold:g}: {int(over.sum())}")
+        self.ax.set_xlim(-0.5 - len(values) / 100, len(values) * 1.01)
+        self.ax.set_ylim(*decades(floor, values.max().item() * 3))  # room for the legend above the bars
+        self.ax.set_title(f"inputs of layer {layer}'s {name}" + (" (made-up numbers)" if self.made_up else ""))
+        return self
+
+    def choices(self) -> tuple[list[int], list[str]]:
+        """The layers and the layer names that ``absmax`` has."""
+        return sorted({layer for layer, _ in self.absmax}), sorted({name for _, name in self.absmax})
+
+
 def plot_activation_outliers(absmax: torch.Tensor, threshold: float = 6.0, title: str = "") -> Figure:
-    """The largest |input| of each feature over a prompt's tokens; features at or over
-    ``threshold`` (LLM.int8()'s outliers) in red."""
-    values = absmax.float().cpu()
-    fig = new_figure(7.0, 3.2, left=0.1, bottom=0.17)
-    ax = fig.add_subplot()
-    over = values >= threshold
-    features = torch.arange(len(values))
-    ax.bar(features[~over], values[~over], width=1.0, color=BLUE)
-    ax.bar(
-        features[over], values[over], width=3.0, color=RED, label=f"features reaching {threshold:g}: {int(over.sum())}"
-    )
-    ax.axhline(threshold, color=GREY, linestyle="--", linewidth=1)
-    ax.set_yscale("log")
-    plain_log_ticks(ax)
-    ax.set_ylim(top=values.max().item() * 3)  # room for the legend above the bars
-    ax.set_xlabel("feature (input dimension of the layer)")
-    ax.set_ylabel("largest |x| over the tokens")
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper right")
-    return fig
+    """The largest |input| of each feature over a prompt's tokens (:class:`OutliersChart`, one layer)."""
+    chart = OutliersChart({(0, "layer"): absmax}).update(0, "layer", threshold)
+    chart.ax.set_title(title)
+    return chart.figure
 
 
 def example_absmax(layers: int = 4, features: int = 576, seed: int = 0) -> dict[tuple[int, str], torch.Tensor]:
@@ -74,20 +115,12 @@ def example_absmax(layers: int = 4, features: int = 576, seed: int = 0) -> dict[
 
 
 def widget_activation_outliers(absmax: dict[tuple[int, str], torch.Tensor] | None = None) -> None:
-    """Sliders over the layer and the threshold, and a choice of the layer type, for
-    :func:`plot_activation_outliers`; ``absmax`` maps (layer, name) to per-feature maxima (a
-    made-up example when None)."""
-    made_up = absmax is None
-    absmax = example_absmax() if made_up else absmax
-    names = sorted({name for _, name in absmax})
-    layers = sorted({layer for layer, _ in absmax})
-
-    def draw(layer, name, threshold):
-        title = f"inputs of layer {layer}'s {name}" + (" (made-up numbers)" if made_up else "")
-        return plot_activation_outliers(absmax[(layer, name)], threshold, title)
-
+    """Sliders over the layer and the threshold, and a choice of the layer type, over
+    :class:`OutliersChart`; ``absmax`` maps (layer, name) to per-feature maxima (a made-up example when None)."""
+    chart = OutliersChart(absmax)
+    layers, names = chart.choices()
     interactive(
-        draw,
+        chart,
         {
             "layer": slider(
                 "IntSlider", value=layers[len(layers) // 2], min=layers[0], max=layers[-1], description="layer"

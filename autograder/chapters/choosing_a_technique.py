@@ -1,0 +1,282 @@
+"""Chapter 9's exercises: fine_tuning_advice (the rule for when to fine-tune), pack_int4 (two 4-bit
+codes to a byte) and capstone_configuration (a configuration within the budget, measured here by
+the course's own code: the learner's function only names the configuration)."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from autograder.checks import Check, Exercise, Verdict, compare_tensors, judge_raises, judges_value
+from course import choosing_a_technique as technique
+
+# --- fine_tuning_advice -------------------------------------------------------------------------------
+
+ALL_CASES = [list(case) for case in itertools.product(technique.NEEDS, (False, True), (False, True))]
+# the notes' three cases without fine-tuning, and the rule's case for it
+NOTES_CASES = [["knowledge", False, True], ["format", True, True], ["tone", False, False], ["format", False, True]]
+
+
+def advice_for_each(fine_tuning_advice, cases):
+    """The scenario (run in the sandbox, see checks.scenario_source): the learner's advice for
+    each (need, changes_often, tried_prompting), strings kept, anything else as its repr."""
+    answers = []
+    for need, changes_often, tried_prompting in cases:
+        advice = fine_tuning_advice(need, changes_often, tried_prompting)
+        answers.append(advice if isinstance(advice, str) else repr(advice)[:40])
+    return answers
+
+
+def _cases_probe(fixed=None):
+    def make(rng):
+        cases = fixed or [ALL_CASES[i] for i in rng.permutation(len(ALL_CASES))]
+        return {"call": "fine_tuning_advice", "scenario": advice_for_each, "args": [cases]}
+
+    return make
+
+
+def _variant(knowledge=None, instructions="prompting", changes=True, prompting_first=True, knowledge_moving=None):
+    """A rule like the course's with one part changed: what plausible wrong answers compute."""
+
+    def rule(need, changes_often, tried_prompting):
+        if need == "knowledge":
+            if changes_often and knowledge_moving:
+                return knowledge_moving
+            if knowledge:
+                return knowledge if changes_often is False and tried_prompting else "prompting"
+            return "retrieval"
+        if need == "instructions":
+            return instructions
+        if (changes and changes_often) or (prompting_first and not tried_prompting):
+            return "prompting"
+        return "fine-tuning"
+
+    return rule
+
+
+ADVICE_MISTAKES = [
+    (
+        "need 'knowledge' is retrieval's job whatever else holds: documents go into the prompt through retrieval, "
+        "not into the weights",
+        _variant(knowledge="fine-tuning"),
+    ),
+    (
+        "knowledge that changes often is still retrieval's job: retrieval reads the current documents",
+        _variant(knowledge_moving="prompting"),
+    ),
+    ("instructions belong in the prompt: need 'instructions' is 'prompting'", _variant(instructions="fine-tuning")),
+    (
+        "when what the model must learn changes often, every change would mean training again: that is "
+        "'prompting', not 'fine-tuning'",
+        _variant(changes=False),
+    ),
+    (
+        "prompting comes first: until it has seriously been tried (tried_prompting False), the advice is 'prompting'",
+        _variant(prompting_first=False),
+    ),
+]
+
+
+@judges_value
+def _judge_advice(probe, got):
+    cases = probe["args"][0]
+    if not isinstance(got, list) or len(got) != len(cases):
+        return Verdict(False, f"expected one answer per case, got {got!r}"[:200])
+    labels = [technique.advice_label(value) for value in got]
+    for case, value, label in zip(cases, got, labels, strict=True):
+        if label is None:
+            return Verdict(
+                False,
+                f"fine_tuning_advice{tuple(case)} returned {value!r}; return one of "
+                + ", ".join(repr(a) for a in technique.ADVICE),
+            )
+    expected = [technique.fine_tuning_advice(*case) for case in cases]
+    wrong = [i for i, (a, b) in enumerate(zip(labels, expected, strict=True)) if a != b]
+    if not wrong:
+        return Verdict(True)
+    for hint, rule in ADVICE_MISTAKES:
+        if labels == [rule(*case) for case in cases]:
+            return Verdict(False, hint)
+    first = wrong[0]
+    return Verdict(
+        False,
+        f"{len(wrong)} of {len(cases)} cases differ; for example fine_tuning_advice{tuple(cases[first])} gave "
+        f"{labels[first]!r}, expected {expected[first]!r}",
+    )
+
+
+def _judge_unknown_need(probe, result):
+    return judge_raises(result, "ValueError", "say which needs are known, as the chapter's other functions do")
+
+
+ADVICE = Exercise(
+    "fine_tuning_advice",
+    ("fine_tuning_advice",),
+    [
+        Check(
+            "fine_tuning_advice.notes",
+            "fine_tuning_advice",
+            1,
+            "the notes' three cases and the rule's case for fine-tuning",
+            _cases_probe(NOTES_CASES),
+            _judge_advice,
+            visible=True,
+        ),
+        Check(
+            "fine_tuning_advice.all",
+            "fine_tuning_advice",
+            2,
+            "every need, changing or not, prompting tried or not",
+            _cases_probe(),
+            _judge_advice,
+        ),
+        Check(
+            "fine_tuning_advice.unknown",
+            "fine_tuning_advice",
+            1,
+            "an unknown need raises ValueError",
+            lambda rng: {"call": "fine_tuning_advice", "args": ["vibes", False, True]},
+            _judge_unknown_need,
+        ),
+    ],
+)
+
+
+# --- pack_int4 ----------------------------------------------------------------------------------------------
+
+EXAMPLE_CODES = torch.tensor([[-7, 7, 0, -8], [1, -1, 5, 2]], dtype=torch.int32)
+
+
+def _codes_probe(rows=None, cols=None, fixed=None):
+    def make(rng):
+        if fixed is not None:
+            return {"call": "pack_int4", "args": [fixed]}
+        return {"call": "pack_int4", "args": [torch.from_numpy(rng.integers(-8, 8, size=(rows, cols)).astype("int64"))]}
+
+    return make
+
+
+def _pack_mistakes(codes: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    c = codes.to(torch.int64)
+    high, low = c[:, 0::2], c[:, 1::2]
+    return [
+        (
+            "the pair's order is swapped: the first code of each pair goes into the high nibble, (first + 8) << 4",
+            ((low + 8) << 4) | (high + 8),
+        ),
+        (
+            "negative codes were stored as two's complement (code & 15): store code + 8, so -8..7 become 0..15",
+            ((high & 15) << 4) | (low & 15),
+        ),
+        ("the offset is 8, not 7: -8 must become 0 and 7 must become 15", ((high + 7) << 4) | (low + 7)),
+        ("the two codes were added, not packed: shift the first left by 4 bits", (high + 8) + (low + 8)),
+    ]
+
+
+@judges_value
+def _judge_pack(probe, got):
+    codes = probe["args"][0]
+    if not isinstance(got, torch.Tensor):
+        return Verdict(False, f"returned {type(got).__name__}; pack_int4 should return a torch.Tensor of dtype uint8")
+    expected = technique.pack_int4(codes)
+    if tuple(got.shape) != tuple(expected.shape):
+        return Verdict(
+            False,
+            f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}: pack neighbouring columns of each row, "
+            "two codes to a byte",
+        )
+    if got.dtype != torch.uint8:
+        return Verdict(False, f"dtype {got.dtype}: a packed byte is torch.uint8 (values 0 to 255), one byte per pair")
+    same, difference = compare_tensors(got.double(), expected.double(), rtol=0, atol=0)
+    if same:
+        return Verdict(True)
+    for hint, wrong in _pack_mistakes(codes):
+        if compare_tensors(got.double(), wrong.double(), rtol=0, atol=0)[0]:
+            return Verdict(False, f"{hint} ({difference})")
+    return Verdict(False, difference)
+
+
+def _judge_odd(probe, result):
+    return judge_raises(result, "ValueError", "an odd number of columns cannot be packed two to a byte; say so")
+
+
+PACK = Exercise(
+    "pack_int4",
+    ("pack_int4",),
+    [
+        Check(
+            "pack_int4.example",
+            "pack_int4",
+            1,
+            "the chapter's 2 x 4 codes",
+            _codes_probe(fixed=EXAMPLE_CODES),
+            _judge_pack,
+            visible=True,
+        ),
+        Check("pack_int4.random", "pack_int4", 2, "random codes, 16 x 64", _codes_probe(16, 64), _judge_pack),
+        Check(
+            "pack_int4.odd",
+            "pack_int4",
+            1,
+            "an odd number of columns raises ValueError",
+            _codes_probe(fixed=torch.zeros(2, 3, dtype=torch.int32)),
+            _judge_odd,
+        ),
+    ],
+)
+
+
+# --- capstone_configuration -------------------------------------------------------------------------
+
+PART_HINTS = {
+    "weights_share": "the weights (target and draft) must take at most a quarter of the fp32 target's bytes: "
+    "look at the bytes of each format in the table above",
+    "loss_gap": "the held-out loss must stay within 0.02 nats/byte of fp32's: fewer bits cost quality",
+    "tokens_per_call": "each target call must yield at least 2 tokens: that takes a draft, and more than one "
+    "drafted token per call",
+}
+
+
+def _capstone(part: str):
+    @judges_value
+    def judge(probe, got) -> Verdict:
+        try:
+            config = technique.Configuration.from_dict(got)
+        except (TypeError, ValueError) as error:
+            return Verdict(False, f"not a configuration the capstone can serve: {error}")
+        figures = technique.measure(config)
+        data = {"configuration": config.label(), **config.as_dict(), **figures.as_dict()}
+        if figures.within()[part]:
+            return Verdict(True, data=data)
+        return Verdict(False, f"{config.label()}: {figures.summary()}; {PART_HINTS[part]}", data=data)
+
+    return judge
+
+
+def _configuration_probe(rng):
+    return {"call": "capstone_configuration"}
+
+
+CAPSTONE = Exercise(
+    "capstone_configuration",
+    ("capstone_configuration",),
+    [
+        Check(
+            f"capstone_configuration.{part}",
+            "capstone_configuration",
+            2,
+            what,
+            _configuration_probe,
+            _capstone(part),
+            visible=True,
+        )
+        for part, what in (
+            ("weights_share", "weights at most a quarter of fp32's bytes"),
+            ("loss_gap", "held-out loss within 0.02 nats/byte of fp32"),
+            ("tokens_per_call", "at least 2 tokens per target call"),
+        )
+    ],
+)
+
+EXERCISES = [ADVICE, PACK, CAPSTONE]

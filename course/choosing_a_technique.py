@@ -1,0 +1,771 @@
+"""Chapter 9: choosing a technique. When to fine-tune at all, a guide from a problem to the first
+technique to try, and the capstone: the course's target made cheaper and faster within a budget by
+combining weights stored in fewer bits, the KV cache and speculative decoding.
+
+The capstone's weights are really stored: integer codes (two 4-bit codes, or four 2-bit codes, to
+a byte) and fp16 scales, rebuilt into a float32 matrix on every call, so their bytes are counted
+from the tensors a checkpoint would hold. A worked example: int4 codes with one fp16 scale per 64
+weights take 64 / 2 + 2 = 34 bytes per 64 weights, 4.25 bits each; the target's 4.2M linear
+weights then take 2.2 MB instead of 16.9 MB.
+
+Not handled: quantized drafts or embeddings (both stay in float32), activation quantization,
+fused low-bit kernels (rebuilding the weights in torch costs time on a CPU, which the wall-clock
+measurement shows), sampling in the graded runs (greedy only, so that the figures are
+deterministic), batches of more than one sequence.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course import checkpoints, corpus, evaluation, lora, quantization, speculative_decoding, timing
+from course.model import LanguageModel, generate
+
+GiB = 2**30
+
+# --- 1. When to fine-tune ---------------------------------------------------------------------------
+
+NEEDS = {
+    "knowledge": "the model should know our documents or facts",
+    "instructions": "the model should follow our instructions",
+    "format": "every answer in one consistent format",
+    "tone": "one consistent tone or style",
+    "narrow_task": "one narrow task at high volume",
+}
+ADVICE = ("retrieval", "prompting", "fine-tuning")
+_SYNONYMS = {"rag": "retrieval", "prompt": "prompting", "finetuning": "fine-tuning", "fine-tune": "fine-tuning"}
+
+
+def fine_tuning_advice(need: str, changes_often: bool, tried_prompting: bool) -> str:
+    """The first thing to do for ``need`` (a key of :data:`NEEDS`): ``"retrieval"``, ``"prompting"``
+    or ``"fine-tuning"``.
+
+    Knowledge is retrieval's job; instructions are prompting's. Format, tone and narrow tasks are
+    fine-tuning's, but only once prompting has seriously been tried, and not when what the model
+    must learn changes often (every change would mean training again): then prompting.
+    """
+    if need not in NEEDS:
+        raise ValueError(f"need must be one of {', '.join(NEEDS)}, got {need!r}")
+    if need == "knowledge":
+        return "retrieval"
+    if need == "instructions" or changes_often or not tried_prompting:
+        return "prompting"
+    return "fine-tuning"
+
+
+def advice_label(value) -> str | None:
+    """``value`` as one of :data:`ADVICE` (case, spaces and common variants forgiven), else None."""
+    if not isinstance(value, str):
+        return None
+    word = re.sub(r"[\s_]+", "-", value.strip().lower())
+    word = _SYNONYMS.get(word, word)
+    return word if word in ADVICE else None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    text: str
+    need: str
+    changes_often: bool
+    tried_prompting: bool
+
+
+SCENARIOS = (
+    Scenario("A support team wants answers drawn from its 3,000 help-centre articles.", "knowledge", False, True),
+    Scenario(
+        "A legal team wants answers from contracts that are added and amended every day.", "knowledge", True, True
+    ),
+    Scenario(
+        "Every reply must be JSON in one schema; a careful prompt with examples still breaks it one time in twenty.",
+        "format",
+        False,
+        True,
+    ),
+    Scenario("A brand wants its own voice in every post; nobody has tried a system prompt yet.", "tone", False, False),
+    Scenario(
+        "A bank sorts two million transaction descriptions a day into 40 fixed categories; a long few-shot "
+        "prompt works but is slow and costly at that volume.",
+        "narrow_task",
+        False,
+        True,
+    ),
+    Scenario("An analyst wants summaries that follow a new five-step checklist.", "instructions", False, True),
+    Scenario("A shop wants descriptions in a style guide its editors rewrite every week.", "tone", True, True),
+    Scenario(
+        "A clinic extracts the same 12 fields from thousands of referral letters a day; prompting was tried "
+        "and keeps missing fields.",
+        "narrow_task",
+        False,
+        True,
+    ),
+)
+
+
+# --- 2. From a problem to a technique --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: a problem, the first thing to try, whether it changes behaviour."""
+
+    problem: str
+    label: str
+    first: str
+    changes: str
+    chapters: str
+
+
+TABLE = (
+    Row(
+        "adapt",
+        "Adapting a large model on one GPU",
+        "LoRA; QLoRA if the base does not fit in 16 bits",
+        "Yes (that is the point)",
+        "chapter 2",
+    ),
+    Row(
+        "serve",
+        "Model too large to serve",
+        "8-bit weights; then 4-bit with GPTQ or AWQ and calibration",
+        "Slightly; evaluate",
+        "chapters 1 and 3",
+    ),
+    Row(
+        "long",
+        "Long sequences slow or out of memory",
+        "FlashAttention-style kernels",
+        "No (exact)",
+        "chapter 5",
+    ),
+    Row(
+        "decode",
+        "Decoding too slow",
+        "KV cache (always), then speculative decoding",
+        "No (exact distribution)",
+        "chapters 4, 6 and 7",
+    ),
+    Row(
+        "still",
+        "Still too slow or too large",
+        "Distil into a smaller model",
+        "Yes; evaluate on rare cases",
+        "chapter 7",
+    ),
+)
+PROBLEMS = {row.problem: row for row in TABLE}
+HEADROOM = 0.8  # share of a GPU's memory the weights may take; the rest is activations and the KV cache
+
+
+@dataclass(frozen=True)
+class Advice:
+    problem: str
+    technique: str
+    why: str
+    changes_behaviour: str
+    chapter: str
+
+
+def weights_gib(params_billion: float, bits: float) -> float:
+    """GiB of weights: 7B in 16 bits is 13.0 GiB."""
+    return params_billion * 1e9 * bits / 8 / GiB
+
+
+def recommend(problem: str, params_billion: float = 7.0, gpu_gib: float = 24.0, first_done: bool = False) -> Advice:
+    """The first technique to try for ``problem`` (a key of :data:`PROBLEMS`) with a model of
+    ``params_billion`` on a GPU of ``gpu_gib``; with ``first_done``, what to try after that.
+
+    Memory counts the weights only (chapter 1) and the fine-tuning state (chapter 2); a model fits
+    when it takes at most :data:`HEADROOM` of the GPU.
+    """
+    if problem not in PROBLEMS:
+        raise ValueError(f"problem must be one of {', '.join(PROBLEMS)}, got {problem!r}")
+    if not params_billion > 0 or not gpu_gib > 0:
+        raise ValueError("params_billion and gpu_gib must be positive")
+    row, room = PROBLEMS[problem], HEADROOM * gpu_gib
+    size = f"{params_billion:g}B parameters"
+
+    def advice(technique: str, why: str, changes: str = row.changes, chapter: str = row.chapters) -> Advice:
+        return Advice(problem, technique, why, changes, chapter)
+
+    if problem == "adapt":
+        full, base16, base4 = (lora.finetune_memory_gib(params_billion * 1e9, m) for m in ("full", "lora", "qlora"))
+        if first_done:
+            return advice(
+                "A higher rank, or adapters on more layers",
+                "If the adapter falls short on held-out cases, give it more rank or more layers before anything "
+                f"bigger; a full fine-tune of {size} needs about {full:.0f} GiB, a multi-GPU job.",
+            )
+        if base16 <= room:
+            return advice(
+                "LoRA",
+                f"The frozen base takes {base16:.1f} GiB in 16 bits, within the {gpu_gib:g} GiB GPU; a full "
+                f"fine-tune would need about {full:.0f} GiB. Only the small adapters train.",
+            )
+        if base4 <= room:
+            return advice(
+                "QLoRA",
+                f"In 16 bits the base alone takes {base16:.1f} GiB, too much for {gpu_gib:g} GiB; stored in "
+                f"4 bits (NF4) it takes {base4:.1f} GiB, and the adapters train on top in 16 bits.",
+            )
+        return advice(
+            "Several GPUs, or a smaller base",
+            f"Even in 4 bits the base takes {base4:.1f} GiB, more than {room:.0f} GiB of this GPU.",
+            "Yes",
+        )
+    if problem == "serve":
+        w16, w8, w4 = (weights_gib(params_billion, bits) for bits in (16, 8, 4))
+        if not first_done and w8 <= room:
+            fits16 = (
+                f"It fits in 16 bits ({w16:.1f} GiB), but 8-bit weights ({w8:.1f} GiB) halve the bytes "
+                "every decode step reads"
+                if w16 <= room
+                else f"In 16 bits the weights take {w16:.1f} GiB; in 8 bits {w8:.1f} GiB, which fit"
+            )
+            return advice("8-bit weights", f"{fits16}. 8-bit rounding barely changes the outputs; check it.")
+        if w4 <= room:
+            return advice(
+                "4-bit weights with GPTQ or AWQ (calibrated)",
+                f"4 bits take {w4:.1f} GiB of the {gpu_gib:g} GiB. Rounding to nearest loses quality at 4 bits; "
+                "GPTQ and AWQ calibrate on sample text to keep it. Evaluate before serving.",
+            )
+        return advice(
+            "Several GPUs, or distil",
+            f"Even in 4 bits the weights take {w4:.1f} GiB, more than {room:.0f} GiB of this GPU: split the model "
+            "across GPUs (tensor parallelism), or distil it into a smaller one.",
+            "Yes, if distilled",
+        )
+    if problem == "long":
+        if first_done:
+            return advice(
+                "A smaller KV cache: grouped-query attention, a paged cache",
+                "With attention tiled, what grows with the sequence is the KV cache (chapter 4): fewer key-value "
+                "heads shrink it, and paging stops reserving memory that is never used.",
+                "Paging: no. Fewer heads: yes (another model)",
+                "chapter 4",
+            )
+        return advice(
+            "A FlashAttention-style kernel",
+            "Standard attention writes the T x T score matrix to memory; tiled attention never forms it, so "
+            "memory grows linearly with T and far fewer bytes move. The result is exact.",
+        )
+    if problem == "decode":
+        if first_done:
+            return advice(
+                "Speculative decoding, with a draft that agrees with the target",
+                "A cheap draft proposes k tokens and the target checks them in one call; the output keeps the "
+                "target's distribution. A draft distilled from the target is accepted more often (chapter 7). "
+                "Fewer bytes per weight also speed up memory-bound decoding (chapter 1).",
+                chapter="chapters 6 and 7",
+            )
+        return advice(
+            "The KV cache",
+            "Without it every step recomputes the whole prefix: the cost of a token grows with the text. "
+            "Always on; the output does not change.",
+            "No (exact)",
+            "chapter 4",
+        )
+    if first_done:
+        return advice(
+            "Prune and fine-tune, or revisit the budget",
+            "Structured pruning shrinks the matrices for real, at a cost in quality that fine-tuning or "
+            "distillation afterwards partly recovers.",
+        )
+    return advice(
+        "Distil into a smaller model",
+        "A smaller student trained on the teacher's distributions is cheaper at every step. It changes "
+        "behaviour: evaluate on rare cases, not only the average loss.",
+    )
+
+
+# --- 3. Weights stored in fewer bits ---------------------------------------------------------------
+
+FORMAT_BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "nf4": 4, "int2": 2}
+GROUPED = ("int8", "int4", "nf4", "int2")  # formats with codes and scales
+GROUP_SIZES = (None, 32, 64)  # every one divides the target's 256 and 704 columns
+
+
+def _check_codes(values: torch.Tensor, low: int, high: int, per_byte: int, what: str) -> None:
+    if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.is_floating_point():
+        raise ValueError(f"{what} must be a 2-D integer tensor, got {getattr(values, 'shape', type(values).__name__)}")
+    if values.shape[1] % per_byte:
+        raise ValueError(f"{values.shape[1]} columns: {per_byte} codes share a byte, so the columns must be a multiple")
+    if values.numel() and (values.min() < low or values.max() > high):
+        raise ValueError(f"{what} must lie in [{low}, {high}], got [{int(values.min())}, {int(values.max())}]")
+
+
+def pack_codes(values: torch.Tensor, bits: int) -> torch.Tensor:
+    """Unsigned ``bits``-bit values (rows, cols) packed ``8 // bits`` to a byte, the first of each
+    run in the highest bits (bitsandbytes' order): (rows, cols * bits // 8) uint8."""
+    per_byte = 8 // bits
+    _check_codes(values, 0, 2**bits - 1, per_byte, f"{bits}-bit values")
+    rows, cols = values.shape
+    grouped = values.to(torch.int32).reshape(rows, cols // per_byte, per_byte)  # (rows, bytes, per_byte)
+    shifts = torch.arange(per_byte - 1, -1, -1, device=values.device, dtype=torch.int32) * bits  # high first
+    return (grouped << shifts).sum(dim=-1).to(torch.uint8)
+
+
+def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """The inverse of :func:`pack_codes`: (rows, bytes) uint8 -> (rows, bytes * 8 // bits) uint8.
+    Shifts and masks stay in uint8: on every call of a stored layer, wider types cost twice the time."""
+    per_byte, mask = 8 // bits, 2**bits - 1
+    parts = [(packed >> (bits * (per_byte - 1 - i))) & mask for i in range(per_byte)]  # high bits first
+    return torch.stack(parts, dim=-1).reshape(packed.shape[0], -1)  # (rows, bytes, per_byte) -> (rows, cols)
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """Signed 4-bit codes in [-8, 7] (rows, cols) stored as ``code + 8``, two to a byte, the first
+    code of each pair in the high nibble: (rows, cols // 2) uint8. ``[[-7, 7]]`` -> ``[[0x1F]]``."""
+    _check_codes(codes, -8, 7, 2, "int4 codes")
+    return pack_codes(codes + 8, 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The codes :func:`pack_int4` stored: (rows, bytes) uint8 -> (rows, 2 * bytes) int32 in [-8, 7]."""
+    return unpack_codes(packed, 4).to(torch.int32) - 8
+
+
+@functools.cache
+def _nf4_pairs(device: torch.device) -> torch.Tensor:
+    """(256, 2): the NF4 levels of a packed byte's high and low nibble."""
+    levels = quantization.nf4_levels()
+    byte = torch.arange(256)
+    return torch.stack([levels[byte >> 4], levels[byte & 15]], dim=-1).to(device)
+
+
+class StoredLinear(nn.Module):
+    """A bias-free linear layer kept in a stored format and rebuilt into float32 on every call.
+
+    ``int8``: int8 codes; ``int4``, ``int2``: absmax codes offset to unsigned and packed; ``nf4``:
+    indices of the 16 NF4 levels, packed; each with one fp16 scale per row or per ``group_size``
+    columns. ``fp16``: the weights in half precision.
+    """
+
+    def __init__(self, linear: nn.Linear, weights: str, group_size: int | None = None):
+        super().__init__()
+        if linear.bias is not None:
+            raise ValueError("StoredLinear handles bias-free layers only (the course model has no biases)")
+        if weights not in FORMAT_BITS or weights == "fp32":
+            raise ValueError(f"weights must be one of {', '.join(f for f in FORMAT_BITS if f != 'fp32')}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weights, self.bits = weights, FORMAT_BITS[weights]
+        weight = linear.weight.detach().float()
+        if weights == "fp16":
+            self.register_buffer("weight16", weight.half())
+            return
+        if weights == "nf4":
+            codes, scale = quantization.quantize_nf4(weight, group_size)  # (out, in) uint8 in 0..15
+            stored = pack_codes(codes, 4)
+        else:
+            codes, scale = quantization.quantize(weight, self.bits, group_size)  # (out, in) int32, symmetric
+            offset = 2 ** (self.bits - 1)
+            stored = codes.to(torch.int8) if self.bits == 8 else pack_codes(codes + offset, self.bits)
+        self.register_buffer("codes", stored)
+        self.register_buffer("scale", scale.half())  # (out, groups)
+
+    def weight(self) -> torch.Tensor:
+        """The float32 (out, in) matrix the stored tensors encode."""
+        if self.weights == "fp16":
+            return self.weight16.float()
+        if self.weights == "nf4":  # one lookup per byte: the levels of its two nibbles
+            pairs = torch.index_select(_nf4_pairs(self.codes.device), 0, self.codes.flatten().int())  # (bytes, 2)
+            return quantization.dequantize(pairs.reshape(self.out_features, -1), self.scale.float())
+        if self.bits == 8:
+            codes = self.codes.float()
+        else:
+            codes = unpack_codes(self.codes, self.bits).float() - 2 ** (self.bits - 1)
+        return quantization.dequantize(codes, self.scale.float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight().to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features} -> {self.out_features}, {self.weights}"
+
+
+def store_weights(model: LanguageModel, weights: str, group_size: int | None = None) -> LanguageModel:
+    """A copy of ``model`` whose linear layers are :class:`StoredLinear` in ``weights``; the tied
+    embedding (also the output layer) and the norms stay in float32. ``fp32``: a plain copy."""
+    import copy
+
+    if weights not in FORMAT_BITS:
+        raise ValueError(f"weights must be one of {', '.join(FORMAT_BITS)}, got {weights!r}")
+    stored = copy.deepcopy(model)
+    if weights == "fp32":
+        return stored
+    for path, module in list(stored.named_modules()):
+        if isinstance(module, nn.Linear):
+            parent, _, leaf = path.rpartition(".")
+            setattr(stored.get_submodule(parent), leaf, StoredLinear(module, weights, group_size))
+    return stored
+
+
+def weight_bytes(model: nn.Module | None) -> int:
+    """Bytes of every tensor a checkpoint of ``model`` holds (weights, codes, scales, norms); 0 for None."""
+    if model is None:
+        return 0
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+# --- Drafts -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A way to propose tokens for the target to verify: a course model from ``data/models``, or
+    none. A new kind of draft (n-gram, prompt lookup) is a subclass that overrides :meth:`load`
+    and :meth:`run`, added to :data:`DRAFTS`."""
+
+    name: str
+    short: str  # for a legend
+    about: str
+    checkpoint: str | None = None
+
+    def load(self, device: torch.device | str = "cpu") -> nn.Module | None:
+        return checkpoints.load(self.checkpoint, device) if self.checkpoint else None
+
+    def run(self, target: LanguageModel, drafter, prompt: torch.Tensor, k: int, new_tokens: int) -> dict:
+        """Greedy generation of ``new_tokens`` after ``prompt`` (1, T): ``{"tokens", "target_calls"}``."""
+        if drafter is None:
+            return {"tokens": generate(target, prompt, new_tokens), "target_calls": new_tokens}
+        return speculative_decoding.speculative_generate(target, drafter, prompt, k, new_tokens, temperature=0)
+
+
+DRAFTS = {
+    draft.name: draft
+    for draft in (
+        Draft("none", "no draft", "no draft: the target decodes alone"),
+        Draft("draft", "draft trained on the text", "the small model trained on the text (chapter 6)", "draft"),
+        Draft("distilled", "distilled draft", "the small model distilled from the target (chapter 7)", "distilled"),
+    )
+}
+
+
+# --- The capstone -----------------------------------------------------------------------------------
+
+BUDGET = {"weights_share": 0.25, "loss_gap": 0.02, "tokens_per_call": 2.0}
+DRAFT_LENGTHS = range(1, 9)
+EVAL_WINDOWS = 16  # 256-byte windows of the held-out plays for the loss
+PROMPT_STARTS = (1000, 90_000, 200_000)  # held-out openings of the greedy runs
+PROMPT_LENGTH, NEW_TOKENS = 32, 64
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What the capstone serves: the target's weight format and group size, a draft, and how many
+    tokens the draft proposes per target call. The KV cache is always on."""
+
+    weights: str = "fp32"
+    group_size: int | None = None
+    draft: str = "none"
+    draft_length: int = 4
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.weights, str) or self.weights not in FORMAT_BITS:
+            raise ValueError(f"weights must be one of {', '.join(map(repr, FORMAT_BITS))}, got {self.weights!r}")
+        if self.weights in GROUPED and self.group_size not in GROUP_SIZES:
+            raise ValueError(
+                f"group_size must be None (one scale per row), 32 or 64 (they divide every matrix), "
+                f"got {self.group_size!r}"
+            )
+        if self.weights not in GROUPED and self.group_size is not None:
+            raise ValueError(f"{self.weights} stores every weight itself, without scales: set group_size to None")
+        if not isinstance(self.draft, str) or self.draft not in DRAFTS:
+            raise ValueError(f"draft must be one of {', '.join(map(repr, DRAFTS))}, got {self.draft!r}")
+        if isinstance(self.draft_length, bool) or self.draft_length not in DRAFT_LENGTHS:
+            raise ValueError(
+                f"draft_length must be a whole number from {DRAFT_LENGTHS[0]} to {DRAFT_LENGTHS[-1]}, "
+                f"got {self.draft_length!r}"
+            )
+
+    @classmethod
+    def from_dict(cls, values) -> Configuration:
+        """A configuration from a plain dict such as ``capstone_configuration()`` returns."""
+        known = [f.name for f in fields(cls)]
+        if not isinstance(values, dict):
+            raise ValueError(f"the configuration must be a dict with the keys {', '.join(known)}")
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; the keys are {', '.join(known)}")
+        return cls(**values)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def weights_label(self) -> str:
+        """``int4 g64``, ``int8 per row``, ``fp32``."""
+        return self.weights + (f" g{self.group_size}" if self.group_size else " per row" * (self.weights in GROUPED))
+
+    def label(self) -> str:
+        """``int4 g64 + distilled k=4``, or ``fp32, no draft``."""
+        return self.weights_label() + (
+            f" + {self.draft} k={self.draft_length}" if self.draft != "none" else ", no draft"
+        )
+
+    def parts(self) -> dict[str, Configuration]:
+        """The configuration's parts taken one at a time, and the whole: what the wall clock compares."""
+        parts = {}
+        if self.weights != "fp32":
+            parts[f"{self.weights_label()} weights alone"] = Configuration(self.weights, self.group_size)
+        if self.draft != "none":
+            parts[f"{self.draft} draft, fp32 weights"] = Configuration("fp32", None, self.draft, self.draft_length)
+        if len(parts) != 1:
+            parts["both" if parts else "fp32 alone"] = self
+        return parts
+
+
+REFERENCE = Configuration("int4", 64, "distilled", 4)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The capstone's deterministic figures for one configuration (computed on the CPU)."""
+
+    target_bytes: int
+    draft_bytes: int
+    fp32_bytes: int  # the float32 target, the baseline
+    loss: float  # held-out nats per byte (the draft does not change it)
+    fp32_loss: float
+    tokens_per_call: float
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.target_bytes + self.draft_bytes
+
+    @property
+    def weights_share(self) -> float:
+        return self.weight_bytes / self.fp32_bytes
+
+    @property
+    def loss_gap(self) -> float:
+        return self.loss - self.fp32_loss
+
+    def within(self) -> dict[str, bool]:
+        """Each part of :data:`BUDGET`: met or not."""
+        return {
+            "weights_share": self.weights_share <= BUDGET["weights_share"],
+            "loss_gap": self.loss_gap <= BUDGET["loss_gap"],
+            "tokens_per_call": self.tokens_per_call >= BUDGET["tokens_per_call"],
+        }
+
+    def as_dict(self) -> dict:
+        return {
+            **asdict(self),
+            "weight_bytes": self.weight_bytes,
+            "weights_share": self.weights_share,
+            "loss_gap": self.loss_gap,
+            "within_budget": all(self.within().values()),
+        }
+
+    def summary(self) -> str:
+        return (
+            f"weights {self.weight_bytes / 1e6:.2f} MB ({100 * self.weights_share:.1f}% of fp32), held-out loss "
+            f"{self.loss:.4f} nats/byte ({self.loss_gap:+.4f}), {self.tokens_per_call:.2f} tokens per target call"
+        )
+
+
+def _on_one_thread(function):
+    """``function`` run with torch on one CPU thread: the graded figures then come out the same
+    whichever process computes them, and this small model gains nothing from more threads (on a
+    busy machine, several threads cost several times over)."""
+
+    @functools.wraps(function)
+    def on_one_thread(*args, **kwargs):
+        with timing.threads(1):
+            return function(*args, **kwargs)
+
+    return on_one_thread
+
+
+@functools.cache
+def _target() -> LanguageModel:
+    return checkpoints.load("target")
+
+
+@functools.cache
+def _held_out() -> torch.Tensor:
+    return corpus.tokens("validation")
+
+
+def prompts() -> list[torch.Tensor]:
+    """The greedy runs' prompts: (1, PROMPT_LENGTH) openings of held-out plays."""
+    return [_held_out()[s : s + PROMPT_LENGTH][None] for s in PROMPT_STARTS]
+
+
+@functools.cache
+def stored_target(weights: str, group_size: int | None) -> LanguageModel:
+    return store_weights(_target(), weights, group_size)
+
+
+@functools.cache
+@_on_one_thread
+def format_figures(weights: str, group_size: int | None) -> tuple[int, float]:
+    """Bytes and held-out loss of the target stored in ``weights`` (on the CPU, fixed windows)."""
+    model = stored_target(weights, group_size)
+    return weight_bytes(model), evaluation.text_loss(model, _held_out(), max_windows=EVAL_WINDOWS)
+
+
+@functools.cache
+def draft_model(name: str):
+    return DRAFTS[name].load("cpu")
+
+
+@functools.lru_cache(maxsize=64)
+@_on_one_thread
+def measure(config: Configuration) -> Figures:
+    """The figures of ``config``: bytes from the stored tensors, loss on fixed held-out windows,
+    tokens per target call from greedy runs of the real loop. Deterministic; cached."""
+    target_bytes, loss = format_figures(config.weights, config.group_size)
+    fp32_bytes, fp32_loss = format_figures("fp32", None)
+    target, drafter = stored_target(config.weights, config.group_size), draft_model(config.draft)
+    runs = [DRAFTS[config.draft].run(target, drafter, p, config.draft_length, NEW_TOKENS) for p in prompts()]
+    per_call = len(runs) * NEW_TOKENS / sum(r["target_calls"] for r in runs)
+    return Figures(target_bytes, weight_bytes(drafter), fp32_bytes, loss, fp32_loss, per_call)
+
+
+def calls_from_agreement(agree: list[bool], k: int) -> int:
+    """Target calls of greedy speculation with ``k`` drafted tokens, from whether the draft's
+    greedy choice equals the target's at each new position: each call keeps the run of agreeing
+    positions (at most k) and adds the target's own token after it."""
+    position, calls = 0, 0
+    while position < len(agree):
+        run = 0
+        while run < k and position + run < len(agree) and agree[position + run]:
+            run += 1
+        position, calls = position + run + 1, calls + 1
+    return calls
+
+
+@functools.cache
+@_on_one_thread
+def greedy_tokens(weights: str, group_size: int | None) -> tuple[torch.Tensor, ...]:
+    """The target's greedy continuation of each prompt, (1, T + NEW_TOKENS) each, with the target
+    stored in ``weights``. Greedy speculation reproduces it token for token whatever the draft, so
+    it is generated with the distilled draft and the longest k: the fewest calls of the stored
+    target, whose every call rebuilds its weights."""
+    target, drafter = stored_target(weights, group_size), draft_model("distilled")
+    return tuple(
+        DRAFTS["distilled"].run(target, drafter, p, DRAFT_LENGTHS[-1], NEW_TOKENS)["tokens"] for p in prompts()
+    )
+
+
+@torch.no_grad()
+def agreement(drafter: LanguageModel, tokens: torch.Tensor, prompt_length: int) -> list[bool]:
+    """Whether ``drafter``'s greedy guess at each new position of the greedy output ``tokens``
+    (1, T + new) equals the token there, its prefix given: one forward pass of the draft."""
+    guesses = drafter(tokens[:, :-1]).argmax(dim=-1)[0, prompt_length - 1 :]  # (new,): the guess for each new position
+    return (guesses == tokens[0, prompt_length:]).tolist()
+
+
+@functools.cache
+@_on_one_thread
+def draft_curves(weights: str, group_size: int | None) -> dict[str, list[float]]:
+    """Tokens per target call at every draft length of :data:`DRAFT_LENGTHS`, for each model draft,
+    with the target stored in ``weights``: counted from where each draft agrees with the target's
+    greedy output (:func:`calls_from_agreement`), without running the loop for every k."""
+    curves = {}
+    for name, draft in DRAFTS.items():
+        if draft.checkpoint is None:
+            continue
+        agreements = [agreement(draft_model(name), t, PROMPT_LENGTH) for t in greedy_tokens(weights, group_size)]
+        curves[name] = [
+            len(agreements) * NEW_TOKENS / sum(calls_from_agreement(a, k) for a in agreements) for k in DRAFT_LENGTHS
+        ]
+    return curves
+
+
+ALTERNATIVES = (("fp32", None), ("fp16", None), ("int8", None), ("int4", None), ("int4", 64), ("nf4", 64), ("int2", 32))
+
+
+def format_table(formats=ALTERNATIVES) -> list[dict]:
+    """Bytes, share of fp32, bits per linear weight and held-out loss of the target in each of ``formats``."""
+    fp32_bytes, fp32_loss = format_figures("fp32", None)
+    table = []
+    for weights, group in formats:
+        n_bytes, loss = format_figures(weights, group)
+        table.append(
+            {
+                "weights": weights,
+                "group_size": group,
+                "bytes": n_bytes,
+                "share": n_bytes / fp32_bytes,
+                "bits": 8 * (n_bytes - _untouched_bytes()) / _linear_weights(),  # per linear weight, scales included
+                "loss": loss,
+                "loss_gap": loss - fp32_loss,
+            }
+        )
+    return table
+
+
+def generation(config: Configuration, device: torch.device | None = None, new_tokens: int = NEW_TOKENS):
+    """A call that generates ``new_tokens`` greedily after the first prompt with ``config`` on
+    ``device`` (the CPU by default): what the wall-clock measurements time."""
+    import copy
+
+    device = device or torch.device("cpu")
+    target = stored_target(config.weights, config.group_size)
+    target = target if device.type == "cpu" else copy.deepcopy(target).to(device)
+    draft, drafter, prompt = DRAFTS[config.draft], DRAFTS[config.draft].load(device), prompts()[0].to(device)
+    return lambda: draft.run(target, drafter, prompt, config.draft_length, new_tokens)
+
+
+def time_generation(
+    configs, device: torch.device | None = None, new_tokens: int = NEW_TOKENS, repeats: int = 3
+) -> dict[Configuration, float]:
+    """Median seconds of :func:`generation` for each configuration, at the thread count in force."""
+    return {
+        config: timing.median_seconds(generation(config, device, new_tokens), device, warmup=1, repeats=repeats)
+        for config in dict.fromkeys(configs)
+    }
+
+
+def reference_numbers() -> dict[str, tuple[float, float, str]]:
+    """The reference configuration's graded figures: name -> (value, tolerance, how it was made)."""
+    figures = measure(REFERENCE)
+    how = f"{REFERENCE.label()}, on the CPU"
+    return {
+        "reference_weight_bytes": (figures.weight_bytes, 0.0, f"bytes of the stored target and draft, {how}"),
+        "reference_weights_share": (figures.weights_share, 1e-9, f"share of the fp32 target's bytes, {how}"),
+        "reference_loss_gap": (
+            figures.loss_gap,
+            1e-3,
+            f"held-out loss minus fp32's, {EVAL_WINDOWS} windows of 256 bytes, {how}",
+        ),
+        "reference_tokens_per_call": (
+            figures.tokens_per_call,
+            0.05,
+            f"greedy, {len(PROMPT_STARTS)} held-out prompts x {NEW_TOKENS} tokens, {how}",
+        ),
+        "fp32_weight_bytes": (figures.fp32_bytes, 0.0, "bytes of the float32 target"),
+        "int4_g64_bits_per_weight": (
+            next(row["bits"] for row in format_table([("int4", 64)])),
+            1e-9,
+            "bits per linear weight of the stored int4 g64 target, its fp16 scales included (4 + 16/64)",
+        ),
+    }
+
+
+def _linear_weights() -> int:
+    return sum(m.weight.numel() for m in _target().modules() if isinstance(m, nn.Linear))
+
+
+def _untouched_bytes() -> int:
+    """Bytes of what every format keeps in float32: the embedding and the norms."""
+    return weight_bytes(_target()) - 4 * _linear_weights()
+
+
+def speedup_reading(speedups: dict[str, float]) -> str:
+    """One sentence that reads measured speed-ups (name -> ratio against fp32 alone)."""
+    parts = [f"{name} {ratio:.2f}x" for name, ratio in speedups.items()]
+    slower = [name for name, ratio in speedups.items() if ratio < 1]
+    tail = (
+        f"; slower than fp32 alone here: {', '.join(slower)}"
+        if slower
+        else "; every part is faster than fp32 alone here"
+    )
+    return "speed-up over the fp32 target alone: " + ", ".join(parts) + tail

@@ -1,0 +1,238 @@
+"""Chapter 9's figures: the guide from a problem to a technique, where a capstone configuration sits
+among the alternatives, and the measured speed-ups."""
+
+from __future__ import annotations
+
+import textwrap
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from course import choosing_a_technique as technique
+from course.plots._widgets import (
+    BLUE,
+    GREY,
+    ORANGE,
+    RED,
+    Chart,
+    decades,
+    interactive,
+    new_figure,
+    nice_ceiling,
+    plain_log_ticks,
+    slider,
+)
+
+GREEN = "#2ca02c"
+PARAMS = [1, 3, 7, 13, 34, 70, 180, 405]  # billions, the sizes people serve
+GPUS = [8, 12, 16, 24, 40, 48, 80, 141]  # GiB
+
+
+def _wrap(text: str, width: int) -> str:
+    return "\n".join(textwrap.wrap(text, width))
+
+
+class GuideChart(Chart):
+    """Left: the table, the row of a problem highlighted, and the advice for a model and a GPU.
+    Right: what the model needs in memory, in each form, against the GPU."""
+
+    BARS = ("weights\n16-bit", "weights\n8-bit", "weights\n4-bit", "full\nfine-tune", "LoRA", "QLoRA")
+    ROW = 0.1  # the table's row height, in the left axes' units
+
+    def __init__(self):
+        super().__init__(12, 4.6, left=0.01, right=0.98, bottom=0.12, top=0.9, wspace=0.12)
+        grid = self.figure.add_gridspec(1, 2, width_ratios=[2.1, 1])
+        ax, self.ax_m = self.figure.add_subplot(grid[0]), self.figure.add_subplot(grid[1])
+        ax.set_axis_off()
+        ax.set(xlim=(0, 1), ylim=(0, 1))
+        columns = [(0.0, "problem", 24), (0.3, "first thing to try", 34), (0.72, "changes behaviour?", 22)]
+        for x, title, _ in columns:
+            ax.text(x + 0.01, 0.97, title, fontsize=9, fontweight="bold", va="top")
+        for index, row in enumerate(technique.TABLE):
+            for (x, _, width), text in zip(columns, (row.label, row.first, row.changes), strict=True):
+                ax.text(x + 0.01, 0.89 - index * self.ROW, _wrap(text, width), fontsize=8, va="top")
+        self.highlight = self.moving(ax.add_patch(Rectangle((0, 0), 1, self.ROW - 0.01, color=BLUE, alpha=0.15, lw=0)))
+        self.answer = self.moving(ax.text(0.01, 0.36, "", fontsize=10, fontweight="bold", va="top", color=BLUE))
+        self.why = self.moving(ax.text(0.01, 0.29, "", fontsize=8.5, va="top"))
+        self.where = self.moving(ax.text(0.01, 0.06, "", fontsize=8.5, va="top", style="italic"))
+        self.bars = self.moving(*self.ax_m.bar(self.BARS, [1.0] * len(self.BARS)).patches)
+        self.gpu = self.moving(self.ax_m.axhline(1, color=RED, lw=1.2, label=" "))
+        self.room = self.moving(self.ax_m.axhline(1, color=RED, lw=0.8, ls=":", label=" "))
+        self.ax_m.set_yscale("log")
+        plain_log_ticks(self.ax_m)
+        self.ax_m.set_xticks(range(len(self.BARS)), self.BARS, fontsize=7)
+        self.ax_m.set_ylabel("GiB")
+        self.moving(self.ax_m.title)
+        self.ax_m.title.set_fontsize(9)
+        self.legend = self.moving(self.ax_m.legend(fontsize=7, loc="upper right"))
+
+    def update(
+        self, problem: str = "serve", params_billion: float = 70, gpu_gib: float = 80, first_done: bool = False
+    ) -> GuideChart:
+        advice = technique.recommend(problem, params_billion, gpu_gib, first_done)
+        row = next(i for i, r in enumerate(technique.TABLE) if r.problem == problem)
+        self.highlight.set_y(0.9 - (row + 1) * self.ROW + 0.005)
+        self.answer.set_text(f"First try: {advice.technique}" if not first_done else f"Then: {advice.technique}")
+        self.why.set_text(_wrap(advice.why, 110))
+        self.where.set_text(f"Changes behaviour: {advice.changes_behaviour}.  Measured in {advice.chapter}.")
+        params = params_billion * 1e9
+        needs = [technique.weights_gib(params_billion, bits) for bits in (16, 8, 4)]
+        needs += [technique.lora.finetune_memory_gib(params, kind) for kind in ("full", "lora", "qlora")]
+        room = technique.HEADROOM * gpu_gib
+        for i, (bar, gib) in enumerate(zip(self.bars, needs, strict=True)):
+            bar.set_height(gib)
+            bar.set_color(GREY if gib > room else BLUE if i < 3 else ORANGE)
+        self.gpu.set_ydata([gpu_gib, gpu_gib])
+        self.room.set_ydata([room, room])
+        labels = self.legend.get_texts()
+        labels[0].set_text(f"GPU: {gpu_gib:g} GiB")
+        labels[1].set_text(f"{technique.HEADROOM:.0%} of it for weights")
+        self.ax_m.set_ylim(*decades(min(needs) / 2, max(max(needs), gpu_gib) * 2))
+        self.ax_m.set_title(f"{params_billion:g}B parameters: serving and fine-tuning memory")
+        return self
+
+
+def plot_guide(
+    problem: str = "serve", params_billion: float = 70, gpu_gib: float = 80, first_done: bool = False
+) -> Figure:
+    """The guide for ``problem`` with a model of ``params_billion`` and a GPU of ``gpu_gib`` (:class:`GuideChart`)."""
+    return GuideChart().update(problem, params_billion, gpu_gib, first_done).figure
+
+
+def widget_guide() -> None:
+    problems = [(row.label, row.problem) for row in technique.TABLE]
+    controls = {
+        "problem": slider("Dropdown", options=problems, value="serve", description="problem"),
+        "params_billion": slider("SelectionSlider", options=PARAMS, value=70, description="parameters (B)"),
+        "gpu_gib": slider("SelectionSlider", options=GPUS, value=80, description="GPU memory (GiB)"),
+        "first_done": slider("Checkbox", value=False, description="done that; still not enough"),
+    }
+    interactive(GuideChart(), controls, "From a problem to the first technique to try")
+
+
+def _format_label(weights: str, group_size: int | None) -> str:
+    return weights + (f" g{group_size}" if group_size else "")
+
+
+class CapstoneChart(Chart):
+    """Left: bytes served (target and draft) against held-out loss for every weight format, the
+    budget shaded. Right: tokens per target call against the draft length for each draft, with the
+    target in the chosen format. The star is the configuration; the title says which budget parts it meets."""
+
+    TOP = 0.06  # losses above this gap are drawn at the top edge, their value in the legend
+
+    def __init__(self):
+        super().__init__(11, 4.0, left=0.07, wspace=0.27, top=0.85)
+        budget = technique.BUDGET
+        self.ax_l, self.ax_t = self.figure.subplots(1, 2)
+        self.ax_l.add_patch(
+            Rectangle((0, -1), 100 * budget["weights_share"], 1 + budget["loss_gap"], color=GREEN, alpha=0.12, lw=0)
+        )
+        self.fp32_bytes, self.fp32_loss = technique.format_figures("fp32", None)
+        self.table = technique.format_table()
+        self.formats = []
+        for row, marker in zip(self.table, "os^vDPX<>", strict=False):
+            off_scale = row["loss_gap"] > self.TOP
+            label = _format_label(row["weights"], row["group_size"]) + (
+                f" ({row['loss_gap']:+.2f})" if off_scale else ""
+            )
+            self.formats += self.moving(*self.ax_l.plot([], [], marker, color=BLUE, ms=7, alpha=0.8, label=label))
+        self.star_l = self.moving(*self.ax_l.plot([], [], "*", color=RED, ms=15, label="your choice"))
+        self.ax_l.legend(fontsize=7, ncol=2, loc="upper right")
+        self.ax_l.axvline(100 * budget["weights_share"], color=GREEN, ls="--", lw=1)
+        self.ax_l.axhline(budget["loss_gap"], color=GREEN, ls="--", lw=1)
+        self.ax_l.set(
+            xlim=(0, 110),
+            ylim=(-0.005, self.TOP + 0.008),
+            ylabel="held-out loss - fp32's (nats/byte)",
+            title="bytes against quality (shaded: the budget)",
+        )
+        self.ks = list(technique.DRAFT_LENGTHS)
+        models = [name for name, draft in technique.DRAFTS.items() if draft.checkpoint is not None]
+        self.curves = {
+            name: self.moving(*self.ax_t.plot([], [], "o-", color=colour, ms=4, label=technique.DRAFTS[name].short))
+            for name, colour in zip(models, (GREY, BLUE), strict=False)
+        }
+        self.ax_t.axhline(1, color="black", lw=0.8, label="no draft: 1")
+        tokens = budget["tokens_per_call"]
+        self.ax_t.axhline(tokens, color=GREEN, ls="--", lw=1, label=f"budget: {tokens:g}")
+        self.star_t = self.moving(*self.ax_t.plot([], [], "*", color=RED, ms=14))
+        self.ax_t.set(xlabel="tokens drafted per call k", ylabel="tokens per target call (greedy)")
+        self.ax_t.set_xlim(0.5, self.ks[-1] + 0.5)
+        self.moving(self.ax_t.title)
+        self.ax_t.legend(fontsize=8, loc="upper left")
+        self.verdict = self.moving(self.figure.suptitle(" ", fontsize=11))
+
+    def update(
+        self, weights: str = "int4", group_size: int | None = 64, draft: str = "distilled", draft_length: int = 4
+    ) -> CapstoneChart:
+        config = technique.Configuration(weights, group_size, draft, draft_length)
+        budget = technique.BUDGET
+        draft_bytes = technique.weight_bytes(technique.draft_model(draft))
+        for line, row in zip(self.formats, self.table, strict=False):
+            line.set_data([100 * (row["bytes"] + draft_bytes) / self.fp32_bytes], [min(row["loss_gap"], self.TOP)])
+        n_bytes, loss = technique.format_figures(weights, group_size)
+        share = (n_bytes + draft_bytes) / self.fp32_bytes
+        self.star_l.set_data([100 * share], [min(loss - self.fp32_loss, self.TOP)])
+        self.ax_l.set_xlabel(f"weights served, % of fp32 target (draft: {draft})")
+        self.layout = draft  # the axis label above is drawn with the fixed parts
+        curves = technique.draft_curves(weights, group_size)
+        for name, line in self.curves.items():
+            line.set_data(self.ks, curves[name])
+        per_call = curves[draft][draft_length - 1] if draft in curves else 1.0
+        self.star_t.set_data([draft_length], [per_call])
+        highest = max(budget["tokens_per_call"], *(max(c) for c in curves.values()))
+        self.ax_t.set_ylim(0.8, nice_ceiling(highest * 1.1))
+        self.ax_t.set_title(f"speculation with the target in {_format_label(weights, group_size)}")
+        met = {
+            "weights_share": share <= budget["weights_share"],
+            "loss_gap": loss - self.fp32_loss <= budget["loss_gap"],
+            "tokens_per_call": per_call >= budget["tokens_per_call"],
+        }
+        missed = [name.replace("_", " ") for name, ok in met.items() if not ok]
+        self.verdict.set_text(
+            f"{config.label()}: " + ("within the budget" if not missed else "misses: " + ", ".join(missed))
+        )
+        self.verdict.set_color(GREEN if not missed else RED)
+        return self
+
+
+def plot_capstone(
+    weights: str = "int4", group_size: int | None = 64, draft: str = "distilled", draft_length: int = 4
+) -> Figure:
+    """The capstone configuration among the alternatives (:class:`CapstoneChart`)."""
+    return CapstoneChart().update(weights, group_size, draft, draft_length).figure
+
+
+class _FormatChoice(CapstoneChart):
+    """The capstone chart driven by one control for the weight format (a (weights, group size) pair)."""
+
+    def update(self, fmt=("int4", 64), draft: str = "distilled", draft_length: int = 4) -> CapstoneChart:
+        return super().update(fmt[0], fmt[1], draft, draft_length)
+
+
+def widget_capstone() -> None:
+    formats = [(_format_label(w, g), (w, g)) for w, g in technique.ALTERNATIVES]
+    controls = {
+        "fmt": slider("Dropdown", options=formats, value=("int4", 64), description="weights"),
+        "draft": slider("Dropdown", options=list(technique.DRAFTS), value="distilled", description="draft"),
+        "draft_length": slider("IntSlider", min=1, max=8, value=4, description="k"),
+    }
+    interactive(
+        _FormatChoice(), controls, "Try a configuration (each new weight format takes a few seconds the first time)"
+    )
+
+
+def plot_speedups(speedups: dict[str, float]) -> Figure:
+    """Measured speed-ups over the fp32 target alone, one bar each, the line at 1 = no change."""
+    fig = new_figure(7, 3.2, left=0.3, bottom=0.17)
+    ax = fig.subplots()
+    names = list(speedups)
+    values = [speedups[n] for n in names]
+    ax.barh(names, values, color=[GREEN if v >= 1 else RED for v in values])
+    for y, v in enumerate(values):
+        ax.text(v, y, f" {v:.2f}x", va="center", fontsize=9)
+    ax.axvline(1, color="black", lw=0.8)
+    ax.invert_yaxis()
+    ax.set(xlabel="speed-up over the fp32 target alone (measured here)", xlim=(0, max(values) * 1.25))
+    return fig

@@ -1,0 +1,386 @@
+"""Chapter 9: the rule for when to fine-tune against the notes' cases, the guide's answers against
+chapter 1's and 2's arithmetic, packed codes against a bit-level formula, stored weights' bytes
+against a count of their tensors, the capstone's figures and budget, its tokens per call from
+agreement against the real loop, the figures, the leaderboard, and the planted mistakes."""
+
+import csv
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from autograder import grade, leaderboard
+from autograder.chapters import choosing_a_technique as checks
+from course import checkpoints, lora, quantization, speculative_decoding
+from course import choosing_a_technique as technique
+from course.plots import choosing_a_technique as plots
+from course.plots._widgets import figure_png
+
+from conftest import Planted, assert_named
+
+# --- when to fine-tune ----------------------------------------------------------------------------
+
+
+def test_advice_follows_the_notes():
+    advice = technique.fine_tuning_advice
+    for changes, tried in itertools.product((False, True), repeat=2):
+        assert advice("knowledge", changes, tried) == "retrieval"  # documents: retrieval, never fine-tuning
+        assert advice("instructions", changes, tried) == "prompting"
+    for need in ("format", "tone", "narrow_task"):
+        assert advice(need, False, True) == "fine-tuning"  # the rule's cases, once prompting was tried
+        assert advice(need, True, True) == "prompting"  # every change would mean training again
+        assert advice(need, False, False) == "prompting"  # prompting has not been tried
+    with pytest.raises(ValueError, match="knowledge"):
+        advice("vibes", False, True)
+
+
+def test_scenarios_end_as_the_chapter_says():
+    verdicts = [technique.fine_tuning_advice(s.need, s.changes_often, s.tried_prompting) for s in technique.SCENARIOS]
+    assert len(verdicts) == 8 and verdicts.count("fine-tuning") == 3  # "only three of the eight"
+    assert set(verdicts) == set(technique.ADVICE)
+
+
+def test_advice_labels_forgive_spelling():
+    assert technique.advice_label(" Fine tuning ") == "fine-tuning"
+    assert technique.advice_label("RAG") == "retrieval"
+    assert technique.advice_label("Prompting") == "prompting"
+    assert technique.advice_label("train it") is None and technique.advice_label(3) is None
+
+
+# --- the guide --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "problem, params, gpu, first_done, technique_words",
+    [
+        ("adapt", 7, 24, False, "LoRA"),
+        ("adapt", 13, 24, False, "QLoRA"),  # 24.2 GiB in 16 bits
+        ("adapt", 405, 24, False, "Several GPUs"),
+        ("adapt", 7, 24, True, "higher rank"),
+        ("serve", 7, 24, False, "8-bit"),
+        ("serve", 70, 80, False, "4-bit"),  # 65 GiB in 8 bits: over 80% of 80 GiB
+        ("serve", 70, 80, True, "4-bit"),
+        ("serve", 405, 80, False, "Several GPUs"),
+        ("long", 7, 24, False, "FlashAttention"),
+        ("long", 7, 24, True, "KV cache"),
+        ("decode", 7, 24, False, "KV cache"),
+        ("decode", 7, 24, True, "Speculative"),
+        ("still", 7, 24, False, "Distil"),
+        ("still", 7, 24, True, "Prune"),
+    ],
+)
+def test_guide_answers(problem, params, gpu, first_done, technique_words):
+    advice = technique.recommend(problem, params, gpu, first_done)
+    assert technique_words in advice.technique
+    assert advice.why and advice.changes_behaviour and "chapter" in advice.chapter
+
+
+def test_guide_memory_is_chapter_1_and_2_arithmetic():
+    assert technique.weights_gib(7, 16) == pytest.approx(7e9 * 2 / 2**30)
+    advice = technique.recommend("adapt", 13, 24)
+    assert f"{lora.finetune_memory_gib(13e9, 'lora'):.1f} GiB" in advice.why
+    assert f"{lora.finetune_memory_gib(13e9, 'qlora'):.1f} GiB" in advice.why
+    assert "fits in 16 bits" in technique.recommend("serve", 7, 24).why  # 13 GiB of 24: quantized for speed
+    with pytest.raises(ValueError, match="problem must be one of"):
+        technique.recommend("slow", 7, 24)
+
+
+def test_every_row_of_the_table_says_whether_it_changes_behaviour():
+    exact = {row.problem for row in technique.TABLE if row.changes.startswith("No")}
+    assert exact == {"long", "decode"}
+    assert [row.problem for row in technique.TABLE] == list(technique.PROBLEMS)
+
+
+# --- codes, packed and stored ---------------------------------------------------------------------------
+
+
+def test_pack_int4_against_the_bit_formula():
+    assert technique.pack_int4(torch.tensor([[-7, 7]])).tolist() == [[0x1F]]
+    codes = torch.randint(-8, 8, (6, 40), generator=torch.Generator().manual_seed(0))
+    packed = technique.pack_int4(codes)
+    assert packed.dtype == torch.uint8 and packed.shape == (6, 20)
+    expected = [[(a + 8) * 16 + (b + 8) for a, b in zip(row[0::2], row[1::2], strict=True)] for row in codes.tolist()]
+    assert packed.tolist() == expected
+    assert torch.equal(technique.unpack_int4(packed), codes)
+    with pytest.raises(ValueError, match="columns"):
+        technique.pack_int4(torch.zeros(2, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"\[-8, 7\]"):
+        technique.pack_int4(torch.full((1, 2), 8))
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_pack_and_unpack_are_inverse(bits):
+    values = torch.randint(0, 2**bits, (5, 32), generator=torch.Generator().manual_seed(bits))
+    packed = technique.pack_codes(values, bits)
+    assert packed.shape == (5, 32 * bits // 8)
+    assert torch.equal(technique.unpack_codes(packed, bits).long(), values)
+
+
+def _linear(out_features=48, in_features=128, seed=0):
+    layer = nn.Linear(in_features, out_features, bias=False)
+    layer.weight.data = quantization.gaussian_matrix(out_features, in_features, seed=seed)
+    return layer
+
+
+@pytest.mark.parametrize(
+    "weights, group, bits",
+    [("int8", None, 8), ("int8", 64, 8), ("int4", 64, 4), ("int4", None, 4), ("int2", 32, 2), ("nf4", 64, 4)],
+)
+def test_stored_layer_keeps_codes_and_fp16_scales_only(weights, group, bits):
+    layer = _linear()
+    stored = technique.StoredLinear(layer, weights, group)
+    state = stored.state_dict()
+    groups = 128 // (group or 128)
+    assert set(state) == {"codes", "scale"}
+    assert state["codes"].numel() * state["codes"].element_size() == 48 * 128 * bits // 8
+    assert state["scale"].dtype == torch.float16 and state["scale"].shape == (48, groups)
+    if weights == "nf4":
+        codes, scale = quantization.quantize_nf4(layer.weight.data, group)
+        expected = quantization.dequantize_nf4(codes, scale.half().float())
+    else:
+        codes, scale = quantization.quantize(layer.weight.data, bits, group)
+        expected = quantization.dequantize(codes, scale.half().float())
+    assert torch.allclose(stored.weight(), expected, atol=1e-7)
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(stored(x), x @ expected.T, atol=1e-5)
+
+
+def test_stored_fp16_and_errors():
+    layer = _linear()
+    stored = technique.StoredLinear(layer, "fp16")
+    assert list(stored.state_dict()) == ["weight16"] and torch.equal(stored.weight(), layer.weight.half().float())
+    with pytest.raises(ValueError, match="bias-free"):
+        technique.StoredLinear(nn.Linear(4, 4), "int8")
+    with pytest.raises(ValueError, match="weights must be one of"):
+        technique.StoredLinear(layer, "int3")
+
+
+@pytest.mark.parametrize("weights, group", technique.ALTERNATIVES)
+def test_bytes_of_the_stored_target_are_counted_from_its_tensors(weights, group):
+    target = checkpoints.load("target")
+    linears = [m for m in target.modules() if isinstance(m, nn.Linear)]
+    kept = 4 * (target.num_parameters() - sum(m.weight.numel() for m in linears))  # embedding and norms: fp32
+    bits = technique.FORMAT_BITS[weights]
+    scales = sum(m.out_features * (m.in_features // (group or m.in_features)) * 2 for m in linears)
+    codes = sum(m.weight.numel() * bits // 8 for m in linears)
+    expected = kept + codes + (scales if weights in technique.GROUPED else 0)
+    assert technique.weight_bytes(technique.stored_target(weights, group)) == expected
+    assert technique.weight_bytes(target) == 4 * target.num_parameters()
+
+
+# --- the capstone ------------------------------------------------------------------------------------------
+
+
+def test_configurations_say_what_is_wrong():
+    make = technique.Configuration.from_dict
+    assert make({"weights": "int4", "group_size": 64}).label() == "int4 g64, no draft"
+    assert technique.REFERENCE.label() == "int4 g64 + distilled k=4"
+    assert technique.Configuration("int8").label() == "int8 per row, no draft"
+    for bad, words in [
+        ({"weights": "int3"}, "weights must be one of"),
+        ({"weights": "fp16", "group_size": 64}, "set group_size to None"),
+        ({"weights": "int4", "group_size": 48}, "group_size must be None"),
+        ({"draft": "ngram"}, "draft must be one of"),
+        ({"draft_length": 0}, "draft_length"),
+        ({"draft_length": True}, "draft_length"),
+        ({"bits": 4}, "unknown key"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            make(bad)
+    with pytest.raises(ValueError, match="must be a dict"):
+        make(["int4"])
+
+
+def test_parts_of_a_configuration():
+    assert list(technique.REFERENCE.parts()) == ["int4 g64 weights alone", "distilled draft, fp32 weights", "both"]
+    assert list(technique.Configuration("int8").parts().values()) == [technique.Configuration("int8")]
+    assert list(technique.Configuration().parts()) == ["fp32 alone"]
+
+
+def test_the_reference_configuration_meets_the_budget():
+    figures = technique.measure(technique.REFERENCE)
+    assert figures.within() == {"weights_share": True, "loss_gap": True, "tokens_per_call": True}
+    assert figures.fp32_bytes == 4 * checkpoints.load("target").num_parameters()
+    assert figures.draft_bytes == 4 * checkpoints.load("distilled").num_parameters()
+    assert figures.as_dict()["within_budget"] is True
+
+
+def test_int8_misses_a_quarter_and_no_draft_is_one_token_per_call():
+    figures = technique.measure(technique.Configuration("int8"))
+    assert figures.tokens_per_call == 1.0 and figures.draft_bytes == 0
+    assert 0.25 < figures.weights_share < 0.27 and abs(figures.loss_gap) < 0.002
+    assert figures.within() == {"weights_share": False, "loss_gap": True, "tokens_per_call": False}
+
+
+def test_two_bit_codes_miss_the_loss_budget():
+    assert technique.format_figures("int2", 32)[1] - technique.format_figures("fp32", None)[1] > 0.1
+
+
+def test_calls_from_agreement_by_hand():
+    agree = [True, True, False, True, True, True, True]
+    assert technique.calls_from_agreement(agree, 2) == 3  # runs of 2, 2, then 1 at the end
+    assert technique.calls_from_agreement(agree, 8) == 2
+    assert technique.calls_from_agreement([False] * 5, 4) == 5
+    assert technique.calls_from_agreement([True] * 10, 4) == 2
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_curves_from_agreement_equal_the_real_loop(k):
+    """The figure's curves count calls from agreement; the graded figure runs the loop: they agree."""
+    target = technique.stored_target("int4", 64)
+    for name in ("draft", "distilled"):
+        drafter = checkpoints.load(name)
+        calls = sum(
+            speculative_decoding.speculative_generate(target, drafter, p, k, technique.NEW_TOKENS, temperature=0)[
+                "target_calls"
+            ]
+            for p in technique.prompts()
+        )
+        expected = len(technique.PROMPT_STARTS) * technique.NEW_TOKENS / calls
+        assert technique.draft_curves("int4", 64)[name][k - 1] == pytest.approx(expected)
+
+
+def test_greedy_tokens_are_the_targets_own_greedy_output():
+    from course.model import generate
+
+    target = technique.stored_target("int4", 64)
+    for prompt, tokens in zip(technique.prompts(), technique.greedy_tokens("int4", 64), strict=True):
+        assert torch.equal(generate(target, prompt, technique.NEW_TOKENS), tokens)
+
+
+def test_the_draft_does_not_change_the_loss():
+    plain = technique.measure(technique.Configuration("int4", 64, "draft", 2))
+    assert plain.loss == technique.measure(technique.REFERENCE).loss
+    assert plain.tokens_per_call < technique.measure(technique.REFERENCE).tokens_per_call
+
+
+def test_generation_is_timed_per_configuration():
+    seconds = technique.time_generation([technique.Configuration(), technique.Configuration()], new_tokens=4, repeats=1)
+    assert list(seconds) == [technique.Configuration()] and seconds[technique.Configuration()] > 0
+
+
+def test_speedup_reading_says_what_is_slower():
+    text = technique.speedup_reading({"a": 0.5, "b": 1.5})
+    assert "a 0.50x" in text and "slower than fp32 alone here: a" in text
+    assert "every part is faster" in technique.speedup_reading({"b": 1.5})
+
+
+# --- figures ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("problem", list(technique.PROBLEMS))
+def test_guide_figure_renders(problem):
+    assert figure_png(plots.plot_guide(problem, 13, 24, problem == "decode")).startswith(b"\x89PNG")
+
+
+def test_capstone_figures_render():
+    assert figure_png(plots.plot_capstone()).startswith(b"\x89PNG")
+    fig = plots.plot_capstone("int8", None, "none", 4)
+    assert "misses" in fig._suptitle.get_text()
+    assert figure_png(plots.plot_speedups({"a": 0.4, "b": 1.3})).startswith(b"\x89PNG")
+
+
+# --- the leaderboard ---------------------------------------------------------------------------------------
+
+
+def _report(data):
+    tests = [grade.TestResult("capstone_configuration.weights_share", 2, 2, True, "", data)] if data else []
+    return grade.Report("09_choosing_a_technique.ipynb", "09_choosing_a_technique", 0, 0, tests)
+
+
+def test_leaderboard_ranks_the_budget_first_then_tokens_per_call(tmp_path):
+    def figures(config):
+        return {"configuration": config.label(), **technique.measure(config).as_dict()}
+
+    graded = [
+        ("ada", _report(figures(technique.Configuration("int4", 64, "draft", 2)))),
+        ("bo", _report(figures(technique.Configuration("int8")))),  # over the budget
+        ("cy", _report(figures(technique.REFERENCE))),
+        ("di", _report(None)),  # another chapter, or no configuration
+    ]
+    path = leaderboard.write(tmp_path, graded)
+    rows = list(csv.DictReader(path.open()))
+    assert [r["learner"] for r in rows] == ["cy", "ada", "bo"]
+    assert [r["rank"] for r in rows] == ["1", "2", "3"] and rows[2]["within_budget"] == "False"
+    table = (tmp_path / "leaderboard.md").read_text()
+    assert "| 1 | cy | int4 g64 + distilled k=4 | yes |" in table
+    assert leaderboard.write(tmp_path / "none", [("di", _report(None))]) is None
+
+
+# --- planted mistakes -------------------------------------------------------------------------------------
+
+ADVICE_HEAD = "def fine_tuning_advice(need, changes_often, tried_prompting):\n"
+CONFIG_HEAD = "def capstone_configuration():\n    return "
+PLANTED = {
+    "advice_fine_tunes_knowledge": Planted(
+        "fine_tuning_advice",
+        ADVICE_HEAD + "    if need == 'instructions' or changes_often or not tried_prompting:\n"
+        "        return 'prompting'\n    return 'fine-tuning'\n",
+        {"fine_tuning_advice.notes", "fine_tuning_advice.all"},
+        "retrieval's job",
+    ),
+    "advice_ignores_change": Planted(
+        "fine_tuning_advice",
+        ADVICE_HEAD + "    if need == 'knowledge':\n        return 'retrieval'\n"
+        "    if need == 'instructions' or not tried_prompting:\n        return 'prompting'\n    return 'fine-tuning'\n",
+        {"fine_tuning_advice.notes", "fine_tuning_advice.all"},
+        "changes often",
+    ),
+    "pack_low_nibble_first": Planted(
+        "pack_int4",
+        "def pack_int4(codes):\n    if codes.shape[1] % 2:\n        raise ValueError('odd')\n"
+        "    c = codes.to(torch.int32) + 8\n    return (c[:, 1::2] * 16 + c[:, 0::2]).to(torch.uint8)\n",
+        {"pack_int4.example", "pack_int4.random"},
+        "high nibble",
+    ),
+    "pack_twos_complement": Planted(
+        "pack_int4",
+        "def pack_int4(codes):\n    if codes.shape[1] % 2:\n        raise ValueError('odd')\n"
+        "    c = codes.to(torch.int32) & 15\n    return (c[:, 0::2] * 16 + c[:, 1::2]).to(torch.uint8)\n",
+        {"pack_int4.example", "pack_int4.random"},
+        "two's complement",
+    ),
+    "capstone_int8": Planted(
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int8', 'group_size': None, 'draft': 'distilled', 'draft_length': 4}\n",
+        {"capstone_configuration.weights_share"},
+        "a quarter",
+    ),
+    "capstone_int2": Planted(
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int2', 'group_size': 32, 'draft': 'distilled', 'draft_length': 4}\n",
+        {"capstone_configuration.loss_gap"},
+        "within 0.02",
+    ),
+    "capstone_no_draft": Planted(
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int4', 'group_size': 64, 'draft': 'none', 'draft_length': 4}\n",
+        {"capstone_configuration.tokens_per_call"},
+        "takes a draft",
+    ),
+    "capstone_misspelt": Planted(
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int4', 'groupsize': 64, 'draft': 'distilled', 'draft_length': 4}\n",
+        {f"capstone_configuration.{part}" for part in technique.BUDGET},
+        "unknown key(s) 'groupsize'",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
+    assert_named(planted_reports[name], PLANTED[name])
+
+
+def test_the_leaderboard_gets_the_graded_figures(planted_reports):
+    rows = leaderboard.entries(list(planted_reports.items()))
+    assert {r["learner"] for r in rows} == set(PLANTED) - {"capstone_misspelt"}  # the others keep the solution's
+    assert all(r["configuration"] for r in rows)
+
+
+def test_mistake_rules_differ_from_the_course_rule():
+    """Each recomputed mistake is a different rule, so that the hint it gives can be told apart."""
+    course = [technique.fine_tuning_advice(*case) for case in checks.ALL_CASES]
+    outputs = [tuple(rule(*case) for case in checks.ALL_CASES) for _, rule in checks.ADVICE_MISTAKES]
+    assert len(set(outputs)) == len(outputs) and tuple(course) not in outputs
