@@ -88,7 +88,7 @@ class GuideChart(Chart):
         labels[0].set_text(f"GPU: {gpu_gib:g} GiB")
         labels[1].set_text(f"{technique.HEADROOM:.0%} of it for weights")
         self.ax_m.set_ylim(*decades(min(needs) / 2, max(max(needs), gpu_gib) * 2))
-        self.ax_m.set_title(f"{params_billion:g}B parameters: serving and fine-tuning memory")
+        self.ax_m.set_title(f"memory of a {params_billion:g}B model")
         return self
 
 
@@ -136,7 +136,7 @@ class CapstoneChart(Chart):
             label = _format_label(row["weights"], row["group_size"]) + (
                 f" ({row['loss_gap']:+.2f})" if off_scale else ""
             )
-            self.formats += self.moving(*self.ax_l.plot([], [], marker, color=BLUE, ms=7, alpha=0.8, label=label))
+            self.formats.append(self.moving(*self.ax_l.plot([], [], marker, color=BLUE, ms=7, alpha=0.8, label=label)))
         self.star_l = self.moving(*self.ax_l.plot([], [], "*", color=RED, ms=15, label="your choice"))
         self.ax_l.legend(fontsize=7, ncol=2, loc="upper right")
         self.ax_l.axvline(100 * budget["weights_share"], color=GREEN, ls="--", lw=1)

@@ -103,14 +103,16 @@ def plot_activation_outliers(absmax: torch.Tensor, threshold: float = 6.0, title
 
 
 def example_absmax(layers: int = 4, features: int = 576, seed: int = 0) -> dict[tuple[int, str], torch.Tensor]:
-    """Made-up per-feature maxima with a few outlier features, for the widget without a model."""
+    """Made-up per-feature maxima with a few outlier features, for the widget without a model: the
+    inputs of each layer's q_proj (outliers of 12) and down_proj (outliers of 30), as in a real model."""
     from course import quantization
 
     return {
-        (layer, "example"): quantization.outlier_matrix(64, features, 3, 12.0, std=1.0, seed=seed + layer)
+        (layer, name): quantization.outlier_matrix(64, features, 3, size, std=1.0, seed=seed + 2 * layer + offset)
         .abs()
         .amax(dim=0)
         for layer in range(layers)
+        for offset, (name, size) in enumerate((("q_proj", 12.0), ("down_proj", 30.0)))
     }
 
 
