@@ -89,8 +89,9 @@ class Chart:
     it. When an update changes an axes' limits, only that axes (its ticks, labels and fixed
     artists) is drawn again, over its own patch of the picture; when it sets :attr:`layout` to a new
     value (for something else that does not move, such as tick labels), the whole figure is.
+    Titles are placed when the whole figure is drawn and stay there until the layout changes.
     Not handled: axes that autoscale (set limits in ``update``), artists added to the figure itself
-    rather than to an axes.
+    rather than to an axes, a title that must move as the ticks above an axes change.
     """
 
     def __init__(self, width: float, height: float, **adjust):
@@ -122,7 +123,11 @@ class Chart:
         renderer = canvas.get_renderer()
         limits = self._limits()
         if self._background is None or self._drawn is None or self._drawn[0] != self.layout:
+            for ax in self.figure.axes:
+                ax._autotitlepos = True  # place the titles afresh with the layout (matplotlib's own flag)
             canvas.draw()  # everything but the moving artists
+            for ax in self.figure.axes:
+                ax._autotitlepos = False  # and keep them there: placing a title costs a tenth of a redraw
             self._keep(renderer, limits)
         elif self._drawn[1] != limits:
             canvas.restore_region(self._background)
