@@ -153,6 +153,9 @@ def test_a_chart_updated_in_place_draws_what_a_fresh_chart_draws(chart):
     assert before != after
     differing = np.abs(_pixels(after) - _pixels(fresh)).max(axis=2) > 16
     assert differing.mean() < 0.001, f"{differing.mean():.2%} of the pixels differ from a fresh drawing"
+    back = moved.update(**first).png()  # a view met before comes from the chart's kept pictures
+    differing = np.abs(_pixels(back) - _pixels(before)).max(axis=2) > 16
+    assert differing.mean() < 0.001, f"{differing.mean():.2%} of the pixels differ on moving back"
 
 
 @pytest.mark.parametrize("chart", list(_charts()), ids=lambda c: c.__name__)

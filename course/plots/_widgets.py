@@ -89,8 +89,11 @@ class Chart:
     it. When an update changes an axes' limits, only that axes (its ticks, labels and fixed
     artists) is drawn again, over its own patch of the picture; when it sets :attr:`layout` to a new
     value (for something else that does not move, such as tick labels), the whole figure is.
+    The pictures of the last :data:`SEEN_VIEWS` views (layout and limits) are kept, so a slider
+    moved back costs no drawing but the moving artists'. Titles are placed when the whole figure
+    is drawn and stay there until the layout changes.
     Not handled: axes that autoscale (set limits in ``update``), artists added to the figure itself
-    rather than to an axes.
+    rather than to an axes, a title that must move as the ticks above an axes change.
     """
 
     def __init__(self, width: float, height: float, **adjust):
@@ -101,6 +104,7 @@ class Chart:
         self._drawn: tuple | None = None  # (layout, limits per axes) of the picture kept
         self._extents: list = []  # each axes' pixels in that picture
         self._background = None
+        self._seen: dict = {}  # (layout, limits) -> (picture, extents): views met before, newest last
 
     def moving(self, *artists):
         """Mark ``artists`` as changing with the controls; returns them (one, or a tuple)."""
@@ -121,8 +125,17 @@ class Chart:
         canvas = self.figure.canvas
         renderer = canvas.get_renderer()
         limits = self._limits()
-        if self._background is None or self._drawn is None or self._drawn[0] != self.layout:
+        seen = self._seen.pop((self.layout, limits), None)
+        if seen is not None and self._drawn != (self.layout, limits):  # a view met before: its picture
+            self._background, self._extents = seen
+            self._drawn = (self.layout, limits)
+            canvas.restore_region(self._background)
+        elif self._background is None or self._drawn is None or self._drawn[0] != self.layout:
+            for ax in self.figure.axes:
+                ax._autotitlepos = True  # place the titles afresh with the layout (matplotlib's own flag)
             canvas.draw()  # everything but the moving artists
+            for ax in self.figure.axes:
+                ax._autotitlepos = False  # and keep them there: placing a title costs a tenth of a redraw
             self._keep(renderer, limits)
         elif self._drawn[1] != limits:
             canvas.restore_region(self._background)
@@ -132,6 +145,9 @@ class Chart:
             self._keep(renderer, limits, redrawn)
         else:
             canvas.restore_region(self._background)
+        self._seen[(self.layout, limits)] = (self._background, list(self._extents))
+        while len(self._seen) > SEEN_VIEWS:
+            self._seen.pop(next(iter(self._seen)))
         for artist in self._moving:
             if artist.get_visible():
                 artist.draw(renderer)
@@ -173,6 +189,8 @@ class Chart:
             axes[i].draw(renderer)
         return redraw
 
+
+SEEN_VIEWS = 8  # pictures of earlier views a chart keeps (about 1 MB each), for sliders moved back
 
 NICE_STEPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
 
