@@ -5,7 +5,9 @@ pod of a Kubernetes Indexed Job) with ``--shard I/N``: it grades the submissions
 hashes to ``I`` modulo ``N`` and writes its part, ``parts/shard-I-of-N.json``, into the output folder
 the shards share. ``merge`` (``grade.merge``) reads the parts back and writes the class's files,
 the same bytes as one run over the whole folder, because everything a grade depends on is
-fixed by the submission's path and the class seed, not by which machine graded it or in what order:
+fixed by the submission's path and the class seed, not by which machine graded it or in what order
+(not handled: the seconds a submission took, and which limit, memory or time, an answer stopped
+by both met first; the points are the same either way):
 
 >>> owns("alice/03_quantization.ipynb", 1, 4), submission_seed(7, "alice/03_quantization.ipynb")
 (True, 1594602101)
