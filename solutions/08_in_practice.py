@@ -50,8 +50,10 @@ from course import corpus, evaluation, flash_attention, in_practice, kv_cache, l
 from course import speculative_decoding as speculative
 from course.model import repeat_kv
 from course.plots import in_practice as plots
-from course.timing import choose_threads, describe_threads, memory_bandwidth
+from course.timing import choose_threads, describe_threads, memory_bandwidth, usable_cpus
 
+chapter_started = time.perf_counter()
+agreements = {}  # each cross-check's measured agreement, gathered for the closing note
 model, tokenizer = pretrained.load()
 course_view = in_practice.AsCourseModel(model)  # the course model's interface: tokens in, logits out
 config = in_practice.config_dict(model)
@@ -175,6 +177,7 @@ lora_config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]
 peft_model = get_peft_model(model, lora_config, adapter_name="comedies")
 trainable, total = peft_model.get_nb_trainable_parameters()
 expected = in_practice.lora_trainable_parameters(config, ["q_proj", "v_proj"], 8)
+agreements["peft's trainable count = the formula"] = f"{trainable:,} and {expected:,}"
 print(
     f"peft trains {trainable:,} of {total:,} numbers ({100 * trainable / total:.4f}%); the formula gives {expected:,}"
 )
@@ -195,6 +198,9 @@ with torch.no_grad():
     difference = (ours(x) - peft_layer(x)).abs().max().item()
     scale = peft_layer(x).abs().max().item()
     peft_layer.lora_B["comedies"].weight.zero_()  # back to peft's start for training
+agreements["LoRALinear with peft's A, B = peft's layer"] = (
+    f"largest difference {difference:.1e} (outputs up to {scale:.1f})"
+)
 print(
     f"LoRALinear with peft's A and B against peft's layer: largest difference {difference:.1e} (outputs up to {scale:.1f})"
 )
@@ -261,9 +267,10 @@ with torch.no_grad():
     adapted = peft_model(input_ids=probe).logits
     merged_model = peft_model.merge_and_unload()
     merged = merged_model(input_ids=probe).logits
-print(
-    f"merged against unmerged: largest logit difference {(merged - adapted).abs().max().item():.1e} (logits up to {adapted.abs().max().item():.0f})"
+agreements["merge_and_unload = unmerged"] = (
+    f"largest logit difference {(merged - adapted).abs().max().item():.1e} (logits up to {adapted.abs().max().item():.0f})"
 )
+print(f"merged against unmerged: {agreements['merge_and_unload = unmerged']}")
 print(type(merged_model.model.layers[0].self_attn.q_proj).__name__, "again")
 del peft_model, peft_view, merged_model
 model, _ = pretrained.load()  # the merge changed the base weights: start the next sections from the original
@@ -289,6 +296,9 @@ for name, layer in layers_4bit.items():
     same_bytes += int((in_practice.pack_nf4(codes) == layer.weight.data.flatten()).sum())
     same_scales += torch.equal(scale.flatten(), layer.weight.quant_state.absmax)
     weights += codes.numel()
+agreements["bitsandbytes' stored NF4 bytes = course's packed codes"] = (
+    f"{same_bytes / (weights // 2):.2%} of {weights // 2:,} bytes; scales in {same_scales} of {len(layers_4bit)} layers"
+)
 print(
     f"{len(layers_4bit)} layers, {weights:,} weights: {same_bytes:,} of {weights // 2:,} stored bytes equal the course's "
     f"packed NF4 codes; the absmax scales equal in {same_scales} of {len(layers_4bit)} layers"
@@ -327,6 +337,7 @@ layer.train()
 with torch.no_grad():
     ours = x @ quantization.dequantize_nf4(codes, scale).T
     difference = ((layer(x) - ours).norm() / ours.norm()).item()
+agreements["Linear4bit = x @ dequantize_nf4(W).T"] = f"relative difference {difference:.1e}"
 print(f"{name}: Linear4bit against x @ dequantize_nf4(codes, scale).T: relative difference {difference:.1e}")
 
 # %% [markdown]
@@ -384,16 +395,26 @@ check("pack_nf4", hidden=True)
 # %%
 import bitsandbytes.functional as bnb_functional
 
-for name, layer in in_practice.linear_layers(model.model.layers[0]).items():
+layers_0 = in_practice.linear_layers(model.model.layers[0])
+all_equal = 0
+for name, layer in layers_0.items():
     weight = layer.weight.detach()
     packed, state = bnb_functional.quantize_4bit(weight, blocksize=64, quant_type="nf4")
     codes, scale = quantization.quantize_nf4(weight, 64)
     values = bnb_functional.dequantize_4bit(packed, state)
-    print(
-        f"{name:15s} codes equal: {torch.equal(in_practice.unpack_nf4(packed).reshape(weight.shape), codes)}, "
-        f"scales: {torch.equal(scale.flatten(), state.absmax)}, packed bytes: {torch.equal(in_practice.pack_nf4(codes), packed.flatten())}, "
-        f"dequantized values: {torch.equal(quantization.dequantize_nf4(codes, scale), values)}"
+    equal = (
+        torch.equal(in_practice.unpack_nf4(packed).reshape(weight.shape), codes),
+        torch.equal(scale.flatten(), state.absmax),
+        torch.equal(in_practice.pack_nf4(codes), packed.flatten()),
+        torch.equal(quantization.dequantize_nf4(codes, scale), values),
     )
+    all_equal += all(equal)
+    print(
+        f"{name:15s} codes equal: {equal[0]}, scales: {equal[1]}, packed bytes: {equal[2]}, dequantized values: {equal[3]}"
+    )
+agreements["quantize_4bit, dequantize_4bit = quantize_nf4, dequantize_nf4"] = (
+    f"codes, scales, bytes and values identical in {all_equal} of {len(layers_0)} layers of block 0"
+)
 
 # %% [markdown]
 # Now the course's quantizers on the model, weight-only (the embedding stays in float32), and
@@ -419,6 +440,9 @@ for label, scheme in schemes.items():
         f"{label:20s} loss {quantized_losses[label]:.3f}   perplexity {evaluation.perplexity(quantized_losses[label]):7.2f}"
     )
 nf4_course = quantized_losses["NF4, groups of 64"]
+agreements["bitsandbytes' NF4 model loss = course's NF4 round trip"] = (
+    f"{qlora_before:.4f} and {nf4_course:.4f} nats per token"
+)
 print(
     f"bitsandbytes' NF4 model (section 2): loss {qlora_before:.4f}, the course's NF4 round trip {nf4_course:.4f}, "
     f"difference {abs(qlora_before - nf4_course):.1e}"
@@ -513,6 +537,9 @@ generated = model.generate(request, max_new_tokens=GEN_TOKENS, do_sample=False, 
 cache = generated.cache
 cached = cache.get_seq_length()
 formula = in_practice.kv_cache_bytes_from_config(config, cached, bytes_per_element=4)
+agreements["transformers' cache = the KV formula"] = (
+    f"{in_practice.cache_nbytes(cache):,} and {formula:,} bytes for {cached} positions"
+)
 print(
     f"{cached} positions cached: transformers holds {in_practice.cache_nbytes(cache):,} bytes, the formula says {formula:,}"
 )
@@ -539,11 +566,16 @@ q, k, v = in_practice.attention_inputs(model, eval_ids[None, :256], layer=5)
 n_rep = q.shape[1] // k.shape[1]
 k_all, v_all = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, T, D)
 fused = torch.nn.functional.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)
+largest = 0.0
 for block in (16, 64, 256):
     ours = flash_attention.blockwise_attention(q, k_all, v_all, block, causal=True)
+    largest = max(largest, (ours - fused).abs().max().item())
     print(
         f"q {tuple(q.shape)}, k and v {tuple(k.shape)}: blockwise ({block} keys a block) against SDPA {(ours - fused).abs().max().item():.1e}"
     )
+agreements["blockwise_attention = SDPA on layer 5's q, k, v"] = (
+    f"largest difference {largest:.1e} over blocks 16, 64, 256"
+)
 
 # %% [markdown]
 # And the whole model with the course's blockwise attention in all 30 layers:
@@ -553,6 +585,10 @@ with torch.no_grad():
     reference = model(input_ids=eval_ids[None, :256]).logits
     with in_practice.attention_implementation(model, "course_blockwise", in_practice.blockwise_attention_function(64)):
         swapped = model(input_ids=eval_ids[None, :256]).logits
+agreements["the model with blockwise attention = with torch's"] = (
+    f"largest logit difference {(swapped - reference).abs().max().item():.1e}, "
+    f"same argmax at {(swapped.argmax(-1) == reference.argmax(-1)).float().mean().item():.1%} of positions"
+)
 print(
     f"logits with the course's attention against torch's: largest difference {(swapped - reference).abs().max().item():.1e}; "
     f"same next-token choice at {(swapped.argmax(-1) == reference.argmax(-1)).float().mean().item():.1%} of 256 positions"
@@ -587,6 +623,9 @@ looked_up, lookup_seconds = timed_generate(prompt_lookup_num_tokens=10)
 print(
     f"greedy {greedy.shape[1] - repeat.shape[1]} tokens in {greedy_seconds:.2f} s; prompt lookup {lookup_seconds:.2f} s: {greedy_seconds / lookup_seconds:.1f}x"
 )
+agreements["prompt lookup = greedy"] = (
+    f"identical: {torch.equal(greedy, looked_up)}, {greedy_seconds / lookup_seconds:.1f}x greedy's speed"
+)
 print(f"identical output: {torch.equal(greedy, looked_up)}")
 print(tokenizer.decode(greedy[0, repeat.shape[1] :]))
 
@@ -602,6 +641,9 @@ draft = in_practice.int8_draft(model)
 step_target = evaluation.decode_step_seconds(course_view, 1)
 step_draft = evaluation.decode_step_seconds(in_practice.AsCourseModel(draft), 1)
 assisted, assisted_seconds = timed_generate(assistant_model=draft)
+agreements["assisted generation with the int8 draft = greedy"] = (
+    f"identical: {torch.equal(greedy, assisted)}, {greedy_seconds / assisted_seconds:.2f}x greedy's speed"
+)
 print(f"a draft step costs {step_draft / step_target:.2f} of a target step")
 print(
     f"assisted generation {assisted_seconds:.2f} s: {greedy_seconds / assisted_seconds:.2f}x greedy; identical output: {torch.equal(greedy, assisted)}"
@@ -622,6 +664,9 @@ for label, drafter, k in (
     result = speculative.speculative_generate(course_view, drafter, repeat, k, new, temperature=0)
     seconds = time.perf_counter() - started
     alpha = sum(result["accepted"]) / sum(result["proposed"])
+    agreements[f"speculative_generate with {label} = greedy"] = (
+        f"identical: {torch.equal(result['tokens'], greedy)}, acceptance {alpha:.2f}"
+    )
     per_call = new / result["target_calls"]
     print(
         f"{label:13s}: identical to greedy: {torch.equal(result['tokens'], greedy)}; {result['target_calls']} target calls "
@@ -642,8 +687,19 @@ for label, drafter, k in (
 # library agreed with the course's own code: peft's LoRA layer is `LoRALinear`, bitsandbytes'
 # NF4 bytes are `quantize_nf4`'s codes packed two to a byte, transformers' cache is chapter 4's
 # formula, torch's fused attention is `blockwise_attention`, and prompt lookup and assisted
-# generation leave the greedy output untouched, as chapter 6's rule promises.
-#
+# generation leave the greedy output untouched, as chapter 6's rule promises. Each cross-check,
+# as this run measured it:
+
+# %%
+for check_name, reading in agreements.items():
+    print(f"{check_name:62s} {reading}")
+elapsed = time.perf_counter() - chapter_started
+print(
+    f"\nthis chapter ran in {elapsed / 60:.1f} min on {usable_cpus()} usable CPU cores ({chosen} thread{'s' if chosen > 1 else ''}), "
+    f"with {FINETUNE_STEPS} fine-tuning steps and {GEN_TOKENS} generated tokens per comparison"
+)
+
+# %% [markdown]
 # ## Check yourself
 #
 # 1. SmolLM2-135M has 9 query heads and 3 key-value heads. By how much does GQA shrink its
