@@ -720,3 +720,28 @@ print(
 #    rejected at once when it does not.
 #
 # </details>
+
+# %% [markdown]
+# ## Quiz
+#
+# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
+# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+
+# %%
+from course import quiz
+
+quiz.show("in_practice")
+
+
+# %% nbgrader={"grade": false, "grade_id": "quiz_in_practice", "locked": false, "schema_version": 3, "solution": true}
+def quiz_answers():
+    """Your answer to each question of the quiz: question number -> letter."""
+    ### BEGIN SOLUTION
+    return {1: "b", 2: "c", 3: "a", 4: "d", 5: "a", 6: "c"}
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_in_practice", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+from autograder import check
+
+check("quiz_in_practice")
