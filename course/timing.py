@@ -115,6 +115,14 @@ def choose_threads(fn: Callable[[], object], device: torch.device | None = None)
     return min(times, key=times.get), times
 
 
+def pin_threads(fn: Callable[[], object], device: torch.device | None = None) -> str:
+    """Choose the thread count for ``fn`` (:func:`choose_threads`), keep it for the rest of this
+    process, and return :func:`describe_threads`' line: what a chapter prints before it measures."""
+    chosen, times = choose_threads(fn, device)
+    torch.set_num_threads(chosen)
+    return describe_threads(chosen, times)
+
+
 def describe_threads(chosen: int, times: dict[int, float]) -> str:
     """One line saying which thread count a measurement uses and why, from :func:`choose_threads`."""
     if not times:
