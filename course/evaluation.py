@@ -117,6 +117,12 @@ def linear_row_cost(model: LanguageModel, rows=(1, 2, 4, 8), repeats: int = 9) -
     return {n: t / seconds[rows[0]] for n, t in seconds.items()}
 
 
+def describe_row_cost(row_cost: dict[int, float]) -> str:
+    """:func:`linear_row_cost`'s numbers as one printed line."""
+    times = ", ".join(f"{n} row{'s' if n > 1 else ''} {cost:.2f}x" for n, cost in row_cost.items())
+    return f"one product with the model's largest weight matrix: {times} the time of 1 row"
+
+
 def decode_batch_reading(throughput: dict[int, float], row_cost: dict[int, float]) -> str:
     """What a decode-throughput measurement says: the best batch, the batches slower than batch 1, and
     whether the cost of multiplying more rows (:func:`linear_row_cost`) explains them."""

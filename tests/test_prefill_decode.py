@@ -181,3 +181,5 @@ def test_linear_row_cost_is_relative_to_one_row():
     model = LanguageModel(ModelConfig(d_model=64, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=128, max_seq_len=16))
     cost = evaluation.linear_row_cost(model, rows=(1, 2, 4), repeats=3)
     assert list(cost) == [1, 2, 4] and cost[1] == 1.0 and all(c > 0 for c in cost.values())
+    line = evaluation.describe_row_cost({1: 1.0, 2: 2.1})
+    assert line.endswith("1 row 1.00x, 2 rows 2.10x the time of 1 row")
