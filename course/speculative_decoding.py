@@ -276,8 +276,10 @@ def drafts_reading(results: dict[str, dict], goal: float = 2.0) -> str:
     verdict = "reaching" if top["speedup"] >= goal else "short of"
     lines.append(f"fastest: the {best}, {top['speedup']:.2f}x the target alone, {verdict} {goal:g}x")
     for name, r in results.items():
-        if r["speedup"] < 1:
+        if r["speedup"] < 0.95:
             lines.append(f"the {name} made decoding slower ({r['speedup']:.2f}x)")
+        elif r["speedup"] <= 1.05:
+            lines.append(f"the {name} made decoding no faster ({r['speedup']:.2f}x, within 5% of the target alone)")
         if r["cost"] * r["drafted_per_call"] > 0.5:
             lines.append(
                 f"the {name} spends {r['cost'] * r['drafted_per_call']:.2f} target steps drafting per call "

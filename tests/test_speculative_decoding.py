@@ -216,6 +216,8 @@ def test_drafts_reading_says_what_the_numbers_say():
     assert "c = 0.30" in reading and "only 0.5 of the 4 positions" in reading
     assert "1.50 one-token steps for the draft model" in reading
     assert "short of 2x" in speculative_decoding.drafts_reading({"x": results["draft model"]})
+    tie = speculative_decoding.drafts_reading({"x": {**results["draft model"], "speedup": 0.99}})
+    assert "the x made decoding no faster (0.99x, within 5% of the target alone)" in tie and "slower" not in tie
 
 
 def test_drafts_chart_renders_greedy_and_sampled_points():
