@@ -170,7 +170,6 @@ print(f"{T} cached steps against one causal pass: largest difference {difference
 # %%
 target = checkpoints.load("target").to(device)
 prompt = corpus.encode("MACBETH:\n")[None].to(device)
-print(timing.pin_threads(lambda: generate(target, prompt, 32), device))
 cached, cached_logits = generate(target, prompt, 40, use_cache=True, return_logits=True)
 uncached, uncached_logits = generate(target, prompt, 40, use_cache=False, return_logits=True)
 print(
