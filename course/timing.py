@@ -132,6 +132,8 @@ def describe_threads(chosen: int, times: dict[int, float]) -> str:
     why = (
         "the only CPU this process may use"
         if usable == 1
+        else "as fast as all of them here (within 5%), and it leaves the other cores to other work"
+        if chosen < usable and times[usable] <= 1.05 * times[chosen]
         else "faster here: the cores are busy with other work, so threads wait for each other"
         if chosen < usable
         else "all usable CPUs help"

@@ -51,6 +51,8 @@ def test_choose_threads_times_one_thread_and_all_and_restores_the_count():
 
 def test_describe_threads_says_why():
     assert "busy" in timing.describe_threads(1, {1: 0.05, 4: 0.2})
+    tie = timing.describe_threads(1, {1: 0.1034, 2: 0.1041})
+    assert "as fast as all of them here (within 5%)" in tie and "busy" not in tie
     assert "all usable CPUs help" in timing.describe_threads(4, {1: 0.2, 4: 0.05})
     assert "GPU" in timing.describe_threads(8, {})
 
