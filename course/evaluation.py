@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from course import timing
+from course import readings, timing
 from course.device import synchronize
 from course.model import LanguageModel, generate
 
@@ -97,6 +97,59 @@ def scaling_efficiency(throughput: dict[int, float]) -> dict[int, float]:
     """Each batch's throughput as a share of perfect scaling from the smallest batch."""
     first = min(throughput)
     return {batch: rate * first / (batch * throughput[first]) for batch, rate in throughput.items()}
+
+
+@torch.no_grad()
+def linear_row_cost(model: LanguageModel, rows=(1, 2, 4, 8), repeats: int = 9) -> dict[int, float]:
+    """Seconds of ``x @ W.T`` with the model's largest weight matrix for ``rows`` rows of activations
+    (a decode step's product at that batch), each relative to one row.
+
+    The roofline expects 2 rows to cost what 1 costs (the weights are read once either way); on many
+    CPUs torch multiplies one row with a matrix-vector kernel and several with a general matrix
+    kernel that is slower at this shape.
+    """
+    weight = max((p for p in model.parameters() if p.dim() == 2), key=lambda p: p.numel()).detach()
+    device = weight.device
+    seconds = {}
+    for n in rows:
+        x = torch.randn(n, weight.shape[1], generator=torch.Generator().manual_seed(n)).to(device, weight.dtype)
+        seconds[n] = timing.median_seconds(lambda x=x: F.linear(x, weight), device, warmup=2, repeats=repeats)
+    return {n: t / seconds[rows[0]] for n, t in seconds.items()}
+
+
+def describe_row_cost(row_cost: dict[int, float]) -> str:
+    """:func:`linear_row_cost`'s numbers as one printed line."""
+    times = ", ".join(f"{n} row{'s' if n > 1 else ''} {cost:.2f}x" for n, cost in row_cost.items())
+    return f"one product with the model's largest weight matrix: {times} the time of 1 row"
+
+
+def decode_batch_reading(throughput: dict[int, float], row_cost: dict[int, float]) -> str:
+    """What a decode-throughput measurement says: the best batch, the batches slower than batch 1, and
+    whether the cost of multiplying more rows (:func:`linear_row_cost`) explains them."""
+    first = min(throughput)
+    best = max(throughput, key=throughput.get)
+    lines = [
+        f"the most tokens per second came at batch {best}: {throughput[best] / throughput[first]:.1f}x batch {first}"
+    ]
+    slower = [b for b in sorted(throughput) if b > first and throughput[b] < throughput[first]]
+    if slower:
+        lines.append(f"batch {readings.listing(slower)} decoded fewer tokens per second than batch {first}")
+        two = row_cost.get(2)
+        if two is not None and two >= 1.5:
+            lines.append(
+                f"why: here a product with 2 rows of activations takes {two:.1f}x as long as with 1 row, where "
+                "the roofline expects the same time; torch multiplies a single row with a matrix-vector kernel "
+                "that streams the weights fast, and several rows with a general matrix kernel that is slower "
+                "at this shape, until the batch is large enough to pay for it"
+            )
+        elif two is not None:
+            lines.append(
+                f"a product with 2 rows takes only {two:.1f}x as long as 1 row here, so the kernels do not explain "
+                "it: other work on the machine during the measurement is the likely cause (run the cell again)"
+            )
+    else:
+        lines.append(f"every batch decoded at least as many tokens per second as batch {first}")
+    return "; ".join(lines)
 
 
 def scaling_bend(throughput: dict[int, float], share: float = 0.5) -> int | None:

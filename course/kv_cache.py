@@ -7,14 +7,22 @@ example: a 7B model with 32 layers of 32 heads of 128 in fp16 keeps 2 * 32 * 32 
 The paging simulation is a model of a server's cache memory, not a server: one decode step per
 tick, requests admitted first come first served, a preempted request starts over. Not handled:
 prefix sharing between requests, swapping to CPU memory, chunked prefill.
+
+:func:`cache_timings` measures generation with and without the cache on a real model and
+:func:`cache_speed_reading` says what the numbers show, from the numbers.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
+
+from course import readings
+from course.device import synchronize
 
 
 @dataclass(frozen=True)
@@ -183,3 +191,64 @@ def simulate_allocation(
     return AllocationResult(
         steps, sum(n for _, _, n in timeline) / len(timeline), sum(used) / len(used), preemptions, timeline
     )
+
+
+# --- generation with and without the cache, measured ------------------------------------------------
+
+
+def cache_timings(model, prompt: torch.Tensor, lengths: list[int], repeats: int = 3, progress: bool = True) -> dict:
+    """Median seconds to generate each of ``lengths`` tokens greedily from ``prompt``, with the KV
+    cache and without it (every step reruns the whole sequence).
+
+    Each repeat times every length both ways, alternating, so a burst of other work on the machine
+    falls on both sides of a ratio; the medians over repeats are returned as
+    ``{"lengths", "with_cache", "without_cache"}`` (seconds per whole generation).
+    """
+    from tqdm.auto import tqdm
+
+    from course.model import generate
+
+    if repeats < 1 or not lengths:
+        raise ValueError(f"need at least one length and one repeat, got {lengths!r} and {repeats!r}")
+    device = prompt.device
+    generate(model, prompt, 4)  # warm-up
+    times = {(n, cached): [] for n in lengths for cached in (True, False)}
+    for _ in tqdm(range(repeats), desc="with and without the cache", disable=not progress, leave=False):
+        for n in lengths:
+            for cached in (True, False):
+                synchronize(device)
+                started = time.perf_counter()
+                generate(model, prompt, n, use_cache=cached)
+                synchronize(device)
+                times[n, cached].append(time.perf_counter() - started)
+    return {
+        "lengths": list(lengths),
+        "with_cache": [statistics.median(times[n, True]) for n in lengths],
+        "without_cache": [statistics.median(times[n, False]) for n in lengths],
+    }
+
+
+def cache_speed_reading(lengths, with_cache, without_cache, levels=(2, 5, 10)) -> str:
+    """What :func:`cache_timings` shows: the speed-up at the longest length, from which length on the
+    cache is at least 2x, 5x, 10x faster, and how each time grows with the length."""
+    speedups = [b / a for a, b in zip(with_cache, without_cache, strict=True)]
+    lines = [readings.faster(without_cache[-1], with_cache[-1], "the cache", "recomputing", within=0.05)]
+    lines[0] += f" at {lengths[-1]} tokens"
+    held = [(level, readings.holds_from(lengths, [s >= level for s in speedups])) for level in levels]
+    held = [(level, start) for level, start in held if start is not None]
+    if held:
+        lines.append(
+            "at least "
+            + readings.listing([f"{level}x faster from {start} tokens on" for level, start in held])
+            + f" (of the lengths {readings.listing(lengths)})"
+        )
+    else:
+        lines.append(f"not yet 2x faster at any of the lengths {readings.listing(lengths)}")
+    if len(lengths) > 1:
+        grow = lengths[-1] / lengths[0]
+        lines.append(
+            f"from {lengths[0]} to {lengths[-1]} tokens ({grow:.0f}x the length) the time grew "
+            f"{with_cache[-1] / with_cache[0]:.1f}x with the cache and {without_cache[-1] / without_cache[0]:.1f}x "
+            "without"
+        )
+    return "; ".join(lines)

@@ -6,15 +6,29 @@ normalised. Every token is then distributed exactly as the target's p. A worked 
 p = (0.6, 0.4), q = (0.9, 0.1): alpha = min(.6,.9) + min(.4,.1) = 0.7, and with k = 4 drafted
 tokens each target call yields (1 - 0.7**5) / 0.3 = 2.77 tokens on average.
 
+Four drafts plug into one loop, :func:`speculative_generate`: a small language model
+(:class:`ModelDraft`), an n-gram table over bytes (:class:`NGramDraft`) and prompt lookup
+(:class:`PromptLookupDraft`), which copies what followed the last few bytes earlier in the text.
+The last two cost almost nothing next to a target step. Prompt lookup, and the n-gram table at
+temperature 0, are deterministic: their q puts all its mass on the proposed token.
+
 Not handled: batches of more than one sequence in ``speculative_generate``, top-k or top-p
-sampling (temperature only), tree-shaped drafts.
+sampling (temperature only), tree-shaped drafts, vocabularies larger than 256 tokens in the two
+lookup drafts (they work on bytes).
 """
 
 from __future__ import annotations
 
+import functools
+import statistics
+import time
+
+import numpy as np
 import torch
 
-from course.model import LanguageModel
+from course import readings
+from course.device import synchronize
+from course.model import LanguageModel, generate
 
 
 def acceptance_rate(target: torch.Tensor, draft: torch.Tensor) -> float:
@@ -98,48 +112,54 @@ def _distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 @torch.no_grad()
 def speculative_generate(
     target: LanguageModel,
-    draft: LanguageModel,
+    draft,
     prompt: torch.Tensor,
     k: int,
     max_new_tokens: int,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> dict:
-    """Generate with ``draft`` proposing ``k`` tokens per round and ``target`` verifying them in one call.
+    """Generate with ``draft`` proposing up to ``k`` tokens per round and ``target`` verifying them in one call.
 
-    Returns ``{"tokens": (1, T + new), "target_calls", "draft_calls", "accepted": per-position
-    acceptance counts, "proposed": per-position proposal counts}``. At temperature 0 the tokens are
-    exactly the target's greedy output; otherwise they are distributed exactly as the target's samples.
-    Both models keep KV caches; rejected tokens are dropped from them by rolling the length back.
+    ``draft`` is a :class:`~course.model.LanguageModel` (wrapped in :class:`ModelDraft`) or any
+    draft of this module. Returns ``{"tokens": (1, T + new), "target_calls", "draft_calls",
+    "accepted": per-position acceptance counts, "proposed": per-position counts of proposals that
+    were verified, "rounds": (proposed, accepted) per target call, "draft_seconds" and
+    "target_seconds": the wall-clock time spent drafting and in the target's calls}``. At
+    temperature 0 the tokens are exactly the target's greedy output; otherwise they are
+    distributed exactly as the target's samples. The target and a model draft keep KV caches;
+    rejected tokens are dropped from them by rolling the length back.
     """
     if prompt.dim() != 2 or prompt.shape[0] != 1:
         raise ValueError(f"prompt must be (1, tokens): one sequence; got {tuple(prompt.shape)}")
     if k < 1:
         raise ValueError(f"k (tokens drafted per round) must be at least 1, got {k}")
+    draft = ModelDraft(draft) if isinstance(draft, LanguageModel) else draft
     total = prompt.shape[1] + max_new_tokens + k + 1
-    for model in (target, draft):
-        if total > model.config.max_seq_len:
-            raise ValueError(f"prompt + new tokens + k ({total}) exceed a model's {model.config.max_seq_len} positions")
+    for limit in (target.config.max_seq_len, draft.max_seq_len):
+        if total > limit:
+            raise ValueError(f"prompt + new tokens + k ({total}) exceed a model's {limit} positions")
     generator = generator or torch.Generator().manual_seed(0)
     tokens = prompt[0].tolist()
     goal = len(tokens) + max_new_tokens
-    t_cache, d_cache = target.new_cache(1, total), draft.new_cache(1, total)
+    t_cache = target.new_cache(1, total)
+    draft.start(total)
     device = prompt.device
-    stats = {"target_calls": 0, "draft_calls": 0, "accepted": [0] * k, "proposed": [0] * k}
+    stats = {"target_calls": 0, "draft_calls": 0, "accepted": [0] * k, "proposed": [0] * k, "rounds": []}
+    clock = {"draft_seconds": 0.0, "target_seconds": 0.0}
     while len(tokens) < goal:
         n = len(tokens)
-        proposed, q = [], []
-        fresh = tokens[d_cache.length :]  # what the draft has not seen yet (at least the last token)
-        for _ in range(k):
-            logits = draft(torch.tensor([fresh], device=device), d_cache)[0, -1]
-            stats["draft_calls"] += 1
-            q.append(_distribution(logits, temperature).cpu())
-            proposed.append(int(torch.multinomial(q[-1], 1, generator=generator)))
-            fresh = proposed[-1:]
+        started = time.perf_counter()
+        proposed, q = draft.propose(tokens, k, temperature, generator)
+        synchronize(device)
+        drafted = time.perf_counter()
+        stats["draft_calls"] += len(proposed)
         feed = tokens[t_cache.length :] + proposed
-        logits = target(torch.tensor([feed], device=device), t_cache)[0, -(k + 1) :]  # (k + 1, vocab)
+        logits = target(torch.tensor([feed], device=device), t_cache)[0, -(len(proposed) + 1) :]  # (m + 1, vocab)
         stats["target_calls"] += 1
         p = _distribution(logits, temperature).cpu()
+        clock["draft_seconds"] += drafted - started
+        clock["target_seconds"] += time.perf_counter() - drafted
         accepted = 0
         for i, x in enumerate(proposed):
             stats["proposed"][i] += 1
@@ -150,8 +170,321 @@ def speculative_generate(
             accepted += 1
             stats["accepted"][i] += 1
         else:
-            correction = int(torch.multinomial(p[k], 1, generator=generator))  # the bonus token
+            correction = int(torch.multinomial(p[len(proposed)], 1, generator=generator))  # the bonus token
+        stats["rounds"].append((len(proposed), accepted))
         tokens += proposed[:accepted] + [correction]
         t_cache.length = n + accepted  # keep what was verified; the correction is fed next round
-        d_cache.length = min(d_cache.length, n + accepted)
-    return {"tokens": torch.tensor([tokens[:goal]], device=device), **stats}
+        draft.keep(n + accepted)
+    return {"tokens": torch.tensor([tokens[:goal]], device=device), **stats, **clock}
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Acceptance rate, tokens per target call, and the formula's tokens per call at that rate, over runs
+    of :func:`speculative_generate`.
+
+    alpha is accepted / verified proposals. The formula is averaged over the rounds, each with the
+    number of tokens its draft proposed (a lookup draft sometimes proposes fewer than k, or none).
+    """
+    rounds = [r for run in runs for r in run["rounds"]]
+    verified = sum(sum(run["proposed"]) for run in runs)
+    alpha = sum(a for _, a in rounds) / verified if verified else 0.0
+    per_call = sum(a + 1 for _, a in rounds) / len(rounds)
+    formula = sum(expected_tokens_per_call(alpha, m) for m, _ in rounds) / len(rounds)
+    drafted = sum(m for m, _ in rounds) / len(rounds)
+    return {"alpha": alpha, "tokens_per_call": per_call, "formula": formula, "drafted_per_call": drafted}
+
+
+def measure_drafts(
+    target: LanguageModel,
+    drafts: dict,
+    prompts: list[torch.Tensor],
+    k: int,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    repeats: int = 3,
+    progress: bool = True,
+) -> dict[str, dict]:
+    """Speculative decoding with each of ``drafts`` (name -> draft) against the target alone, on the
+    same prompts and seeds.
+
+    Each repeat times the target alone on every prompt, then each draft on every prompt; a draft's
+    speed-up is the median over repeats of the ratio of the two totals, so both sides of each ratio
+    ran moments apart. For each draft: :func:`summarise`'s numbers and ``speedup``; ``step``, the
+    seconds of one target step (the target alone, per token); ``cost``, c: the draft's seconds per
+    proposed token over ``step``; ``verify``: a verifying call's seconds over ``step`` (the formula
+    assumes 1); ``formula_speedup``: the formula at the measured alpha and c; ``positions``: the
+    acceptance rate at each drafted position.
+    """
+    from tqdm.auto import tqdm
+
+    device = prompts[0].device
+    seen = {name: {"ratio": [], "cost": [], "verify": []} for name in drafts}
+    steps, runs = [], {}
+    for _ in tqdm(range(repeats), desc="speculative decoding, timed", disable=not progress, leave=False):
+        started = time.perf_counter()
+        for i, prompt in enumerate(prompts):
+            generate(target, prompt, max_new_tokens, temperature, generator=torch.Generator().manual_seed(i))
+        synchronize(device)
+        alone = time.perf_counter() - started
+        step = alone / (len(prompts) * max_new_tokens)
+        steps.append(step)
+        for name, draft in drafts.items():
+            started = time.perf_counter()
+            runs[name] = [
+                speculative_generate(
+                    target, draft, prompt, k, max_new_tokens, temperature, torch.Generator().manual_seed(i)
+                )
+                for i, prompt in enumerate(prompts)
+            ]
+            synchronize(device)
+            seen[name]["ratio"].append(alone / (time.perf_counter() - started))
+            drafted = sum(run["draft_calls"] for run in runs[name])
+            calls = sum(run["target_calls"] for run in runs[name])
+            seen[name]["cost"].append(sum(run["draft_seconds"] for run in runs[name]) / max(drafted, 1) / step)
+            seen[name]["verify"].append(sum(run["target_seconds"] for run in runs[name]) / calls / step)
+    results = {}
+    for name in drafts:
+        result = summarise(runs[name])
+        cost = statistics.median(seen[name]["cost"])
+        accepted = [sum(run["accepted"][i] for run in runs[name]) for i in range(k)]
+        verified = [sum(run["proposed"][i] for run in runs[name]) for i in range(k)]
+        results[name] = {
+            **result,
+            "speedup": statistics.median(seen[name]["ratio"]),
+            "step": statistics.median(steps),
+            "cost": cost,
+            "verify": statistics.median(seen[name]["verify"]),
+            "formula_speedup": result["formula"] / (1 + cost * result["drafted_per_call"]),
+            "positions": [a / v if v else float("nan") for a, v in zip(accepted, verified, strict=True)],
+            "k": k,
+            "temperature": temperature,
+        }
+    return results
+
+
+def drafts_reading(results: dict[str, dict], goal: float = 2.0) -> str:
+    """What :func:`measure_drafts` shows: how each draft's tokens per call compare with the formula,
+    which draft was fastest and whether it reached ``goal``, and what held the others back."""
+    lines = []
+    for name, r in results.items():
+        lines.append(
+            f"{name}: {r['tokens_per_call']:.2f} tokens per call, "
+            + readings.versus(r["tokens_per_call"], r["formula"], f"the formula's {r['formula']:.2f}")
+        )
+    best = max(results, key=lambda name: results[name]["speedup"])
+    top = results[best]
+    verdict = "reaching" if top["speedup"] >= goal else "short of"
+    lines.append(f"fastest: the {best}, {top['speedup']:.2f}x the target alone, {verdict} {goal:g}x")
+    for name, r in results.items():
+        if r["speedup"] < 0.95:
+            lines.append(f"the {name} made decoding slower ({r['speedup']:.2f}x)")
+        elif r["speedup"] <= 1.05:
+            lines.append(f"the {name} made decoding no faster ({r['speedup']:.2f}x, within 5% of the target alone)")
+        if r["cost"] * r["drafted_per_call"] > 0.5:
+            lines.append(
+                f"the {name} spends {r['cost'] * r['drafted_per_call']:.2f} target steps drafting per call "
+                f"(c = {r['cost']:.2f}), which eats much of what its alpha {r['alpha']:.2f} wins"
+            )
+        if r["drafted_per_call"] < 0.5 * r["k"]:
+            lines.append(
+                f"the {name} found something to propose for only {r['drafted_per_call']:.1f} of the "
+                f"{r['k']} positions per call on average"
+            )
+    slow = [name for name, r in results.items() if r["verify"] > 1.25]
+    if slow:
+        costs = readings.listing([f"{results[name]['verify']:.2f}" for name in slow])
+        lines.append(
+            f"a verifying call of the target costs {costs} one-token steps for the {readings.listing(slow)} "
+            "(the formula assumes 1)"
+        )
+    return ";\n".join(lines)
+
+
+# --- the drafts --------------------------------------------------------------------------------------
+
+
+class ModelDraft:
+    """A small language model as the draft: it samples each proposal from its own distribution q,
+    with a KV cache that is rolled back to what the target kept."""
+
+    name = "draft model"
+
+    def __init__(self, model: LanguageModel, name: str | None = None):
+        self.model, self.cache = model, None
+        self.name = name or self.name
+        self.max_seq_len = model.config.max_seq_len
+
+    def start(self, total: int) -> None:
+        self.cache = self.model.new_cache(1, total)
+
+    def propose(self, tokens: list[int], k: int, temperature: float, generator: torch.Generator):
+        """k proposals and the distribution each was drawn from."""
+        device = self.model.embed.weight.device
+        proposed, q = [], []
+        fresh = tokens[self.cache.length :]  # what the draft has not seen yet (at least the last token)
+        for _ in range(k):
+            logits = self.model(torch.tensor([fresh], device=device), self.cache)[0, -1]
+            q.append(_distribution(logits, temperature).cpu())
+            proposed.append(int(torch.multinomial(q[-1], 1, generator=generator)))
+            fresh = proposed[-1:]
+        return proposed, q
+
+    def keep(self, length: int) -> None:
+        self.cache.length = min(self.cache.length, length)
+
+
+class _ByteDraft:
+    """What the two drafts without a model share: nothing to roll back, no position limit, bytes."""
+
+    max_seq_len = float("inf")
+    vocab_size = 256
+
+    def start(self, total: int) -> None:
+        pass
+
+    def keep(self, length: int) -> None:
+        pass
+
+
+def _one_hot(token: int, vocab: int) -> torch.Tensor:
+    """The q of a deterministic proposal: all the draft's mass on the proposed token."""
+    q = torch.zeros(vocab, dtype=torch.float64)
+    q[token] = 1.0
+    return q
+
+
+class NGramDraft(_ByteDraft):
+    """An n-gram table over bytes: what followed the last ``order`` bytes in a training text, backing
+    off to shorter contexts when that one never occurred.
+
+    At temperature 0 it proposes the most frequent next byte (ties go to the smallest byte), a
+    deterministic draft whose q is one-hot. At temperature T > 0 it samples from the counts raised
+    to the power 1/T, as the target samples from its probabilities: q is that distribution. With
+    order 4 and ``tokens = encode("to be or not to be")``, the context "o be" is followed by " ".
+    The table is a sorted array of (context, next byte, count), searched by bisection.
+    """
+
+    name = "n-gram table"
+
+    def __init__(self, tokens: torch.Tensor, order: int = 6, progress: bool = False):
+        if not 1 <= order <= 6:
+            raise ValueError(f"order must be 1 to 6 bytes of context, got {order}")
+        data = tokens.cpu().numpy().astype(np.int64)
+        if data.ndim != 1 or len(data) <= order or data.min() < 0 or data.max() > 255:
+            raise ValueError(
+                f"need a 1-D text of more than {order} bytes (values 0-255), got shape {tuple(tokens.shape)}"
+            )
+        from tqdm.auto import tqdm
+
+        self.order = order
+        orders = tqdm(range(1, order + 1), desc="counting n-grams", disable=not progress, leave=False)
+        self.tables = {n: _ngram_counts(data, n) for n in orders}
+
+    def counts(self, context: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The bytes that followed the longest seen suffix of ``context`` and how often, or None."""
+        for n in range(min(self.order, len(context)), 0, -1):
+            key = 0
+            for byte in context[-n:]:
+                key = key * 256 + byte
+            contexts, following, counts = self.tables[n]
+            first, last = np.searchsorted(contexts, key, "left"), np.searchsorted(contexts, key, "right")
+            if last > first:
+                return following[first:last], counts[first:last]
+        return None
+
+    def propose(self, tokens: list[int], k: int, temperature: float, generator: torch.Generator):
+        """Up to k proposals (fewer when a byte never seen in training comes up) and their q."""
+        context, proposed, q = list(tokens[-self.order :]), [], []
+        for _ in range(k):
+            found = self.counts(context)
+            if found is None:
+                break
+            following, counts = found
+            if temperature == 0:
+                proposed.append(int(following[np.argmax(counts)]))  # the first maximum: the smallest byte
+                q.append(_one_hot(proposed[-1], self.vocab_size))
+            else:
+                weights = torch.zeros(self.vocab_size, dtype=torch.float64)
+                weights[torch.from_numpy(following.astype(np.int64))] = torch.from_numpy(
+                    (counts / counts.max()) ** (1 / temperature)
+                )
+                q.append(weights / weights.sum())
+                proposed.append(int(torch.multinomial(q[-1], 1, generator=generator)))
+            context = context[-(self.order - 1) :] + proposed[-1:] if self.order > 1 else proposed[-1:]
+        return proposed, q
+
+
+@functools.cache
+def training_ngram_draft(order: int = 6) -> NGramDraft:
+    """The n-gram draft over the course's training plays (the target's own training text), built
+    once per process: a few seconds of counting."""
+    from course import corpus
+
+    return NGramDraft(corpus.tokens("train"), order, progress=True)
+
+
+def ngram_draft(text: torch.Tensor, context: list[int], n: int, k: int) -> list[int]:
+    """Up to k proposals, each the most frequent token after the last ``n`` tokens of ``context`` in
+    ``text`` (ties: the smallest token); each proposal joins the context for the next one. Stops early
+    when the last n tokens never occur in ``text`` with a token after them. The plain version of
+    :class:`NGramDraft` at temperature 0, without its back-off to shorter contexts.
+
+    ``ngram_draft(encode("abcabd"), encode("xab").tolist(), 2, 3)``: "ab" is followed by "c" and by
+    "d" once each, so "c" (the smaller); then "bc" -> "a", then "ca" -> "b": [99, 97, 98].
+    """
+    if n < 1 or k < 0:
+        raise ValueError(f"need n >= 1 and k >= 0, got n {n}, k {k}")
+    if len(context) < n:
+        raise ValueError(f"the context has {len(context)} tokens, fewer than n = {n}")
+    text = torch.as_tensor(text).reshape(-1)
+    windows = text.unfold(0, n + 1, 1)  # (len - n, n + 1): each context with the token after it
+    context, proposed = list(context), []
+    for _ in range(k):
+        matches = (windows[:, :n] == torch.tensor(context[-n:])).all(dim=1)  # (len - n,)
+        if not matches.any():
+            break
+        counts = torch.bincount(windows[matches, n])
+        proposed.append(int(counts.argmax()))  # the first maximum: the smallest token
+        context.append(proposed[-1])
+    return proposed
+
+
+def _ngram_counts(data: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (n-byte context, next byte) pair of ``data`` with its count, sorted by context then
+    next byte; a context is its bytes read as one base-256 number."""
+    keys = np.zeros(len(data) - n, dtype=np.int64)
+    for i in range(n):
+        keys = keys * 256 + data[i : len(data) - n + i]  # (positions,)
+    pairs, counts = np.unique(keys * 256 + data[n:], return_counts=True)  # 6 + 1 bytes fit in 63 bits
+    return pairs // 256, (pairs % 256).astype(np.int64), counts.astype(np.float64)
+
+
+class PromptLookupDraft(_ByteDraft):
+    """Prompt lookup: find the last ``longest`` bytes (then fewer, down to ``shortest``) earlier in
+    the text so far, and propose what followed their most recent occurrence; q is one-hot.
+
+    No table and no model: it pays when the text repeats itself (code, quotations, a summary of a
+    given document, a model that loops). With "to be or not to be" so far, the last five bytes
+    "to be" occurred at the start, followed by " or ", which it proposes for k = 4. It proposes
+    nothing when no match is found, and the round is then an ordinary target step.
+    """
+
+    name = "prompt lookup"
+
+    def __init__(self, longest: int = 8, shortest: int = 3):
+        if not 1 <= shortest <= longest:
+            raise ValueError(f"need 1 <= shortest <= longest, got shortest {shortest}, longest {longest}")
+        self.longest, self.shortest = longest, shortest
+
+    def continuation(self, tokens: list[int], k: int) -> list[int]:
+        """What followed the most recent earlier occurrence of the longest suffix found, up to k bytes."""
+        text = bytes(tokens)
+        for n in range(min(self.longest, len(text) - 1), self.shortest - 1, -1):
+            at = text.rfind(text[-n:], 0, len(text) - 1)  # an earlier occurrence, not the end itself
+            if at >= 0:
+                return list(text[at + n : at + n + k])
+        return []
+
+    def propose(self, tokens: list[int], k: int, temperature: float, generator: torch.Generator):
+        proposed = self.continuation(tokens, k)
+        return proposed, [_one_hot(x, self.vocab_size) for x in proposed]

@@ -115,6 +115,14 @@ def choose_threads(fn: Callable[[], object], device: torch.device | None = None)
     return min(times, key=times.get), times
 
 
+def pin_threads(fn: Callable[[], object], device: torch.device | None = None) -> str:
+    """Choose the thread count for ``fn`` (:func:`choose_threads`), keep it for the rest of this
+    process, and return :func:`describe_threads`' line: what a chapter prints before it measures."""
+    chosen, times = choose_threads(fn, device)
+    torch.set_num_threads(chosen)
+    return describe_threads(chosen, times)
+
+
 def describe_threads(chosen: int, times: dict[int, float]) -> str:
     """One line saying which thread count a measurement uses and why, from :func:`choose_threads`."""
     if not times:
@@ -124,6 +132,8 @@ def describe_threads(chosen: int, times: dict[int, float]) -> str:
     why = (
         "the only CPU this process may use"
         if usable == 1
+        else "as fast as all of them here (within 5%), and it leaves the other cores to other work"
+        if chosen < usable and times[usable] <= 1.05 * times[chosen]
         else "faster here: the cores are busy with other work, so threads wait for each other"
         if chosen < usable
         else "all usable CPUs help"

@@ -35,11 +35,10 @@ import os
 
 import torch
 
-from course import evaluation, prefill_decode
+from course import evaluation, prefill_decode, readings, timing
 from course.device import best_device, describe
 from course.model import TIMING, LanguageModel
 from course.plots import prefill_decode as plots
-from course.timing import matmul_flops, memory_bandwidth
 
 device = best_device()
 print(describe(device))
@@ -188,11 +187,28 @@ for name, hardware in prefill_decode.PRESETS.items():
 # Two numbers describe this machine's roofline: how fast it reads memory (a matrix-vector product
 # with a 256 MB matrix, far larger than any cache: exactly the access pattern of decode) and how
 # fast it multiplies big matrices (peak FLOP/s). Each is the median of several runs after a warm-up.
+#
+# First, how many threads to measure with. torch starts one thread per core it sees, and a
+# matrix product splits its work among them: every thread must finish its share before the next
+# operation starts. When other programs keep some of those cores busy (a browser, a second
+# notebook, other learners on a shared JupyterHub node), the threads that got a core wait for the
+# ones that did not, at every one of the thousands of operations of a decode: more threads than
+# free cores (*oversubscription*) can be several times slower than one thread. A container can
+# also see more cores than it may use. So each chapter that measures counts the CPUs this process
+# may really use (its CPU affinity and its container's CPU quota), times one thread against all
+# of them on the work it is about to measure, keeps the faster, and prints which and why. The
+# model it times is the course's decoder widened to about 90 million parameters, with random
+# weights (timing does not depend on what the weights are).
 
 # %%
 dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-bandwidth = memory_bandwidth(device) * 1e9
-peak = matmul_flops(1024 if device.type == "cpu" else 8192, dtype, device)
+torch.manual_seed(0)
+big = LanguageModel(TIMING).to(device=device, dtype=dtype).eval()
+print(timing.pin_threads(lambda: evaluation.decode_step_seconds(big, batch=1, steps=1), device))
+
+# %%
+bandwidth = timing.memory_bandwidth(device) * 1e9
+peak = timing.matmul_flops(1024 if device.type == "cpu" else 8192, dtype, device)
 memory = (
     torch.cuda.get_device_properties(device).total_memory
     if device.type == "cuda"
@@ -217,14 +233,11 @@ print(
 plots.widget_roofline(here)
 
 # %% [markdown]
-# Now a model too big for any cache: the course's decoder widened to about 90 million parameters,
-# with random weights (timing does not depend on what the weights are). We time prefill of a
-# 256-token prompt and decode of single tokens with a KV cache (chapter 4), and compare both with
-# the roofline of this machine.
+# Now the 90-million-parameter model, too big for any cache. We time prefill of a 256-token
+# prompt and decode of single tokens with a KV cache (chapter 4), and compare both with the
+# roofline of this machine.
 
 # %%
-torch.manual_seed(0)
-big = LanguageModel(TIMING).to(device=device, dtype=dtype).eval()
 n_params = big.num_parameters()
 n_bytes = n_params * big.embed.weight.element_size()
 prefill_per_token = evaluation.prefill_seconds_per_token(big, batch=1, prompt_len=256, repeats=3)
@@ -237,7 +250,7 @@ print(
     f"({decode_per_token / prefill_per_token:.0f}x a prefill token)"
 )
 print(
-    f"decode reaches {predicted_decode / decode_per_token:.0%} of the memory roofline "
+    f"decode at batch 1 reaches {readings.share_of_roof(predicted_decode / decode_per_token)} "
     f"(predicted {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s)"
 )
 
@@ -255,12 +268,20 @@ for batch, rate in measured.items():
         f"batch {batch:3d}: {rate:7.0f} tokens/s   {rate / measured[1]:5.1f}x batch 1   "
         f"({efficiency[batch]:.0%} of perfect scaling)"
     )
+row_cost = evaluation.linear_row_cost(big)
+print(evaluation.describe_row_cost(row_cost))
+print(evaluation.decode_batch_reading(measured, row_cost))
 bend = evaluation.scaling_bend(measured)
 critical = prefill_decode.critical_batch(here, 8 * big.embed.weight.element_size())
-print(
-    f"scaling falls below half of perfect at batch {bend or f'> {batches[-1]}'}; "
-    f"this machine's roofline puts the bend at {critical:.0f}"
-)
+if bend is None:
+    print(
+        f"scaling stays above half of perfect up to batch {batches[-1]}; this machine's roofline bends at {critical:.3g}"
+    )
+else:
+    where = "about where" if 0.8 <= bend / critical <= 1.25 else "earlier than" if bend < critical else "later than"
+    print(
+        f"scaling falls below half of perfect at batch {bend}: {where} this machine's roofline bends ({critical:.3g})"
+    )
 plots.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches=batches)
 
 # %%
@@ -273,12 +294,27 @@ points.append(
 )
 plots.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
 
+# %%
+prefill_rate = 2 * n_params / prefill_per_token
+print(f"prefill of 256 tokens runs at {readings.share_of_roof(prefill_rate / peak, 'the flat (compute) roof')}")
+print(
+    f"decode at batch {batches[-1]} runs at "
+    f"{readings.share_of_roof(2 * n_params * measured[batches[-1]] / peak, 'the flat (compute) roof')}"
+)
+
 # %% [markdown]
-# Decode at batch 1 sits just under the sloped roof: reading the weights is almost all it does;
-# the gap is the smaller matrices of each layer and the work between them. As the batch grows the point climbs toward the flat roof,
-# and prefill sits near it. On a CPU the climb usually bends earlier than the roofline predicts:
-# a decode step for a small batch multiplies thin matrices, which run well below the big-matrix
-# FLOP/s that sets the flat roof, and the work around the matrix products (norms, rotations,
+# The printed readings say where this machine's points sit; they differ from one machine to the
+# next, and on a busy machine from one run to the next. What holds everywhere: decode at batch 1
+# can only stay *under* the sloped roof, because reading the weights is the least it must do, and
+# the gap is the smaller matrices of each layer and the work between them. Batching raises the
+# arithmetic intensity, so the point moves right, toward the flat roof; prefill starts there.
+#
+# Where the measured bend comes earlier than the roofline predicts (it usually does on a CPU),
+# the reasons are these: a decode step for a small batch multiplies thin matrices, which run well
+# below the big-matrix FLOP/s that sets the flat roof; some CPUs multiply a single row with a
+# fast matrix-vector kernel and two or more rows with a general kernel that is slower at that
+# shape, so batch 2 can even decode fewer tokens per second than batch 1 (the row timings above
+# show whether this machine does); and the work around the matrix products (norms, rotations,
 # attention over the cache) grows with the batch too. On a GPU the measured curve follows the
 # prediction much further.
 #

@@ -35,11 +35,12 @@
 # Sizes of the measurements (papermill can change them: `-p MEASURE_SIZE 2048`).
 MEASURE_SIZE = 4096  # the matrix of the bandwidth measurement
 EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
+HARMLESS_LOSS = 0.01  # nats/byte above float32 that the readings below call harmless
 
 # %%
 import torch
 
-from course import quantization, reference, timing
+from course import quantization, readings, reference, timing
 from course.device import best_device, describe
 from course.plots import quantization as plots
 
@@ -379,6 +380,7 @@ def held_out_loss(model):
     return evaluation.text_loss(model, held_out, max_windows=EVAL_WINDOWS)
 
 
+print(timing.pin_threads(lambda: evaluation.text_loss(target, held_out, max_windows=4), device))
 baseline = held_out_loss(target)
 settings = [(bits, group) for group in (None, 64, 32) for bits in (8, 6, 5, 4, 3, 2)]  # 64, 32 divide every width
 losses = {}
@@ -390,15 +392,23 @@ print(f"float32: {baseline:.3f} nats/byte (perplexity {evaluation.perplexity(bas
 for label, by_bits in losses.items():
     print(f"{label:9s} " + "  ".join(f"int{b}: {loss:.3f}" for b, loss in sorted(by_bits.items(), reverse=True)))
 print(f"NF4, group 64: {nf4:.3f}   int4, group 32: {losses['group 32'][4]:.3f}")
+for label, by_bits in losses.items():
+    harmless = readings.holds_from(list(by_bits), [loss - baseline <= HARMLESS_LOSS for loss in by_bits.values()])
+    print(
+        f"{label:9s} stays within {HARMLESS_LOSS} nats/byte of float32 "
+        + (f"down to {harmless} bits" if harmless is not None else "at none of the widths tried")
+        + f"; at 2 bits it loses {by_bits[2] - baseline:.2f}"
+    )
 plots.plot_model_bits(losses, baseline)
 
 # %% [markdown]
-# Read the chart from the right. From 8 bits down to 4 the model hardly notices: its loss moves in
-# the third decimal. At 3 bits the loss starts to climb, and one scale per row costs more than
-# small groups; at 2 bits (codes -1, 0, +1) the model breaks, and groups are what is left of it.
-# This model is small and was trained briefly, so its weights have few extreme outliers. Large
-# models grow outlier features (section 7), and there the per-row damage of section 3 shows up at
-# 8 and 4 bits already: the reason behind groups, NF4 and LLM.int8().
+# Read the chart from the right, with the printed lines beside it. Every bit removed doubles the
+# rounding step, so the loss can only stay flat while the rounding error is small next to what
+# the model tolerates, and then climbs, faster and faster. At 2 bits the codes are -1, 0 and +1,
+# and finer groups are what is left of the model. This model is small and was trained briefly,
+# so its weights have few extreme outliers. Large models grow outlier features (section 7), and
+# there the per-row damage of section 3 shows up at 8 and 4 bits already: the reason behind
+# groups, NF4 and LLM.int8().
 #
 # ## 9. Measured on your machine: fewer bytes to read
 #
@@ -407,6 +417,7 @@ plots.plot_model_bits(losses, baseline)
 # in bfloat16, half the bytes:
 
 # %%
+print(timing.pin_threads(lambda: timing.matvec_bandwidth(MEASURE_SIZE, MEASURE_SIZE, torch.float32, device, 3), device))
 rows = []
 for dtype in (torch.float32, torch.bfloat16):
     result = timing.matvec_bandwidth(MEASURE_SIZE, MEASURE_SIZE, dtype, device)
@@ -415,14 +426,24 @@ for dtype in (torch.float32, torch.bfloat16):
         f"{result['dtype']:9s} {result['bytes'] / 2**20:6.1f} MiB  {1e3 * result['seconds']:7.3f} ms  "
         f"{result['gb_per_s']:6.1f} GB/s effective"
     )
-print(f"bfloat16 / float32 time: {rows[1]['seconds'] / rows[0]['seconds']:.2f} (the bytes halve)")
+ratio = rows[1]["seconds"] / rows[0]["seconds"]
+print(f"bfloat16 / float32 time: {ratio:.2f} (0.50 if reading the bytes were all that counted)")
+print(
+    readings.faster(rows[0]["seconds"], rows[1]["seconds"], "bfloat16", "float32")
+    + (
+        ": half the bytes paid off here"
+        if ratio < 0.75
+        else ": half the bytes did not pay off here; the kernel, not the memory, sets the time"
+    )
+)
 
 # %% [markdown]
-# On a GPU the bfloat16 product takes about half the time: the weights are read at full bandwidth
-# whatever their type. On many CPUs it does *not*, because torch has no kernel there that reads
-# bfloat16 as fast as it computes: the bytes shrink but the arithmetic around them gets slower.
-# Lower precision pays off only when a kernel reads the small format directly, which is what the
-# libraries below provide.
+# Whether half the bytes give half the time depends on the kernel, and the printed line says
+# what happens on this machine. On a GPU the bfloat16 product takes about half the time: the
+# weights are read at full bandwidth whatever their type. On many CPUs it does *not*, because
+# torch has no kernel there that reads bfloat16 as fast as it computes with it: the bytes shrink
+# but the arithmetic around them gets slower. Lower precision pays off only when a kernel reads
+# the small format directly, which is what the libraries below provide.
 #
 # ## In practice
 #

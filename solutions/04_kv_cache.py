@@ -30,12 +30,13 @@
 # %% tags=["parameters"]
 # Sizes of the measurements (papermill can change them: `-y "GEN_LENGTHS: [64, 128, 256, 500]"`).
 GEN_LENGTHS = [32, 64, 128, 256]  # generated tokens in the with/without cache comparison
+REPEATS = 3  # timings per length and way; the medians are shown
 
 # %%
 import torch
 
-from course import checkpoints, corpus, flash_attention, kv_cache
-from course.device import best_device, describe, synchronize
+from course import checkpoints, corpus, flash_attention, kv_cache, timing
+from course.device import best_device, describe
 from course.model import generate, repeat_kv
 from course.plots import kv_cache as plots
 
@@ -96,15 +97,18 @@ for name, arch in kv_cache.PUBLISHED.items():
     print(
         f"{name:12s} {arch.kind:28s} {per_token / 2**10:5.0f} KiB/token   32k tokens: "
         f"{kv_cache.cache_bytes(arch, 32768) / 1e9:5.1f} GB   weights {arch.params * 2 / 1e9:5.1f} GB   "
-        f"cache = weights at {kv_cache.crossover_tokens(arch):,} tokens"
+        f"cache = weights at {kv_cache.crossover_tokens(arch):,} tokens "
+        f"(at 4,096 tokens a sequence: batch {kv_cache.crossover_tokens(arch) / 4096:.1f})"
     )
 
 # %% [markdown]
 # ### Try it
 #
-# Start at Llama-2-7B and 4,096 tokens, then raise the batch: by batch 4 the cache matches the
-# model. Switch to Llama-3-8B: 8 key-value heads instead of 32 cut the cache by 4. Set the kv
-# heads to 1 (MQA) and then change the cache's dtype: an fp8 cache halves it again.
+# Start at Llama-2-7B and 4,096 tokens, then raise the batch: at batch 4 the cache is 8.6 GB
+# against 13.5 GB of weights, at batch 8 it is 17.2 GB. It overtakes the weights in between, at
+# batch 6.3 (the last column above). Switch to Llama-3-8B: 8 key-value heads instead of 32 cut
+# the cache by 4. Set the kv heads to 1 (MQA) and then change the cache's dtype: an fp8 cache
+# halves it again.
 
 # %%
 plots.widget_kv_cache()
@@ -281,37 +285,24 @@ plots.widget_paging()
 #
 # Without a cache, step $t$ reruns the model over all $t$ tokens so far: the total work grows
 # with the square of the length. With the cache each step processes one token: linear. Here is
-# the course model on this machine (greedy, a one-byte prompt):
+# the course model on this machine (greedy, a one-byte prompt), each length timed both ways in
+# turn, the median of several repeats, with the thread count chosen for this machine:
 
 # %%
-import time
-
-from tqdm.auto import tqdm
-
 seed_prompt = corpus.encode("\n")[None].to(device)
-
-
-def seconds(length, use_cache):
-    synchronize(device)
-    started = time.perf_counter()
-    generate(target, seed_prompt, length, use_cache=use_cache)
-    synchronize(device)
-    return time.perf_counter() - started
-
-
-generate(target, seed_prompt, 8)  # warm-up
-with_cache, without_cache = [], []
-for length in tqdm(GEN_LENGTHS, desc="generating"):
-    with_cache.append(seconds(length, True))
-    without_cache.append(seconds(length, False))
-for length, a, b in zip(GEN_LENGTHS, with_cache, without_cache, strict=True):
+print(timing.pin_threads(lambda: generate(target, seed_prompt, 32), device))
+measured = kv_cache.cache_timings(target, seed_prompt, GEN_LENGTHS, repeats=REPEATS)
+for length, a, b in zip(GEN_LENGTHS, measured["with_cache"], measured["without_cache"], strict=True):
     print(f"{length:4d} tokens: cache {a:6.2f} s, no cache {b:6.2f} s: {b / a:5.1f}x")
-plots.plot_cache_speed(GEN_LENGTHS, with_cache, without_cache)
+print(kv_cache.cache_speed_reading(**measured))
+plots.plot_cache_speed(GEN_LENGTHS, measured["with_cache"], measured["without_cache"])
 
 # %% [markdown]
-# Without the cache the time grows faster than the length; with it, in proportion. For a model
-# this small, fixed costs per step hide part of the difference at short lengths; `make bench`
-# measures 512 tokens, where the cache is more than ten times faster on a 2-core CPU.
+# What holds everywhere: without the cache the time grows faster than the length, with it in
+# proportion, so the cache's advantage grows with the length, and the reading above says from
+# which length on it reaches a given factor on this machine. For a model this small, each step's
+# fixed costs (launching dozens of small operations) are a large part of its time and hide part
+# of the difference at short lengths. `make bench` measures up to 512 tokens the same way.
 #
 # ## In practice
 #

@@ -37,7 +37,7 @@ import math
 
 import torch
 
-from course import flash_attention, timing
+from course import flash_attention, readings, timing
 from course.device import best_device, describe, triton_available
 from course.plots import flash_attention as plots
 
@@ -246,6 +246,8 @@ versions = {
 }
 seconds = {name: [] for name in versions}
 peak_mib = {name: [] for name in versions}
+q, k, v = (torch.randn(1, HEADS, LENGTHS[-1], HEAD_DIM, device=device) for _ in range(3))
+print(timing.pin_threads(lambda: versions["full score matrix"](q, k, v), device))
 for n in tqdm(LENGTHS, desc="timing attention"):
     q, k, v = (torch.randn(1, HEADS, n, HEAD_DIM, device=device) for _ in range(3))
     for name, run in versions.items():
@@ -259,14 +261,26 @@ for n in tqdm(LENGTHS, desc="timing attention"):
             peak_mib[name].append(HEADS * largest * 4 / 2**20)
 for i, n in enumerate(LENGTHS):
     print(f"N = {n:5d}: " + "   ".join(f"{name} {1e3 * seconds[name][i]:7.2f} ms" for name in versions))
+for i in (0, len(LENGTHS) - 1):
+    full = seconds["full score matrix"][i]
+    print(
+        f"N = {LENGTHS[i]}: "
+        + "; ".join(
+            readings.faster(full, seconds[name][i], name, "the full score matrix")
+            for name in versions
+            if name != "full score matrix"
+        )
+    )
 plots.plot_attention_timing(LENGTHS, seconds, peak_mib)
 
 # %% [markdown]
-# On a CPU the blockwise loop is not faster: it is written in Python, one small matrix product
-# per block, and a CPU's caches already hold what a GPU's SRAM holds. What it changes is the
-# memory: its largest intermediate grows like N, the full version's like N squared. On a GPU,
-# the fused kernels (SDPA's FlashAttention backend, or the Triton kernel) win on time as well,
-# because the traffic of section 3 is what they save.
+# The printed lines say which version was faster here, at the shortest and the longest length.
+# What holds everywhere is the memory: the blockwise version's largest intermediate grows like N,
+# the full version's like N squared. The time depends on the machine. The blockwise loop is
+# written in Python, one small matrix product per block, so on a CPU it pays a fixed cost per
+# block that a single large product does not, and a CPU's caches already hold what a GPU's SRAM
+# holds. On a GPU, the fused kernels (SDPA's FlashAttention backend, or the Triton kernel) win on
+# time as well, because the traffic of section 3 is what they save.
 #
 # ## In practice
 #

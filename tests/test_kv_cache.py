@@ -151,3 +151,29 @@ def attention_step(q, k, v, cache_k, cache_v):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+def test_cache_speed_reading_states_the_length_from_which_each_factor_holds():
+    reading = kv_cache.cache_speed_reading([32, 64, 128, 256], [0.1, 0.2, 0.4, 0.8], [0.15, 0.5, 2.2, 8.8])
+    assert reading.startswith("the cache is 11.00x faster than recomputing at 256 tokens")
+    assert (
+        "at least 2x faster from 64 tokens on, 5x faster from 128 tokens on and 10x faster from 256 tokens on"
+        in reading
+    )
+    assert "(8x the length) the time grew 8.0x with the cache and 58.7x without" in reading
+    dip = kv_cache.cache_speed_reading([32, 64, 128], [1.0, 1.0, 1.0], [2.5, 1.5, 2.5])
+    assert "at least 2x faster from 128 tokens on" in dip  # 64 tokens broke the run
+    none = kv_cache.cache_speed_reading([32, 64], [1.0, 1.0], [1.2, 1.5])
+    assert "not yet 2x faster at any of the lengths 32 and 64" in none
+
+
+def test_cache_timings_time_both_ways_for_every_length():
+    from course import checkpoints, corpus
+
+    target = checkpoints.load("target")
+    measured = kv_cache.cache_timings(target, corpus.encode("\n")[None], [4, 8], repeats=2, progress=False)
+    assert measured["lengths"] == [4, 8]
+    assert len(measured["with_cache"]) == len(measured["without_cache"]) == 2
+    assert all(t > 0 for t in measured["with_cache"] + measured["without_cache"])
+    with pytest.raises(ValueError, match="repeat"):
+        kv_cache.cache_timings(target, corpus.encode("\n")[None], [4], repeats=0)

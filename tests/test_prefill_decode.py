@@ -3,7 +3,7 @@ chapter's figures, and the grader's hints for planted mistakes."""
 
 import pytest
 
-from course import prefill_decode
+from course import evaluation, prefill_decode
 from course.plots import prefill_decode as plots
 from course.plots._widgets import figure_png
 
@@ -274,3 +274,25 @@ VARIANTS = {
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+def test_decode_batch_reading_names_the_slower_batches_and_why():
+    throughput = {1: 12.0, 2: 9.0, 4: 5.0, 8: 14.0}
+    why = evaluation.decode_batch_reading(throughput, {1: 1.0, 2: 2.1, 4: 4.0})
+    assert "the most tokens per second came at batch 8: 1.2x batch 1" in why
+    assert "batch 2 and 4 decoded fewer tokens per second than batch 1" in why
+    assert "2 rows of activations takes 2.1x as long as with 1 row" in why
+    busy = evaluation.decode_batch_reading(throughput, {1: 1.0, 2: 1.1})
+    assert "only 1.1x" in busy and "other work on the machine" in busy
+    fine = evaluation.decode_batch_reading({1: 10.0, 2: 19.0}, {1: 1.0, 2: 1.0})
+    assert "every batch decoded at least as many tokens per second as batch 1" in fine
+
+
+def test_linear_row_cost_is_relative_to_one_row():
+    from course.model import LanguageModel, ModelConfig
+
+    model = LanguageModel(ModelConfig(d_model=64, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=128, max_seq_len=16))
+    cost = evaluation.linear_row_cost(model, rows=(1, 2, 4), repeats=3)
+    assert list(cost) == [1, 2, 4] and cost[1] == 1.0 and all(c > 0 for c in cost.values())
+    line = evaluation.describe_row_cost({1: 1.0, 2: 2.1})
+    assert line.endswith("1 row 1.00x, 2 rows 2.10x the time of 1 row")

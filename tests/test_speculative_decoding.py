@@ -1,16 +1,27 @@
 """Chapter 6: speculative sampling reproduces the target, tokens per call against the formula,
-speculative generation against the target alone, the chapter's figure, and the grader's hints for
-planted mistakes."""
+speculative generation against the target alone with each of the four drafts, the n-gram table
+against a count done by hand, the readings of a measurement, the chapter's figures, and the
+grader's hints for planted mistakes."""
+
+from collections import Counter
 
 import pytest
 import torch
 
-from course import checkpoints, corpus, speculative_decoding
+from course import checkpoints, corpus, speculative_decoding, timing
 from course.model import generate
 from course.plots import speculative_decoding as plots
 from course.plots._widgets import figure_png
 
 from conftest import Planted, assert_named, judged_in_process
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: thousands of small forward passes, which more threads than free cores
+    (a machine shared with other work) slow down many times over."""
+    with timing.threads(1):
+        yield
 
 
 def test_speculative_sampling_reproduces_the_target():
@@ -65,6 +76,162 @@ def test_plot_returns_a_figure_that_renders():
     assert figure_png(plots.plot_speculative(alpha=0.6, k=8, cost=0.2)).startswith(b"\x89PNG")
 
 
+# --- the drafts without a model ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_ngram():
+    """An n-gram draft over a slice of the training plays: the same code as the full table, faster."""
+    return speculative_decoding.NGramDraft(corpus.tokens("train")[:400_000], order=5)
+
+
+def drafts(small_ngram):
+    return {
+        "model": checkpoints.load("draft"),
+        "n-gram": small_ngram,
+        "lookup": speculative_decoding.PromptLookupDraft(),
+        "lookup, short matches": speculative_decoding.PromptLookupDraft(longest=4, shortest=1),
+    }
+
+
+def test_every_draft_gives_the_targets_greedy_output(small_ngram):
+    target = checkpoints.load("target")
+    for text in ("ROMEO:\n", "KING HENRY:\nMy lord, "):
+        prompt = corpus.encode(text)[None]
+        alone = generate(target, prompt, 80)
+        for name, draft in drafts(small_ngram).items():
+            for k in (1, 4, 7):
+                run = speculative_decoding.speculative_generate(target, draft, prompt, k, 80, temperature=0)
+                assert torch.equal(run["tokens"], alone), (name, k, text)
+                assert sum(m for m, _ in run["rounds"]) == run["draft_calls"]
+                assert len(run["rounds"]) == run["target_calls"]
+
+
+@pytest.mark.parametrize("which", ["n-gram", "lookup, short matches"])
+def test_lookup_drafts_sample_the_targets_distribution(small_ngram, which):
+    """At temperature 1 the n-gram draft proposes from its counts and prompt lookup from a one-hot q;
+    either way the second generated token is distributed as the target's (the first is seen in the
+    prompt "the the the th", so the lookup draft proposes for it)."""
+    target = checkpoints.load("target")
+    draft = drafts(small_ngram)[which]
+    prompt = corpus.encode("the the the th")[None]
+    with torch.no_grad():
+        p = torch.softmax(target(prompt)[0, -1].double(), -1)
+    counts = torch.zeros(256, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    n, proposed = 1000, 0
+    for _ in range(n):
+        run = speculative_decoding.speculative_generate(target, draft, prompt, 3, 1, temperature=1.0, generator=g)
+        counts[run["tokens"][0, -1]] += 1
+        proposed += run["draft_calls"]
+    assert proposed >= n  # the draft really proposed at every call
+    top = p.argsort(descending=True)[:5]
+    spread = (p[top] * (1 - p[top]) / n).sqrt()
+    assert ((counts[top] / n - p[top]).abs() <= 5 * spread + 1e-3).all()
+
+
+def test_ngram_table_holds_the_most_frequent_follower_of_every_context():
+    text = corpus.tokens("validation")[:20_000]
+    table = speculative_decoding.NGramDraft(text, order=3)
+    data = text.tolist()
+    for n in (1, 2, 3):
+        by_hand = {}
+        for i in range(len(data) - n):
+            by_hand.setdefault(tuple(data[i : i + n]), Counter())[data[i + n]] += 1
+        contexts, following, counts = table.tables[n]
+        assert len(set(contexts.tolist())) == len(by_hand)
+        for context in list(by_hand)[::97]:
+            found_following, found_counts = table.counts(list(context))
+            assert dict(zip(found_following.tolist(), found_counts.tolist(), strict=True)) == by_hand[context]
+
+
+def test_ngram_draft_reference_agrees_with_the_table_and_its_example():
+    assert speculative_decoding.ngram_draft(corpus.encode("abcabd"), list(b"xab"), 2, 3) == list(b"cab")
+    assert speculative_decoding.ngram_draft(torch.tensor([1, 2, 3]), [1], 1, 5) == [2, 3]  # 3 is never followed
+    text = corpus.tokens("validation")[:30_000]
+    table = speculative_decoding.NGramDraft(text, order=4)
+    for start in range(0, 25_000, 1_250):
+        context = text[start : start + 4].tolist()
+        reference = speculative_decoding.ngram_draft(text, context, 4, 6)
+        proposed, q = table.propose(context, len(reference), 0.0, None)
+        assert proposed == reference  # every context of the reference's run was seen: no back-off
+        assert all(row.sum() == 1 and row[x] == 1 for row, x in zip(q, proposed, strict=True))  # one-hot
+
+
+def test_prompt_lookup_copies_what_followed_the_longest_earlier_match():
+    lookup = speculative_decoding.PromptLookupDraft(longest=8, shortest=3)
+    assert bytes(lookup.continuation(list(b"to be or not to be"), 4)) == b" or "
+    assert lookup.continuation(list(b"abcdefgh"), 4) == []  # nothing repeats: nothing to propose
+    assert bytes(lookup.continuation(list(b"xyzxyz"), 10)) == b"xyz"  # only what is there
+    with pytest.raises(ValueError, match="shortest"):
+        speculative_decoding.PromptLookupDraft(longest=2, shortest=3)
+
+
+def test_summarise_averages_the_formula_over_the_rounds_as_proposed():
+    runs = [{"rounds": [(4, 4), (4, 1), (0, 0), (2, 0)], "proposed": [3, 2, 1, 1]}]
+    summary = speculative_decoding.summarise(runs)
+    assert summary["alpha"] == pytest.approx(5 / 7)  # 5 accepted of 7 verified proposals
+    assert summary["tokens_per_call"] == pytest.approx((5 + 2 + 1 + 1) / 4)
+    expected = [speculative_decoding.expected_tokens_per_call(5 / 7, m) for m in (4, 4, 0, 2)]
+    assert summary["formula"] == pytest.approx(sum(expected) / 4)
+    assert summary["drafted_per_call"] == pytest.approx(10 / 4)
+
+
+def test_measure_drafts_reports_what_the_chapter_prints(small_ngram):
+    target = checkpoints.load("target")
+    prompts = [corpus.tokens("validation")[s : s + 16][None] for s in (0, 5000)]
+    chosen = {"n-gram": small_ngram, "lookup": speculative_decoding.PromptLookupDraft()}
+    results = speculative_decoding.measure_drafts(target, chosen, prompts, 3, 24, 0.0, repeats=1, progress=False)
+    for name, draft in chosen.items():
+        r = results[name]
+        runs = [speculative_decoding.speculative_generate(target, draft, p, 3, 24, 0.0) for p in prompts]
+        assert {k: r[k] for k in ("alpha", "tokens_per_call", "formula")} == {
+            k: speculative_decoding.summarise(runs)[k] for k in ("alpha", "tokens_per_call", "formula")
+        }
+        assert r["speedup"] > 0 and r["cost"] >= 0 and r["verify"] > 0 and r["step"] > 0
+        assert r["formula_speedup"] == pytest.approx(r["formula"] / (1 + r["cost"] * r["drafted_per_call"]))
+    reading = speculative_decoding.drafts_reading(results)
+    assert "fastest: the" in reading
+
+
+def test_drafts_reading_says_what_the_numbers_say():
+    base = {"k": 4, "verify": 1.0, "drafted_per_call": 4.0, "formula": 3.0, "alpha": 0.8}
+    results = {
+        "n-gram table": {**base, "tokens_per_call": 3.05, "speedup": 2.4, "cost": 0.003},
+        "draft model": {**base, "tokens_per_call": 2.70, "speedup": 0.9, "cost": 0.3, "verify": 1.5},
+        "prompt lookup": {
+            **base,
+            "tokens_per_call": 1.2,
+            "formula": 1.2,
+            "speedup": 1.1,
+            "cost": 0.01,
+            "drafted_per_call": 0.5,
+        },
+    }
+    reading = speculative_decoding.drafts_reading(results)
+    assert "n-gram table: 3.05 tokens per call, within 5% of the formula's 3.00 (+1.7%)" in reading
+    assert "draft model: 2.70 tokens per call, 10% below the formula's 3.00" in reading
+    assert "fastest: the n-gram table, 2.40x the target alone, reaching 2x" in reading
+    assert "the draft model made decoding slower (0.90x)" in reading
+    assert "c = 0.30" in reading and "only 0.5 of the 4 positions" in reading
+    assert "1.50 one-token steps for the draft model" in reading
+    assert "short of 2x" in speculative_decoding.drafts_reading({"x": results["draft model"]})
+    tie = speculative_decoding.drafts_reading({"x": {**results["draft model"], "speedup": 0.99}})
+    assert "the x made decoding no faster (0.99x, within 5% of the target alone)" in tie and "slower" not in tie
+
+
+def test_drafts_chart_renders_greedy_and_sampled_points():
+    measured = {
+        "n-gram table, greedy": {"alpha": 0.81, "cost": 0.003, "speedup": 2.4, "temperature": 0.0},
+        "n-gram table, sampled": {"alpha": 0.66, "cost": 0.0, "speedup": 1.6, "temperature": 1.0},
+        "draft model, greedy": {"alpha": 0.8, "cost": 0.3, "speedup": 1.2, "temperature": 0.0},
+    }
+    fig = plots.plot_drafts(measured, k=4)
+    labels = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+    assert labels == [f"{name}: measured {r['speedup']:.2f}x" for name, r in measured.items()]
+    assert figure_png(fig).startswith(b"\x89PNG")
+
+
 SPECULATIVE_TOKEN = """
 def speculative_token(target, draft, generator):
     x = int(torch.multinomial(draft, 1, generator=generator))
@@ -73,12 +240,38 @@ def speculative_token(target, draft, generator):
     leftover = {leftover}
     return int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator)), False
 """
+NGRAM_DRAFT = """
+def ngram_draft(text, context, n, k):
+    text, proposed = text.tolist(), []
+    for _ in range(k):
+        last = {last}
+        counts = {{}}
+        for i in range(len(text) - n):
+            if text[i : i + n] == last:
+                counts[text[i + n]] = counts.get(text[i + n], 0) + 1
+        if not counts:
+            break
+        proposed.append(max(counts, key=lambda t: (counts[t], -t))){grow}
+    return proposed
+"""
 PLANTED = {
     "resample_from_p": Planted(
         "speculative_token",
         SPECULATIVE_TOKEN.format(leftover="target"),
         {"speculative_token.distribution", "speculative_token.random"},
         "resampled from p",
+    ),
+    "ngram_context_not_grown": Planted(
+        "ngram_draft",
+        NGRAM_DRAFT.format(last="context[-n:]", grow=""),
+        {"ngram_draft.example", "ngram_draft.random", "ngram_draft.tie"},
+        "must join the context",
+    ),
+    "ngram_ties_to_largest": Planted(
+        "ngram_draft",
+        NGRAM_DRAFT.format(last="(context + proposed)[-n:]", grow="").replace("-t)", "t)"),
+        {"ngram_draft.example", "ngram_draft.tie"},
+        "ties go to the smallest",
     ),
     "series_off_by_one": Planted(
         "expected_tokens_per_call",  # speculative_speedup calls the learner's own formula

@@ -1,10 +1,12 @@
-"""The thread policy of the measurements: CPUs this process may use, and the faster thread count."""
+"""The measurements' shared helpers: the thread policy (CPUs this process may use, and the faster
+thread count) and the sentences computed from measured numbers (``course.readings``)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from course import timing
+from course import readings, timing
 
 
 def _write(path, text):
@@ -49,5 +51,51 @@ def test_choose_threads_times_one_thread_and_all_and_restores_the_count():
 
 def test_describe_threads_says_why():
     assert "busy" in timing.describe_threads(1, {1: 0.05, 4: 0.2})
+    tie = timing.describe_threads(1, {1: 0.1034, 2: 0.1041})
+    assert "as fast as all of them here (within 5%)" in tie and "busy" not in tie
     assert "all usable CPUs help" in timing.describe_threads(4, {1: 0.2, 4: 0.05})
     assert "GPU" in timing.describe_threads(8, {})
+
+
+def test_pin_threads_keeps_the_faster_count_and_says_so():
+    before = torch.get_num_threads()
+    try:
+        line = timing.pin_threads(lambda: sum(range(1000)))
+        assert torch.get_num_threads() in {1, timing.usable_cpus()}
+        assert line.startswith(f"measuring with {torch.get_num_threads()} of {timing.usable_cpus()}")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_faster_reads_the_ratio_both_ways_and_calls_near_ties_even():
+    assert readings.faster(2.0, 0.5, "the cache", "no cache") == "the cache is 4.00x faster than no cache"
+    assert readings.faster(1.0, 1.3, "bfloat16", "float32") == "bfloat16 is 1.30x slower than float32"
+    assert "as fast as float32 (within 5%: 1.03x)" in readings.faster(1.03, 1.0, "bfloat16", "float32")
+    with pytest.raises(ValueError, match="positive"):
+        readings.faster(0.0, 1.0, "a", "b")
+
+
+@pytest.mark.parametrize(
+    "measured, expected, words",
+    [(2.40, 2.38, "within 5% of the formula (+0.8%)"), (3.14, 3.32, "5% below the formula"), (3.0, 2.0, "50% above")],
+)
+def test_versus_says_above_below_or_within(measured, expected, words):
+    assert words in readings.versus(measured, expected)
+
+
+@pytest.mark.parametrize(
+    "share, words", [(0.1, "far under it"), (0.27, "well under it"), (0.73, "close under it"), (0.95, "at the roof")]
+)
+def test_share_of_roof_words_follow_the_number(share, words):
+    assert readings.share_of_roof(share) == f"{share:.0%} of the memory roofline: {words}"
+
+
+def test_holds_from_is_the_start_of_the_last_unbroken_run():
+    assert readings.holds_from([64, 128, 256, 512], [False, True, True, True]) == 128
+    assert readings.holds_from([64, 128, 256], [True, False, True]) == 256  # a dip at 128 breaks the run
+    assert readings.holds_from([64, 128], [True, False]) is None
+    assert readings.holds_from([256, 64, 128], [True, False, True]) == 128  # order of the lists does not matter
+
+
+def test_listing_joins_like_a_sentence():
+    assert [readings.listing(x) for x in ([], [2], [2, 4], [2, 4, 8])] == ["", "2", "2 and 4", "2, 4 and 8"]

@@ -23,6 +23,7 @@ CHAPTER_BUDGET, COURSE_BUDGET = 90.0, 600.0  # seconds headless, per chapter and
 # chapter 8 loads a pretrained 135M-parameter model several ways, trains adapters on it and generates
 CHAPTER_BUDGETS = {"08_in_practice": 240.0}
 REPORT = paths.DATA / "performance.json"
+CACHE_LENGTHS = [64, 128, 256, 512]  # generated tokens, with and without the KV cache
 
 
 def quantization_speed(device: torch.device, bound: float) -> None:
@@ -152,9 +153,9 @@ def slider_latency() -> dict[str, dict[str, float]]:
 
 
 def course_model(device: torch.device) -> dict[str, float]:
-    from course import checkpoints, corpus, evaluation
+    from course import checkpoints, corpus, evaluation, kv_cache
 
-    print("\n== the course model ==")
+    print("\n== the course model (median of 3 repeats, each length with and without the cache in turn) ==")
     for name in ("target", "draft"):
         model = checkpoints.load(name, device)
         loss = evaluation.text_loss(model, corpus.tokens("validation").to(device))
@@ -163,19 +164,21 @@ def course_model(device: torch.device) -> dict[str, float]:
             f"(perplexity {evaluation.perplexity(loss):.2f})"
         )
     target = checkpoints.load("target", device, max_seq_len=1024)
-    cached = evaluation.decode_tokens_per_second(target, 1, new_tokens=512, prompt_len=1, use_cache=True, repeats=1)
-    uncached = evaluation.decode_tokens_per_second(target, 1, new_tokens=512, prompt_len=1, use_cache=False, repeats=1)
-    print(
-        f"decode, 512 generated tokens: {cached:.0f} tokens/s with the KV cache, {uncached:.1f} without: "
-        f"{cached / uncached:.1f}x (goal 10x)"
-    )
+    measured = kv_cache.cache_timings(target, corpus.encode("\n")[None].to(device), CACHE_LENGTHS, repeats=3)
+    for length, a, b in zip(CACHE_LENGTHS, measured["with_cache"], measured["without_cache"], strict=True):
+        print(
+            f"decode, {length:3d} generated tokens: cache {a:6.2f} s, no cache {b:6.2f} s: {b / a:5.1f}x "
+            "(goal 10x at 512)"
+        )
+    print(kv_cache.cache_speed_reading(**measured))
     prefill = evaluation.prefill_seconds_per_token(target, 1, 256)
     step = evaluation.decode_step_seconds(target, 1)
     print(
         f"prefill {1e3 * prefill:.3f} ms per prompt token, decode {1e3 * step:.2f} ms per generated token: "
         f"a generated token costs {step / prefill:.0f}x a prompt token"
     )
-    return {"cache_speedup_512": cached / uncached}
+    speedups = [b / a for a, b in zip(measured["with_cache"], measured["without_cache"], strict=True)]
+    return {f"cache_speedup_{n}": x for n, x in zip(CACHE_LENGTHS, speedups, strict=True)}
 
 
 def decode_roofline(device: torch.device, bound: float) -> dict[str, float]:
@@ -196,6 +199,9 @@ def decode_roofline(device: torch.device, bound: float) -> dict[str, float]:
     )
     for batch, rate in per_batch.items():
         print(f"  batch {batch:3d}: {rate:7.1f} tokens/s, {efficiency[batch]:4.0%} of perfect scaling")
+    row_cost = evaluation.linear_row_cost(model)
+    print(evaluation.describe_row_cost(row_cost))
+    print(evaluation.decode_batch_reading(per_batch, row_cost))
     bend = evaluation.scaling_bend(per_batch)
     peak = timing.matmul_flops(1024, dtype, device)
     here = prefill_decode.Hardware("here", peak, bound * 1e9, 0)
@@ -204,7 +210,7 @@ def decode_roofline(device: torch.device, bound: float) -> dict[str, float]:
         f"scaling falls below half of perfect at batch {bend}; the roofline's bend "
         f"(matmul {peak / 1e9:.0f} GFLOP/s) is at {critical:.0f}"
     )
-    return {"decode_vs_roofline": per_batch[1] / predicted}
+    return {"decode_vs_roofline": per_batch[1] / predicted, "two_rows_vs_one": row_cost[2]}
 
 
 def triton_against_sdpa(
@@ -282,59 +288,39 @@ def attention_timing(device: torch.device) -> dict[str, float]:
     return ratios
 
 
-def speculative_decoding(device: torch.device) -> dict[str, float]:
-    """Chapters 6 and 7: speed-up, tokens per call against the formula, and the two drafts."""
+def speculative_decoding(device: torch.device) -> dict[str, dict]:
+    """Chapters 6 and 7: the four drafts, greedy and sampled: alpha, c, tokens per call against the
+    formula, and the wall-clock speed-up over the target alone."""
     from course import checkpoints, corpus, speculative_decoding
-    from course.model import generate
 
-    print("\n== chapters 6 and 7: speculative decoding ==")
+    print("\n== chapters 6 and 7: speculative decoding, four drafts (median of 3 repeats) ==")
     target = checkpoints.load("target", device)
     text = corpus.tokens("validation")
     prompts = [text[s : s + 32][None].to(device) for s in (1000, 90_000, 200_000, 350_000)]
+    drafts = {
+        "draft model": checkpoints.load("draft", device),
+        "distilled draft": checkpoints.load("distilled", device),
+        "n-gram table": speculative_decoding.training_ngram_draft(),
+        "prompt lookup": speculative_decoding.PromptLookupDraft(),
+    }
     new, k = 200, 4
-    results = {}
-    for temperature in (0.0, 1.0):
-        alone = statistics.median(
-            timing.median_seconds(
-                lambda: generate(target, p, new, temperature=temperature, generator=torch.Generator().manual_seed(0)),
-                device,
-                0,
-                1,
-            )
-            for p in prompts
-        )
-        for name in ("draft", "distilled"):
-            draft = checkpoints.load(name, device)
-            runs = [
-                speculative_decoding.speculative_generate(
-                    target, draft, p, k, new, temperature, torch.Generator().manual_seed(i)
-                )
-                for i, p in enumerate(prompts)
-            ]
-            alpha = sum(sum(r["accepted"]) for r in runs) / sum(sum(r["proposed"]) for r in runs)
-            per_call = len(runs) * new / sum(r["target_calls"] for r in runs)
-            formula = speculative_decoding.expected_tokens_per_call(alpha, k)
-            seconds = statistics.median(
-                timing.median_seconds(
-                    lambda: speculative_decoding.speculative_generate(
-                        target, draft, p, k, new, temperature, torch.Generator().manual_seed(0)
-                    ),
-                    device,
-                    0,
-                    1,
-                )
-                for p in prompts
-            )
-            label = f"{name}, {'greedy' if temperature == 0 else 'sampled'}"
-            results[label] = {"alpha": alpha, "speedup": alone / seconds}
+    report = {}
+    for temperature, label in ((0.0, "greedy"), (1.0, "sampled")):
+        results = speculative_decoding.measure_drafts(target, drafts, prompts, k, new, temperature, repeats=3)
+        print(f"-- {label}, k = {k}, {len(prompts)} prompts x {new} tokens --")
+        for name, r in results.items():
             print(
-                f"{label:20s} k = {k}: alpha {alpha:.3f}; tokens per call {per_call:.2f} vs formula {formula:.2f} "
-                f"({100 * (per_call / formula - 1):+.1f}%); speed-up {alone / seconds:.2f}x over the target alone "
-                "(goal 2x)"
+                f"{name:15s} alpha {r['alpha']:.3f}  c {r['cost']:.3f}  verify {r['verify']:.2f}  tokens per call "
+                f"{r['tokens_per_call']:.2f} vs formula {r['formula']:.2f} "
+                f"({100 * (r['tokens_per_call'] / r['formula'] - 1):+.1f}%)"
+                f"  speed-up {r['speedup']:.2f}x (formula with c {r['formula_speedup']:.2f}x; goal 2x)"
             )
-    gain = results["distilled, sampled"]["alpha"] - results["draft, sampled"]["alpha"]
-    print(f"the distilled draft's acceptance rate is {gain:+.3f} over the hard-label draft's (sampled)")
-    return {"speculative_speedup_" + label.replace(", ", "_"): r["speedup"] for label, r in results.items()}
+            report[f"{name}, {label}"] = {
+                key: round(r[key], 4)
+                for key in ("alpha", "cost", "verify", "tokens_per_call", "formula", "speedup", "formula_speedup")
+            }
+        print(speculative_decoding.drafts_reading(results))
+    return report
 
 
 def pretrained_llm(bound: float) -> dict[str, float]:
@@ -480,7 +466,14 @@ def record_sliders(sliders: dict[str, dict]) -> None:
     print(f"sliders recorded in {REPORT.relative_to(paths.ROOT)}")
 
 
-def budget(chapters: dict[str, float], sliders: dict[str, dict], ratios: dict[str, float], machine: str) -> None:
+def budget(
+    chapters: dict[str, float],
+    sliders: dict[str, dict],
+    ratios: dict[str, float],
+    machine: str,
+    threads: str = "",
+    drafts: dict | None = None,
+) -> None:
     """Print what is over the performance budget, and by how much; record everything in data/."""
     limits = {name: CHAPTER_BUDGETS.get(name, CHAPTER_BUDGET) for name in chapters}
     over = [
@@ -500,7 +493,9 @@ def budget(chapters: dict[str, float], sliders: dict[str, dict], ratios: dict[st
         "machine": machine,
         "chapter_seconds": {k: round(v, 1) for k, v in chapters.items()},
         **slider_fields,
+        "threads": threads,
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
+        "speculative_drafts": drafts or {},
         "over_budget": over,
     }
     REPORT.write_text(json.dumps(report, indent=1) + "\n")
@@ -817,9 +812,15 @@ def main() -> None:
 
 
 def measurements(only: str | None = None) -> None:
+    from course import checkpoints, corpus
+    from course.model import generate
+
     device = best_device()
     torch.manual_seed(0)
     print(describe(device))
+    target = checkpoints.load("target", device)
+    threads = timing.pin_threads(lambda: generate(target, corpus.encode("\n")[None].to(device), 32), device)
+    print(threads)
     bound = timing.memory_bandwidth(device)
     print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
     synchronize(device)
@@ -833,12 +834,12 @@ def measurements(only: str | None = None) -> None:
     ratios = decode_roofline(device, bound)
     ratios.update(course_model(device))
     ratios.update(attention_timing(device))
-    ratios.update(speculative_decoding(device))
+    drafts = speculative_decoding(device)
     ratios.update(pretrained_llm(bound))
     ratios.update(capstone(device, bound))
     sliders = slider_latency()
     chapters = chapter_times()
-    budget(chapters, sliders, ratios, describe(device))
+    budget(chapters, sliders, ratios, describe(device), threads, drafts)
 
 
 if __name__ == "__main__":

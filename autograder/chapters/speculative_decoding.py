@@ -1,6 +1,6 @@
-"""Chapter 6's exercises: acceptance_rate, expected_tokens_per_call, speculative_token and
-speculative_speedup. speculative_token is judged by sampling: thousands of calls with one seeded
-generator, their token frequencies against the target's probabilities."""
+"""Chapter 6's exercises: acceptance_rate, expected_tokens_per_call, speculative_token,
+speculative_speedup and ngram_draft. speculative_token is judged by sampling: thousands of calls
+with one seeded generator, their token frequencies against the target's probabilities."""
 
 from __future__ import annotations
 
@@ -392,4 +392,129 @@ SPEEDUP = Exercise(
     builds_on=("expected_tokens_per_call",),
 )
 
-EXERCISES = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP]
+# --- ngram_draft ---------------------------------------------------------------------------------------
+
+
+def _ngram_variant(text, context, n, k, grow=True, width=None, pick="most", smallest_on_tie=True):
+    """ngram_draft as written, or with one of the usual mistakes: the context not grown by the
+    proposals, ``width`` tokens of context instead of n, the first or last continuation instead of
+    the most frequent, ties to the largest token."""
+    text, context = [int(t) for t in text], [int(t) for t in context]
+    width = width or n
+    proposed = []
+    for _ in range(k):
+        last = (context + proposed if grow else context)[-width:]
+        following = [text[i + width] for i in range(len(text) - width) if text[i : i + width] == last]
+        if not following:
+            break
+        if pick == "first":
+            token = following[0]
+        elif pick == "last":
+            token = following[-1]
+        else:
+            counts = {t: following.count(t) for t in set(following)}
+            token = max(counts, key=lambda t: (counts[t], -t if smallest_on_tie else t))
+        proposed.append(token)
+    return proposed
+
+
+NGRAM_MISTAKES = [  # the tie first: its output differs from the right one only where counts tie
+    ("on a tie it took the largest token: ties go to the smallest", {"smallest_on_tie": False}),
+    ("each proposal must join the context: look up the last n tokens of context + proposals so far", {"grow": False}),
+    ("looked up n - 1 tokens of context: use exactly the last n", {"width": -1}),
+    ("looked up n + 1 tokens of context: use exactly the last n", {"width": +1}),
+    ("took the first continuation found in the text: count them all and take the most frequent", {"pick": "first"}),
+    ("took the last continuation found in the text: count them all and take the most frequent", {"pick": "last"}),
+]
+
+
+def _as_token_list(value):
+    if isinstance(value, torch.Tensor) and value.dim() <= 1 and not value.is_floating_point():
+        return [int(t) for t in value.reshape(-1).tolist()], ""
+    if isinstance(value, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return list(value), ""
+    return None, f"returned {str(value)[:80]}; ngram_draft should return a list of int tokens"
+
+
+@judges_value
+def _judge_ngram(probe, got):
+    text, context, n, k = probe["args"]
+    tokens, problem = _as_token_list(got)
+    if problem:
+        return Verdict(False, problem)
+    expected = speculative_decoding.ngram_draft(text, context, n, k)
+    if tokens == expected:
+        return Verdict(True)
+    difference = f"expected {expected}, got {tokens}"
+    if len(tokens) > len(expected) and tokens[: len(expected)] == expected:
+        return Verdict(
+            False,
+            f"kept proposing after a context that never occurs in the text: stop there and return what you have "
+            f"({difference})",
+        )
+    for hint, change in NGRAM_MISTAKES:
+        if "width" in change:
+            change = {"width": n + change["width"]}
+            if change["width"] < 1:
+                continue
+        if _ngram_variant(text, context, n, k, **change) == tokens:
+            return Verdict(False, f"{hint} ({difference})")
+    return Verdict(False, difference)
+
+
+def _ngram_case(rng, alphabet=4, length=300):
+    text = torch.tensor(rng.integers(0, alphabet, length), dtype=torch.long)
+    n = int(rng.integers(1, 4))
+    start = int(rng.integers(0, length - n - 3))
+    context = [int(t) for t in rng.integers(0, alphabet, 3)] + text[start : start + n].tolist()
+    return text, context, n
+
+
+def _ngram_probe(kind):
+    def make(rng):
+        if kind == "example":
+            text = torch.tensor(list(b"the cat sat on the mat; the cat ran; the hat"), dtype=torch.long)
+            return {"call": "ngram_draft", "args": [text, list(b"a cat"), 2, 5]}
+        if kind == "stop":  # the last proposal's context occurs only at the end of the text
+            text = torch.tensor([*rng.integers(0, 4, 200).tolist(), 7, 8, 9], dtype=torch.long)
+            return {"call": "ngram_draft", "args": [text, [1, 2, 7], 1, 6]}
+        for _ in range(200):  # a random case; for "tie", one where breaking ties the wrong way shows
+            text, context, n = _ngram_case(rng, alphabet=3 if kind == "tie" else 4, length=60 if kind == "tie" else 300)
+            if kind != "tie" or _ngram_variant(text, context, n, 6, smallest_on_tie=False) != _ngram_variant(
+                text, context, n, 6
+            ):
+                break
+        return {"call": "ngram_draft", "args": [text, context, n, 6]}
+
+    return make
+
+
+NGRAM = Exercise(
+    "ngram_draft",
+    ("ngram_draft",),
+    [
+        Check(
+            "ngram_draft.example",
+            "ngram_draft",
+            1,
+            'the chapter\'s example ("a cat", n = 2, k = 5)',
+            _ngram_probe("example"),
+            _judge_ngram,
+            visible=True,
+        ),
+        Check(
+            "ngram_draft.random", "ngram_draft", 1, "a random text over 4 tokens", _ngram_probe("random"), _judge_ngram
+        ),
+        Check("ngram_draft.tie", "ngram_draft", 1, "continuations that tie", _ngram_probe("tie"), _judge_ngram),
+        Check(
+            "ngram_draft.stop",
+            "ngram_draft",
+            1,
+            "a context never followed by anything",
+            _ngram_probe("stop"),
+            _judge_ngram,
+        ),
+    ],
+)
+
+EXERCISES = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP, NGRAM]

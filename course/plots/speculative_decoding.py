@@ -1,14 +1,27 @@
-"""Chapter 6's figures: speculation's tokens per call and speed-up against the draft length."""
+"""Chapter 6's figures: speculation's tokens per call and speed-up against the draft length, and the
+measured drafts placed on the formula's map of alpha and c."""
 
 from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
 from course import speculative_decoding
-from course.plots._widgets import BLUE, GREY, RED, Chart, interactive, nice_ceiling, slider
+from course.plots._widgets import (
+    BLUE,
+    GREY,
+    ORANGE,
+    RED,
+    Chart,
+    interactive,
+    new_figure,
+    nice_ceiling,
+    plain_log_ticks,
+    slider,
+)
 
 
 def _pair_with_alpha(alpha: float):
@@ -91,3 +104,55 @@ def widget_speculative() -> None:
         ),
     }
     interactive(SpeculativeChart(), controls, "How much does speculation buy?")
+
+
+DRAFT_COLOURS = (GREY, BLUE, ORANGE, RED)
+
+
+def plot_drafts(measured: dict[str, dict], k: int = 4) -> Figure:
+    """The formula's speed-up at ``k`` drafted tokens as a map over alpha and c, with each measured
+    draft placed at its own alpha and c and labelled with the speed-up it really achieved.
+
+    ``measured`` maps a label to a result of :func:`course.speculative_decoding.measure_drafts`
+    (``alpha``, ``cost``, ``speedup``, ``temperature``); greedy runs are filled markers, sampled
+    runs hollow ones, one colour per draft.
+    """
+    alphas = np.linspace(0.0, 0.99, 100)
+    costs = np.logspace(-3, 0, 100)
+    grid = np.array([[speculative_decoding.speedup(float(a), k, float(c)) for a in alphas] for c in costs])
+    fig = new_figure(10.5, 4.2, left=0.08, right=0.66, bottom=0.13, top=0.9)
+    ax = fig.subplots()
+    levels = [0.5, 1, 1.5, 2, 3, 4]
+    ax.contourf(alphas, costs, grid, levels=[0, *levels, k + 1], cmap="Greys", alpha=0.35)
+    lines = ax.contour(alphas, costs, grid, levels=levels, colors=GREY, linewidths=0.8)
+    ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=8)
+    drafts = dict.fromkeys(name.split(",")[0] for name in measured)  # in order, once each
+    colours = dict(zip(drafts, DRAFT_COLOURS * 2, strict=False))
+    for name, r in measured.items():
+        draft = name.split(",")[0]
+        greedy = r.get("temperature", 0) == 0
+        ax.plot(
+            [min(r["alpha"], 0.99)],
+            [min(max(r["cost"], 1.05e-3), 0.95)],
+            "o",
+            ms=9,
+            color=colours[draft],
+            markerfacecolor=colours[draft] if greedy else "white",
+            markeredgewidth=2,
+            label=f"{name}: measured {r['speedup']:.2f}x",
+        )
+    ax.set_yscale("log")
+    plain_log_ticks(ax)
+    ax.set(
+        xlabel="acceptance rate alpha",
+        ylabel="draft cost c (target steps per drafted token)",
+        title=f"formula's speed-up at k = {k} (contours) and the drafts measured here",
+    )
+    ax.legend(
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        title="filled: greedy, hollow: sampled",
+        title_fontsize=8,
+    )
+    return fig
