@@ -19,6 +19,7 @@ import matplotlib
 import nbformat
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import course
@@ -189,7 +190,17 @@ def _figures() -> dict[str, object]:
     those that plot measurements with numbers shaped like the chapters' (2-bit losses far above the
     rest, twin series, an acceptance rate near 1: the cases that once hid lines or clipped labels)."""
     from course import quantization as q
-    from course.plots import distillation, flash_attention, kv_cache, lora, prefill_decode, quantization
+    from course.plots import (
+        choosing_a_technique,
+        distillation,
+        flash_attention,
+        in_practice,
+        kv_cache,
+        lora,
+        prefill_decode,
+        quantization,
+        speculative_decoding,
+    )
 
     drawn = {}
     for slug in SLUGS:
@@ -219,7 +230,32 @@ def _figures() -> dict[str, object]:
         "distillation.plot_drafts_and_pruning": lambda: distillation.plot_drafts_and_pruning(
             {"trained draft": 0.62, "distilled draft": 0.97}, [0.0, 0.3], [1.40, 1.45], [1.40, 1.70], 1.40
         ),
+        "speculative_decoding.plot_drafts": lambda: speculative_decoding.plot_drafts(
+            {
+                "n-gram table, greedy": {"alpha": 0.45, "cost": 0.002, "speedup": 1.3, "temperature": 0},
+                "distilled draft, sampled": {"alpha": 0.99, "cost": 0.4, "speedup": 0.9, "temperature": 1},
+            }
+        ),
+        "in_practice.plot_activation_outliers": lambda: in_practice.plot_activation_outliers(
+            torch.rand(576) * 10, 6.0, "layer 3's down_proj"
+        ),
+        "in_practice.plot_decode_batch": lambda: in_practice.plot_decode_batch({1: 17.0, 2: 30.0, 8: 80.0}, 35.0),
+        "in_practice.plot_quantized_loss": lambda: in_practice.plot_quantized_loss(
+            {"float32": 4.09, "int8 per row": 4.11, "int4 g64": 4.54, "NF4": 4.43}, "float32"
+        ),
+        "choosing_a_technique.plot_speedups": lambda: choosing_a_technique.plot_speedups(
+            {"int4 g64 weights alone": 0.44, "distilled draft": 2.03, "both": 1.29}
+        ),
     }
+
+
+def test_every_figure_that_needs_data_has_a_case_here():
+    """A plot of measurements is only checked with numbers shaped like the chapter's: list each one above."""
+    for slug in SLUGS:
+        module = importlib.import_module(f"course.plots.{slug}")
+        for name, plot in inspect.getmembers(module, inspect.isfunction):
+            if name.startswith("plot_") and plot.__module__ == module.__name__:
+                assert f"{slug}.{name}" in _figures(), f"{slug}.{name} needs a case in _figures() above"
 
 
 NUMBER = re.compile(r"[-\N{MINUS SIGN}+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?( ?[kMGTPmµn]?[A-Za-z%]{0,3})?")

@@ -55,7 +55,7 @@ class OutliersChart(Chart):
     maxima (a made-up example when None)."""
 
     def __init__(self, absmax: dict[tuple[int, str], torch.Tensor] | None = None):
-        super().__init__(7.0, 3.2, left=0.1, bottom=0.17)
+        super().__init__(7.0, 3.2, left=0.12, bottom=0.17)
         self.made_up = absmax is None
         self.absmax = example_absmax() if self.made_up else absmax
         self.ax = self.figure.add_subplot()

@@ -125,7 +125,10 @@ def plot_drafts(measured: dict[str, dict], k: int = 4) -> Figure:
     levels = [0.5, 1, 1.5, 2, 3, 4]
     ax.contourf(alphas, costs, grid, levels=[0, *levels, k + 1], cmap="Greys", alpha=0.35)
     lines = ax.contour(alphas, costs, grid, levels=levels, colors=GREY, linewidths=0.8)
-    ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=8)
+    for label in ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=8):
+        x, y = label.get_position()
+        if not (0.04 < x < 0.95 and 1.4e-3 < y < 0.75):  # a label at the frame would cross it
+            label.remove()
     drafts = dict.fromkeys(name.split(",")[0] for name in measured)  # in order, once each
     colours = dict(zip(drafts, DRAFT_COLOURS * 2, strict=False))
     for name, r in measured.items():
