@@ -8,7 +8,7 @@ hint names the question and the part of the chapter to reread, never the right l
 
 from __future__ import annotations
 
-from autograder.checks import Check, Exercise, Verdict, judges_value
+from autograder.checks import Check, Exercise, Requirement, Verdict, judges_value
 from course import quiz
 
 DEFINES = ("quiz_answers",)
@@ -63,11 +63,19 @@ def exercise(slug: str) -> Exercise | None:
     if not quiz.has_quiz(slug):
         return None
     grade_id = f"quiz_{slug}"
+    questions = quiz.questions(slug)
     checks = [
         Check(f"{grade_id}.q{q.number}", grade_id, 1, f"question {q.number}", _probe, _judge(q), visible=True)
-        for q in quiz.questions(slug)
+        for q in questions
     ]
-    return Exercise(grade_id, DEFINES, checks)
+    requirements = [  # one per question, from the answer key, so that no chapter's list is kept by hand
+        Requirement("quiz_answers() returns a dict of question number -> letter", tuple(c.id for c in checks)),
+        *(
+            Requirement(f"question {q.number}: one of its letters, the best answer", (f"{grade_id}.q{q.number}",))
+            for q in questions
+        ),
+    ]
+    return Exercise(grade_id, DEFINES, checks, requirements)
 
 
 def key(slug: str) -> dict[int, str]:

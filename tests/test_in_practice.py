@@ -401,6 +401,23 @@ PLANTED = {
         },
         "counted A only",
     ),
+    "lora_ignores_head_dim": Planted(
+        "lora_trainable_parameters",
+        "def lora_trainable_parameters(config, target_modules, r):\n"
+        "    h, f = config['hidden_size'], config['intermediate_size']\n"
+        "    kv = config['num_key_value_heads'] * h // config['num_attention_heads']\n"
+        "    shapes = {'q_proj': (h, h), 'k_proj': (h, kv), 'v_proj': (h, kv), 'o_proj': (h, h),\n"
+        "              'gate_proj': (h, f), 'up_proj': (h, f), 'down_proj': (f, h)}\n"
+        "    return config['num_hidden_layers'] * sum(r * sum(shapes[n]) for n in target_modules)\n",
+        {"lora_trainable_parameters.head_dim"},
+        "head_dim",
+    ),
+    "pack_keeps_pairs_2d": Planted(
+        "pack_nf4",
+        "def pack_nf4(codes):\n    pairs = codes.reshape(-1, 1, 2)\n    return (pairs[..., 0] << 4) | pairs[..., 1]\n",
+        {"pack_nf4.example", "pack_nf4.random"},
+        "1-D",
+    ),
     "pack_low_first": Planted(
         "pack_nf4",
         "def pack_nf4(codes):\n    return (codes[1::2] << 4) | codes[0::2]\n",

@@ -8,7 +8,7 @@ import itertools
 
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, compare_tensors, judge_raises, judges_value
+from autograder.checks import Check, Exercise, Requirement, Verdict, compare_tensors, judge_raises, judges_value
 from course import choosing_a_technique as technique
 
 # --- fine_tuning_advice -------------------------------------------------------------------------------
@@ -140,6 +140,30 @@ ADVICE = Exercise(
             _judge_unknown_need,
         ),
     ],
+    requirements=[
+        Requirement(
+            "need 'knowledge': 'retrieval', whatever else holds",
+            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+        ),
+        Requirement("need 'instructions': 'prompting'", ("fine_tuning_advice.all",)),
+        Requirement(
+            "format, tone, narrow_task: 'prompting' when what the model must learn changes often",
+            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+        ),
+        Requirement(
+            "format, tone, narrow_task: 'prompting' until prompting has seriously been tried",
+            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+        ),
+        Requirement(
+            "format, tone, narrow_task: 'fine-tuning' when it does not change often and prompting was tried",
+            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+        ),
+        Requirement(
+            "returns one of 'retrieval', 'prompting', 'fine-tuning'",
+            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+        ),
+        Requirement("ValueError for a need not on the list (error)", ("fine_tuning_advice.unknown",)),
+    ],
 )
 
 
@@ -224,6 +248,17 @@ PACK = Exercise(
             _judge_odd,
         ),
     ],
+    requirements=[
+        Requirement(
+            "byte = (c0 + 8) * 16 + (c1 + 8): each code shifted by 8, the first of each pair in the high four bits",
+            ("pack_int4.example", "pack_int4.random"),
+        ),
+        Requirement("codes from -8 to 7, both ends included (edge case)", ("pack_int4.example", "pack_int4.random")),
+        Requirement("shape (rows, cols // 2)", ("pack_int4.example", "pack_int4.random")),
+        Requirement("returns torch.uint8", ("pack_int4.example", "pack_int4.random")),
+        Requirement("any integer tensor of codes (int32, int64)", ("pack_int4.example", "pack_int4.random")),
+        Requirement("ValueError for an odd number of columns (error)", ("pack_int4.odd",)),
+    ],
 )
 
 
@@ -276,6 +311,27 @@ CAPSTONE = Exercise(
             ("loss_gap", "held-out loss within 0.02 nats/byte of fp32"),
             ("tokens_per_call", "at least 2 tokens per target call"),
         )
+    ],
+    requirements=[
+        Requirement(
+            "a dict with the keys weights, group_size, draft and draft_length, naming a configuration the "
+            "capstone serves",
+            (
+                "capstone_configuration.weights_share",
+                "capstone_configuration.loss_gap",
+                "capstone_configuration.tokens_per_call",
+            ),
+        ),
+        Requirement(
+            "the weights, target and draft as stored, at most a quarter of the fp32 target's bytes",
+            ("capstone_configuration.weights_share",),
+        ),
+        Requirement(
+            "the held-out loss within 0.02 nats/byte of the fp32 target's", ("capstone_configuration.loss_gap",)
+        ),
+        Requirement(
+            "at least 2 tokens per target call in greedy decoding", ("capstone_configuration.tokens_per_call",)
+        ),
     ],
 )
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Verdict, as_tensor, judge_number, judges_value, outcome
+from autograder.checks import (
+    Check,
+    Exercise,
+    Requirement,
+    Verdict,
+    as_tensor,
+    judge_number,
+    judges_value,
+    outcome,
+)
 from course import in_practice
 
 SMOLLM2 = {  # SmolLM2-135M's config.json, the numbers the exercises use
@@ -145,6 +154,41 @@ KV_FROM_CONFIG = Exercise(
             _judge_kv,
         ),
     ],
+    requirements=[
+        Requirement(
+            "2 x layers x kv heads x head_dim x seq_len x batch x bytes_per_element, read off the config",
+            (
+                "kv_cache_bytes_from_config.smollm2",
+                "kv_cache_bytes_from_config.llama3",
+                "kv_cache_bytes_from_config.head_dim",
+                "kv_cache_bytes_from_config.random",
+            ),
+        ),
+        Requirement(
+            "key-value heads only (num_key_value_heads, fewer with grouped-query attention)",
+            (
+                "kv_cache_bytes_from_config.smollm2",
+                "kv_cache_bytes_from_config.llama3",
+                "kv_cache_bytes_from_config.random",
+            ),
+        ),
+        Requirement(
+            "the config's head_dim used when it has one",
+            ("kv_cache_bytes_from_config.head_dim", "kv_cache_bytes_from_config.random"),
+        ),
+        Requirement(
+            "without head_dim: hidden_size // num_attention_heads",
+            ("kv_cache_bytes_from_config.smollm2", "kv_cache_bytes_from_config.llama3"),
+        ),
+        Requirement(
+            "batch=1 and bytes_per_element=2 by default",
+            ("kv_cache_bytes_from_config.smollm2", "kv_cache_bytes_from_config.head_dim"),
+        ),
+        Requirement(
+            "batch and bytes_per_element given",
+            ("kv_cache_bytes_from_config.llama3", "kv_cache_bytes_from_config.random"),
+        ),
+    ],
 )
 
 
@@ -174,6 +218,13 @@ def _judge_lora(probe, got):
         (
             "counted the whole weight matrices (d_in x d_out): an adapter trains r (d_in + d_out)",
             each(lambda d_in, d_out: d_in * d_out),
+        ),
+        (
+            "ignored the config's head_dim: when a config gives head_dim, the attention layers are "
+            "heads x head_dim wide (only without one is it hidden_size // num_attention_heads)",
+            in_practice.lora_trainable_parameters(
+                _with(config, head_dim=config["hidden_size"] // config["num_attention_heads"]), targets, r
+            ),
         ),
         ("left out the number of layers: peft adds the adapters to every layer", expected / layers),
     ]
@@ -210,9 +261,17 @@ LORA_PARAMETERS = Exercise(
         Check(
             "lora_trainable_parameters.all_linear",
             "lora_trainable_parameters",
-            2,
+            1,
             "Llama-3-8B's config, rank 16 on all seven linear layers of a block",
             _lora_probe(LLAMA3_8B, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], 16),
+            _judge_lora,
+        ),
+        Check(
+            "lora_trainable_parameters.head_dim",
+            "lora_trainable_parameters",
+            1,
+            "Gemma-7B's config, which gives its own head_dim, rank 8 on the four attention layers",
+            _lora_probe(GEMMA_7B, ["q_proj", "k_proj", "v_proj", "o_proj"], 8),
             _judge_lora,
         ),
         Check(
@@ -222,6 +281,51 @@ LORA_PARAMETERS = Exercise(
             "other configs, ranks and target_modules",
             _lora_probe(),
             _judge_lora,
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "r x (d_in + d_out) for each layer named in target_modules (A and B both train)",
+            (
+                "lora_trainable_parameters.smollm2_qv",
+                "lora_trainable_parameters.all_linear",
+                "lora_trainable_parameters.head_dim",
+                "lora_trainable_parameters.random",
+            ),
+        ),
+        Requirement(
+            "times num_hidden_layers: the adapters go on every layer",
+            (
+                "lora_trainable_parameters.smollm2_qv",
+                "lora_trainable_parameters.all_linear",
+                "lora_trainable_parameters.head_dim",
+                "lora_trainable_parameters.random",
+            ),
+        ),
+        Requirement(
+            "the table's shapes: k_proj and v_proj output kv heads x head_dim",
+            (
+                "lora_trainable_parameters.smollm2_qv",
+                "lora_trainable_parameters.all_linear",
+                "lora_trainable_parameters.random",
+            ),
+        ),
+        Requirement(
+            "the table's shapes: gate_proj, up_proj and down_proj through intermediate_size",
+            ("lora_trainable_parameters.all_linear", "lora_trainable_parameters.random"),
+        ),
+        Requirement("the config's head_dim used when it has one", ("lora_trainable_parameters.head_dim",)),
+        Requirement(
+            "without head_dim: hidden_size // num_attention_heads",
+            (
+                "lora_trainable_parameters.smollm2_qv",
+                "lora_trainable_parameters.all_linear",
+                "lora_trainable_parameters.random",
+            ),
+        ),
+        Requirement(
+            "any subset of the seven layers in target_modules",
+            ("lora_trainable_parameters.smollm2_qv", "lora_trainable_parameters.random"),
         ),
     ],
 )
@@ -243,6 +347,12 @@ def _judge_pack(probe, result):  # reads the raw result too: the dtype is part o
         return Verdict(False, f"returned {packed.numel()} values for {codes.numel()} codes: two codes go in one byte")
     if packed.numel() != expected.numel():
         return Verdict(False, f"returned {packed.numel()} values; {codes.numel()} codes make {expected.numel()} bytes")
+    if packed.dim() != 1:
+        return Verdict(
+            False,
+            f"returned shape {tuple(packed.shape)}: the bytes are a 1-D tensor of half the codes' length, "
+            f"({expected.numel()},)",
+        )
     dtype = result["returned"].get("torch_dtype")
     flat = packed.flatten()
     if torch.equal(flat, expected.double()):
@@ -300,6 +410,18 @@ PACK_NF4 = Exercise(
             _pack_probe(4096),
             _judge_pack,
         ),
+    ],
+    requirements=[
+        Requirement(
+            "two codes per byte: a 1-D tensor of half the length",
+            ("pack_nf4.example", "pack_nf4.random"),
+        ),
+        Requirement(
+            "the first code of each pair in the high four bits, the second in the low four",
+            ("pack_nf4.example", "pack_nf4.random"),
+        ),
+        Requirement("every code from 0 to 15, 15 included (edge case)", ("pack_nf4.example", "pack_nf4.random")),
+        Requirement("returns torch.uint8", ("pack_nf4.example", "pack_nf4.random")),
     ],
 )
 
