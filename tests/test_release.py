@@ -56,3 +56,15 @@ def test_check_ids_are_unique():
     assert len(ids) == len(set(ids))
     assert all(c.exercise == e.grade_id for exercises in CHAPTERS.values() for e in exercises for c in e.checks)
     assert all(any(c.visible for c in e.checks) for exercises in CHAPTERS.values() for e in exercises)
+
+
+def test_readme_counts_each_chapters_exercises_questions_and_points():
+    """The README's table of chapters says what the grader grades: exercises + quiz questions, and their points."""
+    readme = (paths.ROOT / "README.md").read_text()
+    for chapter, exercises in CHAPTERS.items():
+        quiz = [e for e in exercises if e.grade_id.startswith("quiz_")]
+        graded = [e for e in exercises if e not in quiz]
+        questions, points = sum(len(e.checks) for e in quiz), sum(e.points for e in graded)
+        said = f"{len(graded)} + {questions} questions ({points:g} + {sum(e.points for e in quiz):g} points)"
+        row = next((line for line in readme.splitlines() if line.startswith(f"| [{chapter}]")), "")
+        assert said in row, f"README's row for {chapter} should say {said!r}: {row}"
