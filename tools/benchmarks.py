@@ -498,6 +498,9 @@ def budget(
         "speculative_drafts": drafts or {},
         "over_budget": over,
     }
+    kept = {"grading"}  # recorded by sections that run on their own (--only grading)
+    earlier = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+    report |= {key: value for key, value in earlier.items() if key in kept}
     REPORT.write_text(json.dumps(report, indent=1) + "\n")
     print(f"recorded in {REPORT.relative_to(paths.ROOT)}")
 
