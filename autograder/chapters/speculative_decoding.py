@@ -515,6 +515,24 @@ NGRAM = Exercise(
             _judge_ngram,
         ),
     ],
+    requirements=[
+        Requirement(
+            "each proposal: the token that most often follows the context's last n tokens in text",
+            ("ngram_draft.example", "ngram_draft.random"),
+        ),
+        Requirement("on a tie, the smallest token", ("ngram_draft.tie",)),
+        Requirement(
+            "each proposal joins the context before the next lookup", ("ngram_draft.example", "ngram_draft.random")
+        ),
+        Requirement(
+            "stops when the last n tokens are never followed by a token, returning the proposals so far (maybe none)",
+            ("ngram_draft.stop",),
+        ),
+        Requirement(
+            "a list of at most k ints",
+            ("ngram_draft.example", "ngram_draft.random", "ngram_draft.tie", "ngram_draft.stop"),
+        ),
+    ],
 )
 
 EXERCISES = [ACCEPTANCE, TOKENS, SPECULATIVE_TOKEN, SPEEDUP, NGRAM]
