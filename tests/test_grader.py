@@ -326,6 +326,7 @@ def test_an_untouched_chapter_cell_never_runs_but_a_learners_cell_does():
         f"{_cell_index(submitted, 'online_softmax_update')} (yours: `helper = 1`)",
         "online_softmax_update",
         "blockwise_attention",
+        "quiz_flash_attention",
     ]
 
 
