@@ -337,55 +337,6 @@ def attention_inputs(
 # --- chapter 6: drafts for speculative decoding ------------------------------------------------------
 
 
-class PromptLookupCache:
-    """The tokens a prompt-lookup draft has seen; ``length`` rolls back like a KV cache's."""
-
-    def __init__(self):
-        self.tokens: list[int] = []
-
-    @property
-    def length(self) -> int:
-        return len(self.tokens)
-
-    @length.setter
-    def length(self, value: int) -> None:
-        del self.tokens[value:]
-
-
-class PromptLookupDraft(nn.Module):
-    """A draft with no weights: it proposes the token that followed the latest earlier occurrence
-    of the last ``ngram`` tokens (then shorter n-grams), as transformers' prompt lookup does.
-
-    It answers like a course model, with logits that put all the weight on its proposal, so the
-    course's ``speculative_generate`` runs it unchanged. With no match it proposes the last token
-    again (and the target will usually reject it).
-    """
-
-    def __init__(self, vocab_size: int, max_seq_len: int, ngram: int = 2):
-        super().__init__()
-        self.vocab_size, self.ngram = vocab_size, ngram
-        self.config = SimpleNamespace(max_seq_len=max_seq_len)
-
-    def new_cache(self, batch: int = 1, max_len: int | None = None) -> PromptLookupCache:
-        if batch != 1:
-            raise ValueError("prompt lookup drafts for one sequence at a time")
-        return PromptLookupCache()
-
-    def propose(self, history: list[int]) -> int:
-        for n in range(min(self.ngram, len(history) - 1), 0, -1):
-            tail = history[-n:]
-            for start in range(len(history) - n - 1, -1, -1):  # latest earlier occurrence first
-                if history[start : start + n] == tail:
-                    return history[start + n]
-        return history[-1]
-
-    def forward(self, tokens: torch.Tensor, cache: PromptLookupCache) -> torch.Tensor:
-        cache.tokens += tokens[0].tolist()
-        logits = torch.zeros(1, tokens.shape[1], self.vocab_size, device=tokens.device)  # (1, T, vocab)
-        logits[0, -1, self.propose(cache.tokens)] = 1e4  # only the last position's proposal is used
-        return logits
-
-
 def shallow_draft(model: nn.Module, n_layers: int) -> nn.Module:
     """A draft made of the model's first ``n_layers`` blocks, its final norm and output layer:
     no new weights (every module is shared), about ``n_layers`` / layers of the cost per token."""

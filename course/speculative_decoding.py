@@ -121,20 +121,21 @@ def speculative_generate(
 ) -> dict:
     """Generate with ``draft`` proposing up to ``k`` tokens per round and ``target`` verifying them in one call.
 
-    ``draft`` is a :class:`~course.model.LanguageModel` (wrapped in :class:`ModelDraft`) or any
-    draft of this module. Returns ``{"tokens": (1, T + new), "target_calls", "draft_calls",
-    "accepted": per-position acceptance counts, "proposed": per-position counts of proposals that
-    were verified, "rounds": (proposed, accepted) per target call, "draft_seconds" and
-    "target_seconds": the wall-clock time spent drafting and in the target's calls}``. At
-    temperature 0 the tokens are exactly the target's greedy output; otherwise they are
-    distributed exactly as the target's samples. The target and a model draft keep KV caches;
-    rejected tokens are dropped from them by rolling the length back.
+    ``draft`` is a draft of this module (:class:`ModelDraft`, :class:`NGramDraft`,
+    :class:`PromptLookupDraft`) or a model with the course model's interface (``model(tokens,
+    cache)``, ``new_cache``, ``config.max_seq_len``), which :class:`ModelDraft` wraps. Returns
+    ``{"tokens": (1, T + new), "target_calls", "draft_calls", "accepted": per-position acceptance
+    counts, "proposed": per-position counts of proposals that were verified, "rounds": (proposed,
+    accepted) per target call, "draft_seconds" and "target_seconds": the wall-clock time spent
+    drafting and in the target's calls}``. At temperature 0 the tokens are exactly the target's
+    greedy output; otherwise they are distributed exactly as the target's samples. The target and
+    a model draft keep KV caches; rejected tokens are dropped from them by rolling the length back.
     """
     if prompt.dim() != 2 or prompt.shape[0] != 1:
         raise ValueError(f"prompt must be (1, tokens): one sequence; got {tuple(prompt.shape)}")
     if k < 1:
         raise ValueError(f"k (tokens drafted per round) must be at least 1, got {k}")
-    draft = ModelDraft(draft) if isinstance(draft, LanguageModel) else draft
+    draft = draft if hasattr(draft, "propose") else ModelDraft(draft)
     total = prompt.shape[1] + max_new_tokens + k + 1
     for limit in (target.config.max_seq_len, draft.max_seq_len):
         if total > limit:
@@ -460,31 +461,41 @@ def _ngram_counts(data: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.
 
 
 class PromptLookupDraft(_ByteDraft):
-    """Prompt lookup: find the last ``longest`` bytes (then fewer, down to ``shortest``) earlier in
+    """Prompt lookup: find the last ``longest`` tokens (then fewer, down to ``shortest``) earlier in
     the text so far, and propose what followed their most recent occurrence; q is one-hot.
 
     No table and no model: it pays when the text repeats itself (code, quotations, a summary of a
     given document, a model that loops). With "to be or not to be" so far, the last five bytes
     "to be" occurred at the start, followed by " or ", which it proposes for k = 4. It proposes
-    nothing when no match is found, and the round is then an ordinary target step.
+    nothing when no match is found, and the round is then an ordinary target step. Tokens are
+    bytes by default; give ``vocab_size`` for another tokenizer's ids (transformers' prompt lookup
+    is ``longest=2, shortest=1``).
     """
 
     name = "prompt lookup"
 
-    def __init__(self, longest: int = 8, shortest: int = 3):
+    def __init__(self, longest: int = 8, shortest: int = 3, vocab_size: int = 256):
         if not 1 <= shortest <= longest:
             raise ValueError(f"need 1 <= shortest <= longest, got shortest {shortest}, longest {longest}")
-        self.longest, self.shortest = longest, shortest
+        self.longest, self.shortest, self.vocab_size = longest, shortest, vocab_size
 
     def continuation(self, tokens: list[int], k: int) -> list[int]:
-        """What followed the most recent earlier occurrence of the longest suffix found, up to k bytes."""
-        text = bytes(tokens)
-        for n in range(min(self.longest, len(text) - 1), self.shortest - 1, -1):
-            at = text.rfind(text[-n:], 0, len(text) - 1)  # an earlier occurrence, not the end itself
+        """What followed the most recent earlier occurrence of the longest suffix found, up to k tokens."""
+        for n in range(min(self.longest, len(tokens) - 1), self.shortest - 1, -1):
+            at = _last_occurrence(tokens, tokens[-n:], len(tokens) - 1)  # an earlier one, not the end itself
             if at >= 0:
-                return list(text[at + n : at + n + k])
+                return tokens[at + n : at + n + k]
         return []
 
     def propose(self, tokens: list[int], k: int, temperature: float, generator: torch.Generator):
         proposed = self.continuation(tokens, k)
         return proposed, [_one_hot(x, self.vocab_size) for x in proposed]
+
+
+def _last_occurrence(tokens: list[int], pattern: list[int], end: int) -> int:
+    """Where the last occurrence of ``pattern`` within ``tokens[:end]`` starts, or -1 (bytes' own
+    search when every token is a byte, a scan from the end otherwise)."""
+    if max(tokens, default=0) < 256:
+        return bytes(tokens).rfind(bytes(pattern), 0, end)
+    n = len(pattern)
+    return next((start for start in range(end - n, -1, -1) if tokens[start : start + n] == pattern), -1)

@@ -651,13 +651,13 @@ print(
 
 # %% [markdown]
 # The same two drafts through the course's own `speculative_generate` (chapter 6), with its
-# rule at temperature 0: every draft proposes `k` tokens, the target checks them in one call.
+# rule at temperature 0: each draft proposes up to `k` tokens, the target checks them in one call.
 # The output must be the target's greedy output, token for token, whatever the draft.
 
 # %%
 new = greedy.shape[1] - repeat.shape[1]  # transformers stops at the end-of-turn token; compare that many
 for label, drafter, k in (
-    ("prompt lookup", in_practice.PromptLookupDraft(model.config.vocab_size, context), 8),
+    ("prompt lookup", speculative.PromptLookupDraft(longest=2, shortest=1, vocab_size=model.config.vocab_size), 8),
     ("int8 draft", in_practice.AsCourseModel(draft), 4),
 ):
     started = time.perf_counter()

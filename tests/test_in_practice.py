@@ -295,21 +295,19 @@ def test_prompt_lookup_and_course_speculation_equal_greedy(loaded):
     looked_up = model.generate(request, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=10)
     assert torch.equal(greedy, looked_up)
     new = greedy.shape[1] - request.shape[1]
-    drafter = in_practice.PromptLookupDraft(model.config.vocab_size, model.config.max_position_embeddings)
+    drafter = speculative.PromptLookupDraft(longest=2, shortest=1, vocab_size=model.config.vocab_size)
     result = speculative.speculative_generate(in_practice.AsCourseModel(model), drafter, request, 6, new, temperature=0)
     assert torch.equal(result["tokens"], greedy)
     assert result["target_calls"] < new  # the prompt's words were drafted, some accepted
 
 
-def test_prompt_lookup_draft_proposes_what_followed():
-    draft = in_practice.PromptLookupDraft(100, 64, ngram=2)
-    assert draft.propose([5, 6, 7, 8, 5, 6]) == 7
-    assert draft.propose([1, 2, 3, 9]) == 9  # no earlier occurrence: the last token again
-    cache = draft.new_cache()
-    logits = draft(torch.tensor([[5, 6, 7, 5]]), cache)
-    assert logits.shape == (1, 4, 100) and logits[0, -1].argmax() == 6 and cache.length == 4
-    cache.length = 2
-    assert cache.tokens == [5, 6]
+def test_prompt_lookup_draft_proposes_what_followed_for_any_vocabulary():
+    draft = speculative.PromptLookupDraft(longest=2, shortest=1, vocab_size=49_152)
+    assert draft.continuation([5, 6, 7, 8, 5, 6], 3) == [7, 8, 5]  # after the earlier "5 6"
+    assert draft.continuation([300, 9, 40_000, 2, 300, 9], 2) == [40_000, 2]  # ids past a byte
+    assert draft.continuation([1, 2, 3, 9], 4) == []  # no earlier occurrence: nothing proposed
+    proposed, q = draft.propose([300, 9, 40_000, 300], 2, 0.0, torch.Generator())
+    assert proposed == [9, 40_000] and q[0].shape == (49_152,) and q[0][9] == 1
 
 
 def test_int8_draft_rounds_each_row_and_speculation_with_it_equals_greedy(loaded):
