@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 
 from autograder import feedback, grade, gradebook, shards, similarity
+from autograder.chapters import CHAPTERS
 from course import paths
 
 from conftest import GENEROUS, copy_into
 
 SEED = 5
+FULL = int(sum(e.points for e in CHAPTERS["03_quantization"]))  # chapter 3's exercises and quiz
 IVY = os.fsdecode(b"ivy<script>\xff")  # a folder name that is not even UTF-8
 # quantize_dequantize written its own way (a loop over groups): correct, and unlike the course's code
 CLEO = '''def quantize_dequantize(weight, bits, group_size=None):
@@ -153,9 +155,9 @@ def test_every_submission_is_graded_by_exactly_one_shard():
 
 def test_single_run_results_are_the_expected_grades(single):
     _, reports = single
-    assert reports["ada/03_quantization.ipynb"].score == 16
-    assert reports["cleo/03_quantization.ipynb"].score == 16, reports["cleo/03_quantization.ipynb"].text()
-    assert reports["dan/03_quantization.ipynb"].score == 16
+    assert reports["ada/03_quantization.ipynb"].score == FULL
+    assert reports["cleo/03_quantization.ipynb"].score == FULL, reports["cleo/03_quantization.ipynb"].text()
+    assert reports["dan/03_quantization.ipynb"].score == FULL
     assert reports["eve/03_quantization.ipynb"].score == 0
     assert reports["fay/04_kv_cache.ipynb"].score == reports["fay/04_kv_cache.ipynb"].max_score > 0
     hal = reports["hal/03_quantization.ipynb"]
@@ -233,10 +235,11 @@ def test_canvas_export_without_a_roster_names_learners_by_folder(single):
     out, reports = single
     rows = _rows(out / "canvas.csv")
     assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "03_quantization", "04_kv_cache"]
-    assert rows[1] == ["Points Possible", "", "", "", "", "16", str(int(reports["fay/04_kv_cache.ipynb"].max_score))]
+    kv_points = str(int(reports["fay/04_kv_cache.ipynb"].max_score))
+    assert rows[1] == ["Points Possible", "", "", "", "", str(FULL), kv_points]
     by_login = {row[3]: row for row in rows[2:]}
     assert set(by_login) == {"ada", "bob", "cleo", "dan", "eve", "fay", "gus", "hal", "ivy<script>?"}
-    assert by_login["ada"][5:] == ["16", ""]  # handed in twice: the higher score counts
+    assert by_login["ada"][5:] == [str(FULL), ""]  # handed in twice: the higher score counts
     assert by_login["hal"][5] == f"{reports['hal/03_quantization.ipynb'].score:g}"
     assert by_login["gus"][5:] == ["", "0"]
     notes = (out / "class-notes.md").read_text()
@@ -244,14 +247,14 @@ def test_canvas_export_without_a_roster_names_learners_by_folder(single):
     assert "joe/03_quantization.ipynb: its chapter is unknown" in notes
     chapter = _rows(out / "grades" / "03_quantization.csv")
     assert chapter[0] == ["learner", "name", "sis_login_id", "score", "max_score", "percent", "notebook"]
-    assert ["cleo", "cleo", "cleo", "16", "16", "100.0", "03_quantization.ipynb"] in chapter
+    assert ["cleo", "cleo", "cleo", str(FULL), str(FULL), "100.0", "03_quantization.ipynb"] in chapter
 
 
 def test_canvas_export_with_a_canvas_roster(sharded, tmp_path):
     roster = tmp_path / "export.csv"
     roster.write_text(
         "\ufeffStudent,ID,SIS User ID,SIS Login ID,Section,03_quantization (4321),Current Score\n"
-        "    Points Possible,,,,,16,(read only)\n"
+        f"    Points Possible,,,,,{FULL},(read only)\n"
         '"Lovelace, Ada",101,S101,ada,Monday,,\n'
         '"Clarke, Cleo",103,S103,cleo,Tuesday,,\n'
         '"Dane, Dan",104,S104,S-dan,Tuesday,,\n'
@@ -262,14 +265,14 @@ def test_canvas_export_with_a_canvas_roster(sharded, tmp_path):
     rows = _rows(out / "canvas.csv")
     assert rows[0][5:] == ["03_quantization (4321)", "04_kv_cache"]  # the roster's own assignment column
     assert rows[2:] == [
-        ["Lovelace, Ada", "101", "S101", "ada", "Monday", "16", ""],
-        ["Clarke, Cleo", "103", "S103", "cleo", "Tuesday", "16", ""],
+        ["Lovelace, Ada", "101", "S101", "ada", "Monday", str(FULL), ""],
+        ["Clarke, Cleo", "103", "S103", "cleo", "Tuesday", str(FULL), ""],
     ]
     assert any("7 learners are not in the roster" in note and "dan" in note for note in notes)
     with_learner = tmp_path / "with-learner.csv"
     with_learner.write_text("learner,Student,SIS Login ID\ndan,Dan Dane,S-dan\n")
     grade.merge(out, with_learner)
-    assert ["Dan Dane", "", "", "S-dan", "", "16", ""] in _rows(out / "canvas.csv")
+    assert ["Dan Dane", "", "", "S-dan", "", str(FULL), ""] in _rows(out / "canvas.csv")
 
 
 def test_a_roster_that_cannot_name_learners_says_what_to_do(tmp_path):
@@ -333,7 +336,7 @@ def test_feedback_page_shows_score_checks_hints_and_values(single):
     out, reports = single
     hal = reports["hal/03_quantization.ipynb"]
     page = (out / "hal__03_quantization.html").read_text()
-    assert f"{hal.score:g} / 16 points" in page
+    assert f"{hal.score:g} / {FULL} points" in page
     assert "&lt;script&gt;alert(&#x27;answer&#x27;)&lt;/script&gt;" in page  # the learner's code, shown as text
     assert "raised ValueError: &lt;img src=x onerror=alert(&#x27;raised&#x27;)&gt;" in page
     failing = next(t for t in hal.tests if t.id.startswith("relative_error") and not t.passed)
@@ -343,7 +346,7 @@ def test_feedback_page_shows_score_checks_hints_and_values(single):
     for test in hal.tests:
         assert f"<code>{test.id}</code>" in page
     blank = (out / "eve__03_quantization.html").read_text()
-    assert "0 / 16 points" in blank and "not answered yet" in blank
+    assert f"0 / {FULL} points" in blank and "not answered yet" in blank
 
 
 def test_expected_and_got_are_read_from_hints():
