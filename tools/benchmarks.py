@@ -100,9 +100,12 @@ def _widgets_built() -> list[tuple[str, object, dict]]:
 
 
 def _sweep(control) -> list[dict]:
-    """The states a front end sends to move ``control`` across its range: every option, or 8 values."""
+    """The states a front end sends to move ``control`` across its range: every option, both ways of
+    a checkbox, or 8 values."""
     if hasattr(control, "options"):
         return [{"index": i} for i in range(len(control.options))]
+    if isinstance(control.value, bool):
+        return [{"value": not control.value}, {"value": control.value}]
     steps = round((control.max - control.min) / control.step)
     return [{"value": control.min + control.step * round(steps * i / 7)} for i in range(8)]
 
