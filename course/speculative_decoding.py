@@ -481,10 +481,11 @@ class PromptLookupDraft(_ByteDraft):
 
     def continuation(self, tokens: list[int], k: int) -> list[int]:
         """What followed the most recent earlier occurrence of the longest suffix found, up to k tokens."""
-        for n in range(min(self.longest, len(tokens) - 1), self.shortest - 1, -1):
-            at = _last_occurrence(tokens, tokens[-n:], len(tokens) - 1)  # an earlier one, not the end itself
+        text = bytes(tokens) if max(tokens, default=0) < 256 else tokens  # bytes: their own fast search
+        for n in range(min(self.longest, len(text) - 1), self.shortest - 1, -1):
+            at = _last_occurrence(text, n, len(text) - 1)  # an earlier occurrence, not the end itself
             if at >= 0:
-                return tokens[at + n : at + n + k]
+                return list(text[at + n : at + n + k])
         return []
 
     def propose(self, tokens: list[int], k: int, temperature: float, generator: torch.Generator):
@@ -492,10 +493,10 @@ class PromptLookupDraft(_ByteDraft):
         return proposed, [_one_hot(x, self.vocab_size) for x in proposed]
 
 
-def _last_occurrence(tokens: list[int], pattern: list[int], end: int) -> int:
-    """Where the last occurrence of ``pattern`` within ``tokens[:end]`` starts, or -1 (bytes' own
-    search when every token is a byte, a scan from the end otherwise)."""
-    if max(tokens, default=0) < 256:
-        return bytes(tokens).rfind(bytes(pattern), 0, end)
-    n = len(pattern)
-    return next((start for start in range(end - n, -1, -1) if tokens[start : start + n] == pattern), -1)
+def _last_occurrence(text: bytes | list[int], n: int, end: int) -> int:
+    """Where the last occurrence of ``text``'s last ``n`` tokens within ``text[:end]`` starts, or -1
+    (bytes' own search for bytes, a scan from the end for a list of ids)."""
+    pattern = text[-n:]
+    if isinstance(text, bytes):
+        return text.rfind(pattern, 0, end)
+    return next((start for start in range(end - n, -1, -1) if text[start : start + n] == pattern), -1)
