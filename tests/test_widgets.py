@@ -251,11 +251,12 @@ def _figures() -> dict[str, object]:
 
 def test_every_figure_that_needs_data_has_a_case_here():
     """A plot of measurements is only checked with numbers shaped like the chapter's: list each one above."""
+    cases = _figures()
     for slug in SLUGS:
         module = importlib.import_module(f"course.plots.{slug}")
         for name, plot in inspect.getmembers(module, inspect.isfunction):
             if name.startswith("plot_") and plot.__module__ == module.__name__:
-                assert f"{slug}.{name}" in _figures(), f"{slug}.{name} needs a case in _figures() above"
+                assert f"{slug}.{name}" in cases, f"{slug}.{name} needs a case in _figures() above"
 
 
 NUMBER = re.compile(r"[-\N{MINUS SIGN}+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?( ?[kMGTPmµn]?[A-Za-z%]{0,3})?")

@@ -16,6 +16,7 @@ Works with ipywidgets 7.7 (Colab) and 8.
 
 from __future__ import annotations
 
+import abc
 import html
 import io
 import math
@@ -80,7 +81,7 @@ def figure_png(fig: Figure) -> bytes:
     return _encode(fig.canvas)
 
 
-class Chart:
+class Chart(abc.ABC):
     """A figure built once whose artists ``update(**values)`` moves in place; ``png()`` renders it.
 
     Subclasses build axes and artists in ``__init__``, passing every artist that an update changes
@@ -114,8 +115,9 @@ class Chart:
         self._moving.sort(key=lambda a: a.get_zorder())
         return artists[0] if len(artists) == 1 else artists
 
+    @abc.abstractmethod
     def update(self, **values) -> Chart:
-        raise NotImplementedError
+        """Set the moving artists, texts and limits for ``values``; return ``self``."""
 
     def _limits(self) -> tuple:
         return tuple((ax.get_xlim(), ax.get_ylim()) for ax in self.figure.axes)

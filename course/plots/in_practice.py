@@ -58,6 +58,8 @@ class OutliersChart(Chart):
         super().__init__(7.0, 3.2, left=0.12, bottom=0.17)
         self.made_up = absmax is None
         self.absmax = example_absmax() if self.made_up else absmax
+        self.layers = sorted({layer for layer, _ in self.absmax})
+        self.names = sorted({name for _, name in self.absmax})
         self.ax = self.figure.add_subplot()
         self.below = self.moving(self.ax.vlines([], [], [], color=BLUE, lw=1.0))
         self.over = self.moving(self.ax.vlines([], [], [], color=RED, lw=3.0, label=" "))
@@ -70,9 +72,8 @@ class OutliersChart(Chart):
         self.legend = self.moving(self.ax.legend(fontsize=8, loc="upper right"))
 
     def update(self, layer: int | None = None, name: str | None = None, threshold: float = 6.0) -> OutliersChart:
-        layers, names = self.choices()
-        layer = layers[len(layers) // 2] if layer is None else layer
-        name = ("q_proj" if "q_proj" in names else names[0]) if name is None else name
+        layer = self.layers[len(self.layers) // 2] if layer is None else layer
+        name = ("q_proj" if "q_proj" in self.names else self.names[0]) if name is None else name
         values = self.absmax[(layer, name)].float().cpu()
         floor = max(values.min().item(), 1e-6) / 2
         over = values >= threshold
@@ -89,10 +90,6 @@ class OutliersChart(Chart):
         self.ax.set_ylim(*decades(floor, values.max().item() * 3))  # room for the legend above the bars
         self.ax.set_title(f"inputs of layer {layer}'s {name}" + (" (made-up numbers)" if self.made_up else ""))
         return self
-
-    def choices(self) -> tuple[list[int], list[str]]:
-        """The layers and the layer names that ``absmax`` has."""
-        return sorted({layer for layer, _ in self.absmax}), sorted({name for _, name in self.absmax})
 
 
 def plot_activation_outliers(absmax: torch.Tensor, threshold: float = 6.0, title: str = "") -> Figure:
@@ -120,7 +117,7 @@ def widget_activation_outliers(absmax: dict[tuple[int, str], torch.Tensor] | Non
     """Sliders over the layer and the threshold, and a choice of the layer type, over
     :class:`OutliersChart`; ``absmax`` maps (layer, name) to per-feature maxima (a made-up example when None)."""
     chart = OutliersChart(absmax)
-    layers, names = chart.choices()
+    layers, names = chart.layers, chart.names
     interactive(
         chart,
         {
