@@ -67,7 +67,8 @@ lab: $(BIN)/.installed-base
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: $(BIN)/.installed-dev $(VENV)/ipywidgets7/.installed lint
-	$(BIN)/python -m pytest -q
+	@# the tests never read standard input; a closed one breaks IPython's import under pytest
+	$(BIN)/python -m pytest -q </dev/null
 
 lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .

@@ -46,6 +46,11 @@ async def _reply_after_sends(kernel_context, client_context, sends: int = 80) ->
             channel.send(session.msg("comm_msg"))
             await asyncio.sleep(0)
         reply = await asyncio.wait_for(waiting, WAIT)  # a ceiling: a woken poll answers within a second
+        # The kernel takes in the whole burst before either socket closes: libzmq aborts the process
+        # (an assertion in session_base.cpp) when a socket closes with a multipart message half sent.
+        for _ in range(sends):
+            assert kernel.poll(WAIT * 1000), "a comm_msg of the burst never reached the kernel"
+            kernel.recv_multipart()
         return reply["msg_type"]
     finally:
         client.close(0)
