@@ -25,6 +25,17 @@ from PIL import Image
 import course
 from autograder import headless
 from course import paths
+from course.plots import (
+    choosing_a_technique,
+    distillation,
+    flash_attention,
+    in_practice,
+    kv_cache,
+    lora,
+    prefill_decode,
+    quantization,
+    speculative_decoding,
+)
 from course.plots._widgets import Chart, figure_png
 
 SLUGS = [paths.slug(source) for source in paths.chapter_sources()]
@@ -106,17 +117,6 @@ def test_every_control_moves_under_ipywidgets_7_as_in_colab(tmp_path, kernel):
 
 def _charts() -> dict[type, tuple[dict, dict]]:
     """Every chart class of every chapter, with two views: one to draw first, one to move to."""
-    from course.plots import (
-        choosing_a_technique,
-        flash_attention,
-        in_practice,
-        kv_cache,
-        lora,
-        prefill_decode,
-        quantization,
-        speculative_decoding,
-    )
-
     return {
         prefill_decode.RooflineChart: ({"batch": 4}, {"batch": 256, "hardware": "H200"}),
         prefill_decode.BatchingChart: ({"rate": 8.0}, {"rate": 30.0, "max_batch": 4}),
@@ -190,17 +190,6 @@ def _figures() -> dict[str, object]:
     those that plot measurements with numbers shaped like the chapters' (2-bit losses far above the
     rest, twin series, an acceptance rate near 1: the cases that once hid lines or clipped labels)."""
     from course import quantization as q
-    from course.plots import (
-        choosing_a_technique,
-        distillation,
-        flash_attention,
-        in_practice,
-        kv_cache,
-        lora,
-        prefill_decode,
-        quantization,
-        speculative_decoding,
-    )
 
     drawn = {}
     for slug in SLUGS:
