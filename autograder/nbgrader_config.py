@@ -28,6 +28,7 @@ c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"\w+Warning: "
 
 # To grade in the sandbox whenever nbgrader autogrades (formgrader's button and `nbgrader autograde`
-# included), with nbgrader and the course in one environment, uncomment these two lines:
+# included), with nbgrader and the course in one environment, uncomment these three lines:
 # from autograder import nbgrader_course
 # c.Autograde.autograde_preprocessors = nbgrader_course.preprocessors()
+# c.SandboxGrade.hide = [c.CourseDirectory.root]  # the sandbox hides the course: source/, the gradebook

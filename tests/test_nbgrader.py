@@ -11,6 +11,7 @@ a correct answer that warns its full marks.
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import shutil
 import warnings
@@ -40,7 +41,7 @@ def _answers(notebook: dict) -> dict[str, str]:
     }
 
 
-def _submit(course, student: str, answers: dict[str, str]) -> None:
+def _submit(course, student: str, answers: dict[str, str], when: str = "08:00") -> None:
     notebook = json.loads((course / "release" / "ps1" / NAME).read_text())
     for cell in notebook["cells"]:
         grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
@@ -49,12 +50,15 @@ def _submit(course, student: str, answers: dict[str, str]) -> None:
     folder = course / "submitted" / student / "ps1"
     folder.mkdir(parents=True)
     (folder / NAME).write_text(json.dumps(notebook))
-    (folder / "timestamp.txt").write_text("2026-12-01 10:00:00.000000 UTC")
+    (folder / "timestamp.txt").write_text(f"2026-12-01 {when}:00.000000 UTC")
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory, kernel):
-    """A course directory with the chapter released as ps1 and five submissions."""
+    """A course directory with the chapter released as ps1, due at 09:00, and five submissions
+    (the planted bug an hour late)."""
+    from nbgrader.api import Gradebook
+
     root = tmp_path_factory.mktemp("nbgrader-course")
     nbgrader_course.write_source(root, "ps1", [CHAPTER])
     source = root / "source" / "ps1" / NAME
@@ -64,11 +68,13 @@ def course(tmp_path_factory, kernel):
             cell["source"] = "LENGTHS = [64, 128]\nHEADS, HEAD_DIM = 1, 16\n"
     source.write_text(json.dumps(notebook))
     assert nbgrader_course.run_app(root, ["generate_assignment", "ps1", "--force"]) == 0
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        gradebook.update_or_create_assignment("ps1", duedate=datetime.datetime(2026, 12, 1, 9))
     solution = _answers(json.loads(source.read_text()))
     warns = solution["online_softmax_update"].replace("### BEGIN SOLUTION\n", "### BEGIN SOLUTION\n" + WARNS)
     _submit(root, "solution", solution)
     _submit(root, "blank", {})
-    _submit(root, "bug", {**solution, BUG.grade_id: BUG.source})
+    _submit(root, "bug", {**solution, BUG.grade_id: BUG.source}, when="10:00")
     _submit(root, "cheat", {"online_softmax_update": CHEAT})
     _submit(root, "warns", {**solution, "online_softmax_update": warns})
     return root
@@ -93,9 +99,12 @@ def _by_cell(report: grade.Report) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def bridged(course, tmp_path_factory):
-    """The course graded by ``python -m autograder nbgrader`` (the sandbox into nbgrader's gradebook)."""
+    """The course graded by ``python -m autograder nbgrader`` (the sandbox into nbgrader's gradebook),
+    a late submission's score set to 0 by nbgrader's late-submission plugin."""
     root = tmp_path_factory.mktemp("bridged") / "course"
     shutil.copytree(course, root)
+    with open(root / "nbgrader_config.py", "a") as config:
+        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
     assert main(["nbgrader", str(root), "ps1", "--seed", str(SEED)]) == 0
     return root
 
@@ -112,7 +121,7 @@ def test_the_gradebook_holds_the_graders_scores_and_the_cheat_gets_nothing(bridg
     assert 0 < sum(scores["bug"].values()) < sum(full.values())
 
 
-def test_nbgrader_feedback_export_and_comments_show_the_sandboxs_grades(bridged):
+def test_nbgrader_feedback_export_late_penalty_and_comments_show_the_sandboxs_grades(bridged):
     from nbgrader.api import Gradebook
 
     assert nbgrader_course.run_app(bridged, ["generate_feedback", "ps1", "--force"]) == 0
@@ -120,14 +129,17 @@ def test_nbgrader_feedback_export_and_comments_show_the_sandboxs_grades(bridged)
     assert "rescaled" in page  # the hint, as the check cell's output
     assert nbgrader_course.run_app(bridged, ["export", f"--to={bridged / 'grades.csv'}"]) == 0
     with open(bridged / "grades.csv") as file:
-        exported = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(file)}
-    assert exported == {student: sum(cells.values()) for student, cells in _scores(bridged).items()}
+        exported = {row["student_id"]: row for row in csv.DictReader(file)}
+    for student, cells in _scores(bridged).items():
+        assert float(exported[student]["raw_score"]) == sum(cells.values()), student
+        late = student == "bug"
+        assert float(exported[student]["score"]) == (0 if late else sum(cells.values())), student
     with Gradebook(f"sqlite:///{bridged / 'gradebook.db'}") as gradebook:
         comment = gradebook.find_comment(BUG.grade_id, CHAPTER, "ps1", "bug").comment
     assert "rescaled" in comment and "online_softmax_update.larger" in comment
 
 
-def test_stock_autograde_gives_partial_credit_and_keeps_warnings_from_zeroing(course, bridged, tmp_path_factory):
+def test_stock_autograde_gives_partial_credit_and_keeps_warnings_from_zeroing(course, tmp_path_factory):
     """``nbgrader autograde`` with the course's config: the checks run in the learner's kernel."""
     root = tmp_path_factory.mktemp("stock") / "course"
     shutil.copytree(course, root)
@@ -136,8 +148,11 @@ def test_stock_autograde_gives_partial_credit_and_keeps_warnings_from_zeroing(co
     full = {f"test_{e.grade_id}": float(e.points) for e in CHAPTERS[CHAPTER]}
     assert scores["solution"] == scores["warns"] == full
     assert sum(scores["blank"].values()) == 0
-    assert 0 < sum(scores["bug"].values()) < sum(full.values())
-    assert scores["bug"] == _scores(bridged)["bug"]  # the same checks failed in the kernel and in the sandbox
+    assert sum(scores["bug"].values()) > 0
+    for exercise in CHAPTERS[CHAPTER]:  # partial credit: the points of the checks the bug fails are lost, no more
+        lost = sum(c.points for c in exercise.checks if c.id in BUG.must_fail)
+        assert scores["bug"][f"test_{exercise.grade_id}"] <= exercise.points - lost
+    assert scores["bug"]["test_quiz_flash_attention"] == full["test_quiz_flash_attention"]
     # What in-kernel grading cannot prevent (the README says so): the cheat's two lines get full marks.
     assert scores["cheat"] == full
 
