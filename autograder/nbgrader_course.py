@@ -38,7 +38,7 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor, SaveAutoGrades
 from traitlets import Float, Integer, List, Unicode
 from traitlets.config import Config
 
-from autograder import grade, release, runner, shards
+from autograder import grade, release, sandbox, shards
 from autograder.chapters import CHAPTERS
 
 CONFIG = Path(__file__).with_name("nbgrader_config.py")  # the course's settings for stock nbgrader
@@ -56,8 +56,8 @@ class SandboxGrade(NbGraderPreprocessor):
     """Grade the notebook in the sandbox and write each grade cell's points as its output."""
 
     seed = Integer(None, allow_none=True, help="the class seed of the hidden inputs (fresh when None)").tag(config=True)
-    wall_seconds = Float(runner.Limits.wall_seconds, help="seconds per submission").tag(config=True)
-    memory_gib = Float(runner.Limits.memory_bytes / 2**30, help="GiB of resident memory per submission").tag(
+    wall_seconds = Float(sandbox.Limits.wall_seconds, help="seconds per submission").tag(config=True)
+    memory_gib = Float(sandbox.Limits.memory_bytes / 2**30, help="GiB of resident memory per submission").tag(
         config=True
     )
     hide = List(Unicode(), help="folders the sandbox hides (the course directory)").tag(config=True)
@@ -65,7 +65,7 @@ class SandboxGrade(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         where = resources["nbgrader"]
         name = f"{where['notebook']}.ipynb"
-        limits = runner.Limits(wall_seconds=self.wall_seconds, memory_bytes=int(self.memory_gib * 2**30))
+        limits = sandbox.Limits(wall_seconds=self.wall_seconds, memory_bytes=int(self.memory_gib * 2**30))
         seed = None if self.seed is None else shards.submission_seed(self.seed, f"{where['student']}/{name}")
         with tempfile.TemporaryDirectory(prefix="nbgrader-sandbox-") as work:
             nbformat.write(nb, Path(work) / name)
@@ -181,16 +181,16 @@ def run_app(course: Path, argv: list[str], extra: Config | None = None) -> int:
 
 
 def autograde(
-    course: Path, assignment: str, student: str = "*", limits: runner.Limits | None = None, seed: int | None = None
+    course: Path, assignment: str, student: str = "*", limits: sandbox.Limits | None = None, seed: int | None = None
 ) -> int:
     """``nbgrader autograde ASSIGNMENT --force`` on ``course`` with the sandbox as the grader:
     every submission of ``student`` (all by default) is graded by :func:`autograder.grade.grade`
     and its scores, comments, late penalty and autograded notebook go where nbgrader keeps them.
-    Returns nbgrader's exit status. Raises :class:`runner.SandboxUnavailable` before grading
+    Returns nbgrader's exit status. Raises :class:`sandbox.SandboxUnavailable` before grading
     anything when the sandbox cannot start."""
     course = Path(course).resolve()
-    limits = limits or runner.Limits()
-    runner.isolation(limits.memory_bytes)
+    limits = limits or sandbox.Limits()
+    sandbox.isolation(limits.memory_bytes)
     extra = Config()
     extra.Autograde.autograde_preprocessors = preprocessors()
     extra.SandboxGrade.seed = seed
