@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from autograder import grade, gradebook, runner, shards, similarity
+from autograder import grade, gradebook, sandbox, shards, similarity
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -49,11 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         )
     for command in (one, many):
         command.add_argument("--seed", type=int, default=None, help="fix the hidden inputs (default: fresh)")
-        command.add_argument("--timeout", type=float, default=runner.Limits.wall_seconds, help="seconds per submission")
+        command.add_argument(
+            "--timeout", type=float, default=sandbox.Limits.wall_seconds, help="seconds per submission"
+        )
         command.add_argument(
             "--memory",
             type=float,
-            default=runner.Limits.memory_bytes / 2**30,
+            default=sandbox.Limits.memory_bytes / 2**30,
             help="GiB of resident memory per submission",
         )
     return parser
@@ -67,12 +69,12 @@ def main(argv: list[str] | None = None) -> int:
             graded, notes = grade.merge(args.out, args.roster, args.shards, args.threshold)
             _summary([g.report for g in graded], notes, args.out, started, "merged")
             return 0
-        limits = runner.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
+        limits = sandbox.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
         if args.command == "grade":
             report = grade.grade(args.notebook, limits, args.seed)
             print(json.dumps(report.as_json()) if args.json else report.text())
             return 0
-        print(f"sandbox: {runner.describe(runner.isolation(limits.memory_bytes))}", file=sys.stderr)
+        print(f"sandbox: {sandbox.describe(sandbox.isolation(limits.memory_bytes))}", file=sys.stderr)
         reports = grade.grade_folder(
             args.folder,
             args.out,
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             roster=args.roster,
             threshold=args.threshold,
         )
-    except (runner.SandboxUnavailable, shards.MergeError, gradebook.RosterError, shards.ShardError) as error:
+    except (sandbox.SandboxUnavailable, shards.MergeError, gradebook.RosterError, shards.ShardError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     index, count = args.shard

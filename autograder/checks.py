@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from autograder import wire
+from autograder.sandbox.memory import HINT as MEMORY_HINT
 
 
 @dataclass
@@ -128,9 +129,7 @@ def outcome(result: dict) -> tuple[object, Verdict | None]:
         if result["raised"] == "NotImplementedError":
             return None, Verdict(False, NOT_ANSWERED)
         if result["raised"] == "MemoryError":
-            return None, Verdict(
-                False, "ran out of memory (MemoryError): look for a tensor or list far larger than the exercise needs"
-            )
+            return None, Verdict(False, f"ran out of memory (MemoryError): {MEMORY_HINT}")
         where = f" ({result['where'][-1]})" if result.get("where") else ""
         return None, Verdict(False, f"raised {result['raised']}: {result['message']}{where}")
     if "timeout" in result:

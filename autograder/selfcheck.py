@@ -2,7 +2,7 @@
 
 The visible checks of one exercise run on the functions the notebook defined (and all of them in the
 instructor's source), so learners in Colab get the grader's feedback without nbgrader. The probes
-go through :func:`autograder.sandbox.call`, as in the grader's sandbox, so both probe alike. Before
+go through :func:`autograder.sandbox.inside.call`, as in the grader's sandbox, so both probe alike. Before
 any probe, :func:`autograder.reach.problem` looks for what grading will not give the answer (the
 course package, names only the chapter's own cells define): the checks then fail with grading's
 message instead of printing ``ok`` for an answer that grading fails.
@@ -14,9 +14,10 @@ import inspect
 
 import numpy as np
 
-from autograder import reach, sandbox, wire
+from autograder import reach, wire
 from autograder.chapters import chapter_of, exercise_by_id
 from autograder.checks import Check, Exercise, Verdict, builds_on_note, encode_probe
+from autograder.sandbox import inside
 
 VISIBLE_SEED = 2024
 
@@ -25,9 +26,9 @@ def run_in_process(check: Check, namespace: dict, seed: int) -> Verdict:
     """Probe and judge one check against functions in ``namespace`` (the caller's own kernel)."""
     probe = check.probe(np.random.default_rng(seed))
     try:
-        result = {"returned": wire.encode(sandbox.call(namespace, encode_probe(probe)))}
+        result = {"returned": wire.encode(inside.call(namespace, encode_probe(probe)))}
     except Exception as error:  # the learner's own error, reported as a hint
-        result = sandbox.describe(error)
+        result = inside.describe(error)
     return check.judge(probe, result)
 
 
