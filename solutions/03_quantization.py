@@ -467,7 +467,9 @@ x1 = torch.randn(1, 1024, generator=torch.Generator().manual_seed(5)).to(device)
 fused_out = layer4(x1)
 reference_out = int4.reference_linear(x1, layer4.codes, layer4.scale)
 difference = quantization.relative_error(reference_out, fused_out)
-print(f"{layer4}: the path taken is {layer4.path!r}" + (f" ({layer4.why_reference()})" if layer4.why_reference() else ""))
+print(
+    f"{layer4}: the path taken is {layer4.path!r}" + (f" ({layer4.why_reference()})" if layer4.why_reference() else "")
+)
 print(f"fused against dequantize-then-multiply: relative difference {difference:.1e} (bound {int4.TOLERANCE:g})")
 assert difference < int4.TOLERANCE
 
