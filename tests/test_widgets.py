@@ -206,6 +206,12 @@ def _figures() -> dict[str, object]:
             q.granularity_errors(q.outlier_matrix()), q.granularity_errors(q.gaussian_matrix(256, 512))
         ),
         "quantization.plot_bits_sweep": lambda: quantization.plot_bits_sweep(q.gaussian_matrix(64, 128)),
+        "quantization.plot_int4_speedup": lambda: quantization.plot_int4_speedup(
+            [
+                {"shape": (256, 256), "fp32_bytes": 2**18, "speedup": 0.3, "bound": 7.1},
+                {"shape": (4096, 4096), "fp32_bytes": 2**26, "speedup": 6.0, "bound": 7.1},
+            ]
+        ),
         "flash_attention.plot_attention_timing": lambda: flash_attention.plot_attention_timing(
             [256, 1024],
             {"sdpa": [1e-3, 9e-3], "blockwise": [2e-3, 3e-2]},
