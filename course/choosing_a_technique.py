@@ -357,18 +357,25 @@ class StoredLinear(nn.Module):
 def store_weights(model: LanguageModel, weights: str, group_size: int | None = None) -> LanguageModel:
     """A copy of ``model`` whose linear layers are :class:`StoredLinear` in ``weights``; the tied
     embedding (also the output layer) and the norms stay in float32. ``fp32``: a plain copy."""
-    import copy
-
     if weights not in FORMAT_BITS:
         raise ValueError(f"weights must be one of {', '.join(FORMAT_BITS)}, got {weights!r}")
-    stored = copy.deepcopy(model)
     if weights == "fp32":
-        return stored
-    for path, module in list(stored.named_modules()):
-        if isinstance(module, nn.Linear):
+        return replace_layers(model, nn.Linear, lambda layer: layer)
+    return replace_layers(model, nn.Linear, lambda layer: StoredLinear(layer, weights, group_size))
+
+
+def replace_layers(model: nn.Module, kind, make) -> nn.Module:
+    """A copy of ``model`` in which every module of type ``kind`` (or for which ``kind(module)`` is
+    true) is ``make(module)``."""
+    import copy
+
+    matches = (lambda module: isinstance(module, kind)) if isinstance(kind, type) else kind
+    replaced = copy.deepcopy(model)
+    for path, module in list(replaced.named_modules()):
+        if path and matches(module):
             parent, _, leaf = path.rpartition(".")
-            setattr(stored.get_submodule(parent), leaf, StoredLinear(module, weights, group_size))
-    return stored
+            setattr(replaced.get_submodule(parent), leaf, make(module))
+    return replaced
 
 
 def weight_bytes(model: nn.Module | None) -> int:
@@ -376,6 +383,132 @@ def weight_bytes(model: nn.Module | None) -> int:
     if model is None:
         return 0
     return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+# --- The server the learner builds ------------------------------------------------------------------
+
+
+def int4_layer_buffers(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a stored int4 layer keeps for ``weight`` (out, in): codes packed two to a byte
+    (:func:`pack_int4`, from chapter 3's symmetric absmax codes of the float32 scale) and the scales
+    in float16, one per ``group_size`` columns: ``(out, in // 2)`` uint8 and ``(out, in // group_size)``."""
+    codes, scale = quantization.quantize(weight.detach().float(), 4, group_size)
+    return pack_int4(codes), scale.half()
+
+
+def course_int4_layer(weight: torch.Tensor, group_size: int) -> int4.Int4Linear:
+    """The course's stored int4 layer for ``weight``, built as the learner's ``Int4Linear(weight,
+    group_size)`` is: the same codes and scales (:func:`int4_layer_buffers`), the fused product."""
+    return int4.Int4Linear(*quantization.quantize(weight.detach().float(), 4, group_size))
+
+
+@torch.no_grad()
+def greedy_speculative(target, draft, prompt: torch.Tensor, k: int, new_tokens: int) -> list[int]:
+    """Greedy speculative decoding with a KV cache in each model: the draft proposes ``k`` tokens
+    one at a time from its cache, the target scores them all in one call from its cache, the
+    longest prefix equal to the target's own greedy choices is kept, then the target's token after
+    it. Both caches are rolled back to what was kept. Returns the prompt (1, T) and ``new_tokens``
+    new tokens as a list: exactly the target's greedy decoding.
+
+    ``target`` and ``draft`` have the course model's interface: ``model(tokens, cache)`` and
+    ``model.new_cache(1, max_len)``, whose ``length`` counts the positions cached. Not handled:
+    sampling (chapter 6's rule at temperature above 0), batches of several sequences.
+    """
+    tokens = prompt[0].tolist()
+    goal = len(tokens) + new_tokens
+    target_cache, draft_cache = target.new_cache(1, goal + k + 1), draft.new_cache(1, goal + k + 1)
+    while len(tokens) < goal:
+        n, proposed = len(tokens), []
+        fresh = tokens[draft_cache.length :]  # what the draft has not seen (at least the last token)
+        for _ in range(k):
+            logits = draft(torch.tensor([fresh], device=prompt.device), draft_cache)[0, -1]
+            proposed.append(int(logits.argmax()))
+            fresh = proposed[-1:]
+        feed = tokens[target_cache.length :] + proposed
+        choices = target(torch.tensor([feed], device=prompt.device), target_cache)[0, -(k + 1) :].argmax(-1).tolist()
+        accepted = 0
+        while accepted < k and proposed[accepted] == choices[accepted]:
+            accepted += 1
+        tokens += proposed[:accepted] + [choices[accepted]]
+        target_cache.length = n + accepted  # the target's token after them is fed next round
+        draft_cache.length = min(draft_cache.length, n + accepted)
+    return tokens[:goal]
+
+
+class LearnerServer:
+    """The learner's server, ready to time: the course's target with every linear layer an instance of
+    the learner's ``layer_class(weight, group_size)`` and the learner's greedy ``loop(target, draft,
+    prompt, k, new_tokens)`` with ``draft``; the same codes and scales also through torch's fused int4
+    product (``course.kernels.int4``). On the CPU, the first held-out prompt. Not handled: other
+    devices (the learner's loop makes its tensors on the CPU), other weight formats."""
+
+    def __init__(self, layer_class, loop, group_size: int = 64, draft: str = "distilled", k: int = 4):
+        self.stand_ins = []  # what is not written yet, and the course's own version used instead
+        try:
+            layer_class(torch.zeros(16, 2 * group_size), group_size)
+        except NotImplementedError:
+            layer_class = course_int4_layer
+            self.stand_ins.append("Int4Linear")
+        self.loop, self.k, self.draft = loop, k, draft_model(draft)
+        try:
+            loop(_target(), self.draft, prompts()[0], k, 1)
+        except NotImplementedError:
+            self.loop = greedy_speculative
+            self.stand_ins.append("speculative_greedy")
+        self.stored = replace_layers(_target(), nn.Linear, lambda layer: layer_class(layer.weight.detach(), group_size))
+        self.fused = replace_layers(
+            self.stored,
+            lambda module: isinstance(getattr(module, "codes", None), torch.Tensor),
+            lambda layer: int4.Int4Linear(unpack_int4(layer.codes), layer.scale),
+        )
+
+    def baseline(self, new_tokens: int):
+        """A call that generates ``new_tokens`` with the float32 target alone: the baseline."""
+        return lambda: generate(_target(), prompts()[0], new_tokens)[0].tolist()
+
+    def generations(self, new_tokens: int) -> dict:
+        """name -> a call that generates ``new_tokens`` after the first prompt."""
+        prompt = prompts()[0]
+        return {
+            "fp32 target alone": self.baseline(new_tokens),
+            "your server": lambda: list(self.loop(self.stored, self.draft, prompt, self.k, new_tokens)),
+            "your codes, fused int4 product": lambda: list(
+                self.loop(self.fused, self.draft, prompt, self.k, new_tokens)
+            ),
+        }
+
+    def time(self, new_tokens: int, repeats: int = 3) -> dict[str, dict]:
+        """name -> ``{"seconds": [...], "tokens": [...]}``, each generation timed ``repeats`` times
+        after one untimed call, at the thread count in force."""
+        results = {}
+        for name, run in self.generations(new_tokens).items():
+            results[name] = {"tokens": run(), "seconds": timing.repeat_seconds(run, warmup=0, repeats=repeats)}
+        return results
+
+
+def server_reading(results: dict[str, dict], new_tokens: int) -> str:
+    """What :meth:`LearnerServer.time` measured, one line each: tokens per second, the spread of the
+    repeats, the speed-up over the first (the baseline), and whether the tokens are its own."""
+    import statistics
+
+    names = list(results)
+    base = statistics.median(results[names[0]]["seconds"])
+    lines = []
+    for name in names:
+        times = results[name]["seconds"]
+        seconds = statistics.median(times)
+        lines.append(
+            f"{name:32s} {new_tokens / seconds:7.0f} tokens/s (spread {100 * timing.spread(times):.0f}%), "
+            f"{base / seconds:.2f}x the fp32 target"
+        )
+    same = results[names[1]]["tokens"] == results[names[-1]]["tokens"]
+    differ = sum(a != b for a, b in zip(results[names[0]]["tokens"], results[names[1]]["tokens"], strict=True))
+    lines.append(
+        f"your server's tokens {'equal' if same else 'differ from'} those through the fused product"
+        f"{'' if same else ' (bfloat16 products can flip a close greedy choice)'}; "
+        f"{differ} of {len(results[names[0]]['tokens'])} differ from the fp32 target's (int4 weights are another model)"
+    )
+    return "\n".join(lines)
 
 
 # --- Drafts -----------------------------------------------------------------------------------------

@@ -272,6 +272,85 @@ def test_speedup_reading_says_what_is_slower():
     assert "every part is faster" in technique.speedup_reading({"b": 1.5})
 
 
+# --- the server the learner builds ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("draft, k", [("distilled", 4), ("draft", 1), ("draft", 7)])
+def test_greedy_speculative_is_the_targets_greedy_decoding(draft, k):
+    from course.model import generate
+
+    target, drafter = checkpoints.load("target"), checkpoints.load(draft)
+    prompt = technique.prompts()[1]
+    assert technique.greedy_speculative(target, drafter, prompt, k, 40) == generate(target, prompt, 40)[0].tolist()
+
+
+def test_int4_layer_buffers_against_chapter_3():
+    weight = quantization.gaussian_matrix(16, 128, seed=4)
+    packed, scale = technique.int4_layer_buffers(weight, 32)
+    codes, expected_scale = quantization.quantize(weight, 4, 32)
+    assert packed.dtype == torch.uint8 and packed.shape == (16, 64) and scale.dtype == torch.float16
+    assert scale.shape == (16, 4) and torch.equal(scale, expected_scale.half())
+    high = [[(a + 8) * 16 + (b + 8) for a, b in zip(r[0::2], r[1::2], strict=True)] for r in codes.tolist()]
+    assert packed.tolist() == high  # the bit formula, written out
+
+
+def test_the_sandbox_model_is_the_course_model():
+    """The scenario rebuilds the course's model without the course: its greedy tokens through the
+    course's loop, and its held-out loss, equal the course model's own."""
+    from course.model import generate
+
+    prompt = technique.prompts()[2]
+    inputs = {"prompt": prompt, "k": 3, "new_tokens": 24}
+    run = checks.on_course_model(
+        technique.greedy_speculative, "speculate", checks.model_spec("target"), checks.model_spec("draft"), inputs
+    )
+    assert run["tokens"] == generate(checkpoints.load("target"), prompt, 24)[0].tolist()
+    calls = speculative_decoding.speculative_generate(
+        checkpoints.load("target"), checkpoints.load("draft"), prompt, 3, 24, temperature=0
+    )["target_calls"]
+    assert run["target_calls"] == calls and run["target_fed"] <= prompt.shape[1] + 24 + calls * 4
+
+    class Float(nn.Module):  # a plain float layer: the loss must be the fp32 target's
+        def __init__(self, weight, group_size):
+            super().__init__()
+            self.register_buffer("weight", weight)
+
+        def forward(self, x):
+            return x @ self.weight.T
+
+    inputs = {"group_size": 64, "windows": checks._loss_windows()}
+    loss = checks.on_course_model(Float, "loss", checks.model_spec("target"), None, inputs)
+    assert loss["layers"] == 42 and loss["loss"] == pytest.approx(checks._course_loss(None), abs=1e-5)
+
+
+def test_mistaken_loops_differ_from_greedy():
+    target, drafter = checkpoints.load("target"), checkpoints.load("distilled")
+    greedy = checks._loop_expected("distilled", 0, 4)["greedy"]
+    for mistake in checks.LOOP_MISTAKES:
+        assert (
+            checks._mistaken_loop(target, drafter, technique.prompts()[0], 4, checks.LOOP_NEW_TOKENS, mistake) != greedy
+        )
+
+
+def test_replace_layers_and_the_course_layer():
+    target = checkpoints.load("target")
+    replaced = technique.replace_layers(target, nn.Linear, lambda layer: technique.course_int4_layer(layer.weight, 64))
+    assert sum(isinstance(m, int4.Int4Linear) for m in replaced.modules()) == 42
+    assert sum(isinstance(m, nn.Linear) for m in target.modules()) == 42  # the original is untouched
+
+
+def test_learner_server_times_and_reads(monkeypatch):
+    def not_written(*args):
+        raise NotImplementedError
+
+    server = technique.LearnerServer(not_written, not_written)
+    assert server.stand_ins == ["Int4Linear", "speculative_greedy"]
+    results = server.time(8, repeats=1)
+    assert list(results) == ["fp32 target alone", "your server", "your codes, fused int4 product"]
+    text = technique.server_reading(results, 8)
+    assert text.count("x the fp32 target") == 3 and "differ from the fp32 target's" in text
+
+
 # --- figures ---------------------------------------------------------------------------------------------
 
 
@@ -316,6 +395,21 @@ def test_leaderboard_ranks_the_budget_first_then_tokens_per_call(tmp_path):
 
 # --- planted mistakes -------------------------------------------------------------------------------------
 
+
+def _solution_answer(grade_id: str) -> str:
+    """The solution's answer cell ``grade_id``, its solution markers dropped: the base of a planted mistake."""
+    import jupytext
+
+    from course import paths
+
+    notebook = jupytext.read(paths.ROOT / "solutions" / "09_choosing_a_technique.py")
+    cell = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return "\n".join(line for line in cell.source.splitlines() if "### " not in line) + "\n"
+
+
+LAYER_SOLUTION = _solution_answer("int4_linear")
+LOOP_SOLUTION = _solution_answer("speculative_greedy")
+SWAPPED_PACK = 'self.register_buffer("codes", ((codes[:, 1::2] + 8) * 16 + (codes[:, 0::2] + 8)).to(torch.uint8))'
 ADVICE_HEAD = "def fine_tuning_advice(need, changes_often, tried_prompting):\n"
 CONFIG_HEAD = "def capstone_configuration():\n    return "
 PLANTED = {
@@ -346,6 +440,44 @@ PLANTED = {
         "    c = codes.to(torch.int32) & 15\n    return (c[:, 0::2] * 16 + c[:, 1::2]).to(torch.uint8)\n",
         {"pack_int4.example", "pack_int4.random"},
         "two's complement",
+    ),
+    "layer_low_nibble_first": Planted(
+        "int4_linear",
+        LAYER_SOLUTION.replace('self.register_buffer("codes", pack_int4(codes))', SWAPPED_PACK).replace(
+            "torch.stack([high, low]", "torch.stack([low, high]"
+        ),
+        {"int4_linear.codes", "int4_linear.random", "int4_linear.forward"},
+        "nibble order",
+    ),
+    "layer_scales_per_row": Planted(
+        "int4_linear",
+        LAYER_SOLUTION.replace(
+            "grouped = weight.detach().float().reshape(rows, cols // group_size, group_size)",
+            "grouped = weight.detach().float().reshape(rows, 1, cols)",
+        ),
+        {"int4_linear.codes", "int4_linear.random", "int4_linear.bytes", "int4_linear.model"},
+        "per row",
+    ),
+    "loop_cache_not_rolled_back": Planted(
+        "speculative_greedy",
+        LOOP_SOLUTION.replace("        target_cache.length = n + accepted\n", ""),
+        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k1", "k7")},
+        "rolled back",
+    ),
+    "loop_off_by_one": Planted(
+        "speculative_greedy",
+        LOOP_SOLUTION.replace("target_cache.length = n + accepted", "target_cache.length = n + accepted + 1"),
+        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k1", "k7")},
+        "off by one",
+    ),
+    "loop_without_target_cache": Planted(
+        "speculative_greedy",
+        LOOP_SOLUTION.replace(
+            "choices = target(torch.tensor([feed]), target_cache)",
+            "choices = target(torch.tensor([tokens + proposed]))",
+        ),
+        {"speculative_greedy.caches"},
+        "keep a KV cache",
     ),
     "capstone_int8": Planted(
         "capstone_configuration",

@@ -142,6 +142,8 @@ def test_scenarios_run_on_their_own():
         "LoRALinear": lora.LoRALinear,
         "speculative_token": speculative_decoding.speculative_token,
         "fine_tuning_advice": choosing_a_technique.fine_tuning_advice,
+        "Int4Linear": choosing_a_technique.course_int4_layer,
+        "speculative_greedy": choosing_a_technique.greedy_speculative,
     }
     driven = [
         c
@@ -152,6 +154,7 @@ def test_scenarios_run_on_their_own():
     ]
     quizzes = {f"quiz_{paths.slug(chapter)}": paths.slug(chapter) for chapter in CHAPTERS}
     expected = {"lora_linear", "speculative_token", "blockwise_attention", "fine_tuning_advice", *quizzes}
+    expected |= {"int4_linear", "speculative_greedy"}
     assert {c.exercise for c in driven} == expected
     answers["blockwise_attention"] = flash_attention.blockwise_attention
     for index, check in enumerate(driven):

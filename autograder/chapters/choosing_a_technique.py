@@ -4,12 +4,30 @@ the course's own code: the learner's function only names the configuration)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import itertools
+import math
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from autograder.checks import Check, Exercise, Requirement, Verdict, compare_tensors, judge_raises, judges_value
+from autograder.checks import (
+    Check,
+    Exercise,
+    Requirement,
+    Verdict,
+    compare_tensors,
+    judge_raises,
+    judges_value,
+    outcome,
+)
+from course import checkpoints, corpus, quantization, speculative_decoding
 from course import choosing_a_technique as technique
+from course.kernels import int4
+from course.model import generate
 
 # --- fine_tuning_advice -------------------------------------------------------------------------------
 
@@ -236,6 +254,574 @@ PACK = Exercise(
 )
 
 
+# --- the server: Int4Linear and speculative_greedy, run on the course's models in the sandbox ---------
+
+
+def on_course_model(answer, job, target, draft, inputs) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): the course's model rebuilt from
+    its state dict and configuration (``target``, ``draft``: ``{"state": ..., "config": ...}``), the
+    forward pass of ``course.model.LanguageModel`` written out here because the course cannot be
+    imported in the sandbox: tied embedding, rotary positions, grouped-query attention with a KV
+    cache of ``length`` positions, SwiGLU, RMSNorm. Then the learner's ``answer`` drives it:
+
+    * ``job == "loss"``: ``answer`` is the learner's int4 layer class; every linear layer of the
+      target becomes ``answer(weight, group_size)``; reports the mean next-byte loss over the
+      windows ``inputs["windows"]`` (B, T + 1) computed through those layers, and the bytes of
+      every layer's own tensors (its state dict).
+    * ``job == "speculate"``: ``answer`` is the learner's loop; reports the tokens of
+      ``answer(target, draft, prompt, k, new_tokens)``, the target's and the draft's calls counted,
+      and the positions each was fed.
+    """
+    import types
+
+    import torch
+    import torch.nn.functional as F
+
+    class Cache:
+        def __init__(self, config, max_len):
+            shape = (config.n_layers, config.n_kv_heads, max_len, config.d_model // config.n_heads)
+            self.k, self.v, self.length, self.max_len = torch.zeros(shape), torch.zeros(shape), 0, max_len
+
+    class Model:
+        def __init__(self, spec, make_linear=None):
+            self.state, self.config = spec["state"], types.SimpleNamespace(**spec["config"])
+            c = self.config
+            self.linear = {
+                name: make_linear(weight) if make_linear else (lambda x, w=weight: F.linear(x, w))
+                for name, weight in self.state.items()
+                if weight.dim() == 2 and name != "embed.weight"
+            }
+            half = c.d_model // c.n_heads // 2
+            inverse = c.rope_base ** (-torch.arange(half, dtype=torch.float32) / half)
+            angles = torch.outer(torch.arange(c.max_seq_len, dtype=torch.float32), inverse)
+            angles = torch.cat([angles, angles], dim=-1)
+            self.cos, self.sin = angles.cos(), angles.sin()
+            self.calls, self.fed = 0, 0
+
+        def new_cache(self, batch=1, max_len=None):
+            if batch != 1:
+                raise ValueError("this model serves one sequence: new_cache(1, max_len)")
+            return Cache(self.config, max_len or self.config.max_seq_len)
+
+        def norm(self, x, name):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.config.norm_eps) * self.state[name]
+
+        def rotate(self, x, cos, sin):
+            first, second = x.chunk(2, dim=-1)
+            return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+        def __call__(self, tokens, cache=None):
+            c, (B, T) = self.config, tokens.shape
+            self.calls, self.fed = self.calls + 1, self.fed + T
+            past = cache.length if cache is not None else 0
+            if cache is not None and past + T > cache.max_len:
+                raise ValueError(
+                    f"the KV cache holds {cache.max_len} positions, {past + T} needed: was it rolled back to the "
+                    "positions kept after a rejection?"
+                )
+            cos, sin = self.cos[past : past + T], self.sin[past : past + T]
+            d = c.d_model // c.n_heads
+            x = self.state["embed.weight"][tokens]
+            for i in range(c.n_layers):
+                p = f"blocks.{i}."
+                h = self.norm(x, p + "attn_norm.weight")
+                q = self.linear[p + "attn.q_proj.weight"](h).view(B, T, c.n_heads, d).transpose(1, 2)
+                k = self.linear[p + "attn.k_proj.weight"](h).view(B, T, c.n_kv_heads, d).transpose(1, 2)
+                v = self.linear[p + "attn.v_proj.weight"](h).view(B, T, c.n_kv_heads, d).transpose(1, 2)
+                q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+                if cache is not None:
+                    cache.k[i, :, past : past + T], cache.v[i, :, past : past + T] = k[0], v[0]
+                    k, v = cache.k[i, :, : past + T][None], cache.v[i, :, : past + T][None]
+                k = k.repeat_interleave(c.n_heads // c.n_kv_heads, dim=1)
+                v = v.repeat_interleave(c.n_heads // c.n_kv_heads, dim=1)
+                mask = torch.ones(T, past + T, dtype=torch.bool).tril(past) if T > 1 else None
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, T, -1)
+                x = x + self.linear[p + "attn.o_proj.weight"](out)
+                h = self.norm(x, p + "mlp_norm.weight")
+                gate, up = self.linear[p + "mlp.gate_proj.weight"](h), self.linear[p + "mlp.up_proj.weight"](h)
+                x = x + self.linear[p + "mlp.down_proj.weight"](F.silu(gate) * up)
+            if cache is not None:
+                cache.length = past + T
+            return F.linear(self.norm(x, "norm.weight"), self.state["embed.weight"])
+
+    with torch.no_grad():
+        if job == "loss":
+            layers = []
+
+            def make_linear(weight):
+                layers.append(answer(weight, inputs["group_size"]))
+                return layers[-1]
+
+            model, windows = Model(target, make_linear), inputs["windows"]
+            logits = model(windows[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
+            stored = sum(t.numel() * t.element_size() for layer in layers for t in layer.state_dict().values())
+            return {"loss": float(loss), "layer_bytes": int(stored), "layers": len(layers)}
+        served, drafter = Model(target), Model(draft)
+        tokens = answer(served, drafter, inputs["prompt"], inputs["k"], inputs["new_tokens"])
+        tokens = tokens.flatten().tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+        return {
+            "tokens": [int(t) for t in tokens],
+            "target_calls": served.calls,
+            "target_fed": served.fed,
+            "draft_fed": drafter.fed,
+        }
+
+
+def model_spec(name: str) -> dict:
+    """A course model as the scenario rebuilds it: its state dict and configuration."""
+    model = checkpoints.load(name)
+    return {"state": dict(model.state_dict()), "config": model.config.to_dict()}
+
+
+# --- Int4Linear -----------------------------------------------------------------------------------------
+
+
+def int4_layer(cls, weight, group_size, x) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): the learner's layer built from
+    ``weight`` with ``group_size``; its tensors (its state dict) and its output for ``x``."""
+    import torch
+
+    layer = cls(weight, group_size)
+    with torch.no_grad():
+        return {"tensors": {n: t.detach() for n, t in layer.state_dict().items()}, "output": layer(x)}
+
+
+def _layer_probe(rows, cols, group, batch=(3,), fixed_seed=None):
+    def make(rng):
+        rng = np.random.default_rng(fixed_seed) if fixed_seed is not None else rng
+        weight = torch.from_numpy(rng.normal(0, 0.02, size=(rows, cols)).astype(np.float32))
+        x = torch.from_numpy(rng.normal(0, 1, size=(*batch, cols)).astype(np.float32))
+        return {"call": "Int4Linear", "scenario": int4_layer, "args": [weight, group, x]}
+
+    return make
+
+
+def _stored(tensors) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The learner's codes and scale, or what is wrong with the layer's tensors."""
+    if not isinstance(tensors, dict) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        return None, None, "the layer's state dict holds something other than tensors"
+    missing = [name for name in ("codes", "scale") if name not in tensors]
+    if missing:
+        return (
+            None,
+            None,
+            (
+                f"the layer has no tensor named {' or '.join(missing)} (it has {', '.join(tensors) or 'none'}): "
+                "register the packed codes and the scales as buffers, self.register_buffer('codes', ...)"
+            ),
+        )
+    return tensors["codes"], tensors["scale"], ""
+
+
+def _codes_mistakes(weight, group) -> list[tuple[str, torch.Tensor | None, torch.Tensor | None]]:
+    codes, scale = quantization.quantize(weight.float(), 4, group)
+    packed = technique.pack_int4(codes)
+    rows = quantization.quantize(weight.float(), 4, None)
+    wide = (
+        torch.round(
+            weight.float()
+            / (weight.float().reshape(len(weight), -1, group).abs().amax(-1) / 8).repeat_interleave(group, dim=1)
+        )
+        .clamp(-8, 7)
+        .to(torch.int32)
+    )
+    return [
+        (
+            "wrong nibble order: the first code of each pair goes into the high four bits, (c0 + 8) * 16 + (c1 + 8)",
+            technique.pack_int4(torch.stack([codes[:, 1::2], codes[:, 0::2]], -1).reshape(codes.shape)),
+            None,
+        ),
+        (
+            "scales per row instead of per group: keep one scale per group_size columns, shape "
+            "(out_features, in_features // group_size)",
+            technique.pack_int4(rows[0]),
+            rows[1].half(),
+        ),
+        ("the scale is absmax / 7 (the largest symmetric 4-bit code), not absmax / 8", technique.pack_int4(wide), None),
+        ("the scales are stored in float32: keep them in float16 (two bytes each)", packed, scale.float()),
+    ]
+
+
+@judges_value
+def _judge_layer_tensors(probe, got):
+    weight, group, _ = probe["args"]
+    if not isinstance(got, dict) or "tensors" not in got:
+        return Verdict(False, f"the scenario got {type(got).__name__}; Int4Linear should be an nn.Module class")
+    codes, scale, problem = _stored(got["tensors"])
+    if problem:
+        return Verdict(False, problem)
+    expected_codes, expected_scale = technique.int4_layer_buffers(weight, group)
+    for hint, wrong_codes, wrong_scale in _codes_mistakes(weight, group):
+        if (
+            (wrong_scale is None or (scale.dtype == wrong_scale.dtype and torch.equal(scale, wrong_scale)))
+            and (codes.shape == wrong_codes.shape and torch.equal(codes.to(torch.int64), wrong_codes.to(torch.int64)))
+            and not (torch.equal(codes, expected_codes) and torch.equal(scale, expected_scale))
+        ):
+            return Verdict(False, hint)
+    if codes.dtype != torch.uint8 or tuple(codes.shape) != tuple(expected_codes.shape):
+        return Verdict(
+            False,
+            f"codes {codes.dtype} {tuple(codes.shape)}, expected torch.uint8 {tuple(expected_codes.shape)}: "
+            "two 4-bit codes to a byte, packed with your pack_int4",
+        )
+    if scale.dtype != torch.float16 or tuple(scale.shape) != tuple(expected_scale.shape):
+        return Verdict(
+            False,
+            f"scale {scale.dtype} {tuple(scale.shape)}, expected torch.float16 {tuple(expected_scale.shape)}: one "
+            "float16 scale per group_size columns of each row",
+        )
+    if not torch.equal(scale, expected_scale):
+        return Verdict(False, "the scales differ from absmax / 7 of each group (chapter 3's symmetric 4-bit codes)")
+    # the codes of the float16 scale are as good as those of the float32 one
+    alternative = technique.pack_int4(
+        torch.round(weight / expected_scale.float().repeat_interleave(group, dim=1)).clamp(-8, 7).to(torch.int32)
+    )
+    if torch.equal(codes, expected_codes) or torch.equal(codes, alternative):
+        return Verdict(True)
+    wrong = int((codes != expected_codes).sum())
+    return Verdict(False, f"{wrong} of {codes.numel()} bytes differ from round(weight / scale) packed with pack_int4")
+
+
+@judges_value
+def _judge_layer_output(probe, got):
+    weight, group, x = probe["args"]
+    if not isinstance(got, dict) or not isinstance(got.get("output"), torch.Tensor):
+        return Verdict(False, "forward(x) should return a tensor: x @ W.T with W rebuilt from the codes and scales")
+    codes, scale, problem = _stored(got["tensors"])
+    if problem:
+        return Verdict(False, problem)
+    try:  # the learner's own codes and scales, rebuilt by the course
+        rebuilt = quantization.dequantize(technique.unpack_int4(codes), scale.float())
+    except (ValueError, RuntimeError) as error:
+        return Verdict(False, f"the codes and scales cannot be unpacked: {error}")
+    output = got["output"].double()
+
+    def close_to(weight) -> float:  # relative error: torch's fused int4 product (bfloat16) is welcome
+        expected = x.double() @ weight.double().T
+        if output.shape != expected.shape:
+            return math.inf
+        return float((output - expected).norm() / expected.norm())
+
+    error = close_to(rebuilt)
+    if error <= int4.TOLERANCE:
+        return Verdict(True)
+    swapped = technique.unpack_int4(codes).reshape(len(codes), -1, 2).flip(-1).reshape(len(codes), -1)
+    if close_to(quantization.dequantize(swapped, scale.float())) <= int4.TOLERANCE:
+        return Verdict(False, "wrong nibble order in forward: the high four bits hold the first code of each pair")
+    shape = f"shape {tuple(output.shape)}, expected {(*x.shape[:-1], len(codes))}; " if math.isinf(error) else ""
+    return Verdict(
+        False, f"forward(x) is not x @ W.T for the W your codes and scales encode ({shape}relative error {error:.2g})"
+    )
+
+
+@judges_value
+def _judge_layer_bytes(probe, got):
+    weight, group, _ = probe["args"]
+    tensors = got.get("tensors") if isinstance(got, dict) else None
+    if not isinstance(tensors, dict):
+        return Verdict(False, "Int4Linear should be an nn.Module class")
+    rows, cols = weight.shape
+    expected = rows * cols // 2 + 2 * rows * (cols // group)
+    held = {name: t.numel() * t.element_size() for name, t in tensors.items() if isinstance(t, torch.Tensor)}
+    if sum(held.values()) == expected and set(held) == {"codes", "scale"}:
+        return Verdict(True)
+    if held.get("scale") == 2 * rows and group < cols:
+        return Verdict(False, f"scales per row instead of per group: one float16 scale per {group} columns")
+    extra = sorted(set(held) - {"codes", "scale"})
+    more = f"; it also keeps {', '.join(extra)}: a stored layer keeps only its codes and scales" if extra else ""
+    return Verdict(
+        False,
+        f"the layer's tensors take {sum(held.values())} bytes, expected {expected} (half a byte per weight, two "
+        f"per scale){more}",
+    )
+
+
+@functools.cache
+def _loss_windows() -> torch.Tensor:
+    tokens = corpus.tokens("validation")
+    n = (len(tokens) - 1) // LOSS_LENGTH
+    starts = (torch.arange(n) * LOSS_LENGTH)[torch.linspace(0, n - 1, LOSS_WINDOWS).long()]
+    return torch.stack([tokens[s : s + LOSS_LENGTH + 1] for s in starts.tolist()])
+
+
+LOSS_WINDOWS, LOSS_LENGTH = 8, 256
+
+
+@functools.cache
+@torch.no_grad()
+def _course_loss(group: int | None, mistake: str = "") -> float:
+    """The held-out loss on :func:`_loss_windows` of the target with int4 weights (``group`` None: fp32
+    weights; ``mistake`` "rows": one scale per row), computed by the course's model."""
+    model = copy.deepcopy(checkpoints.load("target"))
+    if group is not None:
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                packed, scale = technique.int4_layer_buffers(module.weight, None if mistake == "rows" else group)
+                module.weight.data = quantization.dequantize(technique.unpack_int4(packed), scale.float())
+    windows = _loss_windows()
+    logits = model(windows[:, :-1])
+    return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)))
+
+
+def _loss_probe(rng):
+    return {
+        "call": "Int4Linear",
+        "scenario": on_course_model,
+        "args": ["loss", model_spec("target"), None, {"group_size": 64, "windows": _loss_windows()}],
+    }
+
+
+@judges_value
+def _judge_model_loss(probe, got):
+    if not isinstance(got, dict) or "loss" not in got:
+        return Verdict(False, f"the course's target could not be served with Int4Linear: {got!r}"[:200])
+    group = probe["args"][3]["group_size"]
+    linears = [m for m in checkpoints.load("target").modules() if isinstance(m, nn.Linear)]
+    expected_bytes = sum(m.weight.numel() // 2 + 2 * m.out_features * (m.in_features // group) for m in linears)
+    loss, fp32 = got["loss"], _course_loss(None)
+    data = {"int4_loss": loss, "int4_loss_gap": loss - fp32, "int4_layer_bytes": got["layer_bytes"]}
+    per_row = sum(m.weight.numel() // 2 + 2 * m.out_features for m in linears)
+    if got["layer_bytes"] == per_row:
+        return Verdict(False, f"scales per row instead of per group: one float16 scale per {group} columns", data=data)
+    if got["layer_bytes"] != expected_bytes:
+        return Verdict(
+            False,
+            f"the target's {len(linears)} int4 layers hold {got['layer_bytes']:,} bytes, expected {expected_bytes:,}: "
+            "only the packed codes and the float16 scales",
+            data=data,
+        )
+    if abs(loss - _course_loss(group)) <= 1e-3:
+        return Verdict(True, data=data)
+    if abs(loss - _course_loss(group, "rows")) <= 1e-3:
+        return Verdict(False, "the loss is that of one scale per row: scales per group of group_size", data=data)
+    return Verdict(
+        False,
+        f"held-out loss through your layers {loss:.4f} nats/byte, the course's int4 g{group} target's "
+        f"{_course_loss(group):.4f} (fp32: {fp32:.4f})",
+        data=data,
+    )
+
+
+INT4_LAYER = Exercise(
+    "int4_linear",
+    ("Int4Linear",),
+    [
+        Check(
+            "codes",
+            2,
+            "an 8 x 64 weight, groups of 32: codes and scales",
+            _layer_probe(8, 64, 32, fixed_seed=9),
+            _judge_layer_tensors,
+            visible=True,
+        ),
+        Check(
+            "random",
+            1,
+            "a 48 x 256 weight, groups of 64: codes and scales",
+            _layer_probe(48, 256, 64),
+            _judge_layer_tensors,
+        ),
+        Check(
+            "forward",
+            1,
+            "forward(x) on a batch of sequences",
+            _layer_probe(32, 128, 32, batch=(2, 5)),
+            _judge_layer_output,
+        ),
+        Check("bytes", 1, "the layer keeps only codes and scales", _layer_probe(16, 128, 64), _judge_layer_bytes),
+        Check(
+            "model",
+            2,
+            "the course's target served through your layers: held-out loss and bytes",
+            _loss_probe,
+            _judge_model_loss,
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "codes: round(weight / scale) with scale = absmax / 7 per group, packed with pack_int4", ("codes", "random")
+        ),
+        Requirement(
+            "buffers named codes (uint8, (out, in // 2)) and scale (float16, (out, in // group_size))",
+            ("codes", "random", "bytes"),
+        ),
+        Requirement(
+            "forward(x) = x @ W.T for W rebuilt from the codes and scales, any leading shape", ("forward", "model")
+        ),
+        Requirement("no float copy of the weight kept", ("bytes", "model")),
+    ],
+    builds_on=("pack_int4",),
+)
+
+
+# --- speculative_greedy --------------------------------------------------------------------------------
+
+LOOP_NEW_TOKENS = 32
+
+
+def _mistaken_loop(target, draft, prompt, k, new_tokens, mistake):
+    """Greedy speculation with one planted mistake: "target_cache" (the target's cache not rolled
+    back after a rejection), "one_more" (its cache rolled back to one position too many: the
+    target's own token counted as cached before it was fed)."""
+    tokens = prompt[0].tolist()
+    goal = len(tokens) + new_tokens
+    target_cache, draft_cache = target.new_cache(1), draft.new_cache(1)
+    with torch.no_grad():
+        while len(tokens) < goal and target_cache.length + 2 * k + 2 < target_cache.max_len:
+            n, proposed, fresh = len(tokens), [], tokens[draft_cache.length :]
+            for _ in range(k):
+                proposed.append(int(draft(torch.tensor([fresh]), draft_cache)[0, -1].argmax()))
+                fresh = proposed[-1:]
+            feed = tokens[target_cache.length :] + proposed
+            choices = target(torch.tensor([feed]), target_cache)[0, -(k + 1) :].argmax(-1).tolist()
+            accepted = 0
+            while accepted < k and proposed[accepted] == choices[accepted]:
+                accepted += 1
+            tokens += proposed[:accepted] + [choices[accepted]]  # IndexError, as the learner's loop would raise
+            if mistake != "target_cache":
+                target_cache.length = n + accepted + (mistake == "one_more")
+            draft_cache.length = min(draft_cache.length, n + accepted)
+    return tokens[:goal]
+
+
+LOOP_MISTAKES = {
+    "target_cache": "the target's KV cache was not rolled back after a rejection: set its length to the positions "
+    "kept (the tokens so far plus the accepted guesses)",
+    "one_more": "off by one in the positions kept: the target's cache keeps the tokens so far plus the accepted "
+    "guesses; the target's own token after them has not been fed yet",
+}
+
+
+@functools.cache
+def _loop_expected(draft: str, start: int, k: int) -> dict:
+    """The target's greedy tokens (course.model.generate), chapter 6's loop's target calls at
+    temperature 0, and each planted mistake's tokens, for one prompt."""
+    target, drafter = checkpoints.load("target"), checkpoints.load(draft)
+    prompt = technique.prompts()[start]
+    greedy = generate(target, prompt, LOOP_NEW_TOKENS)[0].tolist()
+    calls = speculative_decoding.speculative_generate(target, drafter, prompt, k, LOOP_NEW_TOKENS, temperature=0)[
+        "target_calls"
+    ]
+    return {"greedy": greedy, "calls": calls, "prompt": prompt}
+
+
+@functools.cache
+def _mistake_outcome(draft: str, start: int, k: int, mistake: str) -> list[int] | str:
+    """The tokens of :func:`_mistaken_loop` on one prompt, or the name of the exception it raises."""
+    target, drafter = checkpoints.load("target"), checkpoints.load(draft)
+    try:
+        return _mistaken_loop(target, drafter, technique.prompts()[start], k, LOOP_NEW_TOKENS, mistake)
+    except (IndexError, ValueError, RuntimeError) as error:
+        return type(error).__name__
+
+
+def _loop_probe(draft, start, k):
+    def make(rng):
+        inputs = {"prompt": technique.prompts()[start], "k": k, "new_tokens": LOOP_NEW_TOKENS}
+        return {
+            "call": "speculative_greedy",
+            "scenario": on_course_model,
+            "args": ["speculate", model_spec("target"), model_spec(draft), inputs],
+            "expected": (draft, start, k),
+        }
+
+    return make
+
+
+def _loop_verdict(probe, got, part) -> Verdict:
+    draft, start, k = probe["expected"]
+    if isinstance(got, dict) and "raised" in got:  # the learner's loop raised: a mistake that ends this way?
+        for mistake, hint in LOOP_MISTAKES.items():
+            if _mistake_outcome(draft, start, k, mistake) == got["raised"]:
+                return Verdict(False, f"raised {got['raised']}: {got.get('message', '')}"[:200] + f"; {hint}")
+        return outcome(got)[1]
+    if not isinstance(got, dict) or "tokens" not in got:
+        return Verdict(False, f"speculative_greedy did not run on the course's models: {got!r}"[:200])
+    expected = _loop_expected(draft, start, k)
+    prompt_length = expected["prompt"].shape[1]
+    if got["tokens"] != expected["greedy"]:
+        for mistake, hint in LOOP_MISTAKES.items():
+            if got["tokens"] == _mistake_outcome(draft, start, k, mistake):
+                return Verdict(False, hint)
+        if got["tokens"][:prompt_length] != expected["greedy"][:prompt_length]:
+            return Verdict(False, "return the prompt's tokens followed by the new ones, as one list")
+        if len(got["tokens"]) != len(expected["greedy"]):
+            return Verdict(False, f"{len(got['tokens'])} tokens returned, expected the prompt + {LOOP_NEW_TOKENS}")
+        first = next(i for i, (a, b) in enumerate(zip(got["tokens"], expected["greedy"], strict=True)) if a != b)
+        return Verdict(False, f"token {first} differs from the target's greedy decoding ({draft}, k={k})")
+    if part == "calls" and got["target_calls"] != expected["calls"]:
+        return Verdict(
+            False,
+            f"{got['target_calls']} target calls, expected {expected['calls']} (the prefill counts as part of the "
+            "first round: one target call per round verifies its k guesses)",
+        )
+    if part == "caches":
+        bound = prompt_length + LOOP_NEW_TOKENS + got["target_calls"] * (k + 1)
+        for who in ("target", "draft"):
+            if got[f"{who}_fed"] > bound:
+                return Verdict(
+                    False,
+                    f"the {who} was fed {got[f'{who}_fed']} positions in all, more than {bound}: keep a KV cache and "
+                    "feed only the positions it has not seen",
+                )
+    return Verdict(True, data={"target_calls": got["target_calls"]} if part == "calls" else None)
+
+
+def _loop_judge(part):
+    def judge(probe, result):
+        if "raised" in result and result["raised"] not in ("NotImplementedError", "MemoryError"):
+            return _loop_verdict(probe, result, part)
+        value, failed = outcome(result)
+        return failed or _loop_verdict(probe, value, part)
+
+    return judge
+
+
+SPECULATIVE = Exercise(
+    "speculative_greedy",
+    ("speculative_greedy",),
+    [
+        Check(
+            "greedy",
+            2,
+            "the distilled draft, k = 4: the target's greedy tokens",
+            _loop_probe("distilled", 0, 4),
+            _loop_judge("greedy"),
+            visible=True,
+        ),
+        Check(
+            "calls",
+            1,
+            "the distilled draft, k = 4: target calls counted",
+            _loop_probe("distilled", 1, 4),
+            _loop_judge("calls"),
+        ),
+        Check(
+            "caches",
+            1,
+            "both models fed only what their caches have not seen",
+            _loop_probe("draft", 2, 3),
+            _loop_judge("caches"),
+        ),
+        Check("k1", 1, "k = 1 with chapter 6's draft", _loop_probe("draft", 1, 1), _loop_judge("calls")),
+        Check("k7", 1, "k = 7 with chapter 6's draft", _loop_probe("draft", 0, 7), _loop_judge("calls")),
+    ],
+    requirements=[
+        Requirement(
+            "the prompt and the new tokens, exactly the target's greedy decoding",
+            ("greedy", "calls", "caches", "k1", "k7"),
+        ),
+        Requirement("one target call per round, verifying the k guesses", ("calls", "k1", "k7")),
+        Requirement(
+            "both models keep a KV cache, rolled back to the positions kept after a rejection",
+            ("greedy", "calls", "caches"),
+        ),
+        Requirement("any k from 1 up (edge case: k = 1)", ("k1", "k7")),
+    ],
+)
+
+
 # --- capstone_configuration -------------------------------------------------------------------------
 
 PART_HINTS = {
@@ -292,4 +878,4 @@ CAPSTONE = Exercise(
     ],
 )
 
-EXERCISES = [ADVICE, PACK, CAPSTONE]
+EXERCISES = [ADVICE, PACK, INT4_LAYER, SPECULATIVE, CAPSTONE]
