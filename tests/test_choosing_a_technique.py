@@ -433,6 +433,7 @@ PLANTED = {
         "    c = codes.to(torch.int32) + 8\n    return (c[:, 1::2] * 16 + c[:, 0::2]).to(torch.uint8)\n",
         {"pack_int4.example", "pack_int4.random"},
         "high nibble",
+        calls_it={"int4_linear"},
     ),
     "pack_twos_complement": Planted(
         "pack_int4",
@@ -440,6 +441,7 @@ PLANTED = {
         "    c = codes.to(torch.int32) & 15\n    return (c[:, 0::2] * 16 + c[:, 1::2]).to(torch.uint8)\n",
         {"pack_int4.example", "pack_int4.random"},
         "two's complement",
+        calls_it={"int4_linear"},
     ),
     "layer_low_nibble_first": Planted(
         "int4_linear",
@@ -461,7 +463,7 @@ PLANTED = {
     "loop_cache_not_rolled_back": Planted(
         "speculative_greedy",
         LOOP_SOLUTION.replace("        target_cache.length = n + accepted\n", ""),
-        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k1", "k7")},
+        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k7")},  # k = 1 never overflows
         "rolled back",
     ),
     "loop_off_by_one": Planted(
