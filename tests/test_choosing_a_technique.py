@@ -327,6 +327,14 @@ PLANTED = {
         {"fine_tuning_advice.notes", "fine_tuning_advice.all"},
         "changes often",
     ),
+    "advice_spelt_with_an_underscore": Planted(  # the right rule, not the strings the prompt lists
+        "fine_tuning_advice",
+        ADVICE_HEAD + "    if need == 'knowledge':\n        return 'retrieval'\n"
+        "    if need == 'instructions' or changes_often or not tried_prompting:\n"
+        "        return 'prompting'\n    return 'fine_tuning'\n",
+        {"fine_tuning_advice.notes", "fine_tuning_advice.all"},
+        "which means 'fine-tuning': return exactly",
+    ),
     "pack_low_nibble_first": Planted(
         "pack_int4",
         "def pack_int4(codes):\n    if codes.shape[1] % 2:\n        raise ValueError('odd')\n"
