@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from autograder import feedback, gradebook, leaderboard, notebook, runner, shards, similarity
+from autograder import feedback, gradebook, leaderboard, notebook, sandbox, shards, similarity
 from autograder.chapters import CHAPTERS, exercise_by_id
 from autograder.checks import Check, Verdict, builds_on_note, encode_probe
 from course import timing
@@ -92,13 +92,13 @@ def _max_score(chapter: str) -> float:
 
 
 def grade(
-    path: Path, limits: runner.Limits | None = None, seed: int | None = None, hide=(), chapter: str | None = None
+    path: Path, limits: sandbox.Limits | None = None, seed: int | None = None, hide=(), chapter: str | None = None
 ) -> Report:
     """Grade ``path`` in stages: load it, identify its chapter, extract the answers, run them in the
     sandbox, judge what came back, report. Every failure is a message and a score, never an exception.
 
     With ``chapter``, a notebook of any other chapter scores 0 out of that chapter's points.
-    Raises :class:`runner.SandboxUnavailable` when the sandbox cannot start on this machine (the
+    Raises :class:`sandbox.SandboxUnavailable` when the sandbox cannot start on this machine (the
     grader's failure: no score is given rather than a zero that blames the learner).
     """
     started = time.monotonic()
@@ -116,7 +116,7 @@ def grade(
     checks = [c for e in CHAPTERS[report.chapter] for c in e.checks]
     rng = np.random.default_rng(seed)
     probes = {c.id: c.probe(rng) for c in checks}
-    outcome = run_in_sandbox(release, answers, checks, probes, limits or runner.Limits(), hide, report.messages)
+    outcome = run_in_sandbox(release, answers, checks, probes, limits or sandbox.Limits(), hide, report.messages)
     report.isolation = outcome.isolation
     report.tests = judge(checks, probes, answers, outcome)
     return finish(report, started)
@@ -151,10 +151,10 @@ def run_in_sandbox(
     answers: notebook.Answers,
     checks: list[Check],
     probes: dict[str, dict],
-    limits: runner.Limits,
+    limits: sandbox.Limits,
     hide,
     messages: list[str],
-) -> runner.Outcome:
+) -> sandbox.Outcome:
     """The release's setup cells, then the learner's answer cells and added cells in notebook
     order, and the probes of answered exercises, in a fresh sandbox; what went wrong there
     (isolation, limits, cells that raised) becomes a message."""
@@ -164,9 +164,9 @@ def run_in_sandbox(
         "added_seconds": limits.added_seconds,
         "probes": [{"id": c.id, **encode_probe(probes[c.id])} for c in checks if c.exercise in answers.sources],
     }
-    outcome = runner.run(job, limits, hide=hide)
-    if outcome.isolation not in runner.HIDES_FILES:
-        messages.append(f"isolation: {runner.describe(outcome.isolation)}")
+    outcome = sandbox.run(job, limits, hide=hide)
+    if outcome.isolation not in sandbox.HIDES_FILES:
+        messages.append(f"isolation: {sandbox.describe(outcome.isolation)}")
     messages += outcome.notes
     if outcome.problem:
         messages.append(f"grading stopped: {outcome.problem}")
@@ -180,7 +180,7 @@ def run_in_sandbox(
 
 
 def judge(
-    checks: list[Check], probes: dict[str, dict], answers: notebook.Answers, outcome: runner.Outcome
+    checks: list[Check], probes: dict[str, dict], answers: notebook.Answers, outcome: sandbox.Outcome
 ) -> list[TestResult]:
     """Each check's verdict on its probe's result, decided here, out of the learner's reach. A
     function missing because its answer cell raised is failed with that cell's error, and a
@@ -213,7 +213,7 @@ def judge(
 
 
 def _never_defined(probe: dict, result: dict) -> bool:
-    """Whether the probe failed because the function it calls was never defined (see sandbox.call)."""
+    """Whether the probe failed because the function it calls was never defined (see sandbox.inside.call)."""
     message = str(result.get("message", ""))
     return result.get("raised") == "NameError" and message.startswith(f"{probe['call']} is not defined")
 
@@ -241,7 +241,7 @@ def finish(report: Report, started: float) -> Report:
 def grade_folder(
     folder: Path,
     out: Path,
-    limits: runner.Limits | None = None,
+    limits: sandbox.Limits | None = None,
     workers: int | None = None,
     seed: int | None = None,
     chapter: str | None = None,
@@ -270,8 +270,8 @@ def grade_folder(
     relatives = [p.relative_to(folder).as_posix() for p in files]
     mine = [(p, r) for p, r in zip(files, relatives, strict=True) if shards.owns(r, index, count)]
     workers = workers or timing.usable_cpus()  # a container's CPU quota, not the host's cores
-    limits = limits or runner.Limits()
-    runner.isolation(limits.memory_bytes)  # before any submission: SandboxUnavailable stops the run here
+    limits = limits or sandbox.Limits()
+    sandbox.isolation(limits.memory_bytes)  # before any submission: SandboxUnavailable stops the run here
     hide = [folder.resolve(), out.resolve()]
     out.mkdir(parents=True, exist_ok=True)
 

@@ -21,7 +21,7 @@ import types
 
 from autograder import notebook
 from autograder.checks import Exercise
-from autograder.sandbox import BLOCKED_PACKAGES, unavailable
+from autograder.sandbox.inside import BLOCKED_PACKAGES, unavailable
 
 _MISSING = object()
 

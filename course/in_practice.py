@@ -305,16 +305,16 @@ def requantization_reading(losses: dict[str, float], reference: str = "float32")
 def outliers_reading(features: dict[str, tuple[int, int]], errors: dict[str, tuple[float, float]]) -> str:
     """What the outlier measurements of chapter 8 show: per layer type, ``features`` (how many of the
     input features reach the threshold, of how many) and ``errors`` (relative error of the product
-    all in int8, and with those features in float). A share above 5% is read as many large
-    features, not LLM.int8()'s few outlier dimensions; two int8 errors within 10% of each other
-    as the same. Not handled: types other than the two the chapter measures' names."""
+    all in int8, and with those features in float), the first two types compared. A share above
+    5% is read as many large features, not LLM.int8()'s few outlier dimensions; two int8 errors
+    within 10% of each other as the same. Not handled: fewer than two layer types."""
     lines = []
     for name, (reaching, total) in features.items():
         share = reaching / total
         kind = "a few outlier dimensions" if share <= 0.05 else "not a few outlier dimensions but many large features"
         int8, mixed = errors[name]
         lines.append(
-            f"{name}: {reaching} of {total} features ({share:.0%}) reach the threshold: {kind}; float for them takes "
+            f"{name}: {reaching} of {total} features ({share:.1%}) reach the threshold: {kind}; float for them takes "
             f"int8's relative error from {int8:.4f} to {mixed:.4f}"
         )
     (a, (ea, _)), (b, (eb, _)) = list(errors.items())[:2]

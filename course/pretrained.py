@@ -166,11 +166,16 @@ class _OptionalKernelNotice:
 
 def quiet_noise() -> None:
     """Silence what loading through transformers and bitsandbytes prints that is noise for the
-    chapter: bitsandbytes' optional-kernel notice (:class:`_OptionalKernelNotice`) and transformers'
-    deprecation notes; warnings that say something about the model stay."""
+    chapter: bitsandbytes' optional-kernel notice (:class:`_OptionalKernelNotice`), transformers'
+    deprecation notes and its FutureWarning about a renamed attribute that peft reads; warnings
+    that say something about the model stay."""
     import logging
+    import warnings
 
     from transformers.utils import logging as transformers_logging
+
+    # peft asks the model whether gradient checkpointing is on by the name transformers renamed
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
     transformers_logging.set_verbosity_error()  # deprecation notes
     transformers_logging.disable_progress_bar()  # a bar for a load of a second or two

@@ -469,12 +469,13 @@ print(in_practice.requantization_reading(quantized_losses))
 plots.plot_quantized_loss(quantized_losses, "float32")
 
 # %% [markdown]
-# The printed reading says what each scheme cost and how much of int4's per-row cost the groups
-# took back. Remember what the baseline is: weights already rounded to Q4_1's 16 levels per block
-# of 32, each block with its own minimum. int8's 255 levels per row can follow that grid closely;
-# symmetric int4, with no minimum and its own blocks, cannot reproduce it even with groups of 32,
-# so every 4-bit figure here is the cost of a second, misaligned rounding. Chapter 3 measured the
-# same schemes on a model trained in float32, where nothing had been rounded before.
+# The printed reading says what each scheme cost here and how much of int4's per-row cost the
+# groups took back. Read every figure against what the baseline is: weights already rounded to
+# Q4_1's 16 levels per block of 32, each block with its own scale and minimum. A second rounding
+# to symmetric int4, whose groups have no minimum and (per row, or in groups of 64) do not match
+# Q4_1's blocks, lands between those levels. So these figures measure re-quantizing a 4-bit
+# model, and say little about what 4 bits would cost the weights it was trained as; chapter 3
+# measured the same schemes on a model trained and kept in float32.
 #
 # ### Outliers in the activations
 #
@@ -531,13 +532,15 @@ for name in ("q_proj", "down_proj"):
 print(in_practice.outliers_reading(outlier_share, outlier_errors))
 
 # %% [markdown]
-# What the numbers show is not LLM.int8()'s picture. Where many features of a layer's input reach
-# 6.0 (the SwiGLU product feeding `down_proj` is large in many of its features), those are
-# the signal's ordinary range, not a few outlier dimensions, and one absmax scale per token
-# covers them with no more error than it has on the normalised inputs of `q_proj`. The float
-# path helps only as much as it takes out of int8. The decomposition is built for models of
-# billions of parameters, where a handful of dimensions is a hundred times larger than the rest;
-# at this size there is nothing of that kind to set apart.
+# What the numbers show at 135M, as the counts and the reading print them. In the inputs of
+# `q_proj` (normalised by an RMSNorm) a few features reach 6.0, some of them in many layers: the
+# kind of dimension LLM.int8() sets apart, and moving those few to float cuts int8's error. In the
+# inputs of `down_proj` (the SwiGLU product) a third of the last layer's features reach 6.0: that
+# is the signal's ordinary range, not a few outlier dimensions, and the "float path" there
+# computes a third of the product in float, which is why its error falls so far. int8 alone errs
+# about as much on both. What LLM.int8() was built for, a handful of dimensions far larger than
+# the rest that break int8 for the whole model, emerges in models of billions of parameters
+# (from about 6.7B in the paper); this model is fifty times smaller and does not show it.
 #
 # <a id="chapter-4"></a>
 # ## 4. The KV cache (chapter 4)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder import grade, headless, release, runner
+from autograder import grade, headless, release, sandbox
 from course import paths
 
 ARTIFACTS = paths.ROOT / "test-artifacts"
 KERNEL = "course"
 # Time limits in tests are ceilings for a hang, never budgets: a machine busy with other work must
 # not fail a test. Grading limits are tests/test_hostile.py's subject; elsewhere they are generous.
-GENEROUS = runner.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
+GENEROUS = sandbox.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
 
 
 def chapter_names() -> list[str]:

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from autograder import grade, runner
+from autograder import grade, sandbox
 from autograder.chapters import CHAPTERS
 from course import paths
 
@@ -90,7 +90,7 @@ def test_gradebook_has_a_row_and_feedback_for_every_submission(batch):
 def test_outermost_folders_only():
     from pathlib import Path
 
-    from autograder.runner import outermost
+    from autograder.sandbox.modes import outermost
 
     root = paths.ROOT
     found = outermost([root / "submissions", root, root / "feedback", Path("/elsewhere/class")])
@@ -179,9 +179,9 @@ def test_coverage_finds_a_requirement_that_names_no_existing_check(monkeypatch):
     from autograder.checks import Requirement
 
     exercise = CHAPTERS["05_flash_attention"][1]
-    broken = [*exercise.requirements, Requirement("a requirement with a typo", ("blockwise_attention.nope",))]
+    broken = [*exercise.requirements, Requirement("a requirement with a typo", ("nope",))]
     monkeypatch.setattr(exercise, "requirements", broken)
-    assert any("blockwise_attention.nope" in p for p in coverage.problems())
+    assert any("names nope, which is not one of its checks" in p for p in coverage.problems())
 
 
 # --- learners' own cells -------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ LEARNERS = {  # name -> (how the chapter 5 solution is changed, points lost, wha
         "NameError: name 'HEAD_DIM' is not defined",
     ),
 }
-QUICK = runner.Limits(wall_seconds=600, probe_seconds=300, cell_seconds=3, added_seconds=5)
+QUICK = sandbox.Limits(wall_seconds=600, probe_seconds=300, cell_seconds=3, added_seconds=5)
 
 
 @pytest.fixture(scope="module")
@@ -365,7 +365,7 @@ def _visible(exercise: str, namespace: dict, capsys) -> str:
     ids=["imported", "through_a_module", "imported_by_a_helper"],
 )
 def test_visible_check_fails_an_answer_that_uses_the_course_package(answer, capsys):
-    from autograder.sandbox import unavailable
+    from autograder.sandbox.inside import unavailable
 
     printed = _visible("relative_error", _kernel("03_quantization", answer), capsys)
     assert "ok  " not in printed and unavailable("course") in printed, printed

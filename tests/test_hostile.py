@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from autograder import grade, runner
+from autograder import grade, sandbox
 from autograder.chapters import CHAPTERS
 from course import paths
 
@@ -366,13 +366,13 @@ def batch(instructor_notebooks, tmp_path_factory, answer_server):
         (folder / honest).mkdir()
         (folder / honest / "03_quantization.ipynb").write_text(solution.read_text())
     for name, kind in KINDS.items():
-        if kind.namespace_only and not runner.hides_files():
+        if kind.namespace_only and not sandbox.hides_files():
             continue  # never run a submission that deletes files without the sandbox that stops it
         built = kind.build(json.loads(solution.read_text()), context)
         (folder / name).mkdir()
         (folder / name / "03_quantization.ipynb").write_text(built if isinstance(built, str) else json.dumps(built))
     # 1.5 GiB: room for torch (CPU or CUDA build), while the memory bomb reaches it well within the probe's 5 s
-    limits = runner.Limits(wall_seconds=60, probe_seconds=5, cell_seconds=5, memory_bytes=3 * 2**29)
+    limits = sandbox.Limits(wall_seconds=60, probe_seconds=5, cell_seconds=5, memory_bytes=3 * 2**29)
     reports = grade.grade_folder(folder, out, limits, workers=2, seed=11, chapter="03_quantization")
     learners = [grade._learner(folder, p) for p in sorted(folder.rglob("*.ipynb"))]
     return dict(zip(learners, reports, strict=True)), out
@@ -386,9 +386,9 @@ def test_honest_submissions_in_the_same_batch_keep_full_marks(batch):
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_hostile_submission_gets_its_expected_score_and_message(batch, name):
     kind = KINDS[name]
-    if kind.namespace_only and not runner.hides_files():
+    if kind.namespace_only and not sandbox.hides_files():
         pytest.skip(
-            f"this machine's sandbox is '{runner.isolation()}', which cannot hide files or the network "
+            f"this machine's sandbox is '{sandbox.isolation()}', which cannot hide files or the network "
             "(no user namespaces): this kind is not run here"
         )
     report = batch[0][name]

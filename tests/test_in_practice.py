@@ -118,8 +118,8 @@ def test_outliers_reading_tells_many_large_features_from_a_few_outliers():
     reading = in_practice.outliers_reading(
         {"q_proj": (3, 576), "down_proj": (522, 1536)}, {"q_proj": (0.0267, 0.02), "down_proj": (0.0264, 0.01)}
     )
-    assert "q_proj: 3 of 576 features (1%) reach the threshold: a few outlier dimensions" in reading
-    assert "down_proj: 522 of 1536 features (34%) reach the threshold: not a few outlier dimensions" in reading
+    assert "q_proj: 3 of 576 features (0.5%) reach the threshold: a few outlier dimensions" in reading
+    assert "down_proj: 522 of 1536 features (34.0%) reach the threshold: not a few outlier dimensions" in reading
     assert "int8 alone errs about as much on q_proj (0.0267) and down_proj (0.0264)" in reading
     other = in_practice.outliers_reading({"a": (1, 100), "b": (1, 100)}, {"a": (0.01, 0.01), "b": (0.05, 0.01)})
     assert "errs differently on a (0.0100) and b (0.0500)" in other

@@ -8,16 +8,18 @@ reserves at import, and that a sandbox which cannot start stops grading with the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from autograder import runner
+from autograder import sandbox
+from autograder.sandbox import modes
 
 from conftest import copy_into
 
-SMALL = runner.Limits(wall_seconds=60, probe_seconds=10, cell_seconds=10)
+SMALL = sandbox.Limits(wall_seconds=60, probe_seconds=10, cell_seconds=10)
 
 
 def _job(setup: str = "", answer: str = "", calls: tuple[str, ...] = ()) -> dict:
@@ -29,13 +31,13 @@ def _job(setup: str = "", answer: str = "", calls: tuple[str, ...] = ()) -> dict
 
 
 def test_a_mode_is_chosen_and_reported():
-    mode = runner.isolation(SMALL.memory_bytes)
-    assert mode in runner.MODES
-    assert runner.describe(mode)
-    if sys.platform == "linux" and runner._candidates()[0] in runner.HIDES_FILES:
+    mode = sandbox.isolation(SMALL.memory_bytes)
+    assert mode in sandbox.MODES
+    assert sandbox.describe(mode)
+    if sys.platform == "linux" and modes.candidates()[0] in sandbox.HIDES_FILES:
         # where namespaces are possible at all, they must be what grading uses (a silent downgrade
         # to limits would let submissions read the solutions)
-        assert runner.hides_files(), f"namespaces are available but the sandbox fell back to {mode}"
+        assert sandbox.hides_files(), f"namespaces are available but the sandbox fell back to {mode}"
 
 
 def test_address_space_is_not_limited_resident_memory_is():
@@ -46,7 +48,7 @@ def test_address_space_is_not_limited_resident_memory_is():
         "def small():\n    return len(reserved)\n"
         "def hog():\n    return bytearray(4 * 2**30)[0]\n"
     )
-    outcome = runner.run(_job(answer=answer, calls=("small", "hog", "small")), SMALL)
+    outcome = sandbox.run(_job(answer=answer, calls=("small", "hog", "small")), SMALL)
     assert outcome.results is not None, outcome.problem
     assert outcome.results["cells"] == []
     probes = outcome.results["probes"]
@@ -56,7 +58,7 @@ def test_address_space_is_not_limited_resident_memory_is():
 
 
 def test_memory_hog_while_defining_stops_the_whole_run_with_the_reason():
-    outcome = runner.run(_job(answer="hog = bytearray(4 * 2**30)\n"), SMALL)
+    outcome = sandbox.run(_job(answer="hog = bytearray(4 * 2**30)\n"), SMALL)
     assert outcome.results is None
     assert "memory" in outcome.problem and "GiB" in outcome.problem, outcome.problem
 
@@ -65,9 +67,27 @@ def test_memory_watch_counts_shared_pages_once():
     """Forked probes share the parent's pages: resident sizes add them up several times over,
     proportional sizes once, so forked calls of a 1.5 GiB process stay within 3 GiB."""
     answer = "ballast = bytearray(3 * 2**29)\ndef touch():\n    return ballast[12345]\n"
-    outcome = runner.run(_job(answer=answer, calls=("touch",) * 10), SMALL)
+    outcome = sandbox.run(_job(answer=answer, calls=("touch",) * 10), SMALL)
     assert outcome.results is not None, outcome.problem
     assert all(p == {"returned": 0} for p in outcome.results["probes"].values()), outcome.results["probes"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="memory is read from /proc")
+def test_tree_bytes_counts_what_a_child_holds():
+    """What make bench reads: a child that touches 256 MiB adds about that to its parent's tree."""
+    before = sandbox.tree_bytes(os.getpid())
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nheld = bytearray(2**28)\nprint('ready', flush=True)\nsys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline() == "ready\n"
+        during = sandbox.tree_bytes(os.getpid())
+    finally:
+        child.communicate("")
+    assert 2**28 <= during - before < 2**28 + 2**27, (before, during)
 
 
 def test_sandbox_that_cannot_start_is_the_graders_failure(instructor_notebooks, tmp_path):
@@ -87,9 +107,9 @@ def test_sandbox_that_cannot_start_is_the_graders_failure(instructor_notebooks, 
 @pytest.mark.skipif(sys.platform != "linux", reason="user namespaces are a Linux feature")
 def test_user_namespace_mode_hides_files_and_network(tmp_path):
     """The mode a normal user gets, forced here so that root's runs test it too."""
-    if "user-namespace" not in runner._candidates():
+    if "user-namespace" not in modes.candidates():
         pytest.skip("unshare or setpriv is missing")
-    probe = runner.run(_job(), SMALL, mode="user-namespace")
+    probe = sandbox.run(_job(), SMALL, mode="user-namespace")
     if probe.results is None:
         pytest.skip(f"this kernel allows no unprivileged user namespaces: {probe.problem} {probe.output[-200:]}")
     secret = tmp_path / "secret"
@@ -104,7 +124,7 @@ def test_user_namespace_mode_hides_files_and_network(tmp_path):
         "def unmount():\n    import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
         f"    return [libc.umount2({str(secret)!r}.encode(), 2), ctypes.get_errno() != 0]\n"
     )
-    outcome = runner.run(
+    outcome = sandbox.run(
         _job(answer=answer, calls=("listing", "network", "identity", "unmount")),
         SMALL,
         hide=[secret],
@@ -120,7 +140,7 @@ def test_user_namespace_mode_hides_files_and_network(tmp_path):
 
 def test_modes_can_be_forced_off_for_macos_like_runs(monkeypatch):
     monkeypatch.setenv("AUTOGRADER_ISOLATION", "limits")
-    assert runner._candidates() == ["limits"]
-    outcome = runner.run(_job(answer="def two():\n    return 2\n", calls=("two",)), SMALL, mode="limits")
+    assert modes.candidates() == ["limits"]
+    outcome = sandbox.run(_job(answer="def two():\n    return 2\n", calls=("two",)), SMALL, mode="limits")
     assert outcome.results["probes"]["probe0"] == {"returned": 2}
     assert json.dumps(outcome.results)  # plain data only

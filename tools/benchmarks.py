@@ -612,19 +612,15 @@ class PeakMemory:
         import os
         import threading
 
-        from autograder import runner
-
         self.peak, self.every, self._stop = 0, every, threading.Event()
-        self._watch = runner.MemoryWatch(os.getpid(), 0)
+        self._leader = os.getpid()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from autograder import runner
+        from autograder import sandbox
 
         while not self._stop.wait(self.every):
-            table = runner._processes()
-            total = sum(runner._proportional_bytes(pid, table[pid][3]) for pid in self._watch.members(table))
-            self.peak = max(self.peak, total)
+            self.peak = max(self.peak, sandbox.tree_bytes(self._leader))
 
     def __enter__(self):
         self._thread.start()

@@ -214,8 +214,7 @@ PRUNE = Exercise(
     ("prune_smallest",),
     [
         Check(
-            "prune_smallest.example",
-            "prune_smallest",
+            "example",
             1,
             "the prompt's 2 x 4 example, share 0.5",
             _prune_probe(0.5, fixed=EXAMPLE_WEIGHT),
@@ -223,16 +222,14 @@ PRUNE = Exercise(
             visible=True,
         ),
         Check(
-            "prune_smallest.whole_matrix",
-            "prune_smallest",
+            "whole_matrix",
             1,
             "rows of very different sizes, share 0.4: ranked over the whole matrix",
             _prune_probe(0.4, rows_apart=True),
             _judge_prune,
         ),
         Check(
-            "prune_smallest.copy",
-            "prune_smallest",
+            "copy",
             1,
             "an 8 x 12 matrix, share 0.25: the result right and the matrix passed in unchanged",
             _prune_probe(0.25),
@@ -240,8 +237,7 @@ PRUNE = Exercise(
             visible=True,
         ),
         Check(
-            "prune_smallest.edges",
-            "prune_smallest",
+            "edges",
             1,
             "shares 0 (nothing pruned) and 1 (everything)",
             lambda rng: {
@@ -252,8 +248,7 @@ PRUNE = Exercise(
             _judge_edges,
         ),
         Check(
-            "prune_smallest.bad_share",
-            "prune_smallest",
+            "bad_share",
             1,
             "a share of 1.5 raises ValueError",
             lambda rng: {"call": "prune_smallest", "args": [torch.ones(2, 2), 1.5]},
@@ -263,12 +258,12 @@ PRUNE = Exercise(
     requirements=[
         Requirement(
             "zeroes the int(share * numel) weights of smallest magnitude |w|",
-            ("prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.copy"),
+            ("example", "whole_matrix", "copy"),
         ),
-        Requirement("ranked over the whole matrix, not row by row", ("prune_smallest.whole_matrix",)),
-        Requirement("returns a pruned copy; the matrix passed in is unchanged", ("prune_smallest.copy",)),
-        Requirement("share 0 prunes nothing, share 1 everything (edge cases)", ("prune_smallest.edges",)),
-        Requirement("ValueError for a share outside [0, 1] (error)", ("prune_smallest.bad_share",)),
+        Requirement("ranked over the whole matrix, not row by row", ("whole_matrix",)),
+        Requirement("returns a pruned copy; the matrix passed in is unchanged", ("copy",)),
+        Requirement("share 0 prunes nothing, share 1 everything (edge cases)", ("edges",)),
+        Requirement("ValueError for a share outside [0, 1] (error)", ("bad_share",)),
     ],
 )
 
@@ -279,19 +274,17 @@ EXERCISES = [
         ("distillation_loss",),
         [
             Check(
-                "distillation_loss.batch_t2",
-                "distillation_loss",
+                "batch_t2",
                 1,
                 "a batch of sequences (B, T, vocab) at temperature 2",
                 _logits_probe(2.0, positions=(3, 5)),
                 _judge_distill,
                 visible=True,
             ),
-            Check("distillation_loss.t1", "distillation_loss", 1, "temperature 1", _logits_probe(1.0), _judge_distill),
-            Check("distillation_loss.t4", "distillation_loss", 1, "temperature 4", _logits_probe(4.0), _judge_distill),
+            Check("t1", 1, "temperature 1", _logits_probe(1.0), _judge_distill),
+            Check("t4", 1, "temperature 4", _logits_probe(4.0), _judge_distill),
             Check(
-                "distillation_loss.4d",
-                "distillation_loss",
+                "4d",
                 1,
                 "(B, H, T, vocab) at temperature 0.5, float64 logits",
                 _logits_probe(0.5, positions=(2, 3, 4), dtype=np.float64),
@@ -300,15 +293,11 @@ EXERCISES = [
         ],
         requirements=[
             Requirement(
-                "T^2 * KL(teacher || student) of the temperature-softened distributions",
-                ("distillation_loss.batch_t2", "distillation_loss.t1", "distillation_loss.t4"),
+                "T^2 * KL(teacher || student) of the temperature-softened distributions", ("batch_t2", "t1", "t4")
             ),
-            Requirement(
-                "averaged over all leading positions of (..., vocab) logits",
-                ("distillation_loss.batch_t2", "distillation_loss.4d"),
-            ),
-            Requirement("any temperature (1, above and below 1)", ("distillation_loss.t1", "distillation_loss.4d")),
-            Requirement("a 0-d tensor or a float", ("distillation_loss.batch_t2",)),
+            Requirement("averaged over all leading positions of (..., vocab) logits", ("batch_t2", "4d")),
+            Requirement("any temperature (1, above and below 1)", ("t1", "4d")),
+            Requirement("a 0-d tensor or a float", ("batch_t2",)),
         ],
     ),
     PRUNE,

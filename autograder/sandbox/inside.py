@@ -1,6 +1,6 @@
 """The program that runs a submission inside the sandbox: define the answers, call them, report.
 
-Usage (by the grader, never by hand): ``python -I sandbox.py JOB.json FD``, FD being the
+Usage (by the grader, never by hand): ``python -I inside.py JOB.json FD``, FD being the
 descriptor of the result pipe. The job holds the instructor's setup cells, the learner's cells (answer
 cells and the cells the learner added, in notebook order) and the probes: calls of the learner's
 functions on inputs the grader chose. The course's own packages cannot be imported here, in every
@@ -35,7 +35,6 @@ except (ImportError, OSError):  # in the sandbox, where the course is hidden: th
 MAX_PAYLOAD = 8 * 2**20
 BLOCKED_PACKAGES = ("course", "autograder")  # what answers may not use: grading has neither
 FORK_RETRY_SECONDS = 3.0  # a neighbour's fork bomb can fill the process limit for a moment
-memory_limit = 0  # bytes, from the job: named when the grader had to stop a call
 
 
 def describe(error: BaseException, filename_prefix: str = "<") -> dict:
@@ -170,8 +169,9 @@ def _fork() -> int:
             time.sleep(0.05)
 
 
-def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
-    """Run one probe in a forked child; the child's result, or what became of it."""
+def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 0) -> dict:
+    """Run one probe in a forked child; the child's result, or what became of it (``memory_bytes``,
+    the sandbox's limit, is named when the child was killed)."""
     read_end, write_end = os.pipe()
     pid = _fork()
     if pid == 0:  # child, in a process group of its own so that its descendants die with it
@@ -229,20 +229,18 @@ def run_probe(namespace: dict, probe: dict, seconds: float) -> dict:
         called = probe["call"]
         if os.WIFSIGNALED(status):
             name = signal.Signals(os.WTERMSIG(status)).name
-            if name == "SIGKILL" and memory_limit:
+            if name == "SIGKILL" and memory_bytes:
                 return {
                     "crashed": f"{called} was killed by signal {name}, most likely for using more than the "
-                    f"memory limit of {memory_limit / 2**30:.1f} GiB"
+                    f"memory limit of {memory_bytes / 2**30:.1f} GiB"
                 }
             return {"crashed": f"{called} was killed by signal {name}"}
         return {"crashed": f"{called} ended its process (exit code {os.WEXITSTATUS(status)}) before returning"}
 
 
 def main() -> None:
-    global memory_limit
     with open(sys.argv[1]) as handle:
         job = json.load(handle)
-    memory_limit = job.get("memory_bytes", 0)
     result_pipe = os.fdopen(int(sys.argv[2]), "w")  # opened before learner code can close it
     import torch
 
@@ -255,7 +253,7 @@ def main() -> None:
         if probe["call"] in hung:  # one endless loop must not eat the time of every other exercise
             results[probe["id"]] = {"skipped": f"an earlier call of {probe['call']} did not finish"}
             continue
-        results[probe["id"]] = run_probe(namespace, probe, job["probe_seconds"])
+        results[probe["id"]] = run_probe(namespace, probe, job["probe_seconds"], job.get("memory_bytes", 0))
         if "timeout" in results[probe["id"]]:
             hung.add(probe["call"])
     result_pipe.write(json.dumps({"cells": problems, "probes": results}))
