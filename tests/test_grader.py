@@ -431,6 +431,34 @@ PROSE_WARNINGS = {  # mistakes a chapter's prose or prompt warns about: its visi
         "def expected_tokens_per_call(alpha, draft_length):\n"
         "    return (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n",
     ),
+    "query_blocks_against_all_keys": (
+        "05_flash_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    return torch.cat([torch.softmax(q[s:s + block] @ k.T / math.sqrt(q.shape[-1]), -1) @ v\n"
+        "                      for s in range(0, q.shape[0], block)])\n",
+    ),
+    "ngram_backs_off": (
+        "06_speculative_decoding",
+        "def ngram_draft(text, context, n, k):\n    text, context, proposed = text.tolist(), list(context), []\n"
+        "    for _ in range(k):\n        for width in range(n, 0, -1):\n"
+        "            last = context[-width:]\n"
+        "            found = [text[i + width] for i in range(len(text) - width) if text[i:i + width] == last]\n"
+        "            if found:\n                break\n        if not found:\n            break\n"
+        "        token = max(set(found), key=lambda t: (found.count(t), -t))\n"
+        "        proposed.append(token)\n        context.append(token)\n    return proposed\n",
+    ),
+    "prune_row_by_row": (
+        "07_distillation",
+        "def prune_smallest(weight, share):\n    if not 0 <= share <= 1:\n        raise ValueError('share')\n"
+        "    rows = weight.abs().argsort(dim=1)[:, : int(share * weight.shape[1])]\n"
+        "    return weight.clone().scatter_(1, rows, 0.0)\n",
+    ),
+    "advice_spelt_otherwise": (
+        "09_choosing_a_technique",
+        "def fine_tuning_advice(need, changes_often, tried_prompting):\n    if need == 'knowledge':\n"
+        "        return 'retrieval'\n    if need == 'instructions' or changes_often or not tried_prompting:\n"
+        "        return 'prompting'\n    return 'fine_tuning'\n",
+    ),
     "full_score_matrix": (
         "05_flash_attention",
         "def blockwise_attention(q, k, v, block):\n"

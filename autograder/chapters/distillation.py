@@ -227,6 +227,7 @@ PRUNE = Exercise(
             "rows of very different sizes, share 0.4: ranked over the whole matrix",
             _prune_probe(0.4, rows_apart=True),
             _judge_prune,
+            visible=True,
         ),
         Check(
             "copy",

@@ -490,6 +490,7 @@ NGRAM = Exercise(
             "a context never followed by anything (a shorter one is: no back-off)",
             _ngram_probe("stop"),
             _judge_ngram,
+            visible=True,
         ),
     ],
     requirements=[
