@@ -384,3 +384,19 @@ def test_mistake_rules_differ_from_the_course_rule():
     course = [technique.fine_tuning_advice(*case) for case in checks.ALL_CASES]
     outputs = [tuple(rule(*case) for case in checks.ALL_CASES) for _, rule in checks.ADVICE_MISTAKES]
     assert len(set(outputs)) == len(outputs) and tuple(course) not in outputs
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.GuideChart: ({}, {"problem": "adapt", "params_billion": 7, "gpu_gib": 24}),
+    plots.CapstoneChart: ({}, {"weights": "int8", "group_size": None, "draft": "draft"}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_speedups": lambda: plots.plot_speedups(
+        {"int4 g64 weights alone": 0.44, "distilled draft": 2.03, "both": 1.29}
+    ),
+}
+
+# the course's answers to the exercises its checks drive with a scenario
+SCENARIO_ANSWERS = {"fine_tuning_advice": technique.fine_tuning_advice}
