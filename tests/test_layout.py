@@ -50,6 +50,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_install_torch",
             "test_layout",
             "test_model",
+            "test_nbgrader",
             "test_notebooks",
             "test_packaging",
             "test_quiz",
