@@ -400,8 +400,9 @@ plots.plot_capstone(chosen.weights, chosen.group_size, chosen.draft, chosen.draf
 # %% [markdown]
 # ### Your server, timed here
 #
-# Your own server: the course's target with every linear layer an `Int4Linear` of yours (groups of
-# 64) and your `speculative_greedy` with the distilled draft (k = 4), against the float32 target
+# Your own server: the course's target with every linear layer an `Int4Linear` of yours and your
+# `speculative_greedy`, with your configuration's group size, draft and draft length (groups of 32,
+# chapter 6's draft or k = 2 where your configuration has none), against the float32 target
 # decoding alone with its KV cache. Your layer rebuilds its float32 matrix on every call, in
 # separate torch operations; on a CPU that can cost more than the bytes it saves. So the same codes
 # and scales are timed a second way, through torch's fused int4 matrix product
@@ -411,7 +412,14 @@ plots.plot_capstone(chosen.weights, chosen.group_size, chosen.draft, chosen.draf
 # thread count that suits this machine best, and the spread of the repeats is printed.
 
 # %%
-server = technique.LearnerServer(Int4Linear, speculative_greedy)
+served = technique.Configuration(
+    "int4",
+    chosen.group_size if chosen.weights == "int4" and chosen.group_size else 32,
+    chosen.draft if chosen.draft != "none" else "draft",
+    chosen.draft_length if chosen.draft != "none" else 2,
+)
+server = technique.LearnerServer(Int4Linear, speculative_greedy, served.group_size, served.draft, served.draft_length)
+print(f"your server: {served.label()}")
 if server.stand_ins:
     print(f"not written yet: {', '.join(server.stand_ins)}; the course's own version stands in")
 server_threads, tried = timing.choose_threads(server.baseline(TIMED_TOKENS), device)

@@ -436,10 +436,19 @@ def capstone(device: torch.device, bound: float) -> dict[str, float]:
             f"target alone; {figures.tokens_per_call:.2f} tokens per target call, target weights "
             f"{figures.target_bytes / 1e6:.1f} MB (the memory bound: {roof:.0f} target calls/s)"
         )
-    return {
+    ratios = {
         f"capstone_speedup_{name.split(',')[0].replace(' ', '_')}": seconds[baseline] / seconds[config]
         for name, config in parts.items()
     }
+    # the server the learner builds, with the course's layer (fused int4 product) and loop
+    server = technique.LearnerServer(technique.course_int4_layer, technique.greedy_speculative)
+    with timing.threads(chosen):
+        results = server.time(new)
+    print("the reference server, built as the chapter's exercises build it (the course's layer and loop):")
+    print(technique.server_reading(results, new))
+    times = {name: statistics.median(result["seconds"]) for name, result in results.items()}
+    ratios["capstone_speedup_reference_server"] = times["fp32 target alone"] / times["your server"]
+    return ratios
 
 
 def chapter_times() -> dict[str, float]:
