@@ -170,13 +170,14 @@ def run_app(course: Path, argv: list[str], extra: Config | None = None) -> int:
             if extra is not None:
                 app.subapp.update_config(extra)
             app.start()
-        except NoStart:  # the app did its work in initialize (--help and the like)
+        except NoStart:  # how jupyter's apps end once their subcommand has run
             return 0
-        except SystemExit as stop:
-            return int(stop.code or 0)
+        except SystemExit as stop:  # nbgrader's apps exit with 1 when a notebook could not be processed
+            return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
         finally:
+            if app.subapp is not None:
+                type(app.subapp).clear_instance()
             NbGraderApp.clear_instance()
-            type(app.subapp).clear_instance() if app.subapp is not None else None
     return 0
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder import grade, leaderboard
+from autograder import grade
 from autograder.chapters import choosing_a_technique as checks
 from course import checkpoints, lora, quantization, speculative_decoding
 from course import choosing_a_technique as technique
@@ -305,13 +305,13 @@ def test_leaderboard_ranks_the_budget_first_then_tokens_per_call(tmp_path):
         ("cy", _report(figures(technique.REFERENCE))),
         ("di", _report(None)),  # another chapter, or no configuration
     ]
-    path = leaderboard.write(tmp_path, graded)
+    path = checks.write_class_files(tmp_path, graded)
     rows = list(csv.DictReader(path.open()))
     assert [r["learner"] for r in rows] == ["cy", "ada", "bo"]
     assert [r["rank"] for r in rows] == ["1", "2", "3"] and rows[2]["within_budget"] == "False"
     table = (tmp_path / "leaderboard.md").read_text()
     assert "| 1 | cy | int4 g64 + distilled k=4 | yes |" in table
-    assert leaderboard.write(tmp_path / "none", [("di", _report(None))]) is None
+    assert checks.write_class_files(tmp_path / "none", [("di", _report(None))]) is None
 
 
 # --- planted mistakes -------------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
 
 
 def test_the_leaderboard_gets_the_graded_figures(planted_reports):
-    rows = leaderboard.entries(list(planted_reports.items()))
+    rows = checks.leaderboard_entries(list(planted_reports.items()))
     assert {r["learner"] for r in rows} == set(PLANTED) - {"capstone_misspelt"}  # the others keep the solution's
     assert all(r["configuration"] for r in rows)
 
@@ -390,3 +390,19 @@ def test_mistake_rules_differ_from_the_course_rule():
     course = [technique.fine_tuning_advice(*case) for case in checks.ALL_CASES]
     outputs = [tuple(rule(*case) for case in checks.ALL_CASES) for _, rule in checks.ADVICE_MISTAKES]
     assert len(set(outputs)) == len(outputs) and tuple(course) not in outputs
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.GuideChart: ({}, {"problem": "adapt", "params_billion": 7, "gpu_gib": 24}),
+    plots.CapstoneChart: ({}, {"weights": "int8", "group_size": None, "draft": "draft"}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_speedups": lambda: plots.plot_speedups(
+        {"int4 g64 weights alone": 0.44, "distilled draft": 2.03, "both": 1.29}
+    ),
+}
+
+# the course's answers to the exercises its checks drive with a scenario
+SCENARIO_ANSWERS = {"fine_tuning_advice": technique.fine_tuning_advice}

@@ -260,8 +260,10 @@ class GptqChart(Chart):
     """Held-out loss against bits, round to nearest and GPTQ; the slider's bit width marked, with
     what GPTQ bought there in the title."""
 
-    def __init__(self, baseline: float, losses: dict[str, dict[int, float]]):
+    def __init__(self, baseline: float | None = None, losses: dict[str, dict[int, float]] | None = None):
         super().__init__(6, 3.4, left=0.14)
+        if losses is None:  # the stored reference figures
+            baseline, losses = _stored_gptq_losses()
         self.baseline, self.losses = baseline, losses
         self.ax = self.figure.subplots()
         for (label, by_bits), color in zip(losses.items(), (BLUE, ORANGE), strict=False):
@@ -301,15 +303,12 @@ def _stored_gptq_losses() -> tuple[float, dict[str, dict[int, float]]]:
 def plot_gptq(bits: int = 4, baseline: float | None = None, losses: dict | None = None) -> Figure:
     """Loss against bits for round to nearest and GPTQ, ``bits`` marked; the stored reference
     figures unless ``baseline`` and ``losses`` (``quantization.gptq_against_rtn``'s) are given."""
-    if losses is None:
-        baseline, losses = _stored_gptq_losses()
     return GptqChart(baseline, losses).update(bits).figure
 
 
 def widget_gptq(baseline: float | None = None, losses: dict | None = None) -> None:
     """A bits slider over :class:`GptqChart` (the stored reference figures unless given)."""
-    if losses is None:
-        baseline, losses = _stored_gptq_losses()
-    bits = sorted(next(iter(losses.values())))
+    chart = GptqChart(baseline, losses)
+    bits = sorted(next(iter(chart.losses.values())))
     controls = {"bits": slider("IntSlider", value=4, min=bits[0], max=bits[-1], description="bits")}
-    interactive(GptqChart(baseline, losses), controls, "GPTQ against round to nearest")
+    interactive(chart, controls, "GPTQ against round to nearest")
