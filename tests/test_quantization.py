@@ -643,6 +643,51 @@ def test_speedup_reports_both_times_and_the_bytes_bound():
     assert row["fp32_spread"] >= 0 and row["int4_spread"] >= 0
 
 
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.QuantizationChart: ({"bits": 4}, {"bits": 3, "group_size": 32, "outlier": 40.0}),
+    plots.GptqChart: ({"bits": 4}, {"bits": 3}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_model_bits": lambda: plots.plot_model_bits(
+        {"per row": {2: 5.1, 3: 1.62, 4: 1.45, 8: 1.40}, "group 32": {2: 3.2, 3: 1.51, 4: 1.42, 8: 1.39}}, 1.38
+    ),
+    "plot_granularity_bars": lambda: plots.plot_granularity_bars(
+        quantization.granularity_errors(quantization.outlier_matrix()),
+        quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
+    ),
+    "plot_bits_sweep": lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
+    "plot_int4_speedup": lambda: plots.plot_int4_speedup(
+        [
+            {"shape": (256, 256), "fp32_bytes": 2**18, "speedup": 0.3, "bound": 7.1},
+            {"shape": (4096, 4096), "fp32_bytes": 2**26, "speedup": 6.0, "bound": 7.1},
+        ]
+    ),
+}
+
+
+def test_the_loss_chart_shows_3_to_8_bits_when_2_bits_are_far_off():
+    """2-bit losses once flattened the chart: the axis now fits 3 to 8 bits and marks 2 bits at its edge."""
+    fig = FIGURES["plot_model_bits"]()
+    low, high = fig.axes[0].get_ylim()
+    assert high < 3.2 and (1.62 - 1.38) / (high - low) > 0.5  # 3..8 bits fill most of the height
+    assert {t.get_text() for t in fig.axes[0].texts} == {"5.10", "3.20"}
+
+
+PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
+    "nan_on_a_zero_group": "def quantize_dequantize(weight, bits, group_size=None):\n    rows, cols = weight.shape\n"
+    "    group = group_size or cols\n    if cols % group:\n        raise ValueError('bad group_size')\n"
+    "    levels = 2 ** (bits - 1) - 1\n    grouped = weight.reshape(rows, cols // group, group)\n"
+    "    scale = grouped.abs().amax(-1, keepdim=True) / levels\n"
+    "    return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)\n",
+}
+
+SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
+    "outlier weights hurt per-row int8",
+]
+
+
 # --- GPTQ -------------------------------------------------------------------------------------------------
 
 
@@ -807,28 +852,6 @@ GPTQ_MISTAKES = {
         gptq_variant(update="w[:, j + 1 :] += error[:, None] * u[j, j + 1 :][None, :]"),
         COMPENSATED,
         "added instead of subtracted",
-
-
-# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
-
-CHARTS = {  # each chart class: a view to draw first, one to move to
-    plots.QuantizationChart: ({"bits": 4}, {"bits": 3, "group_size": 32, "outlier": 40.0}),
-    plots.GptqChart: ({"bits": 4}, {"bits": 3}),
-}
-FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
-    "plot_model_bits": lambda: plots.plot_model_bits(
-        {"per row": {2: 5.1, 3: 1.62, 4: 1.45, 8: 1.40}, "group 32": {2: 3.2, 3: 1.51, 4: 1.42, 8: 1.39}}, 1.38
-    ),
-    "plot_granularity_bars": lambda: plots.plot_granularity_bars(
-        quantization.granularity_errors(quantization.outlier_matrix()),
-        quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
-    ),
-    "plot_bits_sweep": lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
-    "plot_int4_speedup": lambda: plots.plot_int4_speedup(
-        [
-            {"shape": (256, 256), "fp32_bytes": 2**18, "speedup": 0.3, "bound": 7.1},
-            {"shape": (4096, 4096), "fp32_bytes": 2**26, "speedup": 6.0, "bound": 7.1},
-        ]
     ),
 }
 
@@ -873,24 +896,3 @@ def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
     return torch.from_numpy(codes).to(torch.int32), torch.from_numpy(scales).to(weight.dtype)
 """
     assert_accepted("gptq_quantize", source)
-
-
-def test_the_loss_chart_shows_3_to_8_bits_when_2_bits_are_far_off():
-    """2-bit losses once flattened the chart: the axis now fits 3 to 8 bits and marks 2 bits at its edge."""
-    fig = FIGURES["plot_model_bits"]()
-    low, high = fig.axes[0].get_ylim()
-    assert high < 3.2 and (1.62 - 1.38) / (high - low) > 0.5  # 3..8 bits fill most of the height
-    assert {t.get_text() for t in fig.axes[0].texts} == {"5.10", "3.20"}
-
-
-PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
-    "nan_on_a_zero_group": "def quantize_dequantize(weight, bits, group_size=None):\n    rows, cols = weight.shape\n"
-    "    group = group_size or cols\n    if cols % group:\n        raise ValueError('bad group_size')\n"
-    "    levels = 2 ** (bits - 1) - 1\n    grouped = weight.reshape(rows, cols // group, group)\n"
-    "    scale = grouped.abs().amax(-1, keepdim=True) / levels\n"
-    "    return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)\n",
-}
-
-SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
-    "outlier weights hurt per-row int8",
-]
