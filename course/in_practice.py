@@ -233,6 +233,39 @@ def quantized_weights(model: nn.Module, method: str, group_size: int | None = No
                 layer.weight.copy_(originals[name])
 
 
+@contextlib.contextmanager
+def int4_linears(model: nn.Module, group_size: int = 64, output_layer: bool = False):
+    """Within the block, every linear layer of the decoder is a ``course.kernels.int4.Int4Linear``
+    (rounded to nearest, one fp16 scale per ``group_size`` columns: torch's fused int4 product where
+    it takes the layer); afterwards the float layers are back. ``output_layer``: the output layer
+    too, as an int4 copy (it is tied to the embedding, which stays in float32 for looking tokens
+    up). Not handled: layers with a bias."""
+    from course.kernels import int4
+
+    layers = linear_layers(model)
+    if output_layer:
+        layers["lm_head"] = model.get_output_embeddings()
+    replaced = []
+    try:
+        for name, layer in layers.items():
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, int4.Int4Linear.from_linear(layer, group_size))
+            replaced.append(name)
+        yield model
+    finally:
+        for name in replaced:
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, layers[name])
+
+
+def first_difference(tokens: torch.Tensor, other: torch.Tensor) -> int | None:
+    """The index of the first token where two generated sequences (1, T) differ, or None when one
+    is the start of the other."""
+    n = min(tokens.shape[-1], other.shape[-1])
+    differ = (tokens[..., :n] != other[..., :n]).flatten().nonzero()
+    return int(differ[0]) if len(differ) else None
+
+
 def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
     """Two 4-bit codes per byte, the first in the high nibble (bitsandbytes' layout): (n,) -> (n/2,) uint8."""
     flat = codes.flatten().to(torch.uint8)
