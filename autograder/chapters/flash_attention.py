@@ -345,7 +345,11 @@ def _update_probe(first: bool, larger: bool):
         m = torch.full((n, 1), float("-inf")) if first else seen.amax(dim=-1, keepdim=True)
         l = torch.zeros(n, 1) if first else torch.exp(seen - m).sum(dim=-1, keepdim=True)
         o = torch.zeros(n, d) if first else torch.exp(seen - m) @ _randn(rng, 7, d)
-        scores = _randn(rng, n, b) + (3.0 if larger else -3.0)
+        scores = _randn(rng, n, b)
+        if first:
+            scores = scores + 3.0
+        else:  # in every row the block's maximum lies 2 above (or below) the running one, whatever the draw
+            scores = scores - scores.amax(dim=-1, keepdim=True) + m + (2.0 if larger else -2.0)
         return {"call": "online_softmax_update", "args": [m, l, o, scores, _randn(rng, b, d)]}
 
     return make
