@@ -26,6 +26,7 @@ from torch import nn
 
 from course import checkpoints, corpus, evaluation, lora, quantization, speculative_decoding, timing
 from course.model import LanguageModel, generate
+from course.quantization import check_codes, pack_codes, unpack_codes
 
 GiB = 2**30
 
@@ -290,38 +291,10 @@ GROUPED = ("int8", "int4", "nf4", "int2")  # formats with codes and scales
 GROUP_SIZES = (None, 32, 64)  # every one divides the target's 256 and 704 columns
 
 
-def _check_codes(values: torch.Tensor, low: int, high: int, per_byte: int, what: str) -> None:
-    if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.is_floating_point():
-        raise ValueError(f"{what} must be a 2-D integer tensor, got {getattr(values, 'shape', type(values).__name__)}")
-    if values.shape[1] % per_byte:
-        raise ValueError(f"{values.shape[1]} columns: {per_byte} codes share a byte, so the columns must be a multiple")
-    if values.numel() and (values.min() < low or values.max() > high):
-        raise ValueError(f"{what} must lie in [{low}, {high}], got [{int(values.min())}, {int(values.max())}]")
-
-
-def pack_codes(values: torch.Tensor, bits: int) -> torch.Tensor:
-    """Unsigned ``bits``-bit values (rows, cols) packed ``8 // bits`` to a byte, the first of each
-    run in the highest bits (bitsandbytes' order): (rows, cols * bits // 8) uint8."""
-    per_byte = 8 // bits
-    _check_codes(values, 0, 2**bits - 1, per_byte, f"{bits}-bit values")
-    rows, cols = values.shape
-    grouped = values.to(torch.int32).reshape(rows, cols // per_byte, per_byte)  # (rows, bytes, per_byte)
-    shifts = torch.arange(per_byte - 1, -1, -1, device=values.device, dtype=torch.int32) * bits  # high first
-    return (grouped << shifts).sum(dim=-1).to(torch.uint8)
-
-
-def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    """The inverse of :func:`pack_codes`: (rows, bytes) uint8 -> (rows, bytes * 8 // bits) uint8.
-    Shifts and masks stay in uint8: on every call of a stored layer, wider types cost twice the time."""
-    per_byte, mask = 8 // bits, 2**bits - 1
-    parts = [(packed >> (bits * (per_byte - 1 - i))) & mask for i in range(per_byte)]  # high bits first
-    return torch.stack(parts, dim=-1).reshape(packed.shape[0], -1)  # (rows, bytes, per_byte) -> (rows, cols)
-
-
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     """Signed 4-bit codes in [-8, 7] (rows, cols) stored as ``code + 8``, two to a byte, the first
     code of each pair in the high nibble: (rows, cols // 2) uint8. ``[[-7, 7]]`` -> ``[[0x1F]]``."""
-    _check_codes(codes, -8, 7, 2, "int4 codes")
+    check_codes(codes, -8, 7, 2, "int4 codes")
     return pack_codes(codes + 8, 4)
 
 
