@@ -232,9 +232,9 @@ def test_curves_from_agreement_equal_the_real_loop(k):
     for name in ("draft", "distilled"):
         drafter = checkpoints.load(name)
         calls = sum(
-            speculative_decoding.speculative_generate(target, drafter, p, k, technique.NEW_TOKENS, temperature=0)[
-                "target_calls"
-            ]
+            len(
+                speculative_decoding.speculative_generate(target, drafter, p, k, technique.NEW_TOKENS, temperature=0)[1]
+            )
             for p in technique.prompts()
         )
         expected = len(technique.PROMPT_STARTS) * technique.NEW_TOKENS / calls
