@@ -4,6 +4,7 @@
 #   make lint       ruff: the linter and the formatter's check, as `make test` runs them
 #   make format     ruff: fix what can be fixed, then format the tree
 #   make release    rebuild the student notebooks in notebooks/ from solutions/
+#   make chapter SLUG=pruning N=10   write a new chapter's files from tools/chapter_template/
 #   make autograde  grade every notebook under submissions/ into feedback/: gradebook, Canvas CSV,
 #                   HTML feedback, similar answers (ROSTER=canvas-export.csv names learners)
 #   make reference  regenerate data/reference/*.json
@@ -31,7 +32,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test lint format release autograde reference bench gpu-check model clean
+.PHONY: lab test lint format release chapter autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
@@ -80,6 +81,9 @@ format: $(BIN)/.installed-dev
 
 release: $(BIN)/.installed-dev
 	$(BIN)/python -m autograder.release
+
+chapter: $(BIN)/.installed-base
+	$(BIN)/python tools/new_chapter.py --slug "$(SLUG)" --number "$(N)"
 
 autograde: $(BIN)/.installed-dev
 	@test -d $(SUBMISSIONS) || { echo "put submissions in $(SUBMISSIONS)/LEARNER/NN_chapter.ipynb (or set SUBMISSIONS=folder)"; exit 1; }

@@ -1,5 +1,7 @@
 """Command line: ``python -m autograder grade NOTEBOOK [--json]``, ``grade-folder DIR --out DIR
-[--shard I/N]`` and ``merge DIR`` (the shards' parts into the class's files)."""
+[--shard I/N]``, ``merge DIR`` (the shards' parts into the class's files), and for a course run
+with nbgrader ``nbgrader-source COURSE ASSIGNMENT CHAPTER...`` and ``nbgrader COURSE ASSIGNMENT``
+(its submissions graded in the sandbox into nbgrader's gradebook)."""
 
 from __future__ import annotations
 
@@ -42,12 +44,20 @@ def _parser() -> argparse.ArgumentParser:
     join = sub.add_parser("merge", help="merge the shards' parts in OUT/parts into the class's gradebook")
     join.add_argument("out", type=Path, help="the --out folder the shards wrote to")
     join.add_argument("--shards", type=int, default=None, help="which split, when parts of several lie there")
+    source = sub.add_parser("nbgrader-source", help="put chapters into an nbgrader course's source/ASSIGNMENT")
+    source.add_argument("course", type=Path, help="the nbgrader course directory")
+    source.add_argument("assignment", help="the assignment's name in nbgrader, e.g. ps1")
+    source.add_argument("chapters", nargs="+", help="chapters by name or slug, e.g. 05_flash_attention")
+    bridge = sub.add_parser("nbgrader", help="grade an nbgrader course's submissions in the sandbox into its gradebook")
+    bridge.add_argument("course", type=Path, help="the nbgrader course directory")
+    bridge.add_argument("assignment", help="the assignment's name in nbgrader, e.g. ps1")
+    bridge.add_argument("--student", default="*", help="one student's id (default: every submission)")
     for command in (many, join):
         command.add_argument("--roster", type=Path, default=None, help="CSV of learners (Canvas's gradebook export)")
         command.add_argument(
             "--threshold", type=float, default=similarity.THRESHOLD, help="similarity listed for review (0 to 1)"
         )
-    for command in (one, many):
+    for command in (one, many, bridge):
         command.add_argument("--seed", type=int, default=None, help="fix the hidden inputs (default: fresh)")
         command.add_argument(
             "--timeout", type=float, default=sandbox.Limits.wall_seconds, help="seconds per submission"
@@ -69,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             graded, notes = grade.merge(args.out, args.roster, args.shards, args.threshold)
             _summary([g.report for g in graded], notes, args.out, started, "merged")
             return 0
+        if args.command.startswith("nbgrader"):
+            return _nbgrader(args)
         limits = sandbox.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
         if args.command == "grade":
             report = grade.grade(args.notebook, limits, args.seed)
@@ -101,6 +113,24 @@ def main(argv: list[str] | None = None) -> int:
     notes = [line[2:] for line in notes.splitlines() if line.startswith("- ")]
     _summary(reports, notes, args.out, started, "graded")
     return 0
+
+
+def _nbgrader(args: argparse.Namespace) -> int:
+    """The nbgrader commands (nbgrader is imported only for them: its import takes seconds)."""
+    from autograder import nbgrader_course
+
+    if args.command == "nbgrader-source":
+        try:
+            written = nbgrader_course.write_source(args.course, args.assignment, args.chapters)
+        except nbgrader_course.UnknownChapter as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"wrote {path}")
+        return 0
+    limits = sandbox.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
+    print(f"sandbox: {sandbox.describe(sandbox.isolation(limits.memory_bytes))}", file=sys.stderr)
+    return nbgrader_course.autograde(args.course, args.assignment, args.student, limits, args.seed)
 
 
 def _summary(reports: list, notes: list[str], out: Path, started: float, verb: str) -> None:

@@ -15,7 +15,7 @@ import inspect
 import math
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -33,26 +33,37 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Check:
-    """One graded test of one exercise.
+    """One graded test of one exercise, declared once, inside its :class:`Exercise`:
 
-    ``probe(rng)`` returns ``{"call": name, "args": [...], "kwargs": {...}}`` with torch values,
-    plus ``"scenario": function`` when the learner's function (or class) is driven by a function of
-    the chapter's checks (see :func:`scenario_source`); ``judge(probe, result)`` gets that probe
-    back and the decoded result (see :func:`outcome`).
+    ``Check("int4_groups", 2, "int4, groups of 16, outlier columns", probe, judge, visible=True)``
+
+    ``name`` is short and unique within the exercise; ``points`` are what the test is worth (the
+    release writes their sum into the notebook's grade cell, the README's table counts them);
+    ``what`` is shown to the learner; ``visible`` checks run in the learner's check cell too, the
+    others only when the notebook is graded. ``probe(rng)`` returns ``{"call": name, "args": [...],
+    "kwargs": {...}}`` with torch values, plus ``"scenario": function`` when the learner's function
+    (or class) is driven by a function of the chapter's checks (see :func:`scenario_source`);
+    ``judge(probe, result)`` gets that probe back and the decoded result (see :func:`outcome`) and
+    words the hint of a failure. The exercise fills in ``exercise``, its grade_id; ``id`` is
+    ``<exercise>.<name>``, as reports and gradebooks spell it.
     """
 
-    id: str
-    exercise: str
+    name: str
     points: int
     what: str
     probe: Callable[[np.random.Generator], dict]
     judge: Callable[[dict, dict], Verdict]
     visible: bool = False
+    exercise: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.exercise}.{self.name}"
 
 
 @dataclass(frozen=True)
 class Requirement:
-    """One thing an exercise's prompt asks for, and the ids of the checks that test it."""
+    """One thing an exercise's prompt asks for, and the names of the checks that test it."""
 
     text: str
     checks: tuple[str, ...]
@@ -61,13 +72,18 @@ class Requirement:
 @dataclass
 class Exercise:
     """An answer cell: its grade_id, the names it must define, its checks, what its prompt requires
-    (each requirement naming the checks that cover it) and the earlier answers it may call."""
+    (each requirement naming the checks that cover it) and the earlier answers it may call. Every
+    fact of the exercise is here once: its points are its checks' points, its checks' ids are
+    derived from its grade_id."""
 
     grade_id: str
     defines: tuple[str, ...]
     checks: list[Check] = field(default_factory=list)
     requirements: list[Requirement] = field(default_factory=list)
     builds_on: tuple[str, ...] = ()  # grade_ids of earlier exercises whose answers this one may call
+
+    def __post_init__(self):
+        self.checks = [replace(c, exercise=self.grade_id) for c in self.checks]
 
     @property
     def points(self) -> int:

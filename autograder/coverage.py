@@ -15,11 +15,9 @@ def table(chapter: str) -> str:
     ``*`` on the visible ones, which the learner's own check cell runs too)."""
     lines = [f"### {chapter}", "", "| exercise | requirement | checks (* visible) |", "| --- | --- | --- |"]
     for exercise in CHAPTERS[chapter]:
-        visible = {c.id for c in exercise.checks if c.visible}
+        visible = {c.name for c in exercise.checks if c.visible}
         for requirement in exercise.requirements:
-            checks = ", ".join(
-                f"`{i.removeprefix(exercise.grade_id + '.')}`{'*' if i in visible else ''}" for i in requirement.checks
-            )
+            checks = ", ".join(f"`{name}`{'*' if name in visible else ''}" for name in requirement.checks)
             text = requirement.text.replace("|", "\\|")  # a norm's bars would end the cell
             lines.append(f"| `{exercise.defines[0]}` | {text} | {checks} |")
     return "\n".join(lines)
@@ -31,19 +29,21 @@ def problems() -> list[str]:
     found = []
     for chapter, exercises in CHAPTERS.items():
         for exercise in exercises:
-            ids = {c.id for c in exercise.checks}
+            names = {c.name for c in exercise.checks}
             if not exercise.requirements:
                 found.append(f"{chapter}: {exercise.grade_id} lists no requirements")
             for requirement in exercise.requirements:
                 if not requirement.checks:
                     found.append(f"{chapter}: {exercise.grade_id}: '{requirement.text}' names no check")
                 found += [
-                    f"{chapter}: {exercise.grade_id}: '{requirement.text}' names {i}, which is not one of its checks"
-                    for i in requirement.checks
-                    if i not in ids
+                    f"{chapter}: {exercise.grade_id}: '{requirement.text}' names {name}, which is not one of its checks"
+                    for name in requirement.checks
+                    if name not in names
                 ]
-            covered = {i for r in exercise.requirements for i in r.checks}
-            found += [f"{chapter}: {i} covers no requirement" for i in sorted(ids - covered)]
+            covered = {name for r in exercise.requirements for name in r.checks}
+            found += [
+                f"{chapter}: {exercise.grade_id}.{name} covers no requirement" for name in sorted(names - covered)
+            ]
     return found
 
 

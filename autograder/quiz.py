@@ -64,14 +64,11 @@ def exercise(slug: str) -> Exercise | None:
         return None
     grade_id = f"quiz_{slug}"
     questions = quiz.questions(slug)
-    checks = [
-        Check(f"{grade_id}.q{q.number}", grade_id, 1, f"question {q.number}", _probe, _judge(q), visible=True)
-        for q in questions
-    ]
+    checks = [Check(f"q{q.number}", 1, f"question {q.number}", _probe, _judge(q), visible=True) for q in questions]
     requirements = [  # one per question, from the answer key, so that no chapter's list is kept by hand
-        Requirement("quiz_answers() returns a dict of question number -> letter", tuple(c.id for c in checks)),
+        Requirement("quiz_answers() returns a dict of question number -> letter", tuple(c.name for c in checks)),
         *(
-            Requirement(f"question {q.number}: one of its letters, the best answer", (f"{grade_id}.q{q.number}",))
+            Requirement(f"question {q.number}: one of its letters, the best answer", (f"q{q.number}",))
             for q in questions
         ),
     ]

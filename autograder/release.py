@@ -4,8 +4,11 @@
 percent format, carrying nbgrader cell metadata) into ``notebooks/NN_name.ipynb`` through
 nbgrader's generate step, which removes the solutions and the hidden tests, and clears outputs.
 Every notebook it builds starts with the Colab cell (``colab.py``), and the README's Colab block
-(a badge per chapter) is written from the same repository address.
-``--check`` builds into a temporary folder and reports student copies that are out of date.
+(a badge per chapter) is written from the same repository address. What the exercises' declaration
+(``autograder/chapters/<slug>.py``) decides is written from it, never by hand: the nbgrader
+``points`` of every grade cell in ``solutions/`` and the exercise and point counts in the README's
+chapter table (a row is added for a chapter that has none; its topic and time are kept).
+``--check`` builds into a temporary folder and reports whatever is out of date.
 
 Student copies are never paired or synced with jupytext: that could put answers back in.
 """
@@ -15,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from autograder import colab
+from autograder.checks import Exercise
 from course import paths
 
 GENERATED = "# Student copy generated from solutions/{source} by `make release`: edit the source, not this file.\n"
@@ -99,6 +104,68 @@ def build(sources: list[Path], out: Path) -> list[Path]:
     return written
 
 
+GRADE_CELL = re.compile(r'^(# %%.* nbgrader=)(\{.*"grade": true.*\})$', re.MULTILINE)
+README_ROW = re.compile(r"^\| \[(\d\d_\w+)\]\(notebooks/\1\.ipynb\) \|.*$", re.MULTILINE)
+README_HEADER = "| chapter | topic | exercises + quiz |"
+
+
+def _exercises(chapter: str) -> list[Exercise]:
+    from autograder.chapters import CHAPTERS  # imports every chapter's checks: only when points are needed
+
+    return CHAPTERS[chapter]
+
+
+def with_points(text: str, chapter: str) -> str:
+    """The source ``text`` of ``chapter`` with the nbgrader ``points`` of each grade cell, named
+    ``test_<grade_id>``, set to its exercise's points (the sum of its checks')."""
+    exercises = {f"test_{e.grade_id}": e for e in _exercises(chapter)}
+
+    def set_points(match: re.Match) -> str:
+        metadata = json.loads(match.group(2))
+        exercise = exercises.get(metadata["grade_id"])
+        if exercise is None:
+            raise ValueError(
+                f"{chapter}: the grade cell {metadata['grade_id']} checks no exercise of the chapter's checks "
+                f"module; name it test_<grade_id of its answer cell> ({', '.join(exercises)})"
+            )
+        return match.group(1) + json.dumps({**metadata, "points": exercise.points}, sort_keys=True)
+
+    return GRADE_CELL.sub(set_points, text)
+
+
+def chapter_counts(exercises: list[Exercise]) -> str:
+    """What the README's chapter table says of a chapter: exercises + quiz questions, and their points."""
+    quiz = [e for e in exercises if e.grade_id.startswith("quiz_")]
+    graded = [e for e in exercises if e not in quiz]
+    points, quiz_points = sum(e.points for e in graded), sum(e.points for e in quiz)
+    return f"{len(graded)} + {sum(len(e.checks) for e in quiz)} questions ({points:g} + {quiz_points:g} points)"
+
+
+def _new_row(source: Path) -> str:
+    """A table row for a chapter the README lacks: its topic from the source's title, no time yet."""
+    title = re.search(r"^# # (?:Chapter \d+: )?(.+)$", source.read_text(), re.MULTILINE)
+    topic = title.group(1) if title else source.stem
+    return f"| [{source.stem}](notebooks/{source.stem}.ipynb) | {topic} | - | not measured yet |"
+
+
+def with_chapter_table(readme: str, sources: list[Path]) -> str:
+    """The README with its chapter table's counts written from the declaration: one row per chapter
+    in course order, each keeping its topic and time; rows of chapters without a source go."""
+    rows = {match.group(1): match.group(0) for match in README_ROW.finditer(readme)}
+    if README_HEADER not in readme:
+        raise ValueError(f"README.md needs its chapter table, headed {README_HEADER!r}")
+    table = []
+    for source in sources:
+        head, _, time = rows.get(source.stem, _new_row(source)).rsplit(" | ", 2)
+        table.append(f"{head} | {chapter_counts(_exercises(source.stem))} | {time}")
+    lines = readme.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith(README_HEADER)) + 2  # past the --- line
+    end = start
+    while end < len(lines) and README_ROW.match(lines[end]):
+        end += 1
+    return "\n".join(lines[:start] + table + lines[end:])
+
+
 def stale(sources: list[Path] | None = None) -> list[str]:
     """Names of student copies in ``notebooks/`` that differ from a fresh build (or are missing)."""
     sources = chapters() if sources is None else sources
@@ -113,16 +180,36 @@ def stale(sources: list[Path] | None = None) -> list[str]:
                 problems.append(f"{path.name}: differs from its source")
         extra = {p.name for p in paths.NOTEBOOKS.glob("*.ipynb")} - {p.name for p in fresh}
         problems += [f"{name}: has no source in solutions/" for name in sorted(extra)]
+    problems += [
+        f"{source.relative_to(paths.ROOT)}: a grade cell's points differ from its exercise's checks"
+        for source in sources
+        if source.read_text() != with_points(source.read_text(), source.stem)
+    ]
     readme = (paths.ROOT / "README.md").read_text()
     if readme != colab.with_readme_block(readme, [source.stem for source in sources]):
         problems.append("README.md: its Colab badges do not match the chapters and pyproject.toml's repository")
+    if readme != with_chapter_table(readme, sources):
+        problems.append("README.md: its chapter table's exercises and points differ from the chapters' checks")
     return problems
 
 
+def write_points(sources: list[Path]) -> list[Path]:
+    """Write each grade cell's points into the sources from the declaration; return the sources changed."""
+    changed = []
+    for source in sources:
+        text = source.read_text()
+        if text != with_points(text, source.stem):
+            source.write_text(with_points(text, source.stem))
+            changed.append(source)
+    return changed
+
+
 def write_readme(sources: list[Path]) -> None:
-    """Write the README's Colab block (a badge per chapter) from the repository pyproject.toml names."""
+    """Write the README's Colab block (a badge per chapter) from the repository pyproject.toml names,
+    and its chapter table's counts from the chapters' checks."""
     readme = paths.ROOT / "README.md"
-    readme.write_text(colab.with_readme_block(readme.read_text(), [source.stem for source in sources]))
+    text = colab.with_readme_block(readme.read_text(), [source.stem for source in sources])
+    readme.write_text(with_chapter_table(text, sources))
 
 
 def main() -> int:
@@ -134,10 +221,12 @@ def main() -> int:
         for problem in problems:
             print(f"stale: {problem} (run `make release`)")
         return 1 if problems else 0
+    for source in write_points(chapters()):
+        print(f"wrote the points of {source.relative_to(paths.ROOT)}'s grade cells")
     for path in build(chapters(), paths.NOTEBOOKS):
         print(f"wrote {path.relative_to(paths.ROOT)}")
     write_readme(chapters())
-    print("wrote README.md's Colab badges")
+    print("wrote README.md's Colab badges and chapter table")
     return 0
 
 

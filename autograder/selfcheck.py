@@ -6,11 +6,23 @@ go through :func:`autograder.sandbox.inside.call`, as in the grader's sandbox, s
 any probe, :func:`autograder.reach.problem` looks for what grading will not give the answer (the
 course package, names only the chapter's own cells define): the checks then fail with grading's
 message instead of printing ``ok`` for an answer that grading fails.
+
+Under ``nbgrader autograde`` (which sets ``NBGRADER_EXECUTION=autograde`` in the kernel) a check
+returns the points its passing checks earned instead of raising, so that nbgrader, which reads a
+grade cell's points from its last expression, gives partial credit; warnings and whatever the
+learner's code writes to stderr are shown on stdout, since nbgrader zeroes a grade cell with any
+stderr. This runs in the learner's kernel: learner code can change any of it (see the README's
+section on nbgrader); ``python -m autograder nbgrader`` grades out of the kernel's reach.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
+import os
+import warnings
+from collections import Counter
 
 import numpy as np
 
@@ -48,17 +60,42 @@ def helper_notes(exercise: Exercise, namespace: dict) -> str:
     return notes
 
 
-def check(exercise: str, hidden: bool = False, namespace: dict | None = None) -> None:
+def autograding() -> bool:
+    """Whether this kernel runs under ``nbgrader autograde``."""
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
+
+
+def check(exercise: str, hidden: bool = False, namespace: dict | None = None) -> float | None:
     """Run the checks of ``exercise`` on the caller's functions and print one line per check.
 
     Raises AssertionError when any check fails, so the cell shows that something is left to do.
     ``hidden=True`` runs every check (the instructor's source does); learners see the visible ones.
+    Under ``nbgrader autograde`` (:func:`autograding`) it returns the points earned instead of
+    raising, and the warnings and stderr output of the learner's code are printed on stdout.
     """
     namespace = namespace if namespace is not None else inspect.currentframe().f_back.f_globals
+    if not autograding():
+        earned, failures, count = _run(exercise, hidden, namespace)
+        if failures:
+            raise AssertionError(f"{failures} of {count} checks of {exercise} failed: read the hints above")
+        return None
+    stderr = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(stderr):
+        warnings.simplefilter("always")
+        earned, _, _ = _run(exercise, hidden, namespace)
+    for text, times in Counter(f"{w.category.__name__}: {w.message}" for w in caught).items():
+        print(f"     note: your code warned{f' ({times} times)' if times > 1 else ''}: {text}")
+    if stderr.getvalue():
+        print(f"     note: your code wrote to stderr: {stderr.getvalue()[:500]}")
+    return earned
+
+
+def _run(exercise: str, hidden: bool, namespace: dict) -> tuple[float, int, int]:
+    """Print a line per check of ``exercise``; return the points earned, the failures and the checks run."""
     found = exercise_by_id(exercise)
     chosen = [c for c in found.checks if hidden or c.visible]
     unreachable = reach.problem(found, chapter_of(exercise), namespace)
-    failures, notes, last_hint = 0, None, ""
+    earned, failures, notes, last_hint = 0.0, 0, None, ""
     for index, item in enumerate(chosen):
         verdict = Verdict(False, unreachable) if unreachable else run_in_process(item, namespace, VISIBLE_SEED + index)
         if not verdict.passed and not unreachable:
@@ -69,8 +106,8 @@ def check(exercise: str, hidden: bool = False, namespace: dict | None = None) ->
         print(f"{mark} {item.what} [{item.points} pt]" + ("" if verdict.passed else f"\n     hint: {hint}"))
         last_hint = verdict.hint if not verdict.passed else last_hint
         failures += not verdict.passed
+        earned += item.points if verdict.passed else 0
     hidden_count = len(found.checks) - len(chosen)
     if hidden_count:
         print(f"     ({hidden_count} more checks run when your notebook is graded)")
-    if failures:
-        raise AssertionError(f"{failures} of {len(chosen)} checks of {exercise} failed: read the hints above")
+    return earned, failures, len(chosen)

@@ -8,11 +8,11 @@ split of a matrix product into an int8 part and a 16-bit part for outlier featur
 A worked example: one row ``[0.5, -0.2, 0.1, 0.0]`` at 4 bits has scale 0.5 / 7 = 0.0714, codes
 ``[7, -3, 1, 0]`` (-2.8 and 1.4 round to -3 and 1) and comes back as ``[0.5, -0.2143, 0.0714, 0.0]``.
 
-Codes of 2, 4 or 8 bits pack into bytes (``pack_codes``), the first of each byte in its highest
-bits, as bitsandbytes stores NF4 (chapter 8) and the int4 weights of chapter 9 are kept.
+Codes are packed into bytes here (``pack_codes``: 2, 4 or 8 bits, as chapter 8's NF4 bytes and
+chapter 9's stored weights are; ``pack_int4``: two 4-bit codes to a byte); the int4 layer that
+multiplies with them through torch's fused kernel is ``course.kernels.int4``.
 
-Not handled: asymmetric (zero-point) schemes, activations-aware methods (GPTQ, AWQ), and fused
-low-bit matrix kernels. Everything works in float32 on the
+Not handled: asymmetric (zero-point) schemes, activations-aware methods (GPTQ, AWQ). Everything works in float32 on the
 tensor's device; inputs must be 2-D floating-point matrices. Every bad argument (shape, type,
 bits, group size) raises ValueError with a message that says what to change.
 """
@@ -164,6 +164,49 @@ def effective_bits_double_quant(
     """QLoRA's double quantization: the group scales themselves stored in 8 bits with one fp32
     scale per ``block`` of them: 4 + 8/64 + 32/(64*256) = 4.127 bits."""
     return bits + scale_bits / group_size + block_scale_bits / (group_size * block)
+
+
+# --- Codes packed into bytes -------------------------------------------------------------------
+
+
+def _check_codes(values: torch.Tensor, low: int, high: int, per_byte: int, what: str) -> None:
+    if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.is_floating_point():
+        raise ValueError(f"{what} must be a 2-D integer tensor, got {getattr(values, 'shape', type(values).__name__)}")
+    if values.shape[1] % per_byte:
+        raise ValueError(f"{values.shape[1]} columns: {per_byte} codes share a byte, so the columns must be a multiple")
+    if values.numel() and (values.min() < low or values.max() > high):
+        raise ValueError(f"{what} must lie in [{low}, {high}], got [{int(values.min())}, {int(values.max())}]")
+
+
+def pack_codes(values: torch.Tensor, bits: int) -> torch.Tensor:
+    """Unsigned ``bits``-bit values (rows, cols) packed ``8 // bits`` to a byte, the first of each
+    run in the highest bits (bitsandbytes' order): (rows, cols * bits // 8) uint8."""
+    per_byte = 8 // bits
+    _check_codes(values, 0, 2**bits - 1, per_byte, f"{bits}-bit values")
+    rows, cols = values.shape
+    grouped = values.to(torch.int32).reshape(rows, cols // per_byte, per_byte)  # (rows, bytes, per_byte)
+    shifts = torch.arange(per_byte - 1, -1, -1, device=values.device, dtype=torch.int32) * bits  # high first
+    return (grouped << shifts).sum(dim=-1).to(torch.uint8)
+
+
+def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """The inverse of :func:`pack_codes`: (rows, bytes) uint8 -> (rows, bytes * 8 // bits) uint8.
+    Shifts and masks stay in uint8: on every call of a stored layer, wider types cost twice the time."""
+    per_byte, mask = 8 // bits, 2**bits - 1
+    parts = [(packed >> (bits * (per_byte - 1 - i))) & mask for i in range(per_byte)]  # high bits first
+    return torch.stack(parts, dim=-1).reshape(packed.shape[0], -1)  # (rows, bytes, per_byte) -> (rows, cols)
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """Signed 4-bit codes in [-8, 7] (rows, cols) stored as ``code + 8``, two to a byte, the first
+    code of each pair in the high nibble: (rows, cols // 2) uint8. ``[[-7, 7]]`` -> ``[[0x1F]]``."""
+    _check_codes(codes, -8, 7, 2, "int4 codes")
+    return pack_codes(codes + 8, 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """The codes :func:`pack_int4` stored: (rows, bytes) uint8 -> (rows, 2 * bytes) int32 in [-8, 7]."""
+    return unpack_codes(packed, 4).to(torch.int32) - 8
 
 
 # --- NormalFloat-4 ---------------------------------------------------------------------------
@@ -365,33 +408,3 @@ def half_step(weight: torch.Tensor, bits: int, group_size: int | None = None) ->
     _, scale = quantize(weight, bits, group_size)
     group = _group_columns(weight, group_size)
     return (scale / 2).repeat_interleave(group, dim=1)
-
-
-def check_codes(values: torch.Tensor, low: int, high: int, per_byte: int, what: str) -> None:
-    """Raise ValueError unless ``values`` is a 2-D integer tensor in [low, high] whose columns fill whole
-    bytes at ``per_byte`` codes a byte; ``what`` names it in the message."""
-    if not isinstance(values, torch.Tensor) or values.dim() != 2 or values.is_floating_point():
-        raise ValueError(f"{what} must be a 2-D integer tensor, got {getattr(values, 'shape', type(values).__name__)}")
-    if values.shape[1] % per_byte:
-        raise ValueError(f"{values.shape[1]} columns: {per_byte} codes share a byte, so the columns must be a multiple")
-    if values.numel() and (values.min() < low or values.max() > high):
-        raise ValueError(f"{what} must lie in [{low}, {high}], got [{int(values.min())}, {int(values.max())}]")
-
-
-def pack_codes(values: torch.Tensor, bits: int) -> torch.Tensor:
-    """Unsigned ``bits``-bit values (rows, cols) packed ``8 // bits`` to a byte, the first of each
-    run in the highest bits (bitsandbytes' order): (rows, cols * bits // 8) uint8."""
-    per_byte = 8 // bits
-    check_codes(values, 0, 2**bits - 1, per_byte, f"{bits}-bit values")
-    rows, cols = values.shape
-    grouped = values.to(torch.int32).reshape(rows, cols // per_byte, per_byte)  # (rows, bytes, per_byte)
-    shifts = torch.arange(per_byte - 1, -1, -1, device=values.device, dtype=torch.int32) * bits  # high first
-    return (grouped << shifts).sum(dim=-1).to(torch.uint8)
-
-
-def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    """The inverse of :func:`pack_codes`: (rows, bytes) uint8 -> (rows, bytes * 8 // bits) uint8.
-    Shifts and masks stay in uint8: on every call of a stored layer, wider types cost twice the time."""
-    per_byte, mask = 8 // bits, 2**bits - 1
-    parts = [(packed >> (bits * (per_byte - 1 - i))) & mask for i in range(per_byte)]  # high bits first
-    return torch.stack(parts, dim=-1).reshape(packed.shape[0], -1)  # (rows, bytes, per_byte) -> (rows, cols)

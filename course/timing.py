@@ -24,6 +24,18 @@ def median_seconds(
     fn: Callable[[], object], device: torch.device | None = None, warmup: int = 2, repeats: int = 7
 ) -> float:
     """Median wall-clock seconds of ``fn()`` after ``warmup`` untimed calls."""
+    return statistics.median(repeat_seconds(fn, device, warmup, repeats))
+
+
+def spread(times: list[float]) -> float:
+    """How far the repeats of one measurement lie apart: (slowest - fastest) / median."""
+    return (max(times) - min(times)) / statistics.median(times)
+
+
+def repeat_seconds(
+    fn: Callable[[], object], device: torch.device | None = None, warmup: int = 2, repeats: int = 7
+) -> list[float]:
+    """Wall-clock seconds of each of ``repeats`` calls of ``fn()``, after ``warmup`` untimed calls."""
     device = device or torch.device("cpu")
     for _ in range(warmup):
         fn()
@@ -34,7 +46,7 @@ def median_seconds(
         fn()
         synchronize(device)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
 def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup"), membership: str | None = None) -> float | None:

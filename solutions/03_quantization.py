@@ -25,7 +25,8 @@
 # 3. pay for finer scales in bits, and compute what int4 really costs (graded);
 # 4. store int8 codes with their scales (graded);
 # 5. meet NF4, the 4-bit format of QLoRA, and LLM.int8()'s way of keeping outliers out of int8;
-# 6. quantize a real (small) language model and watch its loss.
+# 6. quantize a real (small) language model and watch its loss;
+# 7. measure when int4 weights make a layer faster than float32, and why.
 #
 # Exercises are marked **Your turn**. Each is followed by a check cell: run it, read the hints,
 # fix, repeat. The chapter's figures use the course's own implementation, so they work before you
@@ -36,6 +37,7 @@
 MEASURE_SIZE = 4096  # the matrix of the bandwidth measurement
 EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 HARMLESS_LOSS = 0.01  # nats/byte above float32 that the readings below call harmless
+INT4_SIZES = (128, 256, 512, 1024, 2048, 4096)  # square layers timed in float32 and int4
 
 # %%
 import torch
@@ -444,6 +446,65 @@ print(
 # torch has no kernel there that reads bfloat16 as fast as it computes with it: the bytes shrink
 # but the arithmetic around them gets slower. Lower precision pays off only when a kernel reads
 # the small format directly, which is what the libraries below provide.
+#
+# ## 10. Int4 that pays: a kernel that reads the codes
+#
+# `course.kernels.int4.Int4Linear` stores a layer the way int4 formats do: the codes packed two to
+# a byte, one fp16 scale per group of 64 columns. Its forward does not rebuild a float32 matrix:
+# it calls torch's fused int4 product (`torch.ops.aten._weight_int4pack_mm_for_cpu` on the CPU,
+# `_weight_int4pack_mm` on CUDA, the kernel torchao and gpt-fast use), which reads the four-bit
+# codes directly and multiplies in bfloat16. The dequantize-then-multiply path stays beside it as
+# the reference it is tested against; layers the kernel cannot take (group sizes other than 32 to
+# 256, odd widths) go through the reference, and the layer says why. First, the two paths agree to
+# bfloat16's rounding:
+
+# %%
+from course.kernels import int4
+
+square = quantization.gaussian_matrix(1024, 1024, seed=4)
+layer4 = int4.Int4Linear(*quantization.quantize(square, 4, 64)).to(device)
+x1 = torch.randn(1, 1024, generator=torch.Generator().manual_seed(5)).to(device)
+fused_out = layer4(x1)
+reference_out = int4.reference_linear(x1, layer4.codes, layer4.scale)
+difference = quantization.relative_error(reference_out, fused_out)
+print(
+    f"{layer4}: the path taken is {layer4.path!r}" + (f" ({layer4.why_reference()})" if layer4.why_reference() else "")
+)
+print(f"fused against dequantize-then-multiply: relative difference {difference:.1e} (bound {int4.TOLERANCE:g})")
+assert difference < int4.TOLERANCE
+
+# %% [markdown]
+# Now the speed-up a token sees through one layer, float32 against int4, at sizes from a layer
+# that fits in any cache to one of 64 MiB. The threads are chosen the course's way (one thread
+# against all usable ones on the largest product), and each line prints the spread of its repeats:
+# a large spread means other work shared the machine.
+
+# %%
+big = int4.Int4Linear(*quantization.quantize(quantization.gaussian_matrix(INT4_SIZES[-1], INT4_SIZES[-1]), 4, 64))
+x_big = torch.randn(1, INT4_SIZES[-1])
+print(timing.pin_threads(lambda: big(x_big), torch.device("cpu")))
+speedups = [int4.speedup(n, n, 64, device) for n in INT4_SIZES]
+for r in speedups:
+    print(
+        f"{r['shape'][0]:5d} x {r['shape'][1]:<5d} {r['fp32_bytes'] / 2**20:6.2f} MiB  float32 {1e6 * r['fp32_seconds']:8.1f} us "
+        f"(spread {r['fp32_spread']:.0%})  int4 {1e6 * r['int4_seconds']:8.1f} us (spread {r['int4_spread']:.0%})  "
+        f"speed-up {r['speedup']:5.2f}x  bound {r['bound']:.2f}x"
+    )
+print(int4.crossover_reading(speedups))
+plots.plot_int4_speedup(speedups)
+
+# %% [markdown]
+# Chapter 1's roofline explains the shape. A token's product with a layer does two FLOPs per
+# weight, far too few to keep the arithmetic busy: its time is the time to bring the weight in,
+# bytes over bandwidth, plus a fixed cost per call. A large layer comes from main memory, and
+# there the int4 layer reads about a seventh of float32's bytes (the dashed line: four bits a
+# weight plus a bfloat16 scale and zero per 64), so the speed-up climbs toward that bound. A small
+# layer sits in the processor's caches, whose bandwidth is many times that of memory: float32 is
+# already fast there, and the kernel's own work (unpacking the nibbles, rounding the activations
+# to bfloat16, the scales) and its fixed cost per call are what remain. Fewer bytes pay where the
+# bytes are the bottleneck; the printed reading says where that starts on this machine.
+# Chapter 9's capstone stores its target's layers this way, and chapter 8 decodes a pretrained
+# model through them.
 #
 # ## In practice
 #

@@ -26,6 +26,16 @@ def chapter_names() -> list[str]:
     return [p.stem for p in release.chapters()]
 
 
+def chapter_cases(name: str) -> dict[str, object]:
+    """What a shared test needs of each chapter, kept in the chapter's own ``tests/test_<slug>.py``
+    under ``name`` (``CHARTS``, ``FIGURES``, ``PROSE_WARNINGS``, ``SCENARIO_ANSWERS``,
+    ``SEED_QUESTIONS``), by slug; chapters without it have nothing listed."""
+    import importlib
+
+    slugs = [paths.slug(source) for source in paths.chapter_sources()]
+    return {slug: getattr(importlib.import_module(f"test_{slug}"), name, {}) for slug in slugs}
+
+
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)

@@ -140,3 +140,20 @@ def distillation_loss(student_logits, teacher_logits, temperature):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_drafts_and_pruning": lambda: plots.plot_drafts_and_pruning(
+        {"trained draft": 0.62, "distilled draft": 0.97}, [0.0, 0.3], [1.40, 1.45], [1.40, 1.70], 1.40
+    ),
+}
+
+
+PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
+    "no_t_squared": "def distillation_loss(student_logits, teacher_logits, temperature):\n"
+    "    s = torch.log_softmax(student_logits / temperature, -1)\n"
+    "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
+    "    return (t.exp() * (t - s)).sum(-1).mean()\n",
+}

@@ -278,3 +278,40 @@ def blockwise_attention(q, k, v, block):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.OnlineSoftmaxChart: ({"step": 2}, {"step": 5, "block": 4}),
+    plots.IOChart: ({}, {"n": 65536, "d": 128}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_attention_timing": lambda: plots.plot_attention_timing(
+        [256, 1024],
+        {"sdpa": [1e-3, 9e-3], "blockwise": [2e-3, 3e-2]},
+        {"sdpa": [1.0, 4.0], "blockwise": [1.0, 4.0]},
+    ),
+}
+
+
+def test_two_series_with_the_same_numbers_are_both_visible():
+    """Blockwise attention's memory once hid exactly under SDPA's: a twin is drawn dashed and hollow."""
+    ax_memory = FIGURES["plot_attention_timing"]().axes[1]
+    first, twin = ax_memory.get_lines()
+    assert torch.allclose(torch.as_tensor(first.get_ydata()), torch.as_tensor(twin.get_ydata()))
+    assert (first.get_linestyle(), first.get_markerfacecolor()) != (twin.get_linestyle(), twin.get_markerfacecolor())
+    assert "(= sdpa)" in twin.get_label()
+
+
+PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
+    "full_score_matrix": "def blockwise_attention(q, k, v, block):\n"
+    "    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), -1) @ v\n",
+}
+
+# the course's answers to the exercises its checks drive with a scenario
+SCENARIO_ANSWERS = {"blockwise_attention": flash_attention.blockwise_attention}
+
+SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
+    "stay exact while never forming the full score matrix",
+]

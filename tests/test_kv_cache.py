@@ -177,3 +177,14 @@ def test_cache_timings_time_both_ways_for_every_length():
     assert all(t > 0 for t in measured["with_cache"] + measured["without_cache"])
     with pytest.raises(ValueError, match="repeat"):
         kv_cache.cache_timings(target, corpus.encode("\n")[None], [4], repeats=0)
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.KVCacheChart: ({}, {"model": "Llama-3-8B", "batch": 8}),
+    plots.PagingChart: ({}, {"page_size": 256}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_cache_speed": lambda: plots.plot_cache_speed([64, 256], [0.1, 0.4], [0.3, 4.0]),
+}

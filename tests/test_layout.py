@@ -2,6 +2,12 @@
 import each other without cycles, with arrows pointing one way (tools -> autograder -> course)."""
 
 import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +50,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_install_torch",
             "test_layout",
             "test_model",
+            "test_nbgrader",
             "test_notebooks",
             "test_packaging",
             "test_quiz",
@@ -145,3 +152,100 @@ def test_arrows_point_one_way(lower, upper):
         (a, b) for a, targets in graph.items() if a.split(".")[0] == lower for b in targets if b.split(".")[0] == upper
     }
     assert upward == set()
+
+
+SCAFFOLD = """
+import json, sys
+from pathlib import Path
+import nbformat
+from autograder import coverage, grade, release
+from autograder.chapters import CHAPTERS
+from course import paths
+
+assert paths.ROOT == Path.cwd().resolve(), paths.ROOT  # the copy's packages, not the installed tree's
+new = [source for source in release.chapters() if source.stem == "10_throwaway"]
+release.write_points(new)
+release.build(new, paths.NOTEBOOKS)
+release.write_readme(release.chapters())
+solution = Path(sys.argv[1]) / "solution.ipynb"
+nbformat.write(release.instructor_notebook(new[0]), solution)
+reports = {
+    kind: grade.grade(path, seed=1).as_json()
+    for kind, path in (("solution", solution), ("blank", paths.NOTEBOOKS / "10_throwaway.ipynb"))
+}
+quiz = CHAPTERS["10_throwaway"][-1]
+print(json.dumps({"reports": reports, "problems": coverage.problems(), "quiz_points": quiz.points}))
+"""
+
+
+def _digests(tree: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in tree.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts
+    }
+
+
+def test_a_new_chapter_is_its_files(tmp_path):
+    """`make chapter` scaffolds a throwaway chapter in a copy of the tree; the release and the grader
+    find it by its slug (full marks for its solution, none for its blank copy), its own tests pass,
+    and nothing outside its files changes but its two README rows."""
+    tree = tmp_path / "tree"
+    skip = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*_cache", "*.egg-info", "feedback", "submissions")
+    shutil.copytree(paths.ROOT, tree, ignore=skip)
+    before, readme = _digests(tree), (tree / "README.md").read_text()
+    made = subprocess.run(
+        [sys.executable, "tools/new_chapter.py", "--slug", "throwaway", "--number", "10"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    again = subprocess.run(
+        [sys.executable, "tools/new_chapter.py", "--slug", "throwaway", "--number", "11"], cwd=tree, capture_output=True
+    )
+    assert again.returncode == 2 and b"would overwrite" in again.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", SCAFFOLD, str(tmp_path)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    solution, blank = found["reports"]["solution"], found["reports"]["blank"]
+    assert found["problems"] == [] and solution["chapter"] == blank["chapter"] == "10_throwaway"
+    assert solution["score"] == solution["max_score"] == 3 + 4 and len(solution["tests"]) == 7  # 3 checks, 4 questions
+    assert blank["score"] == 0 and found["quiz_points"] == 4
+
+    after = _digests(tree)
+    changed = {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
+    mine = {
+        "solutions/10_throwaway.py",
+        "notebooks/10_throwaway.ipynb",
+        "course/throwaway.py",
+        "course/plots/throwaway.py",
+        "autograder/chapters/throwaway.py",
+        "tests/test_throwaway.py",
+        "data/quizzes/throwaway.toml",
+    }
+    assert changed == mine | {"README.md"}
+    added = set((tree / "README.md").read_text().splitlines()) - set(readme.splitlines())
+    removed = set(readme.splitlines()) - set((tree / "README.md").read_text().splitlines())
+    assert removed == set() and len(added) == 2 and all("10_throwaway" in line for line in added)
+    assert any("| 1 + 4 questions (3 + 4 points) | not measured yet |" in line for line in added)
+    assert '"points": 3' in (tree / "solutions/10_throwaway.py").read_text()
+
+    shared = ["tests/test_quiz.py", "tests/test_widgets.py", "tests/test_release.py", "tests/test_notebooks.py"]
+    tests = subprocess.run(  # its own tests, and the shared tests' cases for it: quiz, figures, copy, headless run
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "throwaway", "tests/test_throwaway.py"]
+        + shared,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},  # the notebooks' kernels import the copy's course too
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert tests.returncode == 0 and "skipped" not in tests.stdout, tests.stdout[-3000:]
+    print(tests.stdout.splitlines()[-1])

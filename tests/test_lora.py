@@ -347,3 +347,35 @@ VARIANTS = {
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.RankErrorChart: ({"rank": 4}, {"rank": 9, "noise": 0.2}),
+    plots.FinetuneMemoryChart: ({}, {"params": 70e9, "gpu_gib": 80.0}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_adapter_losses": lambda: plots.plot_adapter_losses(1.6, {1: 1.5, 4: 1.45, 16: 1.44}, 1.42, {4: 1.47}),
+}
+
+
+PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
+    "merge_changes_the_base": "class LoRALinear(nn.Module):\n    def __init__(self, base, rank, alpha=None):\n"
+    "        super().__init__()\n        self.base = base.requires_grad_(False)\n"
+    "        self.scale = (alpha or rank) / rank\n"
+    "        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))\n"
+    "        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))\n\n    def forward(self, x):\n"
+    "        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)\n\n    def merge(self):\n"
+    "        with torch.no_grad():\n            self.base.weight += self.scale * self.lora_B @ self.lora_A\n"
+    "        return self.base\n",
+}
+
+# the course's answers to the exercises its checks drive with a scenario
+SCENARIO_ANSWERS = {"LoRALinear": lora.LoRALinear}
+
+SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
+    "initialise B to zero",
+    "rank-16 adapter",
+    "rank-32 adapter",
+]

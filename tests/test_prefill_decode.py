@@ -296,3 +296,14 @@ def test_linear_row_cost_is_relative_to_one_row():
     assert list(cost) == [1, 2, 4] and cost[1] == 1.0 and all(c > 0 for c in cost.values())
     line = evaluation.describe_row_cost({1: 1.0, 2: 2.1})
     assert line.endswith("1 row 1.00x, 2 rows 2.10x the time of 1 row")
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.RooflineChart: ({"batch": 4}, {"batch": 256, "hardware": "H200"}),
+    plots.BatchingChart: ({"rate": 8.0}, {"rate": 30.0, "max_batch": 4}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_decode_batch": lambda: plots.plot_decode_batch(9e7, 32, "A100-80G", {1: 50.0, 8: 300.0}),
+}

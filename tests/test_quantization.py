@@ -532,3 +532,156 @@ def dequantize_int8(codes, scale):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+# --- the int4 layer: torch's fused kernel against the dequantize-then-multiply reference ----------------
+
+
+def _int4_layer(out_features, in_features, group, seed=0):
+    from course.kernels import int4
+
+    weight = quantization.gaussian_matrix(out_features, in_features, seed=seed)
+    return int4.Int4Linear(*quantization.quantize(weight, 4, group)), weight
+
+
+def _relative(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+@pytest.mark.parametrize(
+    "out_features, in_features, group, tokens",
+    [(256, 256, 64, 1), (48, 96, 32, 3), (576, 1536, 64, 1), (64, 512, 128, 5), (32, 256, 256, 2)],
+)
+def test_fused_int4_product_matches_the_reference_within_bf16_rounding(out_features, in_features, group, tokens):
+    from course.kernels import int4
+
+    layer, _ = _int4_layer(out_features, in_features, group)
+    assert layer.path == "fused cpu", layer.why_reference()
+    x = torch.randn(2, tokens, in_features, generator=torch.Generator().manual_seed(1))
+    # the reference, written out here: codes times their group's fp16 scale, in float64
+    codes = quantization.unpack_int4(layer.codes).double()
+    scale = layer.scale.double().repeat_interleave(group, dim=1)
+    exact = x.double() @ (codes * scale).T
+    reference = int4.reference_linear(x, layer.codes, layer.scale)
+    fused = int4.fused_linear(x, layer.codes, layer.scale)
+    assert _relative(reference, exact) < 1e-6
+    assert fused.shape == (2, tokens, out_features) and fused.dtype == torch.float32
+    assert 1e-4 < _relative(fused, exact) < int4.TOLERANCE  # bf16 rounding shows, and stays within the bound
+    assert torch.equal(layer(x), fused)  # the dispatcher took the fused path, with the kept kernel weights
+
+
+def test_int4_layer_stores_codes_two_to_a_byte_and_rounds_to_nearest():
+    layer, weight = _int4_layer(64, 128, 64)
+    assert layer.codes.dtype == torch.uint8 and layer.codes.shape == (64, 64)
+    assert layer.scale.dtype == torch.float16 and layer.scale.shape == (64, 2)
+    expected = quantization.quantize_dequantize(weight, 4, 64)
+    assert torch.allclose(layer.weight(), expected, rtol=1e-3, atol=1e-6)  # fp16 scales
+    from course.kernels import int4
+
+    linear = torch.nn.Linear(128, 64, bias=False)
+    linear.weight.data = weight
+    assert torch.equal(int4.Int4Linear.from_linear(linear, 64).codes, layer.codes)
+    assert "128 -> 64, int4, groups of 64, fused cpu" in repr(layer)
+
+
+@pytest.mark.parametrize(
+    "out_features, in_features, group, reason",
+    [(8, 64, 32, "multiple of 16"), (32, 96, None, "groups of 96"), (32, 64, 16, "groups of 16")],
+)
+def test_layers_the_kernel_cannot_take_fall_back_to_the_reference_and_say_why(out_features, in_features, group, reason):
+    from course.kernels import int4
+
+    layer, weight = _int4_layer(out_features, in_features, group)
+    assert layer.path == "reference" and reason in layer.why_reference()
+    x = torch.randn(3, in_features, generator=torch.Generator().manual_seed(2))
+    assert torch.allclose(layer(x), x @ layer.weight().T, atol=1e-6)
+    with pytest.raises(ValueError, match=reason):
+        int4.fused_linear(x, layer.codes, layer.scale)
+
+
+def test_int4_bad_inputs_say_what_to_do():
+    from course.kernels import int4
+
+    layer, _ = _int4_layer(32, 64, 32)
+    with pytest.raises(ValueError, match="takes 64"):
+        layer(torch.randn(2, 63))
+    with pytest.raises(ValueError, match="floating-point"):
+        layer(torch.ones(2, 64, dtype=torch.int64))
+    with pytest.raises(ValueError, match="uint8"):
+        int4.reference_linear(torch.randn(1, 64), layer.codes.int(), layer.scale)
+    with pytest.raises(ValueError, match="does not fit"):
+        int4.reference_linear(torch.randn(1, 64), layer.codes, layer.scale[:, :1].repeat(1, 3))
+    with pytest.raises(ValueError, match=r"\[-8, 7\]"):
+        int4.Int4Linear(torch.full((16, 64), 9), torch.ones(16, 1))
+    with pytest.raises(ValueError, match="bias-free"):
+        int4.Int4Linear.from_linear(torch.nn.Linear(64, 16))
+
+
+def test_the_crossover_reading_follows_the_numbers():
+    from course.kernels import int4
+
+    def rows(*speedups):
+        return [
+            {"shape": (n, n), "fp32_bytes": 4 * n * n, "speedup": s, "bound": 7.0}
+            for n, s in zip((1024, 256, 512, 4096), speedups, strict=True)  # out of order on purpose
+        ]
+
+    assert "between 512x512 and 1024x1024 (4.00 MiB" in int4.crossover_reading(rows(1.3, 0.2, 0.8, 5.6))
+    assert "0.80 of the bytes ratio's bound" in int4.crossover_reading(rows(1.3, 0.2, 0.8, 5.6))
+    assert "every size measured" in int4.crossover_reading(rows(1.3, 1.1, 1.2, 5.6))
+    assert "slower than float32 at the largest" in int4.crossover_reading(rows(1.3, 1.1, 1.2, 0.9))
+    assert "above the bound" in int4.crossover_reading(rows(1.3, 1.1, 1.2, 8.0))
+
+
+def test_speedup_reports_both_times_and_the_bytes_bound():
+    from course.kernels import int4
+
+    row = int4.speedup(64, 128, 64, repeats=3)
+    assert row["path"] == "fused cpu" and row["shape"] == (64, 128) and row["fp32_bytes"] == 4 * 64 * 128
+    assert row["bound"] == pytest.approx(32 / (4 + 32 / 64))  # 4-bit codes, a bf16 scale and zero per 64
+    assert row["speedup"] == pytest.approx(row["fp32_seconds"] / row["int4_seconds"])
+    assert row["fp32_spread"] >= 0 and row["int4_spread"] >= 0
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.QuantizationChart: ({"bits": 4}, {"bits": 3, "group_size": 32, "outlier": 40.0}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_model_bits": lambda: plots.plot_model_bits(
+        {"per row": {2: 5.1, 3: 1.62, 4: 1.45, 8: 1.40}, "group 32": {2: 3.2, 3: 1.51, 4: 1.42, 8: 1.39}}, 1.38
+    ),
+    "plot_granularity_bars": lambda: plots.plot_granularity_bars(
+        quantization.granularity_errors(quantization.outlier_matrix()),
+        quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
+    ),
+    "plot_bits_sweep": lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
+    "plot_int4_speedup": lambda: plots.plot_int4_speedup(
+        [
+            {"shape": (256, 256), "fp32_bytes": 2**18, "speedup": 0.3, "bound": 7.1},
+            {"shape": (4096, 4096), "fp32_bytes": 2**26, "speedup": 6.0, "bound": 7.1},
+        ]
+    ),
+}
+
+
+def test_the_loss_chart_shows_3_to_8_bits_when_2_bits_are_far_off():
+    """2-bit losses once flattened the chart: the axis now fits 3 to 8 bits and marks 2 bits at its edge."""
+    fig = FIGURES["plot_model_bits"]()
+    low, high = fig.axes[0].get_ylim()
+    assert high < 3.2 and (1.62 - 1.38) / (high - low) > 0.5  # 3..8 bits fill most of the height
+    assert {t.get_text() for t in fig.axes[0].texts} == {"5.10", "3.20"}
+
+
+PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
+    "nan_on_a_zero_group": "def quantize_dequantize(weight, bits, group_size=None):\n    rows, cols = weight.shape\n"
+    "    group = group_size or cols\n    if cols % group:\n        raise ValueError('bad group_size')\n"
+    "    levels = 2 ** (bits - 1) - 1\n    grouped = weight.reshape(rows, cols // group, group)\n"
+    "    scale = grouped.abs().amax(-1, keepdim=True) / levels\n"
+    "    return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)\n",
+}
+
+SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
+    "outlier weights hurt per-row int8",
+]

@@ -12,13 +12,12 @@ from autograder.chapters import CHAPTERS
 from autograder.selfcheck import run_in_process
 from course import paths, quiz
 
+from conftest import chapter_cases
+
 SLUGS = [paths.slug(source) for source in paths.chapter_sources()]
-SEED = {  # the tutorial's seven questions, by the words that identify them, and their chapters
-    "lora": ["initialise B to zero", "rank-16 adapter", "rank-32 adapter"],
-    "quantization": ["outlier weights hurt per-row int8"],
-    "flash_attention": ["stay exact while never forming the full score matrix"],
-    "speculative_decoding": ["What does speculative decoding preserve", "drafting more tokens per call stop helping"],
-}
+SEED = [  # the tutorial's seven questions, by the words that identify them: each chapter's SEED_QUESTIONS
+    (slug, words) for slug, found in chapter_cases("SEED_QUESTIONS").items() for words in found
+]
 
 
 @pytest.mark.parametrize("slug", SLUGS)
@@ -31,9 +30,9 @@ def test_every_chapter_has_a_quiz_of_four_to_eight_questions(slug):
     assert len({q.answer for q in questions}) >= 3, "answers spread over the letters, so that guessing one fails"
 
 
-@pytest.mark.parametrize("slug, words", [(s, w) for s, ws in SEED.items() for w in ws])
+@pytest.mark.parametrize("slug, words", SEED)
 def test_the_seeds_questions_are_in_their_chapters(slug, words):
-    assert any(words in q.prompt for q in quiz.questions(slug))
+    assert len(SEED) == 7 and any(words in q.prompt for q in quiz.questions(slug))
 
 
 def test_a_bad_quiz_file_is_refused_with_the_reason(tmp_path, monkeypatch):

@@ -28,20 +28,55 @@ def test_student_copy_has_no_solutions_or_hidden_tests(chapter):
 
 
 @pytest.mark.parametrize("chapter", chapter_names())
-def test_source_and_grader_agree_on_exercises_and_points(chapter, instructor_notebooks):
+def test_each_answer_cell_is_an_exercise_and_each_grade_cell_checks_one(chapter, instructor_notebooks):
     cells = json.loads(instructor_notebooks[chapter].read_text())["cells"]
-    answers, points = set(), {}
+    answers, graded = set(), set()
     for cell in cells:
         meta = cell["metadata"].get("nbgrader", {})
         if meta.get("solution"):
             answers.add(meta["grade_id"])
         if meta.get("grade"):
-            points[meta["grade_id"]] = meta["points"]
             exercise = re.search(r'check\("(\w+)"\)', "".join(cell["source"])).group(1)
             assert meta["grade_id"] == f"test_{exercise}"
-    exercises = {e.grade_id: e for e in CHAPTERS[chapter]}
-    assert answers == set(exercises)
-    assert points == {f"test_{g}": e.points for g, e in exercises.items()}
+            graded.add(exercise)
+    assert answers == graded == {e.grade_id for e in CHAPTERS[chapter]}
+
+
+GRADE_CELL = (
+    '# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_int8", "locked": true, '
+    '"points": {points}, "schema_version": 3, "solution": false}\nautograder.check("int8")\n'
+)
+
+
+def test_the_release_writes_each_grade_cells_points_from_its_exercises_checks():
+    """A grade cell's points are written by `make release`: hand-edited points are put back, and
+    `--check` (the test above) calls a source with other points stale."""
+    int8 = next(e for e in CHAPTERS["03_quantization"] if e.grade_id == "int8")
+    assert [c.points for c in int8.checks] == [1, 1, 1, 1]  # four checks of a point each, read off the declaration
+    source = "# %% [markdown]\n# text\n\n" + GRADE_CELL.replace("{points}", "7")
+    assert release.with_points(source, "03_quantization") == source.replace('"points": 7', '"points": 4')
+    with pytest.raises(ValueError, match="test_nothing checks no exercise"):
+        release.with_points(GRADE_CELL.replace("test_int8", "test_nothing").replace("{points}", "4"), "03_quantization")
+
+
+def test_the_release_writes_the_readme_chapter_table_and_keeps_topics_and_times():
+    readme = (paths.ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| [03_quantization]"))
+    topic, said, time = row.split(" | ")[1:]
+    wrong = readme.replace(row, row.replace(said, "1 + 1 questions (1 + 1 points)"))
+    assert wrong != readme and release.with_chapter_table(wrong, release.chapters()) == readme
+    # the quantization chapter: four answer cells, six quiz questions (data/quizzes/quantization.toml)
+    cells = (paths.SOLUTIONS / "03_quantization.py").read_text().count('"solution": true')
+    questions = (paths.DATA / "quizzes" / "quantization.toml").read_text().count("[[question]]")
+    assert said.startswith(f"{cells - 1} + {questions} questions (") and topic and time.endswith("|")
+    without = readme.replace(row + "\n", "")
+    added = next(
+        line
+        for line in release.with_chapter_table(without, release.chapters()).splitlines()
+        if line.startswith("| [03_quantization]")
+    )
+    link = "[03_quantization](notebooks/03_quantization.ipynb)"
+    assert added == f"| {link} | Quantization error and outliers | {said} | not measured yet |"
 
 
 @pytest.mark.parametrize("chapter", chapter_names())
@@ -54,17 +89,4 @@ def test_grader_setup_cells_need_nothing_from_the_course(chapter):
 def test_check_ids_are_unique():
     ids = [c.id for exercises in CHAPTERS.values() for e in exercises for c in e.checks]
     assert len(ids) == len(set(ids))
-    assert all(c.exercise == e.grade_id for exercises in CHAPTERS.values() for e in exercises for c in e.checks)
     assert all(any(c.visible for c in e.checks) for exercises in CHAPTERS.values() for e in exercises)
-
-
-def test_readme_counts_each_chapters_exercises_questions_and_points():
-    """The README's table of chapters says what the grader grades: exercises + quiz questions, and their points."""
-    readme = (paths.ROOT / "README.md").read_text()
-    for chapter, exercises in CHAPTERS.items():
-        quiz = [e for e in exercises if e.grade_id.startswith("quiz_")]
-        graded = [e for e in exercises if e not in quiz]
-        questions, points = sum(len(e.checks) for e in quiz), sum(e.points for e in graded)
-        said = f"{len(graded)} + {questions} questions ({points:g} + {sum(e.points for e in quiz):g} points)"
-        row = next((line for line in readme.splitlines() if line.startswith(f"| [{chapter}]")), "")
-        assert said in row, f"README's row for {chapter} should say {said!r}: {row}"

@@ -406,3 +406,32 @@ def speculative_token(target, draft, generator):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+# --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
+
+CHARTS = {  # each chart class: a view to draw first, one to move to
+    plots.SpeculativeChart: ({}, {"alpha": 0.6, "k": 7, "cost": 0.2}),
+}
+FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
+    "plot_drafts": lambda: plots.plot_drafts(
+        {
+            "n-gram table, greedy": {"alpha": 0.45, "cost": 0.002, "speedup": 1.3, "temperature": 0},
+            "distilled draft, sampled": {"alpha": 0.99, "cost": 0.4, "speedup": 0.9, "temperature": 1},
+        }
+    ),
+}
+
+
+PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
+    "alpha_one_divides_by_zero": "def expected_tokens_per_call(alpha, draft_length):\n"
+    "    return (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n",
+}
+
+# the course's answers to the exercises its checks drive with a scenario
+SCENARIO_ANSWERS = {"speculative_token": speculative_decoding.speculative_token}
+
+SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
+    "What does speculative decoding preserve",
+    "drafting more tokens per call stop helping",
+]

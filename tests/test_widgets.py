@@ -19,24 +19,14 @@ import matplotlib
 import nbformat
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 import course
 from autograder import headless
 from course import paths
-from course.plots import (
-    choosing_a_technique,
-    distillation,
-    flash_attention,
-    in_practice,
-    kv_cache,
-    lora,
-    prefill_decode,
-    quantization,
-    speculative_decoding,
-)
 from course.plots._widgets import Chart, figure_png
+
+from conftest import chapter_cases
 
 SLUGS = [paths.slug(source) for source in paths.chapter_sources()]
 WIDGETS = [
@@ -116,22 +106,9 @@ def test_every_control_moves_under_ipywidgets_7_as_in_colab(tmp_path, kernel):
 
 
 def _charts() -> dict[type, tuple[dict, dict]]:
-    """Every chart class of every chapter, with two views: one to draw first, one to move to."""
-    return {
-        prefill_decode.RooflineChart: ({"batch": 4}, {"batch": 256, "hardware": "H200"}),
-        prefill_decode.BatchingChart: ({"rate": 8.0}, {"rate": 30.0, "max_batch": 4}),
-        lora.RankErrorChart: ({"rank": 4}, {"rank": 9, "noise": 0.2}),
-        lora.FinetuneMemoryChart: ({}, {"params": 70e9, "gpu_gib": 80.0}),
-        quantization.QuantizationChart: ({"bits": 4}, {"bits": 3, "group_size": 32, "outlier": 40.0}),
-        kv_cache.KVCacheChart: ({}, {"model": "Llama-3-8B", "batch": 8}),
-        kv_cache.PagingChart: ({}, {"page_size": 256}),
-        flash_attention.OnlineSoftmaxChart: ({"step": 2}, {"step": 5, "block": 4}),
-        flash_attention.IOChart: ({}, {"n": 65536, "d": 128}),
-        speculative_decoding.SpeculativeChart: ({}, {"alpha": 0.6, "k": 7, "cost": 0.2}),
-        in_practice.OutliersChart: ({}, {"layer": 3, "threshold": 2.0}),
-        choosing_a_technique.GuideChart: ({}, {"problem": "adapt", "params_billion": 7, "gpu_gib": 24}),
-        choosing_a_technique.CapstoneChart: ({}, {"weights": "int8", "group_size": None, "draft": "draft"}),
-    }
+    """Every chart class of every chapter, with two views (its chapter's ``CHARTS``): one to draw
+    first, one to move to."""
+    return {chart: views for cases in chapter_cases("CHARTS").values() for chart, views in cases.items()}
 
 
 def _pixels(png: bytes) -> np.ndarray:
@@ -187,10 +164,9 @@ def test_package_does_not_import_jupyter_at_module_level():
 
 def _figures() -> dict[str, object]:
     """Every figure the chapters draw: each ``plot_*`` that needs no data with its defaults, and
-    those that plot measurements with numbers shaped like the chapters' (2-bit losses far above the
-    rest, twin series, an acceptance rate near 1: the cases that once hid lines or clipped labels)."""
-    from course import quantization as q
-
+    those that plot measurements with the numbers of their chapter's ``FIGURES``, shaped like the
+    chapter's (2-bit losses far above the rest, twin series, an acceptance rate near 1: the cases
+    that once hid lines or clipped labels)."""
     drawn = {}
     for slug in SLUGS:
         module = importlib.import_module(f"course.plots.{slug}")
@@ -199,53 +175,19 @@ def _figures() -> dict[str, object]:
             if name.startswith("plot_") and plot.__module__ == module.__name__ and not needs:
                 drawn[f"{slug}.{name}"] = plot
     return drawn | {
-        "quantization.plot_model_bits": lambda: quantization.plot_model_bits(
-            {"per row": {2: 5.1, 3: 1.62, 4: 1.45, 8: 1.40}, "group 32": {2: 3.2, 3: 1.51, 4: 1.42, 8: 1.39}}, 1.38
-        ),
-        "quantization.plot_granularity_bars": lambda: quantization.plot_granularity_bars(
-            q.granularity_errors(q.outlier_matrix()), q.granularity_errors(q.gaussian_matrix(256, 512))
-        ),
-        "quantization.plot_bits_sweep": lambda: quantization.plot_bits_sweep(q.gaussian_matrix(64, 128)),
-        "flash_attention.plot_attention_timing": lambda: flash_attention.plot_attention_timing(
-            [256, 1024],
-            {"sdpa": [1e-3, 9e-3], "blockwise": [2e-3, 3e-2]},
-            {"sdpa": [1.0, 4.0], "blockwise": [1.0, 4.0]},
-        ),
-        "kv_cache.plot_cache_speed": lambda: kv_cache.plot_cache_speed([64, 256], [0.1, 0.4], [0.3, 4.0]),
-        "lora.plot_adapter_losses": lambda: lora.plot_adapter_losses(1.6, {1: 1.5, 4: 1.45, 16: 1.44}, 1.42, {4: 1.47}),
-        "prefill_decode.plot_decode_batch": lambda: prefill_decode.plot_decode_batch(
-            9e7, 32, "A100-80G", {1: 50.0, 8: 300.0}
-        ),
-        "distillation.plot_drafts_and_pruning": lambda: distillation.plot_drafts_and_pruning(
-            {"trained draft": 0.62, "distilled draft": 0.97}, [0.0, 0.3], [1.40, 1.45], [1.40, 1.70], 1.40
-        ),
-        "speculative_decoding.plot_drafts": lambda: speculative_decoding.plot_drafts(
-            {
-                "n-gram table, greedy": {"alpha": 0.45, "cost": 0.002, "speedup": 1.3, "temperature": 0},
-                "distilled draft, sampled": {"alpha": 0.99, "cost": 0.4, "speedup": 0.9, "temperature": 1},
-            }
-        ),
-        "in_practice.plot_activation_outliers": lambda: in_practice.plot_activation_outliers(
-            torch.rand(576) * 10, 6.0, "layer 3's down_proj"
-        ),
-        "in_practice.plot_decode_batch": lambda: in_practice.plot_decode_batch({1: 17.0, 2: 30.0, 8: 80.0}, 35.0),
-        "in_practice.plot_quantized_loss": lambda: in_practice.plot_quantized_loss(
-            {"float32": 4.09, "int8 per row": 4.11, "int4 g64": 4.54, "NF4": 4.43}, "float32"
-        ),
-        "choosing_a_technique.plot_speedups": lambda: choosing_a_technique.plot_speedups(
-            {"int4 g64 weights alone": 0.44, "distilled draft": 2.03, "both": 1.29}
-        ),
+        f"{slug}.{name}": case for slug, cases in chapter_cases("FIGURES").items() for name, case in cases.items()
     }
 
 
 def test_every_figure_that_needs_data_has_a_case_here():
-    """A plot of measurements is only checked with numbers shaped like the chapter's: list each one above."""
+    """A plot of measurements is only checked with numbers shaped like the chapter's: each chapter lists
+    its own in ``FIGURES``."""
     cases = _figures()
     for slug in SLUGS:
         module = importlib.import_module(f"course.plots.{slug}")
         for name, plot in inspect.getmembers(module, inspect.isfunction):
             if name.startswith("plot_") and plot.__module__ == module.__name__:
-                assert f"{slug}.{name}" in cases, f"{slug}.{name} needs a case in _figures() above"
+                assert f"{slug}.{name}" in cases, f"{slug}.{name} needs a case in FIGURES of tests/test_{slug}.py"
 
 
 NUMBER = re.compile(r"[-\N{MINUS SIGN}+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?( ?[kMGTPmµn]?[A-Za-z%]{0,3})?")
@@ -284,20 +226,3 @@ def test_every_figure_names_its_axes_and_keeps_its_words_inside(name):
             if not axis.get_label_text() and _needs_a_label(axis, labelled):
                 problems.append(f"axes {i} ({ax.get_title()!r}): its {axis.axis_name} axis has no label")
     assert problems == []
-
-
-def test_the_loss_chart_shows_3_to_8_bits_when_2_bits_are_far_off():
-    """2-bit losses once flattened the chart: the axis now fits 3 to 8 bits and marks 2 bits at its edge."""
-    fig = _figures()["quantization.plot_model_bits"]()
-    low, high = fig.axes[0].get_ylim()
-    assert high < 3.2 and (1.62 - 1.38) / (high - low) > 0.5  # 3..8 bits fill most of the height
-    assert {t.get_text() for t in fig.axes[0].texts} == {"5.10", "3.20"}
-
-
-def test_two_series_with_the_same_numbers_are_both_visible():
-    """Blockwise attention's memory once hid exactly under SDPA's: a twin is drawn dashed and hollow."""
-    ax_memory = _figures()["flash_attention.plot_attention_timing"]().axes[1]
-    first, twin = ax_memory.get_lines()
-    assert np.allclose(first.get_ydata(), twin.get_ydata())
-    assert (first.get_linestyle(), first.get_markerfacecolor()) != (twin.get_linestyle(), twin.get_markerfacecolor())
-    assert "(= sdpa)" in twin.get_label()

@@ -3,7 +3,8 @@
 Each line gives a ratio against a baseline timed in the same run, and against the physical bound
 where there is one (this machine's memory bandwidth, measured first). Nothing here asserts a time;
 the numbers are for reading, and for the closing notes of the work that changes them.
-``python tools/benchmarks.py --only sliders`` measures the sliders alone and replaces only their figures.
+``python tools/benchmarks.py --only sliders`` measures the sliders alone and replaces only their figures;
+``--only capstone`` and ``--only int4`` likewise for their ratios.
 """
 
 from __future__ import annotations
@@ -61,6 +62,39 @@ def quantization_speed(device: torch.device, bound: float) -> None:
         f"bf16 / fp32 matvec time: {rows[torch.bfloat16]['seconds'] / rows[torch.float32]['seconds']:.2f} "
         "(0.5 if reading the weights were all that counted)"
     )
+
+
+INT4_SHAPES = {
+    "4096x4096": (4096, 4096),
+    "SmolLM2 up/gate": (1536, 576),
+    "SmolLM2 down": (576, 1536),
+    "SmolLM2 q/o": (576, 576),
+}
+
+
+def int4_layers(device: torch.device) -> dict[str, float]:
+    """Chapter 3's int4 layer (torch's fused kernel) against float32, one token through one layer, at
+    4096 x 4096 and SmolLM2-135M's sizes, against the bytes ratio's bound; threads chosen on the largest."""
+    from course.kernels import int4
+
+    print("\n== chapter 3: int4 layers (fused kernel) against float32, one token ==")
+    big = int4.Int4Linear(*quantization.quantize(quantization.gaussian_matrix(4096, 4096), 4, 64)).to(device)
+    x = torch.randn(1, 4096, device=device)
+    chosen, tried = timing.choose_threads(lambda: big(x), device)
+    print(timing.describe_threads(chosen, tried))
+    ratios = {}
+    with timing.threads(chosen):
+        for name, (n, k) in INT4_SHAPES.items():
+            r = int4.speedup(n, k, 64, device, repeats=15)
+            share, spreads = r["speedup"] / r["bound"], f"float32 {r['fp32_spread']:.0%}, int4 {r['int4_spread']:.0%}"
+            print(
+                f"{name:16s} {n}x{k}: {r['speedup']:5.2f}x float32 ({r['path']}), {share:.2f} of the bytes "
+                f"ratio's bound {r['bound']:.2f}x; spreads {spreads}"
+            )
+            key = name.split(" ")[0].lower() + ("" if n == k == 4096 else f"_{n}x{k}")
+            ratios[f"int4_speedup_{key}"] = r["speedup"]
+            ratios[f"int4_share_of_bound_{key}"] = r["speedup"] / r["bound"]
+    return ratios
 
 
 def _widgets_built() -> list[tuple[str, object, dict]]:
@@ -797,9 +831,9 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4, help="shards to grade the same class in (1: none)")
     parser.add_argument(
         "--only",
-        choices=["grading", "capstone", "sliders"],
+        choices=["grading", "capstone", "sliders", "int4"],
         default=None,
-        help="run one section only (capstone, sliders: update their figures in data/performance.json)",
+        help="run one section only (capstone, sliders, int4: update their figures in data/performance.json)",
     )
     args = parser.parse_args()
     if args.only == "sliders":
@@ -824,14 +858,16 @@ def measurements(only: str | None = None) -> None:
     bound = timing.memory_bandwidth(device)
     print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
     synchronize(device)
-    if only == "capstone":
+    if only in ("capstone", "int4"):
         report = json.loads(REPORT.read_text())
-        report["ratios"].update({k: round(v, 3) for k, v in capstone(device, bound).items()})
+        section = capstone(device, bound) if only == "capstone" else int4_layers(device)
+        report["ratios"].update({k: round(v, 3) for k, v in section.items()})
         REPORT.write_text(json.dumps(report, indent=1) + "\n")
         print(f"updated its ratios in {REPORT.relative_to(paths.ROOT)}")
         return
     quantization_speed(device, bound)
-    ratios = decode_roofline(device, bound)
+    ratios = int4_layers(device)
+    ratios.update(decode_roofline(device, bound))
     ratios.update(course_model(device))
     ratios.update(attention_timing(device))
     drafts = speculative_decoding(device)

@@ -115,25 +115,16 @@ ADVICE = Exercise(
     ("fine_tuning_advice",),
     [
         Check(
-            "fine_tuning_advice.notes",
-            "fine_tuning_advice",
+            "notes",
             1,
             "the notes' three cases and the rule's case for fine-tuning",
             _cases_probe(NOTES_CASES),
             _judge_advice,
             visible=True,
         ),
+        Check("all", 2, "every need, changing or not, prompting tried or not", _cases_probe(), _judge_advice),
         Check(
-            "fine_tuning_advice.all",
-            "fine_tuning_advice",
-            2,
-            "every need, changing or not, prompting tried or not",
-            _cases_probe(),
-            _judge_advice,
-        ),
-        Check(
-            "fine_tuning_advice.unknown",
-            "fine_tuning_advice",
+            "unknown",
             1,
             "an unknown need raises ValueError",
             lambda rng: {"call": "fine_tuning_advice", "args": ["vibes", False, True]},
@@ -141,28 +132,20 @@ ADVICE = Exercise(
         ),
     ],
     requirements=[
+        Requirement("need 'knowledge': 'retrieval', whatever else holds", ("notes", "all")),
+        Requirement("need 'instructions': 'prompting'", ("all",)),
         Requirement(
-            "need 'knowledge': 'retrieval', whatever else holds",
-            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
-        ),
-        Requirement("need 'instructions': 'prompting'", ("fine_tuning_advice.all",)),
-        Requirement(
-            "format, tone, narrow_task: 'prompting' when what the model must learn changes often",
-            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+            "format, tone, narrow_task: 'prompting' when what the model must learn changes often", ("notes", "all")
         ),
         Requirement(
-            "format, tone, narrow_task: 'prompting' until prompting has seriously been tried",
-            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+            "format, tone, narrow_task: 'prompting' until prompting has seriously been tried", ("notes", "all")
         ),
         Requirement(
             "format, tone, narrow_task: 'fine-tuning' when it does not change often and prompting was tried",
-            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
+            ("notes", "all"),
         ),
-        Requirement(
-            "returns one of 'retrieval', 'prompting', 'fine-tuning'",
-            ("fine_tuning_advice.notes", "fine_tuning_advice.all"),
-        ),
-        Requirement("ValueError for a need not on the list (error)", ("fine_tuning_advice.unknown",)),
+        Requirement("returns one of 'retrieval', 'prompting', 'fine-tuning'", ("notes", "all")),
+        Requirement("ValueError for a need not on the list (error)", ("unknown",)),
     ],
 )
 
@@ -224,19 +207,10 @@ PACK = Exercise(
     "pack_int4",
     ("pack_int4",),
     [
+        Check("example", 1, "the chapter's 2 x 4 codes", _codes_probe(fixed=EXAMPLE_CODES), _judge_pack, visible=True),
+        Check("random", 2, "random codes, 16 x 64", _codes_probe(16, 64), _judge_pack),
         Check(
-            "pack_int4.example",
-            "pack_int4",
-            1,
-            "the chapter's 2 x 4 codes",
-            _codes_probe(fixed=EXAMPLE_CODES),
-            _judge_pack,
-            visible=True,
-        ),
-        Check("pack_int4.random", "pack_int4", 2, "random codes, 16 x 64", _codes_probe(16, 64), _judge_pack),
-        Check(
-            "pack_int4.odd",
-            "pack_int4",
+            "odd",
             1,
             "an odd number of columns raises ValueError",
             _codes_probe(fixed=torch.zeros(2, 3, dtype=torch.int32)),
@@ -246,13 +220,13 @@ PACK = Exercise(
     requirements=[
         Requirement(
             "byte = (c0 + 8) * 16 + (c1 + 8): each code shifted by 8, the first of each pair in the high four bits",
-            ("pack_int4.example", "pack_int4.random"),
+            ("example", "random"),
         ),
-        Requirement("codes from -8 to 7, both ends included (edge case)", ("pack_int4.example", "pack_int4.random")),
-        Requirement("shape (rows, cols // 2)", ("pack_int4.example", "pack_int4.random")),
-        Requirement("returns torch.uint8", ("pack_int4.example", "pack_int4.random")),
-        Requirement("any integer tensor of codes (int32, int64)", ("pack_int4.example", "pack_int4.random")),
-        Requirement("ValueError for an odd number of columns (error)", ("pack_int4.odd",)),
+        Requirement("codes from -8 to 7, both ends included (edge case)", ("example", "random")),
+        Requirement("shape (rows, cols // 2)", ("example", "random")),
+        Requirement("returns torch.uint8", ("example", "random")),
+        Requirement("any integer tensor of codes (int32, int64)", ("example", "random")),
+        Requirement("ValueError for an odd number of columns (error)", ("odd",)),
     ],
 )
 
@@ -292,15 +266,7 @@ CAPSTONE = Exercise(
     "capstone_configuration",
     ("capstone_configuration",),
     [
-        Check(
-            f"capstone_configuration.{part}",
-            "capstone_configuration",
-            2,
-            what,
-            _configuration_probe,
-            _capstone(part),
-            visible=True,
-        )
+        Check(part, 2, what, _configuration_probe, _capstone(part), visible=True)
         for part, what in (
             ("weights_share", "weights at most a quarter of fp32's bytes"),
             ("loss_gap", "held-out loss within 0.02 nats/byte of fp32"),
@@ -311,22 +277,13 @@ CAPSTONE = Exercise(
         Requirement(
             "a dict with the keys weights, group_size, draft and draft_length, naming a configuration the "
             "capstone serves",
-            (
-                "capstone_configuration.weights_share",
-                "capstone_configuration.loss_gap",
-                "capstone_configuration.tokens_per_call",
-            ),
+            ("weights_share", "loss_gap", "tokens_per_call"),
         ),
         Requirement(
-            "the weights, target and draft as stored, at most a quarter of the fp32 target's bytes",
-            ("capstone_configuration.weights_share",),
+            "the weights, target and draft as stored, at most a quarter of the fp32 target's bytes", ("weights_share",)
         ),
-        Requirement(
-            "the held-out loss within 0.02 nats/byte of the fp32 target's", ("capstone_configuration.loss_gap",)
-        ),
-        Requirement(
-            "at least 2 tokens per target call in greedy decoding", ("capstone_configuration.tokens_per_call",)
-        ),
+        Requirement("the held-out loss within 0.02 nats/byte of the fp32 target's", ("loss_gap",)),
+        Requirement("at least 2 tokens per target call in greedy decoding", ("tokens_per_call",)),
     ],
 )
 

@@ -85,19 +85,17 @@ EXERCISES = [
         ("distillation_loss",),
         [
             Check(
-                "distillation_loss.batch_t2",
-                "distillation_loss",
+                "batch_t2",
                 1,
                 "a batch of sequences (B, T, vocab) at temperature 2",
                 _logits_probe(2.0, positions=(3, 5)),
                 _judge_distill,
                 visible=True,
             ),
-            Check("distillation_loss.t1", "distillation_loss", 1, "temperature 1", _logits_probe(1.0), _judge_distill),
-            Check("distillation_loss.t4", "distillation_loss", 1, "temperature 4", _logits_probe(4.0), _judge_distill),
+            Check("t1", 1, "temperature 1", _logits_probe(1.0), _judge_distill),
+            Check("t4", 1, "temperature 4", _logits_probe(4.0), _judge_distill),
             Check(
-                "distillation_loss.4d",
-                "distillation_loss",
+                "4d",
                 1,
                 "(B, H, T, vocab) at temperature 0.5, float64 logits",
                 _logits_probe(0.5, positions=(2, 3, 4), dtype=np.float64),
@@ -106,15 +104,11 @@ EXERCISES = [
         ],
         requirements=[
             Requirement(
-                "T^2 * KL(teacher || student) of the temperature-softened distributions",
-                ("distillation_loss.batch_t2", "distillation_loss.t1", "distillation_loss.t4"),
+                "T^2 * KL(teacher || student) of the temperature-softened distributions", ("batch_t2", "t1", "t4")
             ),
-            Requirement(
-                "averaged over all leading positions of (..., vocab) logits",
-                ("distillation_loss.batch_t2", "distillation_loss.4d"),
-            ),
-            Requirement("any temperature (1, above and below 1)", ("distillation_loss.t1", "distillation_loss.4d")),
-            Requirement("a 0-d tensor or a float", ("distillation_loss.batch_t2",)),
+            Requirement("averaged over all leading positions of (..., vocab) logits", ("batch_t2", "4d")),
+            Requirement("any temperature (1, above and below 1)", ("t1", "4d")),
+            Requirement("a 0-d tensor or a float", ("batch_t2",)),
         ],
     )
 ]

@@ -190,8 +190,7 @@ BLOCKWISE = Exercise(
     ("blockwise_attention",),
     [
         Check(
-            "blockwise_attention.block16",
-            "blockwise_attention",
+            "block16",
             1,
             "64 queries and keys, blocks of 16",
             _attention_probe(64, 64, 16, 16),
@@ -199,8 +198,7 @@ BLOCKWISE = Exercise(
             visible=True,
         ),
         Check(
-            "blockwise_attention.uneven",
-            "blockwise_attention",
+            "uneven",
             1,
             "blocks of 7 over 50 keys (a short last block)",
             _attention_probe(20, 50, 8, 7),
@@ -208,8 +206,7 @@ BLOCKWISE = Exercise(
             visible=True,
         ),
         Check(
-            "blockwise_attention.no_score_matrix",
-            "blockwise_attention",
+            "no_score_matrix",
             2,
             "never forms the (n_q, n_k) score matrix: 48 queries, 256 keys, blocks of 16",
             _structure_probe(48, 256, 8, 16),
@@ -217,25 +214,16 @@ BLOCKWISE = Exercise(
             visible=True,
         ),
         Check(
-            "blockwise_attention.large_scores",
-            "blockwise_attention",
+            "large_scores",
             1,
             "large scores (no overflow allowed)",
             _attention_probe(16, 40, 16, 8, large=True),
             _judge_attention,
             visible=True,
         ),
+        Check("block1", 1, "blocks of one key", _attention_probe(9, 13, 4, 1), _judge_attention),
         Check(
-            "blockwise_attention.block1",
-            "blockwise_attention",
-            1,
-            "blocks of one key",
-            _attention_probe(9, 13, 4, 1),
-            _judge_attention,
-        ),
-        Check(
-            "blockwise_attention.one_block",
-            "blockwise_attention",
+            "one_block",
             1,
             "one block larger than the keys, float64 inputs",
             _attention_probe(5, 30, 8, 64, dtype=torch.float64),
@@ -245,25 +233,14 @@ BLOCKWISE = Exercise(
     requirements=[
         Requirement(
             "equals ordinary softmax attention, (n_q, D), for every block size",
-            (
-                "blockwise_attention.block16",
-                "blockwise_attention.uneven",
-                "blockwise_attention.block1",
-                "blockwise_attention.one_block",
-            ),
+            ("block16", "uneven", "block1", "one_block"),
         ),
+        Requirement("visits `block` keys at a time; the last block may be shorter", ("uneven", "block1")),
+        Requirement("a block larger than the keys (edge case); float64 inputs work too", ("one_block",)),
         Requirement(
-            "visits `block` keys at a time; the last block may be shorter",
-            ("blockwise_attention.uneven", "blockwise_attention.block1"),
+            "never forms the full (n_q, n_k) score matrix (largest torch intermediate recorded)", ("no_score_matrix",)
         ),
-        Requirement(
-            "a block larger than the keys (edge case); float64 inputs work too", ("blockwise_attention.one_block",)
-        ),
-        Requirement(
-            "never forms the full (n_q, n_k) score matrix (largest torch intermediate recorded)",
-            ("blockwise_attention.no_score_matrix",),
-        ),
-        Requirement("survives large scores (no overflow)", ("blockwise_attention.large_scores",)),
+        Requirement("survives large scores (no overflow)", ("large_scores",)),
     ],
     builds_on=("online_softmax_update",),
 )
@@ -344,44 +321,19 @@ UPDATE = Exercise(
     "online_softmax_update",
     ("online_softmax_update",),
     [
+        Check("larger", 1, "a block with a larger maximum", _update_probe(False, True), _judge_update, visible=True),
         Check(
-            "online_softmax_update.larger",
-            "online_softmax_update",
-            1,
-            "a block with a larger maximum",
-            _update_probe(False, True),
-            _judge_update,
-            visible=True,
+            "first", 1, "the first block (m = -inf, l = o = 0)", _update_probe(True, True), _judge_update, visible=True
         ),
-        Check(
-            "online_softmax_update.first",
-            "online_softmax_update",
-            1,
-            "the first block (m = -inf, l = o = 0)",
-            _update_probe(True, True),
-            _judge_update,
-            visible=True,
-        ),
-        Check(
-            "online_softmax_update.smaller",
-            "online_softmax_update",
-            1,
-            "a block with a smaller maximum",
-            _update_probe(False, False),
-            _judge_update,
-        ),
+        Check("smaller", 1, "a block with a smaller maximum", _update_probe(False, False), _judge_update),
     ],
     requirements=[
+        Requirement("returns the new (m, l, o): (n_q, 1), (n_q, 1), (n_q, D)", ("larger", "first", "smaller")),
         Requirement(
-            "returns the new (m, l, o): (n_q, 1), (n_q, 1), (n_q, D)",
-            ("online_softmax_update.larger", "online_softmax_update.first", "online_softmax_update.smaller"),
+            "m_new = max(m, the block's largest score); l and o rescaled by exp(m - m_new)", ("larger", "smaller")
         ),
-        Requirement(
-            "m_new = max(m, the block's largest score); l and o rescaled by exp(m - m_new)",
-            ("online_softmax_update.larger", "online_softmax_update.smaller"),
-        ),
-        Requirement("the scores arrive already scaled by 1/sqrt(D)", ("online_softmax_update.larger",)),
-        Requirement("before the first block (m = -inf, l = o = 0): no NaN", ("online_softmax_update.first",)),
+        Requirement("the scores arrive already scaled by 1/sqrt(D)", ("larger",)),
+        Requirement("before the first block (m = -inf, l = o = 0): no NaN", ("first",)),
     ],
 )
 

@@ -122,8 +122,7 @@ KV_FROM_CONFIG = Exercise(
     ("kv_cache_bytes_from_config",),
     [
         Check(
-            "kv_cache_bytes_from_config.smollm2",
-            "kv_cache_bytes_from_config",
+            "smollm2",
             1,
             "SmolLM2-135M, one token in fp16: 23,040 bytes",
             _kv_probe(SMOLLM2, 1, {}),
@@ -131,24 +130,21 @@ KV_FROM_CONFIG = Exercise(
             visible=True,
         ),
         Check(
-            "kv_cache_bytes_from_config.llama3",
-            "kv_cache_bytes_from_config",
+            "llama3",
             1,
             "Llama-3-8B's config, 8,192 tokens, batch 4",
             _kv_probe(LLAMA3_8B, 8192, {"batch": 4}),
             _judge_kv,
         ),
         Check(
-            "kv_cache_bytes_from_config.head_dim",
-            "kv_cache_bytes_from_config",
+            "head_dim",
             1,
             "Gemma-7B's config, which gives its own head_dim",
             _kv_probe(GEMMA_7B, 4096, {"bytes_per_element": 2}),
             _judge_kv,
         ),
         Check(
-            "kv_cache_bytes_from_config.random",
-            "kv_cache_bytes_from_config",
+            "random",
             1,
             "other configs, batches and dtypes, some with their own head_dim",
             _kv_probe(with_head_dim=True),
@@ -158,37 +154,16 @@ KV_FROM_CONFIG = Exercise(
     requirements=[
         Requirement(
             "2 x layers x kv heads x head_dim x seq_len x batch x bytes_per_element, read off the config",
-            (
-                "kv_cache_bytes_from_config.smollm2",
-                "kv_cache_bytes_from_config.llama3",
-                "kv_cache_bytes_from_config.head_dim",
-                "kv_cache_bytes_from_config.random",
-            ),
+            ("smollm2", "llama3", "head_dim", "random"),
         ),
         Requirement(
             "key-value heads only (num_key_value_heads, fewer with grouped-query attention)",
-            (
-                "kv_cache_bytes_from_config.smollm2",
-                "kv_cache_bytes_from_config.llama3",
-                "kv_cache_bytes_from_config.random",
-            ),
+            ("smollm2", "llama3", "random"),
         ),
-        Requirement(
-            "the config's head_dim used when it has one",
-            ("kv_cache_bytes_from_config.head_dim", "kv_cache_bytes_from_config.random"),
-        ),
-        Requirement(
-            "without head_dim: hidden_size // num_attention_heads",
-            ("kv_cache_bytes_from_config.smollm2", "kv_cache_bytes_from_config.llama3"),
-        ),
-        Requirement(
-            "batch=1 and bytes_per_element=2 by default",
-            ("kv_cache_bytes_from_config.smollm2", "kv_cache_bytes_from_config.head_dim"),
-        ),
-        Requirement(
-            "batch and bytes_per_element given",
-            ("kv_cache_bytes_from_config.llama3", "kv_cache_bytes_from_config.random"),
-        ),
+        Requirement("the config's head_dim used when it has one", ("head_dim", "random")),
+        Requirement("without head_dim: hidden_size // num_attention_heads", ("smollm2", "llama3")),
+        Requirement("batch=1 and bytes_per_element=2 by default", ("smollm2", "head_dim")),
+        Requirement("batch and bytes_per_element given", ("llama3", "random")),
     ],
 )
 
@@ -251,8 +226,7 @@ LORA_PARAMETERS = Exercise(
     ("lora_trainable_parameters",),
     [
         Check(
-            "lora_trainable_parameters.smollm2_qv",
-            "lora_trainable_parameters",
+            "smollm2_qv",
             1,
             "SmolLM2-135M, rank 8 on q_proj and v_proj: 460,800, as peft counts",
             _lora_probe(SMOLLM2, ["q_proj", "v_proj"], 8),
@@ -260,74 +234,43 @@ LORA_PARAMETERS = Exercise(
             visible=True,
         ),
         Check(
-            "lora_trainable_parameters.all_linear",
-            "lora_trainable_parameters",
+            "all_linear",
             1,
             "Llama-3-8B's config, rank 16 on all seven linear layers of a block",
             _lora_probe(LLAMA3_8B, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], 16),
             _judge_lora,
         ),
         Check(
-            "lora_trainable_parameters.head_dim",
-            "lora_trainable_parameters",
+            "head_dim",
             1,
             "Gemma-7B's config, which gives its own head_dim, rank 8 on the four attention layers",
             _lora_probe(GEMMA_7B, ["q_proj", "k_proj", "v_proj", "o_proj"], 8),
             _judge_lora,
         ),
-        Check(
-            "lora_trainable_parameters.random",
-            "lora_trainable_parameters",
-            1,
-            "other configs, ranks and target_modules",
-            _lora_probe(),
-            _judge_lora,
-        ),
+        Check("random", 1, "other configs, ranks and target_modules", _lora_probe(), _judge_lora),
     ],
     requirements=[
         Requirement(
             "r x (d_in + d_out) for each layer named in target_modules (A and B both train)",
-            (
-                "lora_trainable_parameters.smollm2_qv",
-                "lora_trainable_parameters.all_linear",
-                "lora_trainable_parameters.head_dim",
-                "lora_trainable_parameters.random",
-            ),
+            ("smollm2_qv", "all_linear", "head_dim", "random"),
         ),
         Requirement(
             "times num_hidden_layers: the adapters go on every layer",
-            (
-                "lora_trainable_parameters.smollm2_qv",
-                "lora_trainable_parameters.all_linear",
-                "lora_trainable_parameters.head_dim",
-                "lora_trainable_parameters.random",
-            ),
+            ("smollm2_qv", "all_linear", "head_dim", "random"),
         ),
         Requirement(
             "the table's shapes: k_proj and v_proj output kv heads x head_dim",
-            (
-                "lora_trainable_parameters.smollm2_qv",
-                "lora_trainable_parameters.all_linear",
-                "lora_trainable_parameters.random",
-            ),
+            ("smollm2_qv", "all_linear", "random"),
         ),
         Requirement(
-            "the table's shapes: gate_proj, up_proj and down_proj through intermediate_size",
-            ("lora_trainable_parameters.all_linear", "lora_trainable_parameters.random"),
+            "the table's shapes: gate_proj, up_proj and down_proj through intermediate_size", ("all_linear", "random")
         ),
-        Requirement("the config's head_dim used when it has one", ("lora_trainable_parameters.head_dim",)),
+        Requirement("the config's head_dim used when it has one", ("head_dim",)),
         Requirement(
             "without head_dim: hidden_size // num_attention_heads",
-            (
-                "lora_trainable_parameters.smollm2_qv",
-                "lora_trainable_parameters.all_linear",
-                "lora_trainable_parameters.random",
-            ),
+            ("smollm2_qv", "all_linear", "random"),
         ),
-        Requirement(
-            "any subset of the seven layers in target_modules",
-            ("lora_trainable_parameters.smollm2_qv", "lora_trainable_parameters.random"),
-        ),
+        Requirement("any subset of the seven layers in target_modules", ("smollm2_qv", "random")),
     ],
 )
 
@@ -389,34 +332,22 @@ PACK_NF4 = Exercise(
     ("pack_nf4",),
     [
         Check(
-            "pack_nf4.example",
-            "pack_nf4",
+            "example",
             1,
             "codes 1, 2, 3, 15: bytes 0x12 and 0x3f",
             _pack_probe(fixed=[1, 2, 3, 15]),
             _judge_pack,
             visible=True,
         ),
-        Check(
-            "pack_nf4.random",
-            "pack_nf4",
-            2,
-            "4,096 random codes, every value from 0 to 15",
-            _pack_probe(4096),
-            _judge_pack,
-        ),
+        Check("random", 2, "4,096 random codes, every value from 0 to 15", _pack_probe(4096), _judge_pack),
     ],
     requirements=[
+        Requirement("two codes per byte: a 1-D tensor of half the length", ("example", "random")),
         Requirement(
-            "two codes per byte: a 1-D tensor of half the length",
-            ("pack_nf4.example", "pack_nf4.random"),
+            "the first code of each pair in the high four bits, the second in the low four", ("example", "random")
         ),
-        Requirement(
-            "the first code of each pair in the high four bits, the second in the low four",
-            ("pack_nf4.example", "pack_nf4.random"),
-        ),
-        Requirement("every code from 0 to 15, 15 included (edge case)", ("pack_nf4.example", "pack_nf4.random")),
-        Requirement("returns torch.uint8", ("pack_nf4.example", "pack_nf4.random")),
+        Requirement("every code from 0 to 15, 15 included (edge case)", ("example", "random")),
+        Requirement("returns torch.uint8", ("example", "random")),
     ],
 )
 

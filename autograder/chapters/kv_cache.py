@@ -65,8 +65,7 @@ KV_BYTES = Exercise(
     ("kv_cache_bytes",),
     [
         Check(
-            "kv_cache_bytes.llama2_token",
-            "kv_cache_bytes",
+            "llama2_token",
             1,
             "Llama-2-7B, one token in fp16: 524,288 bytes",
             _bytes_probe(([32, 32, 128, 1], {})),
@@ -74,33 +73,22 @@ KV_BYTES = Exercise(
             visible=True,
         ),
         Check(
-            "kv_cache_bytes.gqa_32k",
-            "kv_cache_bytes",
+            "gqa_32k",
             1,
             "Llama-3-8B (8 kv heads), 32k tokens, batch 4",
             _bytes_probe(([32, 8, 128, 32768], {"batch": 4})),
             _judge_bytes,
         ),
-        Check(
-            "kv_cache_bytes.random",
-            "kv_cache_bytes",
-            1,
-            "other sizes, batches and dtypes",
-            _bytes_probe(),
-            _judge_bytes,
-        ),
+        Check("random", 1, "other sizes, batches and dtypes", _bytes_probe(), _judge_bytes),
     ],
     requirements=[
         Requirement(
             "2 x layers x kv heads x head dim x tokens x batch x bytes per element",
-            ("kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"),
+            ("llama2_token", "gqa_32k", "random"),
         ),
-        Requirement("batch=1 and bytes_per_element=2 by default", ("kv_cache_bytes.llama2_token",)),
-        Requirement("batch and bytes_per_element given", ("kv_cache_bytes.gqa_32k", "kv_cache_bytes.random")),
-        Requirement(
-            "the bytes as a whole number",
-            ("kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"),
-        ),
+        Requirement("batch=1 and bytes_per_element=2 by default", ("llama2_token",)),
+        Requirement("batch and bytes_per_element given", ("gqa_32k", "random")),
+        Requirement("the bytes as a whole number", ("llama2_token", "gqa_32k", "random")),
     ],
 )
 
@@ -176,45 +164,16 @@ ATTENTION_STEP = Exercise(
     "attention_step",
     ("attention_step",),
     [
-        Check(
-            "attention_step.small",
-            "attention_step",
-            2,
-            "a cache of 5 tokens, head dim 8",
-            _step_probe(5, 8),
-            _judge_step,
-            visible=True,
-        ),
-        Check(
-            "attention_step.empty",
-            "attention_step",
-            1,
-            "the first token (an empty cache)",
-            _step_probe(0, 16),
-            _judge_step,
-            visible=True,
-        ),
-        Check(
-            "attention_step.large",
-            "attention_step",
-            1,
-            "a long cache and large scores",
-            _step_probe(300, 64, True),
-            _judge_step,
-        ),
+        Check("small", 2, "a cache of 5 tokens, head dim 8", _step_probe(5, 8), _judge_step, visible=True),
+        Check("empty", 1, "the first token (an empty cache)", _step_probe(0, 16), _judge_step, visible=True),
+        Check("large", 1, "a long cache and large scores", _step_probe(300, 64, True), _judge_step),
     ],
     requirements=[
-        Requirement(
-            "caches of shape (t + 1, D): the new row appended at the end",
-            ("attention_step.small", "attention_step.empty", "attention_step.large"),
-        ),
-        Requirement(
-            "output (D,): softmax(K q / sqrt(D)) V over all t + 1 positions",
-            ("attention_step.small", "attention_step.empty", "attention_step.large"),
-        ),
-        Requirement("returns (output, cache_k, cache_v)", ("attention_step.small",)),
-        Requirement("an empty cache, t = 0 (edge case)", ("attention_step.empty",)),
-        Requirement("large scores stay finite", ("attention_step.large",)),
+        Requirement("caches of shape (t + 1, D): the new row appended at the end", ("small", "empty", "large")),
+        Requirement("output (D,): softmax(K q / sqrt(D)) V over all t + 1 positions", ("small", "empty", "large")),
+        Requirement("returns (output, cache_k, cache_v)", ("small",)),
+        Requirement("an empty cache, t = 0 (edge case)", ("empty",)),
+        Requirement("large scores stay finite", ("large",)),
     ],
 )
 
@@ -259,30 +218,19 @@ PAGES = Exercise(
     ("pages_needed",),
     [
         Check(
-            "pages_needed.example",
-            "pages_needed",
+            "example",
             1,
             "lengths 5, 16, 17 in pages of 16: 4 pages",
             _pages_probe([[5, 16, 17], 16]),
             _judge_pages,
             visible=True,
         ),
-        Check(
-            "pages_needed.random",
-            "pages_needed",
-            1,
-            "a longer list, with exact multiples",
-            _pages_probe(),
-            _judge_pages,
-        ),
+        Check("random", 1, "a longer list, with exact multiples", _pages_probe(), _judge_pages),
     ],
     requirements=[
-        Requirement(
-            "each sequence its own pages: ceil(length / page_size), summed",
-            ("pages_needed.example", "pages_needed.random"),
-        ),
-        Requirement("a partly filled page counts whole", ("pages_needed.example", "pages_needed.random")),
-        Requirement("exact multiples need no extra page (edge case)", ("pages_needed.example", "pages_needed.random")),
+        Requirement("each sequence its own pages: ceil(length / page_size), summed", ("example", "random")),
+        Requirement("a partly filled page counts whole", ("example", "random")),
+        Requirement("exact multiples need no extra page (edge case)", ("example", "random")),
     ],
 )
 

@@ -52,23 +52,12 @@ LORA_PARAMETERS = Exercise(
     "lora_parameters",
     ("lora_parameters",),
     [
-        Check(
-            "lora_parameters.4096",
-            "lora_parameters",
-            1,
-            "4096 x 4096 at rank 8: 65,536",
-            _sizes([4096, 4096, 8]),
-            _judge_parameters,
-            visible=True,
-        ),
-        Check("lora_parameters.other", "lora_parameters", 1, "a rectangular layer", _sizes(), _judge_parameters),
+        Check("4096", 1, "4096 x 4096 at rank 8: 65,536", _sizes([4096, 4096, 8]), _judge_parameters, visible=True),
+        Check("other", 1, "a rectangular layer", _sizes(), _judge_parameters),
     ],
     requirements=[
-        Requirement(
-            "the trainable numbers of A (r x d_in) and B (d_out x r): r (d_in + d_out)",
-            ("lora_parameters.4096", "lora_parameters.other"),
-        ),
-        Requirement("d_in and d_out may differ", ("lora_parameters.other",)),
+        Requirement("the trainable numbers of A (r x d_in) and B (d_out x r): r (d_in + d_out)", ("4096", "other")),
+        Requirement("d_in and d_out may differ", ("other",)),
     ],
 )
 
@@ -129,8 +118,7 @@ BEST_ERROR = Exercise(
     ("best_low_rank_error",),
     [
         Check(
-            "best_low_rank_error.below",
-            "best_low_rank_error",
+            "below",
             1,
             "a rank-4 change plus noise, at rank 2",
             _change(48, 32, 4, 0.05, 2, python_float=True),
@@ -138,29 +126,21 @@ BEST_ERROR = Exercise(
             visible=True,
         ),
         Check(
-            "best_low_rank_error.at_rank",
-            "best_low_rank_error",
+            "at_rank",
             1,
             "the same kind of change at rank 4 and 6 (the noise)",
             _change(64, 40, 4, 0.1, 6),
             _judge_error,
         ),
-        Check(
-            "best_low_rank_error.exact",
-            "best_low_rank_error",
-            1,
-            "an exactly rank-3 change at rank 3 (zero)",
-            _change(30, 50, 3, 0.0, 3),
-            _judge_error,
-        ),
+        Check("exact", 1, "an exactly rank-3 change at rank 3 (zero)", _change(30, 50, 3, 0.0, 3), _judge_error),
     ],
     requirements=[
         Requirement(
             "sqrt(sum of sigma_i^2 beyond rank / sum of all sigma_i^2), the largest singular values kept",
-            ("best_low_rank_error.below", "best_low_rank_error.at_rank"),
+            ("below", "at_rank"),
         ),
-        Requirement("returned as a Python float", ("best_low_rank_error.below",)),
-        Requirement("an exactly low-rank change gives 0 (edge case)", ("best_low_rank_error.exact",)),
+        Requirement("returned as a Python float", ("below",)),
+        Requirement("an exactly low-rank change gives 0 (edge case)", ("exact",)),
     ],
 )
 
@@ -452,8 +432,7 @@ LORA_LINEAR = Exercise(
     ("LoRALinear",),
     [
         Check(
-            "lora_linear.starts_at_base",
-            "lora_linear",
+            "starts_at_base",
             1,
             "starts equal to the base layer (B = 0), factors of the right shapes",
             _layer_probe(12, 10, 3, None, False),
@@ -461,8 +440,7 @@ LORA_LINEAR = Exercise(
             visible=True,
         ),
         Check(
-            "lora_linear.forward",
-            "lora_linear",
+            "forward",
             1,
             "forward with A and B set, alpha = rank",
             _layer_probe(12, 10, 3, None, False),
@@ -470,8 +448,7 @@ LORA_LINEAR = Exercise(
             visible=True,
         ),
         Check(
-            "lora_linear.trains",
-            "lora_linear",
+            "trains",
             1,
             "two optimiser steps: both factors get gradients, the output moves",
             _layer_probe(12, 10, 3, None, True),
@@ -479,8 +456,7 @@ LORA_LINEAR = Exercise(
             visible=True,
         ),
         Check(
-            "lora_linear.merge",
-            "lora_linear",
+            "merge",
             1,
             "merge() gives the same outputs and leaves the base alone",
             _layer_probe(16, 12, 4, 8.0, True),
@@ -488,16 +464,14 @@ LORA_LINEAR = Exercise(
             visible=True,
         ),
         Check(
-            "lora_linear.alpha",
-            "lora_linear",
+            "alpha",
             1,
             "forward with alpha = 16, rank 4, a bias, inputs (2, 3, d_in)",
             _layer_probe(20, 8, 4, 16.0, True, batch=(2, 3)),
             _judge_forward,
         ),
         Check(
-            "lora_linear.frozen",
-            "lora_linear",
+            "frozen",
             1,
             "only lora_A and lora_B train; the base is kept as self.base",
             _layer_probe(12, 10, 2, None, True),
@@ -505,26 +479,21 @@ LORA_LINEAR = Exercise(
         ),
     ],
     requirements=[
-        Requirement(
-            "the base's parameters frozen, the layer itself kept as self.base",
-            ("lora_linear.frozen", "lora_linear.trains"),
-        ),
+        Requirement("the base's parameters frozen, the layer itself kept as self.base", ("frozen", "trains")),
         Requirement(
             "lora_A: a random nn.Parameter (rank, in_features); lora_B: a zero nn.Parameter (out_features, rank)",
-            ("lora_linear.starts_at_base", "lora_linear.trains", "lora_linear.frozen"),
+            ("starts_at_base", "trains", "frozen"),
         ),
-        Requirement("equals the base layer before training (B = 0)", ("lora_linear.starts_at_base",)),
+        Requirement("equals the base layer before training (B = 0)", ("starts_at_base",)),
         Requirement(
-            "forward: base(x) + (alpha / rank) x A^T B^T, for x of shape (..., in_features)",
-            ("lora_linear.forward", "lora_linear.alpha"),
+            "forward: base(x) + (alpha / rank) x A^T B^T, for x of shape (..., in_features)", ("forward", "alpha")
         ),
-        Requirement("alpha defaults to the rank (scale 1)", ("lora_linear.forward",)),
-        Requirement("both factors can train: each gets a gradient, the output moves", ("lora_linear.trains",)),
+        Requirement("alpha defaults to the rank (scale 1)", ("forward",)),
+        Requirement("both factors can train: each gets a gradient, the output moves", ("trains",)),
         Requirement(
-            "merge(): a new nn.Linear with weight + (alpha / rank) B A and the base's bias, same outputs",
-            ("lora_linear.merge",),
+            "merge(): a new nn.Linear with weight + (alpha / rank) B A and the base's bias, same outputs", ("merge",)
         ),
-        Requirement("merge() leaves the base layer unchanged", ("lora_linear.merge",)),
+        Requirement("merge() leaves the base layer unchanged", ("merge",)),
     ],
 )
 
@@ -559,25 +528,15 @@ FINETUNE_MEMORY = Exercise(
     "finetune_memory",
     ("finetune_memory_gib",),
     [
-        Check(
-            "finetune_memory.full_7b",
-            "finetune_memory",
-            1,
-            "full fine-tune of 7B (about 104 GiB)",
-            _memory("full", 7e9),
-            _judge_memory,
-            visible=True,
-        ),
-        Check("finetune_memory.lora", "finetune_memory", 1, "LoRA, another size", _memory("lora"), _judge_memory),
-        Check("finetune_memory.qlora", "finetune_memory", 1, "QLoRA, another size", _memory("qlora"), _judge_memory),
+        Check("full_7b", 1, "full fine-tune of 7B (about 104 GiB)", _memory("full", 7e9), _judge_memory, visible=True),
+        Check("lora", 1, "LoRA, another size", _memory("lora"), _judge_memory),
+        Check("qlora", 1, "QLoRA, another size", _memory("qlora"), _judge_memory),
     ],
     requirements=[
-        Requirement("full: 16 bytes per parameter (2 + 2 + 8 + 4)", ("finetune_memory.full_7b",)),
-        Requirement("lora: 2 bytes per parameter", ("finetune_memory.lora",)),
-        Requirement("qlora: 0.5 bytes per parameter", ("finetune_memory.qlora",)),
-        Requirement(
-            "in GiB (2**30 bytes)", ("finetune_memory.full_7b", "finetune_memory.lora", "finetune_memory.qlora")
-        ),
+        Requirement("full: 16 bytes per parameter (2 + 2 + 8 + 4)", ("full_7b",)),
+        Requirement("lora: 2 bytes per parameter", ("lora",)),
+        Requirement("qlora: 0.5 bytes per parameter", ("qlora",)),
+        Requirement("in GiB (2**30 bytes)", ("full_7b", "lora", "qlora")),
     ],
 )
 

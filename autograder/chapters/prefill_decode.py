@@ -37,8 +37,7 @@ WEIGHT_MEMORY = Exercise(
     ("weight_memory_gb",),
     [
         Check(
-            "weight_memory_gb.70b",
-            "weight_memory_gb",
+            "70b",
             1,
             "70B parameters at 16, 8 and 4 bits: 140 / 70 / 35 GB",
             _numbers("weight_memory_gb", lambda rng: [70e9, int(rng.choice([16, 8, 4]))]),
@@ -46,8 +45,7 @@ WEIGHT_MEMORY = Exercise(
             visible=True,
         ),
         Check(
-            "weight_memory_gb.other",
-            "weight_memory_gb",
+            "other",
             1,
             "another size at 3 bits",
             _numbers("weight_memory_gb", lambda rng: [float(rng.integers(1, 400)) * 1e9, 3]),
@@ -55,9 +53,9 @@ WEIGHT_MEMORY = Exercise(
         ),
     ],
     requirements=[
-        Requirement("params * bits / 8 bytes", ("weight_memory_gb.70b", "weight_memory_gb.other")),
-        Requirement("in GB of 10^9 bytes", ("weight_memory_gb.70b", "weight_memory_gb.other")),
-        Requirement("any number of bits (3 too)", ("weight_memory_gb.other",)),
+        Requirement("params * bits / 8 bytes", ("70b", "other")),
+        Requirement("in GB of 10^9 bytes", ("70b", "other")),
+        Requirement("any number of bits (3 too)", ("other",)),
     ],
 )
 
@@ -85,8 +83,7 @@ PREFILL = Exercise(
     ("prefill_flops",),
     [
         Check(
-            "prefill_flops.8b",
-            "prefill_flops",
+            "8b",
             1,
             "8B parameters, a 1000-token prompt",
             _numbers("prefill_flops", lambda rng: [8e9, 1000]),
@@ -94,8 +91,7 @@ PREFILL = Exercise(
             visible=True,
         ),
         Check(
-            "prefill_flops.random",
-            "prefill_flops",
+            "random",
             1,
             "other sizes",
             _numbers("prefill_flops", lambda rng: [float(rng.integers(1, 100)) * 1e9, int(rng.integers(2, 5000))]),
@@ -103,7 +99,7 @@ PREFILL = Exercise(
         ),
     ],
     requirements=[
-        Requirement("about 2 * params * tokens FLOPs", ("prefill_flops.8b", "prefill_flops.random")),
+        Requirement("about 2 * params * tokens FLOPs", ("8b", "random")),
     ],
 )
 
@@ -143,8 +139,7 @@ ROOFLINE = Exercise(
     ("roofline_step_time",),
     [
         Check(
-            "roofline_step_time.memory_bound",
-            "roofline_step_time",
+            "memory_bound",
             1,
             "a memory-bound step (decode)",
             _numbers("roofline_step_time", _roofline_args(True)),
@@ -152,8 +147,7 @@ ROOFLINE = Exercise(
             visible=True,
         ),
         Check(
-            "roofline_step_time.compute_bound",
-            "roofline_step_time",
+            "compute_bound",
             1,
             "a compute-bound step (prefill)",
             _numbers("roofline_step_time", _roofline_args(False)),
@@ -161,12 +155,9 @@ ROOFLINE = Exercise(
         ),
     ],
     requirements=[
-        Requirement(
-            "max(FLOPs / peak, bytes / bandwidth), in seconds",
-            ("roofline_step_time.memory_bound", "roofline_step_time.compute_bound"),
-        ),
-        Requirement("memory-bound work: the bytes decide", ("roofline_step_time.memory_bound",)),
-        Requirement("compute-bound work: the FLOPs decide", ("roofline_step_time.compute_bound",)),
+        Requirement("max(FLOPs / peak, bytes / bandwidth), in seconds", ("memory_bound", "compute_bound")),
+        Requirement("memory-bound work: the bytes decide", ("memory_bound",)),
+        Requirement("compute-bound work: the FLOPs decide", ("compute_bound",)),
     ],
 )
 
@@ -195,8 +186,7 @@ CRITICAL = Exercise(
     ("critical_batch_size",),
     [
         Check(
-            "critical_batch_size.a100_bf16",
-            "critical_batch_size",
+            "a100_bf16",
             1,
             "A100-80G in bf16 (about 153)",
             _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, 2]),
@@ -204,8 +194,7 @@ CRITICAL = Exercise(
             visible=True,
         ),
         Check(
-            "critical_batch_size.int8",
-            "critical_batch_size",
+            "int8",
             1,
             "another device with int8 weights",
             _numbers(
@@ -216,10 +205,8 @@ CRITICAL = Exercise(
         ),
     ],
     requirements=[
-        Requirement(
-            "peak / bandwidth * bytes_per_param / 2", ("critical_batch_size.a100_bf16", "critical_batch_size.int8")
-        ),
-        Requirement("fewer bytes per weight, a smaller batch (int8)", ("critical_batch_size.int8",)),
+        Requirement("peak / bandwidth * bytes_per_param / 2", ("a100_bf16", "int8")),
+        Requirement("fewer bytes per weight, a smaller batch (int8)", ("int8",)),
     ],
 )
 
@@ -271,8 +258,7 @@ STATIC = Exercise(
     ("static_batch_throughput",),
     [
         Check(
-            "static_batch_throughput.example",
-            "static_batch_throughput",
+            "example",
             1,
             "the chapter's example",
             _numbers("static_batch_throughput", lambda rng: [[10, 40, 20, 30, 5, 15], 3, 0.02]),
@@ -280,8 +266,7 @@ STATIC = Exercise(
             visible=True,
         ),
         Check(
-            "static_batch_throughput.random",
-            "static_batch_throughput",
+            "random",
             2,
             "a longer trace, an uneven last batch",
             _numbers(
@@ -298,12 +283,10 @@ STATIC = Exercise(
     requirements=[
         Requirement(
             "consecutive requests in batches of batch_size, each running as many steps as its longest request",
-            ("static_batch_throughput.example", "static_batch_throughput.random"),
+            ("example", "random"),
         ),
-        Requirement("the last batch may be smaller", ("static_batch_throughput.random",)),
-        Requirement(
-            "generated tokens per second", ("static_batch_throughput.example", "static_batch_throughput.random")
-        ),
+        Requirement("the last batch may be smaller", ("random",)),
+        Requirement("generated tokens per second", ("example", "random")),
     ],
 )
 

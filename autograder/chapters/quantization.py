@@ -206,8 +206,7 @@ QUANTIZE_DEQUANTIZE = Exercise(
     ("quantize_dequantize",),
     [
         Check(
-            "quantize_dequantize.int8_per_row",
-            "quantize_dequantize",
+            "int8_per_row",
             1,
             "int8, one scale per row",
             _probe_round_trip(16, 64, 8, None),
@@ -215,33 +214,23 @@ QUANTIZE_DEQUANTIZE = Exercise(
             visible=True,
         ),
         Check(
-            "quantize_dequantize.int4_groups",
-            "quantize_dequantize",
+            "int4_groups",
             2,
             "int4, groups of 16, outlier columns",
             _probe_round_trip(32, 64, 4, 16, outliers=True),
             _judge_round_trip,
             visible=True,
         ),
+        Check("other_bits", 1, "3 and 6 bits, groups of 12", _probe_round_trip(12, 48, 3, 12), _judge_round_trip),
         Check(
-            "quantize_dequantize.other_bits",
-            "quantize_dequantize",
-            1,
-            "3 and 6 bits, groups of 12",
-            _probe_round_trip(12, 48, 3, 12),
-            _judge_round_trip,
-        ),
-        Check(
-            "quantize_dequantize.six_bits",
-            "quantize_dequantize",
+            "six_bits",
             1,
             "6 bits, one scale per row, outliers, a float64 matrix",
             _probe_round_trip(24, 40, 6, None, outliers=True, dtype=torch.float64),
             _judge_round_trip,
         ),
         Check(
-            "quantize_dequantize.zero_groups",
-            "quantize_dequantize",
+            "zero_groups",
             1,
             "all-zero rows and groups give zeros, not NaN",
             _probe_zero_groups,
@@ -249,8 +238,7 @@ QUANTIZE_DEQUANTIZE = Exercise(
             visible=True,
         ),
         Check(
-            "quantize_dequantize.bad_group",
-            "quantize_dequantize",
+            "bad_group",
             1,
             "ValueError when group_size does not divide the columns",
             _probe_bad_group,
@@ -259,38 +247,19 @@ QUANTIZE_DEQUANTIZE = Exercise(
             ),
             visible=True,
         ),
-        Check(
-            "quantize_dequantize.chapter_number",
-            "quantize_dequantize",
-            1,
-            "the chapter's int4 group-32 error",
-            _probe_chapter_matrix,
-            _judge_chapter_number,
-        ),
+        Check("chapter_number", 1, "the chapter's int4 group-32 error", _probe_chapter_matrix, _judge_chapter_number),
     ],
     requirements=[
         Requirement(
             "the (rows, cols) matrix after a round trip through symmetric bits-bit codes, rounded to the nearest",
-            (
-                "quantize_dequantize.int8_per_row",
-                "quantize_dequantize.int4_groups",
-                "quantize_dequantize.other_bits",
-                "quantize_dequantize.six_bits",
-            ),
+            ("int8_per_row", "int4_groups", "other_bits", "six_bits"),
         ),
+        Requirement("one scale per row when group_size is None", ("int8_per_row", "six_bits")),
+        Requirement("one scale per group_size consecutive columns", ("int4_groups", "other_bits", "chapter_number")),
+        Requirement("ValueError when group_size does not divide the columns", ("bad_group",)),
+        Requirement("an all-zero group comes back as zeros, not NaN", ("zero_groups",)),
         Requirement(
-            "one scale per row when group_size is None",
-            ("quantize_dequantize.int8_per_row", "quantize_dequantize.six_bits"),
-        ),
-        Requirement(
-            "one scale per group_size consecutive columns",
-            ("quantize_dequantize.int4_groups", "quantize_dequantize.other_bits", "quantize_dequantize.chapter_number"),
-        ),
-        Requirement("ValueError when group_size does not divide the columns", ("quantize_dequantize.bad_group",)),
-        Requirement("an all-zero group comes back as zeros, not NaN", ("quantize_dequantize.zero_groups",)),
-        Requirement(
-            "any bit width (3, 4, 6, 8); float64 matrices work too",
-            ("quantize_dequantize.other_bits", "quantize_dequantize.six_bits", "quantize_dequantize.int8_per_row"),
+            "any bit width (3, 4, 6, 8); float64 matrices work too", ("other_bits", "six_bits", "int8_per_row")
         ),
     ],
 )
@@ -343,8 +312,7 @@ RELATIVE_ERROR = Exercise(
     ("relative_error",),
     [
         Check(
-            "relative_error.random",
-            "relative_error",
+            "random",
             1,
             "a random matrix and a noisy copy",
             _probe_relative_error(16, 32),
@@ -352,8 +320,7 @@ RELATIVE_ERROR = Exercise(
             visible=True,
         ),
         Check(
-            "relative_error.zeros",
-            "relative_error",
+            "zeros",
             1,
             "an approximation with zeroed columns",
             _probe_relative_error(20, 24, zeros_in_approx=True),
@@ -361,8 +328,8 @@ RELATIVE_ERROR = Exercise(
         ),
     ],
     requirements=[
-        Requirement("||W - W_hat||_F / ||W||_F", ("relative_error.random", "relative_error.zeros")),
-        Requirement("returned as a Python float", ("relative_error.random",)),
+        Requirement("||W - W_hat||_F / ||W||_F", ("random", "zeros")),
+        Requirement("returned as a Python float", ("random",)),
     ],
 )
 
@@ -455,38 +422,27 @@ INT8 = Exercise(
     "int8",
     ("quantize_int8", "dequantize_int8"),
     [
+        Check("codes_and_scale", 1, "int8 codes and per-row scales", _probe_int8(8, 32), _judge_int8, visible=True),
         Check(
-            "int8.codes_and_scale",
-            "int8",
-            1,
-            "int8 codes and per-row scales",
-            _probe_int8(8, 32),
-            _judge_int8,
-            visible=True,
-        ),
-        Check(
-            "int8.dequantize",
-            "int8",
+            "dequantize",
             1,
             "dequantize_int8 on given codes and scales",
             _probe_dequantize,
             _judge_dequantize,
             visible=True,
         ),
-        Check("int8.zero_row", "int8", 1, "an all-zero row", _probe_int8(6, 16, zero_row=True), _judge_int8),
-        Check("int8.wide", "int8", 1, "a wide matrix with an outlier column", _probe_int8(4, 300), _judge_int8),
+        Check("zero_row", 1, "an all-zero row", _probe_int8(6, 16, zero_row=True), _judge_int8),
+        Check("wide", 1, "a wide matrix with an outlier column", _probe_int8(4, 300), _judge_int8),
     ],
     requirements=[
         Requirement(
-            "quantize_int8: codes of dtype torch.int8 in [-127, 127], rounded",
-            ("int8.codes_and_scale", "int8.zero_row", "int8.wide"),
+            "quantize_int8: codes of dtype torch.int8 in [-127, 127], rounded", ("codes_and_scale", "zero_row", "wide")
         ),
         Requirement(
-            "quantize_int8: scale of shape (rows, 1), absmax / 127 per row",
-            ("int8.codes_and_scale", "int8.zero_row", "int8.wide"),
+            "quantize_int8: scale of shape (rows, 1), absmax / 127 per row", ("codes_and_scale", "zero_row", "wide")
         ),
-        Requirement("an all-zero row: codes 0, no NaN (edge case)", ("int8.zero_row",)),
-        Requirement("dequantize_int8: codes * scale as floats", ("int8.dequantize",)),
+        Requirement("an all-zero row: codes 0, no NaN (edge case)", ("zero_row",)),
+        Requirement("dequantize_int8: codes * scale as floats", ("dequantize",)),
     ],
 )
 
@@ -519,28 +475,13 @@ EFFECTIVE_BITS = Exercise(
     "effective_bits",
     ("effective_bits",),
     [
-        Check(
-            "effective_bits.int4_g64",
-            "effective_bits",
-            1,
-            "int4 with an fp16 scale per 64 weights",
-            _probe_bits(4, 64),
-            _judge_bits,
-            visible=True,
-        ),
-        Check(
-            "effective_bits.other",
-            "effective_bits",
-            1,
-            "int8 with an fp32 scale per 128 weights",
-            _probe_bits(8, 128, 32),
-            _judge_bits,
-        ),
+        Check("int4_g64", 1, "int4 with an fp16 scale per 64 weights", _probe_bits(4, 64), _judge_bits, visible=True),
+        Check("other", 1, "int8 with an fp32 scale per 128 weights", _probe_bits(8, 128, 32), _judge_bits),
     ],
     requirements=[
-        Requirement("bits + scale_bits / group_size", ("effective_bits.int4_g64", "effective_bits.other")),
-        Requirement("scale_bits defaults to 16", ("effective_bits.int4_g64",)),
-        Requirement("scale_bits given", ("effective_bits.other",)),
+        Requirement("bits + scale_bits / group_size", ("int4_g64", "other")),
+        Requirement("scale_bits defaults to 16", ("int4_g64",)),
+        Requirement("scale_bits given", ("other",)),
     ],
 )
 

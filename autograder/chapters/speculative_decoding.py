@@ -54,22 +54,12 @@ ACCEPTANCE = Exercise(
     "acceptance_rate",
     ("acceptance_rate",),
     [
-        Check(
-            "acceptance_rate.example",
-            "acceptance_rate",
-            1,
-            "the chapter's p and q (0.5)",
-            _alpha_probe(True),
-            _judge_alpha,
-            visible=True,
-        ),
-        Check(
-            "acceptance_rate.random", "acceptance_rate", 1, "a random pair over 50 tokens", _alpha_probe(), _judge_alpha
-        ),
+        Check("example", 1, "the chapter's p and q (0.5)", _alpha_probe(True), _judge_alpha, visible=True),
+        Check("random", 1, "a random pair over 50 tokens", _alpha_probe(), _judge_alpha),
     ],
     requirements=[
-        Requirement("alpha = sum over tokens of min(p, q)", ("acceptance_rate.example", "acceptance_rate.random")),
-        Requirement("returned as a Python float", ("acceptance_rate.example",)),
+        Requirement("alpha = sum over tokens of min(p, q)", ("example", "random")),
+        Requirement("returned as a Python float", ("example",)),
     ],
 )
 
@@ -122,39 +112,15 @@ TOKENS = Exercise(
     "expected_tokens_per_call",
     ("expected_tokens_per_call",),
     [
+        Check("example", 1, "alpha 0.8, k 4 (3.36)", _tokens_probe(0.8, 4), _judge_tokens, visible=True),
+        Check("random", 1, "other alpha and k", _tokens_probe(), _judge_tokens),
         Check(
-            "expected_tokens_per_call.example",
-            "expected_tokens_per_call",
-            1,
-            "alpha 0.8, k 4 (3.36)",
-            _tokens_probe(0.8, 4),
-            _judge_tokens,
-            visible=True,
-        ),
-        Check(
-            "expected_tokens_per_call.random",
-            "expected_tokens_per_call",
-            1,
-            "other alpha and k",
-            _tokens_probe(),
-            _judge_tokens,
-        ),
-        Check(
-            "expected_tokens_per_call.alpha1",
-            "expected_tokens_per_call",
-            1,
-            "alpha = 1 (no division by zero)",
-            _tokens_probe(1.0, 5),
-            _judge_tokens_at_one,
-            visible=True,
+            "alpha1", 1, "alpha = 1 (no division by zero)", _tokens_probe(1.0, 5), _judge_tokens_at_one, visible=True
         ),
     ],
     requirements=[
-        Requirement(
-            "(1 - alpha^(k+1)) / (1 - alpha)",
-            ("expected_tokens_per_call.example", "expected_tokens_per_call.random"),
-        ),
-        Requirement("alpha = 1 allowed: k + 1 (edge case)", ("expected_tokens_per_call.alpha1",)),
+        Requirement("(1 - alpha^(k+1)) / (1 - alpha)", ("example", "random")),
+        Requirement("alpha = 1 allowed: k + 1 (edge case)", ("alpha1",)),
     ],
 )
 
@@ -302,17 +268,10 @@ SPECULATIVE_TOKEN = Exercise(
     ("speculative_token",),
     [
         Check(
-            "speculative_token.distribution",
-            "speculative_token",
-            2,
-            "5,000 draws follow the target's p",
-            _sampling_probe(5000),
-            _judge_sampling,
-            visible=True,
+            "distribution", 2, "5,000 draws follow the target's p", _sampling_probe(5000), _judge_sampling, visible=True
         ),
         Check(
-            "speculative_token.contract",
-            "speculative_token",
+            "contract",
             1,
             "returns (int, bool); every draw from `generator` (reproducible)",
             _contract_probe,
@@ -320,8 +279,7 @@ SPECULATIVE_TOKEN = Exercise(
             visible=True,
         ),
         Check(
-            "speculative_token.random",
-            "speculative_token",
+            "random",
             2,
             "20,000 draws, another pair of distributions",
             _sampling_probe(20000, fixed=False),
@@ -329,17 +287,13 @@ SPECULATIVE_TOKEN = Exercise(
         ),
     ],
     requirements=[
+        Requirement("accept the draft's token with probability min(1, p(x) / q(x))", ("distribution", "random")),
         Requirement(
-            "accept the draft's token with probability min(1, p(x) / q(x))",
-            ("speculative_token.distribution", "speculative_token.random"),
+            "on rejection, draw from max(0, p - q) normalised: the tokens follow p", ("distribution", "random")
         ),
-        Requirement(
-            "on rejection, draw from max(0, p - q) normalised: the tokens follow p",
-            ("speculative_token.distribution", "speculative_token.random"),
-        ),
-        Requirement("accepted is True exactly when the draft's token was kept", ("speculative_token.distribution",)),
-        Requirement("returns (token, accepted): an int and a bool", ("speculative_token.contract",)),
-        Requirement("every random draw uses `generator` (reproducible)", ("speculative_token.contract",)),
+        Requirement("accepted is True exactly when the draft's token was kept", ("distribution",)),
+        Requirement("returns (token, accepted): an int and a bool", ("contract",)),
+        Requirement("every random draw uses `generator` (reproducible)", ("contract",)),
     ],
 )
 
@@ -373,21 +327,12 @@ SPEEDUP = Exercise(
     ("speculative_speedup",),
     [
         Check(
-            "speculative_speedup.paper",
-            "speculative_speedup",
-            1,
-            "alpha 0.8, k 5, c 0.05 (2.95x)",
-            _speedup_probe([0.8, 5, 0.05]),
-            _judge_speedup,
-            visible=True,
+            "paper", 1, "alpha 0.8, k 5, c 0.05 (2.95x)", _speedup_probe([0.8, 5, 0.05]), _judge_speedup, visible=True
         ),
-        Check("speculative_speedup.random", "speculative_speedup", 1, "other values", _speedup_probe(), _judge_speedup),
+        Check("random", 1, "other values", _speedup_probe(), _judge_speedup),
     ],
     requirements=[
-        Requirement(
-            "(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))",
-            ("speculative_speedup.paper", "speculative_speedup.random"),
-        ),
+        Requirement("(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))", ("paper", "random")),
     ],
     builds_on=("expected_tokens_per_call",),
 )
@@ -494,44 +439,29 @@ NGRAM = Exercise(
     ("ngram_draft",),
     [
         Check(
-            "ngram_draft.example",
-            "ngram_draft",
+            "example",
             1,
             'the chapter\'s example ("a cat", n = 2, k = 5)',
             _ngram_probe("example"),
             _judge_ngram,
             visible=True,
         ),
-        Check(
-            "ngram_draft.random", "ngram_draft", 1, "a random text over 4 tokens", _ngram_probe("random"), _judge_ngram
-        ),
-        Check("ngram_draft.tie", "ngram_draft", 1, "continuations that tie", _ngram_probe("tie"), _judge_ngram),
-        Check(
-            "ngram_draft.stop",
-            "ngram_draft",
-            1,
-            "a context never followed by anything",
-            _ngram_probe("stop"),
-            _judge_ngram,
-        ),
+        Check("random", 1, "a random text over 4 tokens", _ngram_probe("random"), _judge_ngram),
+        Check("tie", 1, "continuations that tie", _ngram_probe("tie"), _judge_ngram),
+        Check("stop", 1, "a context never followed by anything", _ngram_probe("stop"), _judge_ngram),
     ],
     requirements=[
         Requirement(
             "each proposal: the token that most often follows the context's last n tokens in text",
-            ("ngram_draft.example", "ngram_draft.random"),
+            ("example", "random"),
         ),
-        Requirement("on a tie, the smallest token", ("ngram_draft.tie",)),
-        Requirement(
-            "each proposal joins the context before the next lookup", ("ngram_draft.example", "ngram_draft.random")
-        ),
+        Requirement("on a tie, the smallest token", ("tie",)),
+        Requirement("each proposal joins the context before the next lookup", ("example", "random")),
         Requirement(
             "stops when the last n tokens are never followed by a token, returning the proposals so far (maybe none)",
-            ("ngram_draft.stop",),
+            ("stop",),
         ),
-        Requirement(
-            "a list of at most k ints",
-            ("ngram_draft.example", "ngram_draft.random", "ngram_draft.tie", "ngram_draft.stop"),
-        ),
+        Requirement("a list of at most k ints", ("example", "random", "tie", "stop")),
     ],
 )
 

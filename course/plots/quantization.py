@@ -233,3 +233,24 @@ def plot_nf4_levels(seed: int = 0) -> Figure:
     ax.set(xlabel="value / absmax of its group", yticks=[])
     ax.legend(fontsize=8, loc="upper left")
     return fig
+
+
+def plot_int4_speedup(rows: list[dict]) -> Figure:
+    """The int4 layer's speed-up over float32 against the float32 weight's size, with the bound the
+    bytes set (float32 bytes / int4 bytes) and the 1x line. ``rows``: ``course.kernels.int4.speedup``'s."""
+    rows = sorted(rows, key=lambda r: r["fp32_bytes"])
+    mib = [r["fp32_bytes"] / 2**20 for r in rows]
+    fig = new_figure(6, 3.4, left=0.12)
+    ax = fig.subplots()
+    ax.plot(mib, [r["speedup"] for r in rows], "o-", color=BLUE, label="int4 (fused kernel) / float32, measured")
+    ax.plot(mib, [r["bound"] for r in rows], "--", color=ORANGE, label="bytes ratio: the bound if reading were all")
+    ax.axhline(1, color=GREY, lw=1, label="1x: as fast as float32")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set(
+        xlabel="float32 weight (MiB), one token through one layer",
+        ylabel="speed-up over float32",
+        title="int4 against float32, by the size of the layer",
+    )
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
