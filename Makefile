@@ -83,6 +83,7 @@ release: $(BIN)/.installed-dev
 	$(BIN)/python -m autograder.release
 
 chapter: $(BIN)/.installed-base
+	@test -n "$(SLUG)" -a -n "$(N)" || { echo "usage: make chapter SLUG=pruning N=10"; exit 2; }
 	$(BIN)/python tools/new_chapter.py --slug "$(SLUG)" --number "$(N)"
 
 autograde: $(BIN)/.installed-dev

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from autograder import feedback, gradebook, leaderboard, notebook, sandbox, shards, similarity
-from autograder.chapters import CHAPTERS, exercise_by_id
+from autograder import feedback, gradebook, notebook, sandbox, shards, similarity
+from autograder.chapters import CHAPTERS, class_file_writers, exercise_by_id
 from autograder.checks import Check, Verdict, builds_on_note, encode_probe
 from course import timing
 
@@ -307,7 +307,8 @@ def write_class(
     gradebook.write_gradebook(out, graded)
     notes = gradebook.write_exports(out, graded, roster)
     by_exercise, total = similarity.write_report(out, graded, threshold)
-    leaderboard.write(out, [(g.learner, g.report) for g in graded])  # chapter 9's capstone, when graded
+    for chapter, write in class_file_writers().items():  # chapter 9's leaderboard, when graded
+        write(out, [(g.learner, g.report) for g in graded if g.report.chapter == chapter])
     notes.append(f"{total} (similarity.html)")
     (Path(out) / NOTES).write_text(
         "# What to know about this gradebook\n\n"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from autograder import grade, leaderboard
+from autograder import grade
 from autograder.chapters import choosing_a_technique as checks
 from course import checkpoints, lora, quantization, speculative_decoding
 from course import choosing_a_technique as technique
@@ -305,13 +305,13 @@ def test_leaderboard_ranks_the_budget_first_then_tokens_per_call(tmp_path):
         ("cy", _report(figures(technique.REFERENCE))),
         ("di", _report(None)),  # another chapter, or no configuration
     ]
-    path = leaderboard.write(tmp_path, graded)
+    path = checks.write_class_files(tmp_path, graded)
     rows = list(csv.DictReader(path.open()))
     assert [r["learner"] for r in rows] == ["cy", "ada", "bo"]
     assert [r["rank"] for r in rows] == ["1", "2", "3"] and rows[2]["within_budget"] == "False"
     table = (tmp_path / "leaderboard.md").read_text()
     assert "| 1 | cy | int4 g64 + distilled k=4 | yes |" in table
-    assert leaderboard.write(tmp_path / "none", [("di", _report(None))]) is None
+    assert checks.write_class_files(tmp_path / "none", [("di", _report(None))]) is None
 
 
 # --- planted mistakes -------------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
 
 
 def test_the_leaderboard_gets_the_graded_figures(planted_reports):
-    rows = leaderboard.entries(list(planted_reports.items()))
+    rows = checks.leaderboard_entries(list(planted_reports.items()))
     assert {r["learner"] for r in rows} == set(PLANTED) - {"capstone_misspelt"}  # the others keep the solution's
     assert all(r["configuration"] for r in rows)
 

@@ -205,6 +205,10 @@ def test_a_new_chapter_is_its_files(tmp_path):
         [sys.executable, "tools/new_chapter.py", "--slug", "throwaway", "--number", "11"], cwd=tree, capture_output=True
     )
     assert again.returncode == 2 and b"would overwrite" in again.stderr
+    taken = subprocess.run(
+        [sys.executable, "tools/new_chapter.py", "--slug", "other", "--number", "10"], cwd=tree, capture_output=True
+    )
+    assert taken.returncode == 2 and b"number 10 is taken by solutions/10_throwaway.py" in taken.stderr
     done = subprocess.run(
         [sys.executable, "-c", SCAFFOLD, str(tmp_path)],
         cwd=tree,

@@ -39,11 +39,13 @@ def write(slug: str, number: int, title: str | None = None, root: Path = ROOT) -
         raise ValueError(f"slug {slug!r}: use lower-case letters, digits and _, starting with a letter (like kv_cache)")
     if not 1 <= number <= 99:
         raise ValueError(f"number {number}: chapters are numbered 1 to 99")
-    taken = [p.name for p in (root / "solutions").glob("[0-9][0-9]_*.py") if p.name.startswith(f"{number:02d}_")]
+    taken = sorted((root / "solutions").glob(f"{number:02d}_*.py"))
+    if taken:
+        raise FileExistsError(f"number {number} is taken by solutions/{taken[0].name}: choose another")
     targets = [root / name for name in chapter_files(slug, number)]
-    existing = [str(p.relative_to(root)) for p in targets if p.exists()] + taken
+    existing = [str(p.relative_to(root)) for p in targets if p.exists()]
     if existing:
-        raise FileExistsError(f"chapter {number} ({slug}) would overwrite {', '.join(existing)}: choose another")
+        raise FileExistsError(f"chapter {number} ({slug}) would overwrite {', '.join(existing)}: choose another slug")
     words = {"{{slug}}": slug, "{{number}}": str(number), "{{title}}": title or slug.replace("_", " ").capitalize()}
     for template, target in zip(FILES, targets, strict=True):
         text = (TEMPLATE / template).read_text()

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 from autograder import quiz
 from autograder.checks import Exercise
@@ -23,6 +24,16 @@ def _registry() -> dict[str, list[Exercise]]:
 
 
 CHAPTERS: dict[str, list[Exercise]] = _registry()
+
+
+def class_file_writers() -> dict[str, Callable]:
+    """Chapter -> what it writes beside a class's gradebook, for the chapters whose checks module
+    has a ``write_class_files(out, graded)`` (chapter 9's leaderboard): ``graded`` are the pairs
+    (learner, report) of the chapter's submissions."""
+    modules = {chapter: importlib.import_module(f"{__name__}.{paths.slug(chapter)}") for chapter in CHAPTERS}
+    return {
+        chapter: module.write_class_files for chapter, module in modules.items() if hasattr(module, "write_class_files")
+    }
 
 
 def exercise_by_id(grade_id: str) -> Exercise:

@@ -1,10 +1,13 @@
 """Chapter 9's exercises: fine_tuning_advice (the rule for when to fine-tune), pack_int4 (two 4-bit
 codes to a byte) and capstone_configuration (a configuration within the budget, measured here by
-the course's own code: the learner's function only names the configuration)."""
+the course's own code: the learner's function only names the configuration); and the class
+leaderboard of the capstone that grading a class writes beside the gradebook."""
 
 from __future__ import annotations
 
+import csv
 import itertools
+from pathlib import Path
 
 import torch
 
@@ -288,3 +291,71 @@ CAPSTONE = Exercise(
 )
 
 EXERCISES = [ADVICE, PACK, CAPSTONE]
+
+
+# --- the class leaderboard of the capstone -------------------------------------------------------------
+# Each submission's configuration and its graded figures (bytes of weights, held-out loss, tokens per
+# target call), ranked: configurations within the budget first; then the most tokens per target call
+# (the speed figure that does not depend on the machine), the fewest bytes, the lowest loss. The
+# wall-clock speed-up is not on it: each learner measured it on a different machine.
+# Not handled: several submissions of one learner (each is a row of its own).
+
+LEADERBOARD_COLUMNS = (
+    "rank",
+    "learner",
+    "configuration",
+    "within_budget",
+    "weight_bytes",
+    "weights_share",
+    "loss",
+    "loss_gap",
+    "tokens_per_call",
+)
+
+
+def leaderboard_entries(graded) -> list[dict]:
+    """The ranked rows for ``graded``, pairs of (learner, report); submissions without capstone
+    figures (other chapters, an unanswered or invalid configuration) have none."""
+    rows = []
+    for learner, report in graded:
+        data = next((t.data for t in report.tests if t.data and "tokens_per_call" in t.data), None)
+        if data is not None:
+            rows.append({"learner": learner, **{key: data[key] for key in LEADERBOARD_COLUMNS[2:]}})
+    rows.sort(key=lambda r: (not r["within_budget"], -r["tokens_per_call"], r["weight_bytes"], r["loss"]))
+    return [{"rank": rank, **row} for rank, row in enumerate(rows, start=1)]
+
+
+def leaderboard_markdown(rows: list[dict]) -> str:
+    """The leaderboard as a Markdown table, figures rounded for reading."""
+    lines = [
+        "# Capstone leaderboard",
+        "",
+        "Within the budget first, then most tokens per target call, fewest bytes, lowest loss.",
+        "",
+        "| rank | learner | configuration | within budget | weights (MB) | share of fp32 | held-out loss "
+        "| vs fp32 | tokens per call |",
+        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['rank']} | {r['learner']} | {r['configuration']} | {'yes' if r['within_budget'] else 'no'} "
+            f"| {r['weight_bytes'] / 1e6:.2f} | {100 * r['weights_share']:.1f}% | {r['loss']:.4f} "
+            f"| {r['loss_gap']:+.4f} | {r['tokens_per_call']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_class_files(out: Path, graded) -> Path | None:
+    """The class leaderboard, written beside the gradebook (``grade.write_class_files`` calls this
+    for the chapter's submissions): ``leaderboard.csv`` and ``leaderboard.md`` in ``out`` when any
+    submission has capstone figures; return the CSV's path (None when there was nothing to rank)."""
+    rows = leaderboard_entries(graded)
+    if not rows:
+        return None
+    path = Path(out) / "leaderboard.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=LEADERBOARD_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    (Path(out) / "leaderboard.md").write_text(leaderboard_markdown(rows))
+    return path
