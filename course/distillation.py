@@ -5,6 +5,9 @@ distribution to the student's, both softened by a temperature T, times T**2 so t
 keep their size as T changes. A worked example: for teacher logits (2, 0) and student logits (0, 0)
 at T = 1, KL = 0.881 log(0.881 / 0.5) + 0.119 log(0.119 / 0.5) = 0.328 nats.
 
+:func:`prune_smallest` is the other way to a smaller model that chapter 7 measures: unstructured
+magnitude pruning, the smallest weights of a matrix set to zero.
+
 Not handled: sequence-level or on-policy distillation, teachers and students with different
 vocabularies.
 """
@@ -49,3 +52,17 @@ def soft_target_mix(
     if weight == 0:
         return hard
     return weight * distillation_loss(student_logits, teacher_logits, temperature) + (1 - weight) * hard
+
+
+def prune_smallest(weight: torch.Tensor, share: float) -> torch.Tensor:
+    """A copy of ``weight`` with its ``int(share * weight.numel())`` smallest weights by magnitude,
+    ranked over the whole matrix, set to zero (unstructured magnitude pruning); ``weight`` itself
+    is left as it was. Ties at the cutoff go to the earlier position (``torch.sort`` is stable).
+
+    Not handled: per-row or structured pruning, shares outside [0, 1] (ValueError).
+    """
+    if not 0 <= share <= 1:
+        raise ValueError(f"share must be between 0 and 1 (the fraction of weights to zero), got {share!r}")
+    flat = weight.flatten().clone()
+    flat[flat.abs().sort(stable=True).indices[: int(share * flat.numel())]] = 0
+    return flat.reshape(weight.shape)

@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from course import flash_attention, lora, quantization
+from course import flash_attention, lora, quantization, readings
 from course.model import repeat_kv
 
 # --- the course model's interface over a transformers model ---------------------------------------
@@ -233,6 +233,16 @@ def quantized_weights(model: nn.Module, method: str, group_size: int | None = No
                 layer.weight.copy_(originals[name])
 
 
+def distinct_per_block(weight: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """How many distinct values each run of ``block`` consecutive weights of a row holds: at most
+    16 for weights that were 4-bit codes (GGUF's Q4_1 stores blocks of 32 as codes times a scale
+    plus a minimum). Not handled: rows whose length ``block`` does not divide (ValueError)."""
+    if weight.shape[-1] % block:
+        raise ValueError(f"rows of {weight.shape[-1]} do not split into blocks of {block}")
+    rows = weight.detach().reshape(-1, block).sort(dim=1).values
+    return (rows.diff(dim=1) != 0).sum(dim=1) + 1
+
+
 def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
     """Two 4-bit codes per byte, the first in the high nibble (bitsandbytes' layout): (n,) -> (n/2,) uint8."""
     flat = codes.flatten().to(torch.uint8)
@@ -270,6 +280,49 @@ def linear_inputs(model: nn.Module, ids: torch.Tensor, names: Iterable[str] = ("
 def outlier_features(x: torch.Tensor, threshold: float = 6.0) -> torch.Tensor:
     """Indices of the feature columns of ``x`` (tokens, features) where some |value| reaches ``threshold``."""
     return (x.abs() >= threshold).any(dim=0).nonzero().flatten()
+
+
+def requantization_reading(losses: dict[str, float], reference: str = "float32") -> str:
+    """What each scheme of ``losses`` (label -> nats per token, labelled as chapter 8 labels them:
+    "int4, per row", "int4, groups of 64", ...) cost over ``reference``, and the share of the
+    per-row int4 cost that each group size repaired: "most of it" only above half. Not handled:
+    noise in the losses (they are deterministic for one text; a few thousandths apart is a tie)."""
+    base = losses[reference]
+    cost = {label: loss - base for label, loss in losses.items() if label != reference}
+    lines = [f"{label}: {extra:+.3f} nats per token over {reference}" for label, extra in cost.items()]
+    per_row = cost.get("int4, per row")
+    grouped = {label: extra for label, extra in cost.items() if label.startswith("int4, groups")}
+    if per_row and per_row > 0 and grouped:
+        shares = {label: 1 - extra / per_row for label, extra in grouped.items()}
+        said = readings.listing([f"{label.removeprefix('int4, ')} {share:.0%}" for label, share in shares.items()])
+        best = max(shares.values())
+        how = "most of it" if best > 0.5 else "less than half of it"
+        lines.append(f"groups repair {how}: of int4's per-row {per_row:+.3f}, they take back {said}")
+    return ";\n".join(lines)
+
+
+def outliers_reading(features: dict[str, tuple[int, int]], errors: dict[str, tuple[float, float]]) -> str:
+    """What the outlier measurements of chapter 8 show: per layer type, ``features`` (how many of the
+    input features reach the threshold, of how many) and ``errors`` (relative error of the product
+    all in int8, and with those features in float), the first two types compared. A share above
+    5% is read as many large features, not LLM.int8()'s few outlier dimensions; two int8 errors
+    within 10% of each other as the same. Not handled: fewer than two layer types."""
+    lines = []
+    for name, (reaching, total) in features.items():
+        share = reaching / total
+        kind = "a few outlier dimensions" if share <= 0.05 else "not a few outlier dimensions but many large features"
+        int8, mixed = errors[name]
+        lines.append(
+            f"{name}: {reaching} of {total} features ({share:.1%}) reach the threshold: {kind}; float for them takes "
+            f"int8's relative error from {int8:.4f} to {mixed:.4f}"
+        )
+    (a, (ea, _)), (b, (eb, _)) = list(errors.items())[:2]
+    same = abs(ea / eb - 1) <= 0.10
+    lines.append(
+        f"int8 alone errs {'about as much' if same else 'differently'} on {a} ({ea:.4f}) and {b} ({eb:.4f})"
+        + (": the large features do not make int8 worse here" if same else "")
+    )
+    return ";\n".join(lines)
 
 
 # --- chapter 5: the model's own attention --------------------------------------------------------

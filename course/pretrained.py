@@ -154,6 +154,36 @@ def load_tokenizer():
     return AutoTokenizer.from_pretrained(path)
 
 
+class _OptionalKernelNotice:
+    """A logging filter for bitsandbytes' notice that it could not fetch an optional faster CPU kernel
+    from the Hugging Face hub (the ``kernels`` package downloads it at run time, which the course
+    never does): it falls back to its own CPU kernel, the one chapter 8 measures. Every other
+    message of that logger passes."""
+
+    def filter(self, record) -> bool:
+        return "from kernels-community" not in record.getMessage()
+
+
+def quiet_noise() -> None:
+    """Silence what loading through transformers and bitsandbytes prints that is noise for the
+    chapter: bitsandbytes' optional-kernel notice (:class:`_OptionalKernelNotice`), transformers'
+    deprecation notes and its FutureWarning about a renamed attribute that peft reads; warnings
+    that say something about the model stay."""
+    import logging
+    import warnings
+
+    from transformers.utils import logging as transformers_logging
+
+    # peft asks the model whether gradient checkpointing is on by the name transformers renamed
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+
+    transformers_logging.set_verbosity_error()  # deprecation notes
+    transformers_logging.disable_progress_bar()  # a bar for a load of a second or two
+    notices = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    if not any(isinstance(f, _OptionalKernelNotice) for f in notices.filters):
+        notices.addFilter(_OptionalKernelNotice())
+
+
 def load(dtype=None, quantization_config=None):
     """(model, tokenizer): SmolLM2-135M-Instruct in eval mode on the CPU, float32 unless ``dtype``.
 
@@ -164,10 +194,8 @@ def load(dtype=None, quantization_config=None):
     _offline()
     import torch
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
 
-    logging.set_verbosity_error()  # deprecation notes
-    logging.disable_progress_bar()  # a bar for a load of a second or two
+    quiet_noise()
     options = {"dtype": dtype or torch.float32}
     if quantization_config is not None:
         require("bitsandbytes", "accelerate")

@@ -33,6 +33,58 @@ def faster(base_seconds: float, seconds: float, name: str, base_name: str, withi
     return f"{name} is {1 / ratio:.2f}x slower than {base_name}"
 
 
+def fewer_bytes(
+    base_seconds: float, seconds: float, byte_ratio: float, name: str, base_name: str, paid: float = 0.75
+) -> str:
+    """What reading ``byte_ratio`` times the bytes of ``base_name`` did for ``name``'s time, with the
+    speed-up beside it. Fewer bytes explain a speed-up of at most 1 / ``byte_ratio``: a larger one
+    is read as a cache effect (the smaller data fits a cache the larger does not) or noise. The
+    bytes "paid off" when the time fell below ``paid`` of ``base_name``'s."""
+    if not 0 < byte_ratio < 1:
+        raise ValueError(f"byte_ratio must be between 0 and 1 (the smaller format's share of bytes), got {byte_ratio}")
+    said = faster(base_seconds, seconds, name, base_name)
+    bound = 1 / byte_ratio
+    if base_seconds / seconds > bound * 1.05:
+        return (
+            f"{said}: more than the {bound:.1f}x that {byte_ratio:.0%} of the bytes can explain, so a cache "
+            "effect (the smaller data fits a cache the larger does not) or noise, not the bytes alone"
+        )
+    if seconds < paid * base_seconds:
+        return f"{said}: {byte_ratio:.0%} of the bytes paid off here (at most {bound:.1f}x from the bytes)"
+    return f"{said}: {byte_ratio:.0%} of the bytes did not pay off here; the kernel, not the memory, sets the time"
+
+
+def spread(ratios: Sequence[float]) -> str:
+    """ "1.34x (1.20 to 1.41x over 3 repeats)": the median of repeated ratios and their range."""
+    if not ratios:
+        raise ValueError("no repeats to read")
+    ordered = sorted(ratios)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    if len(ordered) == 1:
+        return f"{median:.2f}x (one repeat: no spread measured)"
+    return f"{median:.2f}x ({ordered[0]:.2f} to {ordered[-1]:.2f}x over {len(ordered)} repeats)"
+
+
+def against_one(ratios: Sequence[float], name: str, base_name: str) -> str:
+    """Speed-ups of ``name`` over ``base_name``, one per repeat (each pair timed moments apart):
+    faster or slower only when every repeat says so; repeats on both sides of 1x are within the noise."""
+    said = spread(ratios)
+    if min(ratios) > 1:
+        return f"{name} was faster than {base_name} in every repeat: {said}"
+    if max(ratios) < 1:
+        return f"{name} was slower than {base_name} in every repeat: {said}"
+    return f"{name} and {base_name} are within the noise of each other: {said}, on both sides of 1x"
+
+
+def paired(ratios: Sequence[float], base_ratios: Sequence[float], name: str, base_name: str) -> str:
+    """Two speed-ups over the same baseline, measured in the same repeats: ``name`` against
+    ``base_name`` repeat by repeat (read with :func:`against_one`)."""
+    if len(ratios) != len(base_ratios):
+        raise ValueError(f"need the same repeats for both, got {len(ratios)} and {len(base_ratios)}")
+    return against_one([a / b for a, b in zip(ratios, base_ratios, strict=True)], name, base_name)
+
+
 def versus(measured: float, expected: float, what: str = "the formula", within: float = 0.05) -> str:
     """``measured`` against ``expected``: "within 5% of the formula (+1.2%)", or "13% below the formula"."""
     if expected == 0:

@@ -251,7 +251,7 @@ print(
 )
 print(
     f"decode at batch 1 reaches {readings.share_of_roof(predicted_decode / decode_per_token)} "
-    f"(predicted {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s)"
+    f"(predicted {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.1f} GB/s, as measured above)"
 )
 
 # %% [markdown]

@@ -256,14 +256,19 @@ check("effective_bits", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# QLoRA goes one step further with **double quantization**: the fp16 scales are themselves
-# quantized to 8 bits, with one fp32 scale for every 256 of them. The overhead drops from
-# 0.25 to 8/64 + 32/(64 x 256) = 0.127 bits per weight:
+# QLoRA's NF4 keeps its scales (one absmax per block of 64 weights) in **fp32**: 32 / 64 = 0.5 bits
+# per weight, so 4.5 bits in all (chapter 8 measures bitsandbytes' NF4 layers at 0.5625 bytes per
+# weight, the same 4.5 bits). QLoRA then adds **double quantization**: those fp32 constants are
+# themselves quantized to 8 bits, with one fp32 constant for every 256 of them. The overhead drops
+# from 0.5 to 8/64 + 32/(64 x 256) = 0.127 bits per weight, below even fp16 scales' 0.25:
 
 # %%
 for group in (128, 64, 32, 16):
     print(f"int4, fp16 scale per {group:3d} weights: {quantization.effective_bits(4, group):.3f} bits")
-print(f"int4, double-quantized scales per 64: {quantization.effective_bits_double_quant():.3f} bits")
+fp32_constants = quantization.effective_bits(4, 64, scale_bits=32)
+double = quantization.effective_bits_double_quant()
+print(f"NF4, fp32 absmax per  64 weights: {fp32_constants:.3f} bits (QLoRA without double quantization)")
+print(f"NF4, double-quantized constants:  {double:.3f} bits (saves {fp32_constants - double:.3f} bits per weight)")
 assert quantization.effective_bits(4, 64) == numbers["int4_g64_fp16_bits"]["value"] == 4.25
 
 # %% [markdown]
@@ -431,17 +436,16 @@ for dtype in (torch.float32, torch.bfloat16):
 ratio = rows[1]["seconds"] / rows[0]["seconds"]
 print(f"bfloat16 / float32 time: {ratio:.2f} (0.50 if reading the bytes were all that counted)")
 print(
-    readings.faster(rows[0]["seconds"], rows[1]["seconds"], "bfloat16", "float32")
-    + (
-        ": half the bytes paid off here"
-        if ratio < 0.75
-        else ": half the bytes did not pay off here; the kernel, not the memory, sets the time"
+    readings.fewer_bytes(
+        rows[0]["seconds"], rows[1]["seconds"], rows[1]["bytes"] / rows[0]["bytes"], "bfloat16", "float32"
     )
 )
 
 # %% [markdown]
 # Whether half the bytes give half the time depends on the kernel, and the printed line says
-# what happens on this machine. On a GPU the bfloat16 product takes about half the time: the
+# what happens on this machine. Half the bytes explain at most half the time: a larger speed-up
+# comes from somewhere else (such as the 32 MiB bfloat16 matrix fitting a cache that the 64 MiB float32
+# one overflows, or another program slowing one of the two runs), and the line says so. On a GPU the bfloat16 product takes about half the time: the
 # weights are read at full bandwidth whatever their type. On many CPUs it does *not*, because
 # torch has no kernel there that reads bfloat16 as fast as it computes with it: the bytes shrink
 # but the arithmetic around them gets slower. Lower precision pays off only when a kernel reads

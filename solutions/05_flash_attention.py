@@ -130,9 +130,12 @@ plots.widget_online_softmax()
 # ### Your turn: `blockwise_attention`
 #
 # Write `blockwise_attention(q, k, v, block)` for `q` of shape `(n_q, D)` and `k`, `v` of shape
-# `(n_k, D)`, visiting `block` keys at a time (the last block may be shorter), without ever
-# forming the full `(n_q, n_k)` score matrix (the check records the largest tensor your function
-# creates). It must equal ordinary softmax attention for every block size, and survive large scores.
+# `(n_k, D)`, visiting `block` keys at a time with the online softmax (the last block may be
+# shorter), without ever forming the full `(n_q, n_k)` score matrix. A loop over queries (one at a
+# time, or a block of them) with an ordinary softmax over all keys saves memory too, but it is not
+# this algorithm: the checks record what your function creates and fail any scores of a query
+# against all keys at once. It must equal ordinary softmax attention for every block size, and
+# survive large scores.
 
 
 # %% nbgrader={"grade": false, "grade_id": "blockwise_attention", "locked": false, "schema_version": 3, "solution": true}

@@ -38,7 +38,7 @@ REPEATS = 3  # timed repeats; speed-ups are medians over them
 # %%
 import torch
 
-from course import checkpoints, corpus, speculative_decoding, timing
+from course import checkpoints, corpus, readings, speculative_decoding, timing
 from course.device import best_device, describe
 from course.model import generate
 from course.plots import speculative_decoding as plots
@@ -285,7 +285,8 @@ print(corpus.decode(tokens[0].cpu()))
 #   `text`; on a tie, the smallest token;
 # * each proposal joins the context before the next lookup;
 # * when the last `n` tokens never occur in `text` with a token after them, stop and return the
-#   proposals so far (possibly none).
+#   proposals so far (possibly none): do not back off to a shorter context (the course's
+#   `NGramDraft` below does, to always have a proposal; this exercise does not).
 #
 # Example: in "the cat sat on the mat; the cat ran; the hat" the context "a cat" with n = 2 ends in
 # "at", followed three times by " ", once by ";" and once by nothing (the end): propose " ". Then
@@ -372,7 +373,7 @@ for temperature, label in ((0.0, "greedy"), (1.0, "sampled")):
         print(
             f"{name:15s} alpha {r['alpha']:.2f}  c {r['cost']:.3f}  verify {r['verify']:.2f}  "
             f"tokens per call {r['tokens_per_call']:.2f} (formula {r['formula']:.2f})  "
-            f"speed-up {r['speedup']:.2f}x (formula with c: {r['formula_speedup']:.2f}x)"
+            f"speed-up {readings.spread(r['speedups'])} (formula with c: {r['formula_speedup']:.2f}x)"
         )
         measured[f"{name}, {label}"] = r
     print(speculative_decoding.drafts_reading(results))

@@ -68,8 +68,9 @@ print(describe(device))
 # Write `fine_tuning_advice(need, changes_often, tried_prompting)`. `need` is one of
 # `"knowledge"`, `"instructions"`, `"format"`, `"tone"` and `"narrow_task"`; `changes_often` says
 # whether what the model must learn changes often; `tried_prompting` whether prompting has
-# seriously been tried. Return `"retrieval"`, `"prompting"` or `"fine-tuning"`, following the rule
-# above, and raise `ValueError` for a need that is not on the list.
+# seriously been tried. Return exactly one of the strings `"retrieval"`, `"prompting"` or
+# `"fine-tuning"` (with a hyphen: the checks compare the strings), following the rule above, and
+# raise `ValueError` for a need that is not on the list.
 #
 # The cell below holds the only imports the grader gives your answers; you may import more
 # inside your own cells.
@@ -164,7 +165,9 @@ plots.widget_guide()
 # * the weights the server holds, target and draft as stored, take **at most a quarter** of the
 #   float32 target's bytes;
 # * the held-out loss stays **within 0.02 nats/byte** of the float32 target's;
-# * every target call yields **at least 2 tokens** in greedy decoding.
+# * the target calls yield **at least 2 tokens on average** in greedy decoding: the new tokens of
+#   all the held-out prompts divided by the target calls that made them (one call may yield only
+#   its own token, as long as the average holds).
 #
 # These three figures are deterministic: bytes are counted from the stored tensors, the loss comes
 # from fixed windows of the held-out plays, and the tokens per call from greedy runs on fixed

@@ -333,6 +333,14 @@ PLANTED = {
         {"fine_tuning_advice.notes", "fine_tuning_advice.all"},
         "changes often",
     ),
+    "advice_spelt_with_an_underscore": Planted(  # the right rule, not the strings the prompt lists
+        "fine_tuning_advice",
+        ADVICE_HEAD + "    if need == 'knowledge':\n        return 'retrieval'\n"
+        "    if need == 'instructions' or changes_often or not tried_prompting:\n"
+        "        return 'prompting'\n    return 'fine_tuning'\n",
+        {"fine_tuning_advice.notes", "fine_tuning_advice.all"},
+        "which means 'fine-tuning': return exactly",
+    ),
     "pack_low_nibble_first": Planted(
         "pack_int4",
         "def pack_int4(codes):\n    if codes.shape[1] % 2:\n        raise ValueError('odd')\n"
@@ -406,3 +414,10 @@ FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
 
 # the course's answers to the exercises its checks drive with a scenario
 SCENARIO_ANSWERS = {"fine_tuning_advice": technique.fine_tuning_advice}
+
+PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
+    "advice_spelt_otherwise": "def fine_tuning_advice(need, changes_often, tried_prompting):\n"
+    "    if need == 'knowledge':\n        return 'retrieval'\n"
+    "    if need == 'instructions' or changes_often or not tried_prompting:\n"
+    "        return 'prompting'\n    return 'fine_tuning'\n",
+}

@@ -48,6 +48,40 @@ def test_plot_returns_a_figure_that_renders():
     assert figure_png(figure).startswith(b"\x89PNG")
 
 
+def test_prune_smallest_zeroes_exactly_the_smallest_magnitudes_of_a_copy():
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(16, 24, generator=g)
+    for share in (0.0, 0.1, 0.5, 0.93, 1.0):
+        pruned = distillation.prune_smallest(weight, share)
+        count = int(share * weight.numel())
+        assert int((pruned == 0).sum()) == count
+        kept = pruned != 0
+        assert torch.equal(pruned[kept], weight[kept])  # what stays is unchanged
+        if 0 < count < weight.numel():  # every pruned magnitude is at most every kept one
+            assert weight.abs()[~kept].max() <= weight.abs()[kept].min()
+    assert distillation.prune_smallest(weight, 0.5) is not weight and int((weight == 0).sum()) == 0
+    columns = weight.T  # not contiguous
+    assert torch.equal(distillation.prune_smallest(columns, 0.5), distillation.prune_smallest(weight, 0.5).T)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        distillation.prune_smallest(weight, 1.5)
+
+
+PRUNE = """
+def prune_smallest(weight, share):
+    if not 0 <= share <= 1:
+        raise ValueError("share")
+    pruned = weight.clone()
+    {body}
+    return pruned
+"""
+VALUES = {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.copy"}
+
+
+def prune(ranks="weight.abs().flatten().argsort()", extra="") -> str:
+    """A prune_smallest that zeroes the first int(share * numel) (+ ``extra``) weights of ``ranks``."""
+    return PRUNE.format(body=f"pruned.view(-1)[{ranks}[: int(share * weight.numel()){extra}]] = 0")
+
+
 PLANTED = {
     "distill_no_t_squared": Planted(
         "distillation_loss",
@@ -57,6 +91,25 @@ PLANTED = {
         "    return (t.exp() * (t - s)).sum(-1).mean()\n",
         {"distillation_loss.batch_t2", "distillation_loss.t4", "distillation_loss.4d"},
         "T^2 factor",
+    ),
+    "prune_row_by_row": Planted(
+        "prune_smallest",
+        PRUNE.format(
+            body="keep = int(share * weight.shape[1])\n"
+            "    rows = weight.abs().argsort(dim=1)[:, :keep]\n"
+            "    pruned.scatter_(1, rows, 0.0)"
+        ),
+        {"prune_smallest.whole_matrix"},
+        "the same share of each row",
+    ),
+    "prune_with_kthvalue_at_least_one": Planted(  # the chapter's own first version: max(1, ...) prunes at share 0
+        "prune_smallest",
+        PRUNE.format(
+            body="cutoff = weight.abs().flatten().kthvalue(max(1, int(share * weight.numel()))).values\n"
+            "    pruned[weight.abs() <= cutoff] = 0"
+        ),
+        {"prune_smallest.edges"},
+        "share 0 zeroed 1 weight(s)",
     ),
 }
 
@@ -93,6 +146,28 @@ MISTAKES = {
     "kl_div_log_target": Planted(
         "distillation_loss", kl_div(teacher_fn="log_softmax", **FLAT), EVERY, "log_target=True"
     ),
+    "prune_the_largest": Planted(
+        "prune_smallest",
+        prune(ranks="weight.abs().flatten().argsort(descending=True)"),
+        VALUES,
+        "pruned the largest weights",
+    ),
+    "prune_signed_values": Planted(
+        "prune_smallest", prune(ranks="weight.flatten().argsort()"), VALUES, "ranked the signed values"
+    ),
+    "prune_in_place": Planted(
+        "prune_smallest",
+        prune().replace("pruned = weight.clone()", "pruned = weight"),
+        {"prune_smallest.copy"},
+        "the matrix passed in was changed too",
+    ),
+    "prune_one_too_many": Planted("prune_smallest", prune(extra=" + 1"), VALUES, "one weight too many"),
+    "prune_without_a_share_check": Planted(
+        "prune_smallest",
+        prune().replace('    if not 0 <= share <= 1:\n        raise ValueError("share")\n', ""),
+        {"prune_smallest.bad_share"},
+        "expected ValueError",
+    ),
     "temperature_on_the_student_only": Planted(
         "distillation_loss",
         "def distillation_loss(student_logits, teacher_logits, temperature):\n"
@@ -126,6 +201,31 @@ def distillation_loss(student_logits, teacher_logits, temperature):
     return float((np.exp(log_t) * (log_t - log_s)).sum(-1).mean() * temperature**2)
 """,
     ),
+    "prune_with_a_mask_of_the_cutoff": (
+        "prune_smallest",
+        """
+def prune_smallest(weight, share):
+    if share < 0 or share > 1:
+        raise ValueError(f"share {share} is not in [0, 1]")
+    count = int(share * weight.numel())
+    if count == 0:
+        return weight.clone()
+    cutoff = weight.abs().flatten().kthvalue(count).values
+    return torch.where(weight.abs() <= cutoff, torch.zeros_like(weight), weight)
+""",
+    ),
+    "prune_with_numpy": (
+        "prune_smallest",
+        """
+def prune_smallest(weight, share):
+    if not 0 <= share <= 1:
+        raise ValueError("share must be in [0, 1]")
+    w = weight.numpy().copy()
+    flat = w.reshape(-1)
+    flat[np.argsort(np.abs(flat), kind="stable")[: int(share * flat.size)]] = 0
+    return torch.from_numpy(w)
+""",
+    ),
     "cross_entropy_minus_entropy": (
         "distillation_loss",
         """
@@ -156,4 +256,11 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
     "    s = torch.log_softmax(student_logits / temperature, -1)\n"
     "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
     "    return (t.exp() * (t - s)).sum(-1).mean()\n",
+    "prune_row_by_row": "def prune_smallest(weight, share):\n"
+    "    if not 0 <= share <= 1:\n        raise ValueError('share')\n"
+    "    rows = weight.abs().argsort(dim=1)[:, : int(share * weight.shape[1])]\n"
+    "    return weight.clone().scatter_(1, rows, 0.0)\n",
 }
+
+# the course's answers to the exercises its checks drive with a scenario
+SCENARIO_ANSWERS = {"prune_smallest": distillation.prune_smallest}

@@ -144,6 +144,24 @@ PLANTED = {  # blockwise_attention calls the learner's own online_softmax_update
         {"blockwise_attention.no_score_matrix"},
         "as large as the whole",
     ),
+    "flash_hides_from_the_recorder": Planted(  # right numbers, the full matrix computed out of the recorder's sight
+        "blockwise_attention",
+        "from torch.utils._python_dispatch import _disable_current_modes\n\n"
+        "def blockwise_attention(q, k, v, block):\n"
+        "    with _disable_current_modes():\n"
+        "        return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1) @ v\n",
+        {"blockwise_attention.no_score_matrix", "blockwise_attention.key_blocks"},
+        "switched off torch's dispatch modes",
+    ),
+    "flash_query_blocks": Planted(  # saves memory, but an ordinary softmax over all keys per block of queries
+        "blockwise_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    rows = [torch.softmax(q[s:s + block] @ k.T / math.sqrt(q.shape[-1]), dim=-1) @ v\n"
+        "            for s in range(0, q.shape[0], block)]\n"
+        "    return torch.cat(rows)\n",
+        {"blockwise_attention.key_blocks"},
+        "a block of 16 queries against all 97 keys",
+    ),
 }
 
 
@@ -170,7 +188,9 @@ def blockwise_attention(q, k, v, block):
         m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
     return {returned}
 """
-EVERY_SIZE = {f"blockwise_attention.{c}" for c in ("block16", "uneven", "no_score_matrix", "large_scores", "block1")}
+EVERY_SIZE = {
+    f"blockwise_attention.{c}" for c in ("block16", "uneven", "no_score_matrix", "key_blocks", "large_scores", "block1")
+}
 
 # More plausible mistakes, judged in this process (conftest.assert_caught).
 MISTAKES = {
@@ -217,6 +237,23 @@ MISTAKES = {
         "    return torch.softmax(torch.cat(parts, dim=1), dim=-1) @ v\n",
         {"blockwise_attention.no_score_matrix"},
         "as large as the whole",
+    ),
+    "blockwise_one_query_against_all_keys": Planted(
+        "blockwise_attention",
+        "def blockwise_attention(q, k, v, block):\n"
+        "    return torch.stack([torch.softmax(k @ q[i] / math.sqrt(q.shape[-1]), dim=0) @ v\n"
+        "                        for i in range(q.shape[0])])\n",
+        {"blockwise_attention.key_blocks"},
+        "the scores of one query against all 97 keys",
+    ),
+    "blockwise_hides_from_the_recorder_by_popping": Planted(
+        "blockwise_attention",
+        "import torch.utils._python_dispatch as dispatch\n\n"
+        "def blockwise_attention(q, k, v, block):\n"
+        "    with dispatch._pop_mode_temporarily():\n"
+        "        return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1) @ v\n",
+        {"blockwise_attention.no_score_matrix", "blockwise_attention.key_blocks"},
+        "switched off torch's dispatch modes",
     ),
     "blockwise_sdpa": Planted(
         "blockwise_attention",
@@ -307,6 +344,9 @@ def test_two_series_with_the_same_numbers_are_both_visible():
 PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each
     "full_score_matrix": "def blockwise_attention(q, k, v, block):\n"
     "    return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), -1) @ v\n",
+    "query_blocks_against_all_keys": "def blockwise_attention(q, k, v, block):\n"
+    "    return torch.cat([torch.softmax(q[s:s + block] @ k.T / math.sqrt(q.shape[-1]), -1) @ v\n"
+    "                      for s in range(0, q.shape[0], block)])\n",
 }
 
 # the course's answers to the exercises its checks drive with a scenario

@@ -93,6 +93,46 @@ def test_the_cache_holds_exactly_what_the_gguf_file_decodes_to(loaded):
         assert torch.equal(state[name], expected.to(state[name].dtype)), name
 
 
+def test_only_the_optional_kernel_notice_is_silenced(caplog):
+    import logging
+
+    pretrained.quiet_noise()
+    pretrained.quiet_noise()  # once is enough: the filter is not stacked
+    notices = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    assert sum(isinstance(f, pretrained._OptionalKernelNotice) for f in notices.filters) == 1
+    with caplog.at_level(logging.WARNING, logger="bitsandbytes.backends.cpu.ops"):
+        notices.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s.", "No module named 'kernels'")
+        notices.warning("something about the weights")
+    assert [r.getMessage() for r in caplog.records] == ["something about the weights"]
+
+
+def test_requantization_reading_says_how_much_groups_repair():
+    losses = {"float32": 3.0, "int8, per row": 3.002, "int4, per row": 3.758, "int4, groups of 64": 3.444}
+    reading = in_practice.requantization_reading({**losses, "int4, groups of 32": 3.413})
+    assert "int8, per row: +0.002 nats per token over float32" in reading
+    assert "groups repair less than half of it: of int4's per-row +0.758, they take back groups of 64 41%" in reading
+    assert "groups repair most of it" in in_practice.requantization_reading({**losses, "int4, groups of 64": 3.1})
+
+
+def test_outliers_reading_tells_many_large_features_from_a_few_outliers():
+    reading = in_practice.outliers_reading(
+        {"q_proj": (3, 576), "down_proj": (522, 1536)}, {"q_proj": (0.0267, 0.02), "down_proj": (0.0264, 0.01)}
+    )
+    assert "q_proj: 3 of 576 features (0.5%) reach the threshold: a few outlier dimensions" in reading
+    assert "down_proj: 522 of 1536 features (34.0%) reach the threshold: not a few outlier dimensions" in reading
+    assert "int8 alone errs about as much on q_proj (0.0267) and down_proj (0.0264)" in reading
+    other = in_practice.outliers_reading({"a": (1, 100), "b": (1, 100)}, {"a": (0.01, 0.01), "b": (0.05, 0.01)})
+    assert "errs differently on a (0.0100) and b (0.0500)" in other
+
+
+def test_distinct_values_per_block_count_the_codes_a_weight_was_made_of():
+    codes = torch.arange(64).remainder(16).float().reshape(2, 32)  # 16 codes in each block of 32
+    assert in_practice.distinct_per_block(codes * 0.1 + 3.0).tolist() == [16, 16]
+    assert in_practice.distinct_per_block(torch.randn(4, 64), 32).tolist() == [32] * 8
+    with pytest.raises(ValueError, match="blocks of 32"):
+        in_practice.distinct_per_block(torch.zeros(2, 48))
+
+
 def test_the_model_answers(loaded):
     model, tokenizer = loaded
     prompt = tokenizer("The capital of France is", return_tensors="pt").input_ids

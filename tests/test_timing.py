@@ -75,6 +75,32 @@ def test_faster_reads_the_ratio_both_ways_and_calls_near_ties_even():
         readings.faster(0.0, 1.0, "a", "b")
 
 
+def test_repeats_are_read_as_within_the_noise_unless_every_one_agrees():
+    assert readings.spread([1.2, 1.41, 1.34]) == "1.34x (1.20 to 1.41x over 3 repeats)"
+    assert readings.spread([1.0, 2.0]) == "1.50x (1.00 to 2.00x over 2 repeats)"
+    assert "within the noise" in readings.against_one([0.88, 1.34, 0.97], "a", "b")
+    assert readings.against_one([1.1, 1.2, 1.05], "a", "b").startswith("a was faster than b in every repeat: 1.10x")
+    assert readings.against_one([0.8, 0.9], "a", "b").startswith("a was slower than b in every repeat")
+    assert readings.paired([1.2, 0.9], [1.0, 1.0], "a", "b").startswith("a and b are within the noise")
+    assert readings.paired([1.2, 1.8], [1.0, 1.5], "a", "b").startswith("a was faster than b in every repeat: 1.20x")
+    with pytest.raises(ValueError, match="same repeats"):
+        readings.paired([1.0], [1.0, 2.0], "a", "b")
+
+
+@pytest.mark.parametrize(
+    "float32, bfloat16, words",
+    [
+        (3.97, 1.0, "3.97x faster than float32: more than the 2.0x that 50% of the bytes can explain, so a cache"),
+        (1.9, 1.0, "1.90x faster than float32: 50% of the bytes paid off here"),
+        (1.0, 1.3, "1.30x slower than float32: 50% of the bytes did not pay off here"),
+    ],
+)
+def test_fewer_bytes_never_credits_the_bytes_with_more_than_their_ratio(float32, bfloat16, words):
+    assert words in readings.fewer_bytes(float32, bfloat16, 0.5, "bfloat16", "float32")
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        readings.fewer_bytes(1.0, 1.0, 2.0, "a", "b")
+
+
 @pytest.mark.parametrize(
     "measured, expected, words",
     [(2.40, 2.38, "within 5% of the formula (+0.8%)"), (3.14, 3.32, "5% below the formula"), (3.0, 2.0, "50% above")],

@@ -94,6 +94,12 @@ def _judge_advice(probe, got):
                 f"fine_tuning_advice{tuple(case)} returned {value!r}; return one of "
                 + ", ".join(repr(a) for a in technique.ADVICE),
             )
+        if value != label:  # the right idea, spelled otherwise: the prompt asks for the exact strings
+            return Verdict(
+                False,
+                f"fine_tuning_advice{tuple(case)} returned {value!r}, which means {label!r}: return exactly "
+                + ", ".join(repr(a) for a in technique.ADVICE),
+            )
     expected = [technique.fine_tuning_advice(*case) for case in cases]
     wrong = [i for i, (a, b) in enumerate(zip(labels, expected, strict=True)) if a != b]
     if not wrong:
@@ -240,8 +246,8 @@ PART_HINTS = {
     "weights_share": "the weights (target and draft) must take at most a quarter of the fp32 target's bytes: "
     "look at the bytes of each format in the table above",
     "loss_gap": "the held-out loss must stay within 0.02 nats/byte of fp32's: fewer bits cost quality",
-    "tokens_per_call": "each target call must yield at least 2 tokens: that takes a draft, and more than one "
-    "drafted token per call",
+    "tokens_per_call": "the target calls must yield at least 2 tokens on average (new tokens over target calls): "
+    "that takes a draft, and more than one drafted token per call",
 }
 
 
@@ -273,7 +279,7 @@ CAPSTONE = Exercise(
         for part, what in (
             ("weights_share", "weights at most a quarter of fp32's bytes"),
             ("loss_gap", "held-out loss within 0.02 nats/byte of fp32"),
-            ("tokens_per_call", "at least 2 tokens per target call"),
+            ("tokens_per_call", "at least 2 tokens per target call on average"),
         )
     ],
     requirements=[
@@ -286,7 +292,10 @@ CAPSTONE = Exercise(
             "the weights, target and draft as stored, at most a quarter of the fp32 target's bytes", ("weights_share",)
         ),
         Requirement("the held-out loss within 0.02 nats/byte of the fp32 target's", ("loss_gap",)),
-        Requirement("at least 2 tokens per target call in greedy decoding", ("tokens_per_call",)),
+        Requirement(
+            "at least 2 tokens per target call on average (new tokens over target calls) in greedy decoding",
+            ("tokens_per_call",),
+        ),
     ],
 )
 

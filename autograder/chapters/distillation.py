@@ -1,13 +1,26 @@
-"""Chapter 7's exercise: distillation_loss, judged against the course's loss and the mistakes it
+"""Chapter 7's exercises. distillation_loss, judged against the course's loss and the mistakes it
 can name (no T^2, the KL reversed, no temperature, the cross-entropy, a sum over positions, and
-torch.nn.functional.kl_div's reductions, which average over the wrong things on (B, T, vocab))."""
+torch.nn.functional.kl_div's reductions, which average over the wrong things on (B, T, vocab)).
+prune_smallest, judged against the course's magnitude pruning and its usual mistakes (the
+largest weights pruned, signed values ranked instead of magnitudes, each row ranked on its own,
+one weight too many or too few, the input changed in place)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Requirement, Verdict, judge_number, judges_value, number
+from autograder.checks import (
+    Check,
+    Exercise,
+    Requirement,
+    Verdict,
+    diagnose,
+    judge_number,
+    judge_raises,
+    judges_value,
+    number,
+)
 from course import distillation
 
 
@@ -79,6 +92,183 @@ def _kl(student_logits, teacher_logits) -> float:
     return distillation.kl_divergence(te, s).mean().item()
 
 
+# --- prune_smallest ------------------------------------------------------------------------------------
+
+
+def pruned_copy(function, weight, share) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): ``function(weight, share)``,
+    and whether the call changed ``weight`` itself."""
+    before = weight.clone()
+    pruned = function(weight, share)
+    return {"pruned": pruned, "input_changed": not bool((weight == before).all())}
+
+
+def _zero_where(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return weight.masked_fill(mask, 0.0)
+
+
+def _prune_mistakes(weight: torch.Tensor, share: float) -> list:
+    """(hint, the pruned matrix that mistake gives) for the usual wrong answers."""
+    count = int(share * weight.numel())
+    flat = weight.abs().flatten()
+    order = flat.sort(stable=True).indices
+
+    def ranked(values: torch.Tensor, n: int) -> torch.Tensor:
+        mask = torch.zeros(weight.numel(), dtype=torch.bool)
+        mask[values.flatten().sort(stable=True).indices[:n]] = True
+        return _zero_where(weight, mask.reshape(weight.shape))
+
+    def per_row() -> torch.Tensor:
+        keep = int(share * weight.shape[-1])
+        rows = weight.abs().sort(dim=-1, stable=True).indices[:, :keep]
+        return _zero_where(weight, torch.zeros_like(weight, dtype=torch.bool).scatter(1, rows, True))
+
+    largest = torch.zeros(weight.numel(), dtype=torch.bool)
+    largest[order[weight.numel() - count :]] = True
+    return [
+        (
+            "pruned the largest weights: zero the ones of smallest magnitude |w|",
+            _zero_where(weight, largest.reshape(weight.shape)),
+        ),
+        ("ranked the signed values (the most negative first): rank by magnitude, weight.abs()", ranked(weight, count)),
+        (
+            "pruned the same share of each row: the exercise ranks the whole matrix at once, so rows of small "
+            "weights lose more of theirs",
+            per_row(),
+        ),
+        ("zeroed one weight too many: exactly int(share * numel) weights", ranked(flat, count + 1)),
+        ("zeroed one weight too few: exactly int(share * numel) weights", ranked(flat, max(count - 1, 0))),
+    ]
+
+
+def _prune_probe(share, rows_apart=False, fixed=None):
+    def make(rng):
+        if fixed is not None:
+            weight = fixed
+        else:
+            weight = torch.from_numpy(rng.normal(size=(8, 12)).astype(np.float32))
+            if rows_apart:  # rows of very different sizes: ranking each row on its own shows
+                weight = weight * torch.logspace(-2, 1, 8)[:, None]
+        return {"call": "prune_smallest", "args": [weight, share], "scenario": pruned_copy}
+
+    return make
+
+
+EXAMPLE_WEIGHT = torch.tensor([[0.5, -2.0, 0.1, 3.0], [-0.3, 1.0, -4.0, 0.2]])
+
+
+@judges_value
+def _judge_prune(probe, got):
+    weight, share = probe["args"]
+    if not isinstance(got, dict) or "pruned" not in got:
+        return Verdict(False, f"prune_smallest could not be tested: {got!r}"[:200])
+    pruned = got["pruned"]
+    if not isinstance(pruned, torch.Tensor):
+        return Verdict(False, f"returned {type(pruned).__name__}; prune_smallest should return a torch.Tensor")
+    expected = distillation.prune_smallest(weight.double(), share)
+    verdict = diagnose(
+        pruned.double(),
+        expected,
+        [(hint, lambda wrong=wrong: wrong.double()) for hint, wrong in _prune_mistakes(weight.double(), share)],
+        what="the pruned matrix",
+        rtol=0,
+        atol=1e-7,
+    )
+    if verdict.passed and got.get("input_changed"):
+        return Verdict(
+            False,
+            "the result is right, but the matrix passed in was changed too: prune a copy (weight.clone()), "
+            "as the chapter prunes copies of the target at several shares",
+        )
+    return verdict
+
+
+def edge_shares(function, weight) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): ``function`` at shares 0 and 1."""
+    return {"none": function(weight, 0.0), "all": function(weight, 1.0)}
+
+
+@judges_value
+def _judge_edges(probe, got):
+    (weight,) = probe["args"]
+    if not isinstance(got, dict) or not all(isinstance(got.get(k), torch.Tensor) for k in ("none", "all")):
+        return Verdict(False, f"prune_smallest at shares 0 and 1 did not return tensors: {got!r}"[:200])
+    if not torch.equal(got["none"].double(), weight.double()):
+        zeroed = int((got["none"] == 0).sum())
+        return Verdict(
+            False,
+            f"share 0 zeroed {zeroed} weight(s): int(0 * numel) is 0, so nothing is pruned "
+            "(kthvalue needs k >= 1: count first, and prune only when the count is positive)",
+        )
+    if int((got["all"] != 0).sum()):
+        return Verdict(False, f"share 1 left {int((got['all'] != 0).sum())} weight(s) standing: every weight goes")
+    return Verdict(True)
+
+
+def _judge_bad_share(probe, result):
+    return judge_raises(result, "ValueError", "a share outside [0, 1] means nothing: say what is allowed")
+
+
+PRUNE = Exercise(
+    "prune_smallest",
+    ("prune_smallest",),
+    [
+        Check(
+            "example",
+            1,
+            "the prompt's 2 x 4 example, share 0.5",
+            _prune_probe(0.5, fixed=EXAMPLE_WEIGHT),
+            _judge_prune,
+            visible=True,
+        ),
+        Check(
+            "whole_matrix",
+            1,
+            "rows of very different sizes, share 0.4: ranked over the whole matrix",
+            _prune_probe(0.4, rows_apart=True),
+            _judge_prune,
+            visible=True,
+        ),
+        Check(
+            "copy",
+            1,
+            "an 8 x 12 matrix, share 0.25: the result right and the matrix passed in unchanged",
+            _prune_probe(0.25),
+            _judge_prune,
+            visible=True,
+        ),
+        Check(
+            "edges",
+            1,
+            "shares 0 (nothing pruned) and 1 (everything)",
+            lambda rng: {
+                "call": "prune_smallest",
+                "args": [torch.from_numpy(rng.normal(size=(4, 6)).astype(np.float32))],
+                "scenario": edge_shares,
+            },
+            _judge_edges,
+        ),
+        Check(
+            "bad_share",
+            1,
+            "a share of 1.5 raises ValueError",
+            lambda rng: {"call": "prune_smallest", "args": [torch.ones(2, 2), 1.5]},
+            _judge_bad_share,
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "zeroes the int(share * numel) weights of smallest magnitude |w|",
+            ("example", "whole_matrix", "copy"),
+        ),
+        Requirement("ranked over the whole matrix, not row by row", ("whole_matrix",)),
+        Requirement("returns a pruned copy; the matrix passed in is unchanged", ("copy",)),
+        Requirement("share 0 prunes nothing, share 1 everything (edge cases)", ("edges",)),
+        Requirement("ValueError for a share outside [0, 1] (error)", ("bad_share",)),
+    ],
+)
+
+
 EXERCISES = [
     Exercise(
         "distillation_loss",
@@ -110,5 +300,6 @@ EXERCISES = [
             Requirement("any temperature (1, above and below 1)", ("t1", "4d")),
             Requirement("a 0-d tensor or a float", ("batch_t2",)),
         ],
-    )
+    ),
+    PRUNE,
 ]

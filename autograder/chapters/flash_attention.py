@@ -1,7 +1,8 @@
 """Chapter 5's exercises: online_softmax_update and blockwise_attention. Each check names the
 mistakes it can recognise in its hint (a missing rescale, no running maximum, no 1/sqrt(D), ...),
-and blockwise_attention is also checked for what it must not do: form the (n_q, n_k) score matrix
-(a torch dispatch mode records the largest tensor the learner's function creates)."""
+and blockwise_attention is also checked for what it must not do: form the (n_q, n_k) score matrix,
+or score a query (or a block of queries) against all keys at once (a torch dispatch mode records
+what the learner's function creates, and whether it was switched off)."""
 
 from __future__ import annotations
 
@@ -127,14 +128,20 @@ _judge_attention = judges_value(_attention_verdict)
 
 def largest_intermediate(function, q, k, v, block) -> dict:
     """The scenario (run in the sandbox, see checks.scenario_source): call ``function(q, k, v, block)``
-    while a torch dispatch mode records the largest tensor that any torch operation creates (views
-    of existing tensors do not count); report the output, and that tensor's size, shape and
-    operation. Not seen: arrays made by numpy or plain Python, which torch never dispatches."""
+    while a torch dispatch mode records what every torch operation creates (views of existing
+    tensors do not count): the largest tensor's size, shape and operation, and the distinct shapes
+    with a dimension of ``n_k`` (a softmax over all keys at once leaves one). Report those and the
+    output, and whether the recorder was switched off during the call (``_disable_current_modes``
+    and the like pop it from torch's stack of modes: a pop is recorded, by whatever name it was
+    called). Not seen: arrays made by numpy or plain Python, which torch never dispatches."""
     import torch
+    import torch.utils._python_dispatch as dispatch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
-    class Largest(TorchDispatchMode):
+    n_k = k.shape[0]
+
+    class Recorder(TorchDispatchMode):
         @classmethod
         def _should_skip_dynamo(cls):  # nothing is compiled here: spare the seconds torch._dynamo takes to import
             return False
@@ -142,28 +149,74 @@ def largest_intermediate(function, q, k, v, block) -> dict:
         def __init__(self):
             super().__init__()
             self.size, self.shape, self.op = 0, [], ""
+            self.across_keys: dict[tuple, str] = {}
+            self.watching, self.popped = False, False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if not getattr(func, "is_view", False):
                 for tensor in tree_leaves(out):
-                    if isinstance(tensor, torch.Tensor) and tensor.numel() > self.size:
+                    if not isinstance(tensor, torch.Tensor):
+                        continue
+                    if tensor.numel() > self.size:
                         self.size, self.shape = tensor.numel(), list(tensor.shape)
                         self.op = func.overloadpacket.__name__
+                    if n_k in tensor.shape and len(self.across_keys) < 20:
+                        self.across_keys.setdefault(tuple(tensor.shape), func.overloadpacket.__name__)
             return out
 
-    with Largest() as mode:
-        output = function(q, k, v, block)
-    return {"output": output, "largest": mode.size, "shape": mode.shape, "op": mode.op}
+    mode = Recorder()
+    pops = {"_pop_mode": dispatch._pop_mode, "_pop_torch_dispatch_stack": dispatch._pop_torch_dispatch_stack}
+
+    def watched(original):
+        def pop(*args, **kwargs):
+            mode.popped = mode.popped or mode.watching
+            return original(*args, **kwargs)
+
+        return pop
+
+    for name, original in pops.items():
+        setattr(dispatch, name, watched(original))
+    try:
+        with mode:
+            mode.watching = True
+            try:
+                output = function(q, k, v, block)
+            finally:
+                mode.watching = False
+    finally:
+        for name, original in pops.items():
+            setattr(dispatch, name, original)
+    return {
+        "output": output,
+        "largest": mode.size,
+        "shape": mode.shape,
+        "op": mode.op,
+        "across_keys": [[list(shape), op] for shape, op in mode.across_keys.items()],
+        "popped": mode.popped,
+    }
+
+
+def _recorded(probe, found) -> Verdict:
+    """The output judged, and the recorder known to have watched the whole call."""
+    if not isinstance(found, dict) or "output" not in found:
+        return Verdict(False, f"blockwise_attention could not be measured: {found!r}"[:200])
+    verdict = _attention_verdict(probe, found["output"])
+    if verdict.passed and found.get("popped"):
+        return Verdict(
+            False,
+            "the output is right, but your function switched off torch's dispatch modes "
+            "(torch.utils._python_dispatch._disable_current_modes or a pop of the mode stack), which hides "
+            "what it computes from the check: compute with ordinary torch operations",
+        )
+    return verdict
 
 
 @judges_value
 def _judge_no_score_matrix(probe, found):
     """Correct output, and no tensor as large as the (n_q, n_k) score matrix on the way."""
     q, k = probe["args"][:2]
-    if not isinstance(found, dict) or "output" not in found:
-        return Verdict(False, f"blockwise_attention could not be measured: {found!r}"[:200])
-    verdict = _attention_verdict(probe, found["output"])
+    verdict = _recorded(probe, found)
     if not verdict.passed:
         return verdict
     n_q, n_k = q.shape[0], k.shape[0]
@@ -174,6 +227,30 @@ def _judge_no_score_matrix(probe, found):
             f"the output is right, but your function created a {shape} tensor (torch's {found['op']}): as large as "
             f"the whole ({n_q}, {n_k}) score matrix, which blockwise attention never forms. Compute the scores of "
             "one block of keys at a time, q @ k[start:start + block].T, and fold each block into m, l and o",
+        )
+    return Verdict(True)
+
+
+@judges_value
+def _judge_key_blocks(probe, found):
+    """Correct output, and no tensor spanning all n_k keys other than a copy of k or v: scores over
+    all keys for one query, or for a block of queries, are a softmax that did not visit keys in blocks."""
+    q, k, _, block = probe["args"]
+    verdict = _recorded(probe, found)
+    if not verdict.passed:
+        return verdict
+    n_k, d = k.shape[0], q.shape[1]
+    for shape, op in found["across_keys"]:
+        if sorted(shape) == sorted([n_k, d]):  # k or v, copied, converted or transposed
+            continue
+        rows = [n for n in shape if n != n_k]
+        queries = "one query" if all(n == 1 for n in rows) else f"a block of {max(rows)} queries"
+        return Verdict(
+            False,
+            f"the output is right, but your function made a {' x '.join(map(str, shape))} tensor (torch's {op}): "
+            f"the scores of {queries} against all {n_k} keys at once, an ordinary softmax over every key. "
+            f"Saving memory by looping over queries is not the exercise: visit {block} keys at a time, "
+            "q @ k[start:start + block].T, and fold each block into m, l and o with the online softmax",
         )
     return Verdict(True)
 
@@ -207,10 +284,18 @@ BLOCKWISE = Exercise(
         ),
         Check(
             "no_score_matrix",
-            2,
+            1,
             "never forms the (n_q, n_k) score matrix: 48 queries, 256 keys, blocks of 16",
             _structure_probe(48, 256, 8, 16),
             _judge_no_score_matrix,
+            visible=True,
+        ),
+        Check(
+            "key_blocks",
+            1,
+            "visits the keys a block at a time: no scores of a query against all 97 keys (40 queries, blocks of 16)",
+            _structure_probe(40, 97, 8, 16),
+            _judge_key_blocks,
             visible=True,
         ),
         Check(
@@ -235,10 +320,12 @@ BLOCKWISE = Exercise(
             "equals ordinary softmax attention, (n_q, D), for every block size",
             ("block16", "uneven", "block1", "one_block"),
         ),
-        Requirement("visits `block` keys at a time; the last block may be shorter", ("uneven", "block1")),
+        Requirement("visits `block` keys at a time; the last block may be shorter", ("uneven", "block1", "key_blocks")),
         Requirement("a block larger than the keys (edge case); float64 inputs work too", ("one_block",)),
         Requirement(
-            "never forms the full (n_q, n_k) score matrix (largest torch intermediate recorded)", ("no_score_matrix",)
+            "never forms the full (n_q, n_k) score matrix (largest torch intermediate recorded, "
+            "the recorder not switched off)",
+            ("no_score_matrix", "key_blocks"),
         ),
         Requirement("survives large scores (no overflow)", ("large_scores",)),
     ],

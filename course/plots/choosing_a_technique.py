@@ -117,7 +117,8 @@ def _format_label(weights: str, group_size: int | None) -> str:
 class CapstoneChart(Chart):
     """Left: bytes served (target and draft) against held-out loss for every weight format, the
     budget shaded. Right: tokens per target call against the draft length for each draft, with the
-    target in the chosen format. The star is the configuration; the title says which budget parts it meets."""
+    target in the chosen format. The star (hollow, so that the marker under it shows) is the
+    configuration; the title says which budget parts it meets."""
 
     TOP = 0.06  # losses above this gap are drawn at the top edge, their value in the legend
 
@@ -137,7 +138,9 @@ class CapstoneChart(Chart):
                 f" ({row['loss_gap']:+.2f})" if off_scale else ""
             )
             self.formats.append(self.moving(*self.ax_l.plot([], [], marker, color=BLUE, ms=7, alpha=0.8, label=label)))
-        self.star_l = self.moving(*self.ax_l.plot([], [], "*", color=RED, ms=15, label="your choice"))
+        self.star_l = self.moving(  # hollow, above the formats: the chosen format's marker shows through it
+            *self.ax_l.plot([], [], "*", color=RED, ms=20, mfc="none", mew=1.6, zorder=5, label="your choice")
+        )
         self.ax_l.legend(fontsize=7, ncol=2, loc="upper right")
         self.ax_l.axvline(100 * budget["weights_share"], color=GREEN, ls="--", lw=1)
         self.ax_l.axhline(budget["loss_gap"], color=GREEN, ls="--", lw=1)
@@ -156,7 +159,7 @@ class CapstoneChart(Chart):
         self.ax_t.axhline(1, color="black", lw=0.8, label="no draft: 1")
         tokens = budget["tokens_per_call"]
         self.ax_t.axhline(tokens, color=GREEN, ls="--", lw=1, label=f"budget: {tokens:g}")
-        self.star_t = self.moving(*self.ax_t.plot([], [], "*", color=RED, ms=14))
+        self.star_t = self.moving(*self.ax_t.plot([], [], "*", color=RED, ms=18, mfc="none", mew=1.6, zorder=5))
         self.ax_t.set(xlabel="tokens drafted per call k", ylabel="tokens per target call (greedy)")
         self.ax_t.set_xlim(0.5, self.ks[-1] + 0.5)
         self.moving(self.ax_t.title)

@@ -109,52 +109,114 @@ def widget_speculative() -> None:
 DRAFT_COLOURS = (GREY, BLUE, ORANGE, RED)
 
 
+DRAFT_MARKERS = ("o", "s", "D", "^")
+LABEL_OFFSETS = ((10, -4), (-42, -4), (10, 8), (-42, 8), (10, -16), (-42, -16), (-16, 12), (-16, -20))  # points
+
+
+def _free_offset(point, taken, scale, frame, width=34.0, height=11.0):
+    """The first of :data:`LABEL_OFFSETS` (points; ``scale`` pixels a point) at which a label
+    beside ``point`` stays inside ``frame`` (x0, y0, x1, y1) and overlaps none of the boxes in
+    ``taken`` (all in display pixels); failing that, the first that stays inside ``frame``."""
+
+    def box(dx, dy):
+        left, bottom = point[0] + dx * scale, point[1] + dy * scale
+        return (left, bottom, left + width * scale, bottom + height * scale)
+
+    def fits(b):
+        return frame[0] < b[0] and b[2] < frame[2] and frame[1] < b[1] and b[3] < frame[3]
+
+    inside = [(offset, box(*offset)) for offset in LABEL_OFFSETS if fits(box(*offset))] or [
+        (LABEL_OFFSETS[0], box(*LABEL_OFFSETS[0]))
+    ]
+    for offset, candidate in inside:
+        if all(candidate[2] < b[0] or candidate[0] > b[2] or candidate[3] < b[1] or candidate[1] > b[3] for b in taken):
+            return offset, candidate
+    return inside[0]
+
+
 def plot_drafts(measured: dict[str, dict], k: int = 4) -> Figure:
     """The formula's speed-up at ``k`` drafted tokens as a map over alpha and c, with each measured
-    draft placed at its own alpha and c and labelled with the speed-up it really achieved.
+    draft placed at its own alpha and c and labelled, on the map, with the speed-up it really
+    achieved (the labels are moved apart where points crowd).
 
     ``measured`` maps a label to a result of :func:`course.speculative_decoding.measure_drafts`
     (``alpha``, ``cost``, ``speedup``, ``temperature``); greedy runs are filled markers, sampled
-    runs hollow ones, one colour per draft.
+    runs hollow ones, one colour and one shape per draft.
     """
     alphas = np.linspace(0.0, 0.99, 100)
     costs = np.logspace(-3, 0, 100)
     grid = np.array([[speculative_decoding.speedup(float(a), k, float(c)) for a in alphas] for c in costs])
-    fig = new_figure(10.5, 4.2, left=0.08, right=0.66, bottom=0.13, top=0.9)
+    fig = new_figure(8.6, 5.6, left=0.1, right=0.97, bottom=0.3, top=0.93)
     ax = fig.subplots()
     levels = [0.5, 1, 1.5, 2, 3, 4]
-    ax.contourf(alphas, costs, grid, levels=[0, *levels, k + 1], cmap="Greys", alpha=0.35)
-    lines = ax.contour(alphas, costs, grid, levels=levels, colors=GREY, linewidths=0.8)
-    for label in ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=8):
-        x, y = label.get_position()
-        if not (0.04 < x < 0.95 and 1.4e-3 < y < 0.75):  # a label at the frame would cross it
+    ax.contourf(alphas, costs, grid, levels=[0, *levels, k + 1], cmap="Greys", alpha=0.3)
+    lines = ax.contour(alphas, costs, grid, levels=levels, colors="#555555", linewidths=0.9)
+    ax.set_yscale("log")
+    ax.set(xlim=(0.0, 1.0), ylim=(1e-3, 1.0))
+    inside = lambda x, y: 0.04 < x < 0.95 and 1.4e-3 < y < 0.75  # noqa: E731 (a label at the frame would cross it)
+    kept = []
+    for label in ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=10, colors="#222222"):
+        if inside(*label.get_position()):
+            kept.append(label)
+        else:
             label.remove()
+    labelled = {label.get_text() for label in kept}
+    for level, segments in zip(levels, lines.allsegs, strict=True):  # a level whose label fell at the frame
+        points = [(x, y) for segment in segments for x, y in segment if inside(x, y) and 3e-3 < y < 0.3]
+        if f"{level:g}x" not in labelled and points:
+            x, y = points[len(points) // 2]
+            kept += ax.clabel(lines, [level], manual=[(x, y)], fmt=lambda v: f"{v:g}x", fontsize=10, colors="#222222")
     drafts = dict.fromkeys(name.split(",")[0] for name in measured)  # in order, once each
     colours = dict(zip(drafts, DRAFT_COLOURS * 2, strict=False))
+    markers = dict(zip(drafts, DRAFT_MARKERS * 2, strict=False))
+    scale = fig.dpi / 72  # pixels a point
+    taken = []
+    for label in kept:  # the measured labels keep clear of the contours' labels
+        centre = ax.transData.transform(label.get_position())
+        taken.append((centre[0] - 14 * scale, centre[1] - 7 * scale, centre[0] + 14 * scale, centre[1] + 7 * scale))
     for name, r in measured.items():
         draft = name.split(",")[0]
         greedy = r.get("temperature", 0) == 0
+        x, y = min(r["alpha"], 0.99), min(max(r["cost"], 1.05e-3), 0.95)
         ax.plot(
-            [min(r["alpha"], 0.99)],
-            [min(max(r["cost"], 1.05e-3), 0.95)],
-            "o",
-            ms=9,
+            [x],
+            [y],
+            markers[draft],
+            ms=7 if greedy else 12,  # a filled marker fits inside a hollow one at the same place
             color=colours[draft],
-            markerfacecolor=colours[draft] if greedy else "white",
+            markerfacecolor=colours[draft] if greedy else "none",
             markeredgewidth=2,
+            zorder=4 if greedy else 3,
             label=f"{name}: measured {r['speedup']:.2f}x",
         )
-    ax.set_yscale("log")
+        point, half = ax.transData.transform((x, y)), (3.5 if greedy else 6) * scale
+        taken.append((point[0] - half, point[1] - half, point[0] + half, point[1] + half))
+    for name, r in measured.items():
+        x, y = min(r["alpha"], 0.99), min(max(r["cost"], 1.05e-3), 0.95)
+        offset, box = _free_offset(ax.transData.transform((x, y)), taken, scale, ax.bbox.padded(-3).extents)
+        taken.append(box)
+        ax.annotate(
+            f"{r['speedup']:.2f}x",
+            (x, y),
+            xytext=offset,
+            textcoords="offset points",
+            fontsize=9,
+            color=colours[name.split(",")[0]],
+            fontweight="bold",
+            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+            zorder=5,
+        )
     plain_log_ticks(ax)
     ax.set(
         xlabel="acceptance rate alpha",
         ylabel="draft cost c (target steps per drafted token)",
-        title=f"formula's speed-up at k = {k} (contours) and the drafts measured here",
+        title=f"formula's speed-up at k = {k} (contours) and the speed-ups measured here (labels)",
     )
     ax.legend(
         fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.02, 1.0),
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=2,
         title="filled: greedy, hollow: sampled",
         title_fontsize=8,
     )
