@@ -137,7 +137,9 @@ class CapstoneChart(Chart):
             label = _format_label(row["weights"], row["group_size"]) + (
                 f" ({row['loss_gap']:+.2f})" if off_scale else ""
             )
-            self.formats.append(self.moving(*self.ax_l.plot([], [], marker, color=BLUE, ms=7, alpha=0.8, label=label)))
+            self.formats.append(  # hollow: formats of nearly the same bytes and loss stay apart as outlines
+                self.moving(*self.ax_l.plot([], [], marker, color=BLUE, ms=8, mfc="none", mew=1.3, label=label))
+            )
         self.star_l = self.moving(  # hollow, above the formats: the chosen format's marker shows through it
             *self.ax_l.plot([], [], "*", color=RED, ms=20, mfc="none", mew=1.6, zorder=5, label="your choice")
         )
