@@ -394,8 +394,9 @@ def _judge_update(probe, got):
         tensor, problem = as_tensor(got[index], name)
         if problem:
             return Verdict(False, problem)
-        same, difference = compare_tensors(tensor, expected[index], rtol=1e-4, atol=1e-6)
-        if same:
+        mistakes = [(hint.format(name=name), lambda wrong=variant[index]: wrong) for hint, variant in variants]
+        verdict = diagnose(tensor, expected[index], mistakes, what=name, rtol=1e-4, atol=1e-6)
+        if verdict.passed:
             continue
         if torch.isnan(tensor).any():
             return Verdict(
@@ -403,11 +404,7 @@ def _judge_update(probe, got):
                 f"{name} has NaN: on the first block m is -inf, and exp(-inf - (-inf)) is NaN; "
                 f"the correction must be 0 there (torch.exp(m - m_new) with m_new finite)",
             )
-        for hint, variant in variants:
-            wrong = variant[index]
-            if not torch.equal(wrong, expected[index]) and compare_tensors(tensor, wrong, rtol=1e-4, atol=1e-6)[0]:
-                return Verdict(False, f"{hint.format(name=name)} ({difference})")
-        return Verdict(False, f"{name}: {difference}")
+        return verdict
     return Verdict(True)
 
 
