@@ -281,13 +281,12 @@ def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
     flat = codes.flatten().to(torch.uint8)
     if flat.numel() % 2:
         raise ValueError(f"an even number of codes packs into bytes, got {flat.numel()}")
-    return (flat[0::2] << 4) | flat[1::2]
+    return quantization.pack_codes(flat.reshape(1, -1), 4).flatten()
 
 
 def unpack_nf4(packed: torch.Tensor) -> torch.Tensor:
     """The inverse of :func:`pack_nf4`: (n/2,) bytes -> (n,) codes 0..15."""
-    flat = packed.flatten()
-    return torch.stack([flat >> 4, flat & 15], dim=1).flatten()
+    return quantization.unpack_codes(packed.reshape(1, -1), 4).flatten()
 
 
 @torch.no_grad()
@@ -421,24 +420,6 @@ def attention_inputs(
 
 
 # --- chapter 6: drafts for speculative decoding ------------------------------------------------------
-
-
-def shallow_draft(model: nn.Module, n_layers: int) -> nn.Module:
-    """A draft made of the model's first ``n_layers`` blocks, its final norm and output layer:
-    no new weights (every module is shared), about ``n_layers`` / layers of the cost per token."""
-    total = model.config.num_hidden_layers
-    if not 1 <= n_layers < total:
-        raise ValueError(f"n_layers must be between 1 and {total - 1}, got {n_layers}")
-    config = copy.deepcopy(model.config)
-    config.num_hidden_layers = n_layers
-    with torch.device("meta"):
-        draft = type(model)(config)
-    inner, source = draft.model, model.model
-    inner.embed_tokens, inner.norm, inner.rotary_emb = source.embed_tokens, source.norm, source.rotary_emb
-    inner.layers = nn.ModuleList(source.layers[:n_layers])
-    draft.lm_head = model.lm_head
-    draft.generation_config = copy.deepcopy(model.generation_config)
-    return draft.eval()
 
 
 def int8_draft(model: nn.Module) -> nn.Module:

@@ -8,7 +8,8 @@ split of a matrix product into an int8 part and a 16-bit part for outlier featur
 A worked example: one row ``[0.5, -0.2, 0.1, 0.0]`` at 4 bits has scale 0.5 / 7 = 0.0714, codes
 ``[7, -3, 1, 0]`` (-2.8 and 1.4 round to -3 and 1) and comes back as ``[0.5, -0.2143, 0.0714, 0.0]``.
 
-Codes are packed into bytes here (``pack_int4``: two 4-bit codes to a byte); the int4 layer that
+Codes are packed into bytes here (``pack_codes``: 2, 4 or 8 bits, as chapter 8's NF4 bytes and
+chapter 9's stored weights are; ``pack_int4``: two 4-bit codes to a byte); the int4 layer that
 multiplies with them through torch's fused kernel is ``course.kernels.int4``.
 
 Not handled: asymmetric (zero-point) schemes, activations-aware methods (GPTQ, AWQ). Everything works in float32 on the
@@ -17,8 +18,6 @@ bits, group size) raises ValueError with a message that says what to change.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -596,8 +595,3 @@ def half_step(weight: torch.Tensor, bits: int, group_size: int | None = None) ->
     _, scale = quantize(weight, bits, group_size)
     group = _group_columns(weight, group_size)
     return (scale / 2).repeat_interleave(group, dim=1)
-
-
-def signal_to_noise_db(weight: torch.Tensor, approx: torch.Tensor) -> float:
-    """20 log10 of 1 / relative error: about 6 dB per extra bit for uniform codes."""
-    return -20 * math.log10(relative_error(weight, approx))

@@ -741,15 +741,15 @@ for label, drafter, k in (
     ("int8 draft", in_practice.AsCourseModel(draft), 4),
 ):
     started = time.perf_counter()
-    result = speculative.speculative_generate(course_view, drafter, repeat, k, new, temperature=0)
+    tokens, rounds = speculative.speculative_generate(course_view, drafter, repeat, k, new, temperature=0)
     seconds = time.perf_counter() - started
-    alpha = sum(result["accepted"]) / sum(result["proposed"])
+    alpha = speculative.summarise(rounds)["alpha"]
     agreements[f"speculative_generate with {label} = greedy"] = (
-        f"identical: {torch.equal(result['tokens'], greedy)}, acceptance {alpha:.2f}"
+        f"identical: {torch.equal(tokens, greedy)}, acceptance {alpha:.2f}"
     )
-    per_call = new / result["target_calls"]
+    per_call = new / len(rounds)
     print(
-        f"{label:13s}: identical to greedy: {torch.equal(result['tokens'], greedy)}; {result['target_calls']} target calls "
+        f"{label:13s}: identical to greedy: {torch.equal(tokens, greedy)}; {len(rounds)} target calls "
         f"for {new} tokens ({per_call:.2f} a call; chapter 6's formula at the measured acceptance {alpha:.2f}: "
         f"{speculative.expected_tokens_per_call(alpha, k):.2f}); {greedy_seconds / seconds:.2f}x greedy"
     )

@@ -409,9 +409,7 @@ def pretrained_llm(bound: float) -> dict[str, float]:
         course_seconds = timing.median_seconds(
             lambda: speculative.speculative_generate(view, draft, request, 4, new, temperature=0), warmup=0, repeats=3
         )
-        same = torch.equal(
-            speculative.speculative_generate(view, draft, request, 4, new, temperature=0)["tokens"], greedy
-        )
+        same = torch.equal(speculative.speculative_generate(view, draft, request, 4, new, temperature=0)[0], greedy)
     print(f"prompt lookup (transformers): {greedy_seconds / lookup_seconds:.2f}x greedy's speed, {new} tokens")
     print(
         f"int8 draft, k = 4 (course's speculative_generate): {greedy_seconds / course_seconds:.2f}x; "

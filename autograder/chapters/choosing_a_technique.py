@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from autograder.checks import Check, Exercise, Requirement, Verdict, compare_tensors, judge_raises, judges_value
+from autograder.checks import Check, Exercise, Requirement, Verdict, diagnose, judge_raises, judges_value
 from course import choosing_a_technique as technique
 
 # --- fine_tuning_advice -------------------------------------------------------------------------------
@@ -204,13 +204,8 @@ def _judge_pack(probe, got):
         )
     if got.dtype != torch.uint8:
         return Verdict(False, f"dtype {got.dtype}: a packed byte is torch.uint8 (values 0 to 255), one byte per pair")
-    same, difference = compare_tensors(got.double(), expected.double(), rtol=0, atol=0)
-    if same:
-        return Verdict(True)
-    for hint, wrong in _pack_mistakes(codes):
-        if compare_tensors(got.double(), wrong.double(), rtol=0, atol=0)[0]:
-            return Verdict(False, f"{hint} ({difference})")
-    return Verdict(False, difference)
+    mistakes = [(hint, lambda wrong=wrong: wrong) for hint, wrong in _pack_mistakes(codes)]
+    return diagnose(got, expected, mistakes, rtol=0, atol=0)
 
 
 def _judge_odd(probe, result):
