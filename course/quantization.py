@@ -3,7 +3,9 @@
 Symmetric absmax integer quantization at any bit width with one scale per tensor, per row or per
 group of consecutive columns; int8 codes with per-row scales; the relative error of an
 approximation; the storage cost of the scales; NormalFloat-4 (NF4, QLoRA); and LLM.int8()'s
-split of a matrix product into an int8 part and a 16-bit part for outlier features.
+split of a matrix product into an int8 part and a 16-bit part for outlier features; GPTQ, which
+chooses the codes column by column with the Hessian of calibration inputs, and the course model
+calibrated and quantized with it.
 
 A worked example: one row ``[0.5, -0.2, 0.1, 0.0]`` at 4 bits has scale 0.5 / 7 = 0.0714, codes
 ``[7, -3, 1, 0]`` (-2.8 and 1.4 round to -3 and 1) and comes back as ``[0.5, -0.2143, 0.0714, 0.0]``.
@@ -12,9 +14,10 @@ Codes are packed into bytes here (``pack_codes``: 2, 4 or 8 bits, as chapter 8's
 chapter 9's stored weights are; ``pack_int4``: two 4-bit codes to a byte); the int4 layer that
 multiplies with them through torch's fused kernel is ``course.kernels.int4``.
 
-Not handled: asymmetric (zero-point) schemes, activations-aware methods (GPTQ, AWQ). Everything works in float32 on the
-tensor's device; inputs must be 2-D floating-point matrices. Every bad argument (shape, type,
-bits, group size) raises ValueError with a message that says what to change.
+Not handled: asymmetric (zero-point) schemes, activation-aware scaling (AWQ, SmoothQuant).
+Everything works in float32 on the tensor's device; inputs must be 2-D floating-point matrices.
+Every bad argument (shape, type, bits, group size) raises ValueError with a message that says what
+to change.
 """
 
 from __future__ import annotations
