@@ -17,7 +17,7 @@ from course import paths
 from course.model import LanguageModel, ModelConfig
 
 MODELS = paths.DATA / "models"
-MANIFEST = MODELS / "manifest.json"
+MANIFEST = "manifest.json"  # in each folder of models: name -> file, sha256, parameters
 
 
 def sha256(path: Path) -> str:
@@ -29,7 +29,7 @@ def sha256(path: Path) -> str:
 
 
 def _manifest(folder: Path) -> dict:
-    path = folder / "manifest.json"
+    path = folder / MANIFEST
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -50,7 +50,7 @@ def save(model: LanguageModel, name: str, card: dict, folder: Path = MODELS) -> 
         "sha256": sha256(weights),
         "parameters": model.num_parameters(),
     }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return weights
 
 

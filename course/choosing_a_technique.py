@@ -532,7 +532,10 @@ class Draft:
         """Greedy generation of ``new_tokens`` after ``prompt`` (1, T): ``{"tokens", "target_calls"}``."""
         if drafter is None:
             return {"tokens": generate(target, prompt, new_tokens), "target_calls": new_tokens}
-        return speculative_decoding.speculative_generate(target, drafter, prompt, k, new_tokens, temperature=0)
+        tokens, rounds = speculative_decoding.speculative_generate(
+            target, drafter, prompt, k, new_tokens, temperature=0
+        )
+        return {"tokens": tokens, "target_calls": len(rounds)}
 
 
 DRAFTS = {

@@ -18,6 +18,12 @@ import torch
 import torch.nn.functional as F
 
 
+def kl_divergence(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) over the last dimension, from log-probabilities: (..., vocab) -> (...). Not
+    handled: zeros in p given as -inf (0 * -inf is NaN); log_softmax never gives them."""
+    return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+
+
 def distillation_loss(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
@@ -35,8 +41,7 @@ def distillation_loss(
     vocab = student_logits.shape[-1]
     student = F.log_softmax(student_logits.float().reshape(-1, vocab) / temperature, dim=-1)
     teacher = F.log_softmax(teacher_logits.float().reshape(-1, vocab) / temperature, dim=-1)
-    kl = (teacher.exp() * (teacher - student)).sum(dim=-1)  # (positions,)
-    return kl.mean() * temperature**2
+    return kl_divergence(teacher, student).mean() * temperature**2
 
 
 def soft_target_mix(

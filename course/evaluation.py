@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from course import readings, timing
 from course.device import synchronize
-from course.model import LanguageModel, generate
+from course.model import LanguageModel
 
 
 @torch.no_grad()
@@ -48,10 +48,6 @@ def text_loss(
 def perplexity(loss_nats: float) -> float:
     """exp(loss): the effective number of bytes the model hesitates between."""
     return math.exp(loss_nats)
-
-
-def bits_per_byte(loss_nats: float) -> float:
-    return loss_nats / math.log(2)
 
 
 def _prompt(model: LanguageModel, batch: int, length: int) -> torch.Tensor:
@@ -155,22 +151,3 @@ def decode_batch_reading(throughput: dict[int, float], row_cost: dict[int, float
 def scaling_bend(throughput: dict[int, float], share: float = 0.5) -> int | None:
     """The first batch size whose scaling efficiency falls below ``share``: where the curve bends."""
     return next((b for b, e in sorted(scaling_efficiency(throughput).items()) if e < share), None)
-
-
-@torch.no_grad()
-def decode_tokens_per_second(
-    model: LanguageModel,
-    batch: int = 1,
-    new_tokens: int = 128,
-    prompt_len: int = 8,
-    use_cache: bool = True,
-    repeats: int = 3,
-) -> float:
-    """Generated tokens per second (all sequences of the batch counted), greedy, after the prompt."""
-    prompt = _prompt(model, batch, prompt_len)
-    device = model.embed.weight.device
-    total = timing.median_seconds(
-        lambda: generate(model, prompt, new_tokens, use_cache=use_cache), device, warmup=1, repeats=repeats
-    )
-    prefill = timing.median_seconds(lambda: model(prompt), device, warmup=1, repeats=repeats)
-    return batch * new_tokens / max(total - prefill, 1e-9)

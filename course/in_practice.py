@@ -233,6 +233,39 @@ def quantized_weights(model: nn.Module, method: str, group_size: int | None = No
                 layer.weight.copy_(originals[name])
 
 
+@contextlib.contextmanager
+def int4_linears(model: nn.Module, group_size: int = 64, output_layer: bool = False):
+    """Within the block, every linear layer of the decoder is a ``course.kernels.int4.Int4Linear``
+    (rounded to nearest, one fp16 scale per ``group_size`` columns: torch's fused int4 product where
+    it takes the layer); afterwards the float layers are back. ``output_layer``: the output layer
+    too, as an int4 copy (it is tied to the embedding, which stays in float32 for looking tokens
+    up). Not handled: layers with a bias."""
+    from course.kernels import int4
+
+    layers = linear_layers(model)
+    if output_layer:
+        layers["lm_head"] = model.get_output_embeddings()
+    replaced = []
+    try:
+        for name, layer in layers.items():
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, int4.Int4Linear.from_linear(layer, group_size))
+            replaced.append(name)
+        yield model
+    finally:
+        for name in replaced:
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, layers[name])
+
+
+def first_difference(tokens: torch.Tensor, other: torch.Tensor) -> int | None:
+    """The index of the first token where two generated sequences (1, T) differ, or None when one
+    is the start of the other."""
+    n = min(tokens.shape[-1], other.shape[-1])
+    differ = (tokens[..., :n] != other[..., :n]).flatten().nonzero()
+    return int(differ[0]) if len(differ) else None
+
+
 def distinct_per_block(weight: torch.Tensor, block: int = 32) -> torch.Tensor:
     """How many distinct values each run of ``block`` consecutive weights of a row holds: at most
     16 for weights that were 4-bit codes (GGUF's Q4_1 stores blocks of 32 as codes times a scale
@@ -248,13 +281,12 @@ def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
     flat = codes.flatten().to(torch.uint8)
     if flat.numel() % 2:
         raise ValueError(f"an even number of codes packs into bytes, got {flat.numel()}")
-    return (flat[0::2] << 4) | flat[1::2]
+    return quantization.pack_codes(flat.reshape(1, -1), 4).flatten()
 
 
 def unpack_nf4(packed: torch.Tensor) -> torch.Tensor:
     """The inverse of :func:`pack_nf4`: (n/2,) bytes -> (n,) codes 0..15."""
-    flat = packed.flatten()
-    return torch.stack([flat >> 4, flat & 15], dim=1).flatten()
+    return quantization.unpack_codes(packed.reshape(1, -1), 4).flatten()
 
 
 @torch.no_grad()
@@ -388,24 +420,6 @@ def attention_inputs(
 
 
 # --- chapter 6: drafts for speculative decoding ------------------------------------------------------
-
-
-def shallow_draft(model: nn.Module, n_layers: int) -> nn.Module:
-    """A draft made of the model's first ``n_layers`` blocks, its final norm and output layer:
-    no new weights (every module is shared), about ``n_layers`` / layers of the cost per token."""
-    total = model.config.num_hidden_layers
-    if not 1 <= n_layers < total:
-        raise ValueError(f"n_layers must be between 1 and {total - 1}, got {n_layers}")
-    config = copy.deepcopy(model.config)
-    config.num_hidden_layers = n_layers
-    with torch.device("meta"):
-        draft = type(model)(config)
-    inner, source = draft.model, model.model
-    inner.embed_tokens, inner.norm, inner.rotary_emb = source.embed_tokens, source.norm, source.rotary_emb
-    inner.layers = nn.ModuleList(source.layers[:n_layers])
-    draft.lm_head = model.lm_head
-    draft.generation_config = copy.deepcopy(model.generation_config)
-    return draft.eval()
 
 
 def int8_draft(model: nn.Module) -> nn.Module:

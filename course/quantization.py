@@ -3,22 +3,24 @@
 Symmetric absmax integer quantization at any bit width with one scale per tensor, per row or per
 group of consecutive columns; int8 codes with per-row scales; the relative error of an
 approximation; the storage cost of the scales; NormalFloat-4 (NF4, QLoRA); and LLM.int8()'s
-split of a matrix product into an int8 part and a 16-bit part for outlier features.
+split of a matrix product into an int8 part and a 16-bit part for outlier features; GPTQ, which
+chooses the codes column by column with the Hessian of calibration inputs, and the course model
+calibrated and quantized with it.
 
 A worked example: one row ``[0.5, -0.2, 0.1, 0.0]`` at 4 bits has scale 0.5 / 7 = 0.0714, codes
 ``[7, -3, 1, 0]`` (-2.8 and 1.4 round to -3 and 1) and comes back as ``[0.5, -0.2143, 0.0714, 0.0]``.
 
-Codes are packed into bytes here (``pack_int4``: two 4-bit codes to a byte); the int4 layer that
+Codes are packed into bytes here (``pack_codes``: 2, 4 or 8 bits, as chapter 8's NF4 bytes and
+chapter 9's stored weights are; ``pack_int4``: two 4-bit codes to a byte); the int4 layer that
 multiplies with them through torch's fused kernel is ``course.kernels.int4``.
 
-Not handled: asymmetric (zero-point) schemes, activations-aware methods (GPTQ, AWQ). Everything works in float32 on the
-tensor's device; inputs must be 2-D floating-point matrices. Every bad argument (shape, type,
-bits, group size) raises ValueError with a message that says what to change.
+Not handled: asymmetric (zero-point) schemes, activation-aware scaling (AWQ, SmoothQuant).
+Everything works in float32 on the tensor's device; inputs must be 2-D floating-point matrices.
+Every bad argument (shape, type, bits, group size) raises ValueError with a message that says what
+to change.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -291,6 +293,71 @@ def int8_matmul_with_outliers(
     return out, columns
 
 
+# --- GPTQ: rounding that compensates the error it makes ------------------------------------------
+
+
+def output_error(weight: torch.Tensor, approx: torch.Tensor, hessian: torch.Tensor) -> float:
+    """tr((W - Q) H (W - Q)^T): the summed squared error of the layer's outputs over the calibration
+    inputs when H = X^T X / n (what GPTQ minimises, one row at a time)."""
+    delta = (weight - approx).double()  # (rows, cols)
+    return torch.einsum("ij,jk,ik->", delta, hessian.double(), delta).item()
+
+
+def hessian(inputs: torch.Tensor) -> torch.Tensor:
+    """H = X^T X / n of a layer's calibration inputs X (n, cols), in float64 (any leading dims are flattened)."""
+    flat = inputs.reshape(-1, inputs.shape[-1]).double()  # (n, cols)
+    return flat.T @ flat / flat.shape[0]
+
+
+def gptq_quantize(
+    weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int | None = None, damping: float = 0.01
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPTQ (Frantar et al., 2022): symmetric absmax codes chosen column by column, each column's
+    rounding error spread over the columns not yet quantized, weighted by the inverse Hessian.
+
+    ``hessian`` is H = X^T X / n of the layer's calibration inputs (:func:`hessian`). H is damped by
+    ``damping`` times the mean of its diagonal; columns whose diagonal is zero (inputs that never
+    fire) are set to zero. U is the upper Cholesky factor of H^-1; after column j is rounded to q_j,
+    the rest of its row moves by -(w_j - q_j) / U[j, j] * U[j, j+1:]. Each group's scale is taken
+    from the error-updated weights when the sweep reaches the group (the paper's way; per row: from
+    the original weights). An identity Hessian gives round-to-nearest's codes.
+
+    Returns (codes, scale) as :func:`quantize` does; computes in float64 when given float64, float32
+    otherwise. Not handled: act-order (columns by decreasing H[j, j]), blocked lazy updates (the same
+    result, faster), asymmetric codes.
+    """
+    _check_matrix(weight)
+    levels = absmax_levels(bits)
+    group = _group_columns(weight, group_size)
+    rows, cols = weight.shape
+    if not isinstance(hessian, torch.Tensor) or tuple(hessian.shape) != (cols, cols):
+        raise ValueError(f"hessian must be a ({cols}, {cols}) tensor for a weight of {cols} columns")
+    work = _working(weight).clone()
+    h = hessian.to(work.dtype).clone()
+    dead = torch.diagonal(h) == 0  # inputs that are always zero: their weights cannot matter
+    h[dead, dead] = 1.0
+    work[:, dead] = 0.0
+    h += damping * torch.diagonal(h).mean() * torch.eye(cols, dtype=h.dtype, device=h.device)
+    upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)  # U: H^-1 = U^T U
+    codes = torch.zeros(rows, cols, dtype=work.dtype, device=work.device)
+    scale = torch.zeros(rows, cols // group, dtype=work.dtype, device=work.device)
+    for j in range(cols):
+        if j % group == 0:  # a new group: its scale from the weights as the sweep has left them
+            scale[:, j // group] = work[:, j : j + group].abs().amax(dim=1) / levels
+            step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))
+        codes[:, j] = torch.round(work[:, j] / step).clamp(-levels, levels)
+        error = (work[:, j] - codes[:, j] * step) / upper[j, j]  # (rows,)
+        work[:, j + 1 :] -= error[:, None] * upper[j, j + 1 :][None, :]
+    return codes.to(torch.int32), scale
+
+
+def gptq_quantize_dequantize(
+    weight: torch.Tensor, hessian: torch.Tensor, bits: int, group_size: int | None = None, damping: float = 0.01
+) -> torch.Tensor:
+    """The weight :func:`gptq_quantize`'s codes and scales encode, in ``weight``'s dtype."""
+    return dequantize(*gptq_quantize(weight, hessian, bits, group_size, damping)).to(weight.dtype)
+
+
 # --- Whole models -------------------------------------------------------------------------------
 
 
@@ -314,6 +381,121 @@ def quantize_model(model: torch.nn.Module, bits: int | str, group_size: int | No
                 )
                 weight.copy_(approx)
     return quantized
+
+
+def calibration_hessians(
+    model: torch.nn.Module, tokens: torch.Tensor, windows: int = 32, seq_len: int = 256
+) -> dict[str, torch.Tensor]:
+    """H = X^T X / n (float64) of every linear layer's inputs while ``model`` reads ``windows`` evenly
+    spaced windows of ``seq_len`` tokens of ``tokens``: layer name -> H.
+
+    Every layer's inputs come from the float model (all Hessians from one pass), not from a model
+    whose earlier layers are already quantized as in the paper: cheaper, and close on small models.
+    """
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+
+    def keep(name):
+        def hook(module, inputs, output):
+            x = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).float()  # (tokens, in)
+            sums[name] = sums.get(name, 0) + (x.T @ x).double()  # float32 per batch, summed in float64
+            counts[name] = counts.get(name, 0) + x.shape[0]
+
+        return hook
+
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    handles = [module.register_forward_hook(keep(name)) for name, module in linears.items()]
+    starts = torch.linspace(0, len(tokens) - seq_len - 1, windows).long().tolist()
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for first in range(0, windows, 16):
+                batch = torch.stack([tokens[s : s + seq_len] for s in starts[first : first + 16]]).to(device)
+                model(batch)  # (b, T): the hooks collect X^T X
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: sums[name].cpu() / counts[name] for name in linears}
+
+
+def gptq_model(
+    model: torch.nn.Module, hessians: dict[str, torch.Tensor], bits: int, group_size: int | None = None
+) -> torch.nn.Module:
+    """A copy of ``model`` whose linear layers went through :func:`gptq_quantize_dequantize` with
+    their calibration Hessians (:func:`calibration_hessians`); everything else as in :func:`quantize_model`."""
+    import copy
+
+    quantized = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, module in quantized.named_modules():
+            if isinstance(module, torch.nn.Linear):
+                weight = module.weight
+                weight.copy_(gptq_quantize_dequantize(weight.float(), hessians[name], bits, group_size))
+    return quantized
+
+
+GPTQ_BITS = (6, 5, 4, 3, 2)  # the bit widths chapter 3 compares GPTQ and round-to-nearest at, groups of 64
+CALIBRATION_WINDOWS = 32  # 256-byte windows of training text whose inputs make the Hessians
+EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
+
+
+def gptq_against_rtn(
+    model: torch.nn.Module,
+    hessians: dict[str, torch.Tensor],
+    held_out: torch.Tensor,
+    bits_list=GPTQ_BITS,
+    group_size: int | None = 64,
+    windows: int = EVAL_WINDOWS,
+) -> dict[str, dict[int, float]]:
+    """Held-out loss (nats per token) of ``model`` rounded to nearest and through GPTQ at each bit
+    width: ``{"round to nearest": {bits: loss}, "GPTQ": {bits: loss}}``."""
+    from course import evaluation
+
+    losses: dict[str, dict[int, float]] = {"round to nearest": {}, "GPTQ": {}}
+    for bits in bits_list:
+        rtn = quantize_model(model, bits, group_size)
+        losses["round to nearest"][bits] = evaluation.text_loss(rtn, held_out, max_windows=windows)
+        gptq = gptq_model(model, hessians, bits, group_size)
+        losses["GPTQ"][bits] = evaluation.text_loss(gptq, held_out, max_windows=windows)
+    return losses
+
+
+def gptq_reading(baseline: float, losses: dict[str, dict[int, float]], harmless: float) -> str:
+    """What GPTQ bought, read off :func:`gptq_against_rtn`'s losses: the fewest bits each method
+    keeps within ``harmless`` nats of ``baseline``, and the widest gap between them."""
+    from course import readings
+
+    parts = []
+    for method, by_bits in losses.items():
+        bits = sorted(by_bits)
+        lowest = readings.holds_from(bits, [by_bits[b] - baseline <= harmless for b in bits])
+        parts.append(
+            f"{method} stays within {harmless} nats/byte of float32 down to {lowest} bits"
+            if lowest is not None
+            else f"{method} is more than {harmless} nats/byte above float32 at every width tried"
+        )
+    rtn, gptq = losses["round to nearest"], losses["GPTQ"]
+    widest = max(rtn, key=lambda b: rtn[b] - gptq[b])
+    better = [b for b in rtn if gptq[b] < rtn[b]]
+    parts.append(
+        f"GPTQ is better at {readings.listing(sorted(better, reverse=True))} bits of {len(rtn)} widths, most at "
+        f"{widest} bits ({rtn[widest] - gptq[widest]:+.4f} nats/byte)"
+        if better
+        else "GPTQ is better at none of the widths tried"
+    )
+    return "; ".join(parts)
+
+
+def course_model_gptq() -> tuple[float, dict[str, dict[int, float]]]:
+    """The course's target, float32 and at :data:`GPTQ_BITS` with groups of 64, calibrated on
+    :data:`CALIBRATION_WINDOWS` windows of training text: (float32 loss, :func:`gptq_against_rtn`)."""
+    from course import checkpoints, corpus, evaluation
+
+    target = checkpoints.load("target")
+    held_out = corpus.tokens("validation")
+    hessians = calibration_hessians(target, corpus.tokens("train"), CALIBRATION_WINDOWS)
+    baseline = evaluation.text_loss(target, held_out, max_windows=EVAL_WINDOWS)
+    return baseline, gptq_against_rtn(target, hessians, held_out)
 
 
 # --- Matrices the chapter studies --------------------------------------------------------------
@@ -376,6 +558,13 @@ def reference_numbers() -> dict[str, tuple[float, float, str]]:
         2e-4,
         "NF4, groups of 64, gaussian_matrix(seed=0)",
     )
+    baseline, by_method = course_model_gptq()
+    how = f"course target, groups of 64, {EVAL_WINDOWS} held-out windows, {CALIBRATION_WINDOWS} calibration windows"
+    numbers["model_fp32_loss"] = (baseline, 1e-4, f"float32 held-out loss (nats/byte), {EVAL_WINDOWS} windows")
+    for method, key in (("round to nearest", "rtn"), ("GPTQ", "gptq")):
+        for bits, loss in by_method[method].items():
+            tolerance = 0.02 if bits == 2 else 3e-3  # float32 sums in another order move GPTQ's codes a little
+            numbers[f"model_{key}_g64_{bits}bit_loss"] = (loss, tolerance, f"{method}, {bits} bits, {how}")
     numbers["int4_g64_normal"] = (
         relative_error(clean, quantize_dequantize(clean, 4, 64)),
         2e-4,
@@ -409,8 +598,3 @@ def half_step(weight: torch.Tensor, bits: int, group_size: int | None = None) ->
     _, scale = quantize(weight, bits, group_size)
     group = _group_columns(weight, group_size)
     return (scale / 2).repeat_interleave(group, dim=1)
-
-
-def signal_to_noise_db(weight: torch.Tensor, approx: torch.Tensor) -> float:
-    """20 log10 of 1 / relative error: about 6 dB per extra bit for uniform codes."""
-    return -20 * math.log10(relative_error(weight, approx))

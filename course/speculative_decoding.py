@@ -109,6 +109,15 @@ def _distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(logits.double() / temperature, dim=-1)
 
 
+Round = tuple[int, int]  # one target call: (tokens the draft proposed, how many of them were accepted)
+
+
+def as_draft(draft):
+    """``draft`` as this module's drafts are (``start``, ``propose``, ``keep``, ``max_seq_len``): a
+    model with the course model's interface is wrapped in :class:`ModelDraft`."""
+    return draft if hasattr(draft, "propose") else ModelDraft(draft)
+
+
 @torch.no_grad()
 def speculative_generate(
     target: LanguageModel,
@@ -118,24 +127,24 @@ def speculative_generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
-) -> dict:
+) -> tuple[torch.Tensor, list[Round]]:
     """Generate with ``draft`` proposing up to ``k`` tokens per round and ``target`` verifying them in one call.
 
     ``draft`` is a draft of this module (:class:`ModelDraft`, :class:`NGramDraft`,
     :class:`PromptLookupDraft`) or a model with the course model's interface (``model(tokens,
-    cache)``, ``new_cache``, ``config.max_seq_len``), which :class:`ModelDraft` wraps. Returns
-    ``{"tokens": (1, T + new), "target_calls", "draft_calls", "accepted": per-position acceptance
-    counts, "proposed": per-position counts of proposals that were verified, "rounds": (proposed,
-    accepted) per target call, "draft_seconds" and "target_seconds": the wall-clock time spent
-    drafting and in the target's calls}``. At temperature 0 the tokens are exactly the target's
-    greedy output; otherwise they are distributed exactly as the target's samples. The target and
-    a model draft keep KV caches; rejected tokens are dropped from them by rolling the length back.
+    cache)``, ``new_cache``, ``config.max_seq_len``), which :class:`ModelDraft` wraps. Returns the
+    tokens (1, T + new) and the rounds, one ``(proposed, accepted)`` per target call: what
+    :func:`round_counts` and :func:`summarise` count. The loop keeps no clock: time it from outside
+    (:class:`Timed`, as :func:`measure_drafts` does). At temperature 0 the tokens are exactly the
+    target's greedy output; otherwise they are distributed exactly as the target's samples. The
+    target and a model draft keep KV caches; rejected tokens are dropped from them by rolling the
+    length back.
     """
     if prompt.dim() != 2 or prompt.shape[0] != 1:
         raise ValueError(f"prompt must be (1, tokens): one sequence; got {tuple(prompt.shape)}")
     if k < 1:
         raise ValueError(f"k (tokens drafted per round) must be at least 1, got {k}")
-    draft = draft if hasattr(draft, "propose") else ModelDraft(draft)
+    draft = as_draft(draft)
     total = prompt.shape[1] + max_new_tokens + k + 1
     for limit in (target.config.max_seq_len, draft.max_seq_len):
         if total > limit:
@@ -146,53 +155,83 @@ def speculative_generate(
     t_cache = target.new_cache(1, total)
     draft.start(total)
     device = prompt.device
-    stats = {"target_calls": 0, "draft_calls": 0, "accepted": [0] * k, "proposed": [0] * k, "rounds": []}
-    clock = {"draft_seconds": 0.0, "target_seconds": 0.0}
+    rounds: list[Round] = []
     while len(tokens) < goal:
         n = len(tokens)
-        started = time.perf_counter()
         proposed, q = draft.propose(tokens, k, temperature, generator)
-        synchronize(device)
-        drafted = time.perf_counter()
-        stats["draft_calls"] += len(proposed)
         feed = tokens[t_cache.length :] + proposed
         logits = target(torch.tensor([feed], device=device), t_cache)[0, -(len(proposed) + 1) :]  # (m + 1, vocab)
-        stats["target_calls"] += 1
         p = _distribution(logits, temperature).cpu()
-        clock["draft_seconds"] += drafted - started
-        clock["target_seconds"] += time.perf_counter() - drafted
         accepted = 0
         for i, x in enumerate(proposed):
-            stats["proposed"][i] += 1
             token, kept = verify(p[i], q[i], x, generator)
             if not kept:
                 correction = token
                 break
             accepted += 1
-            stats["accepted"][i] += 1
         else:
             correction = int(torch.multinomial(p[len(proposed)], 1, generator=generator))  # the bonus token
-        stats["rounds"].append((len(proposed), accepted))
+        rounds.append((len(proposed), accepted))
         tokens += proposed[:accepted] + [correction]
         t_cache.length = n + accepted  # keep what was verified; the correction is fed next round
         draft.keep(n + accepted)
-    return {"tokens": torch.tensor([tokens[:goal]], device=device), **stats, **clock}
+    return torch.tensor([tokens[:goal]], device=device), rounds
 
 
-def summarise(runs: list[dict]) -> dict:
-    """Acceptance rate, tokens per target call, and the formula's tokens per call at that rate, over runs
-    of :func:`speculative_generate`.
+def round_counts(rounds: list[Round], k: int) -> dict:
+    """What rounds of :func:`speculative_generate` add up to: ``target_calls``, ``draft_calls`` (tokens
+    proposed), and for each drafted position how often a proposal there was ``proposed`` to the rule
+    (verified: the positions up to the first rejection) and ``accepted``."""
+    accepted, verified = [0] * k, [0] * k
+    for m, a in rounds:
+        for i in range(min(a + 1, m)):
+            verified[i] += 1
+            accepted[i] += i < a
+    return {
+        "target_calls": len(rounds),
+        "draft_calls": sum(m for m, _ in rounds),
+        "accepted": accepted,
+        "proposed": verified,
+    }
+
+
+def summarise(rounds: list[Round]) -> dict:
+    """Acceptance rate, tokens per target call, and the formula's tokens per call at that rate, over the
+    rounds of runs of :func:`speculative_generate`.
 
     alpha is accepted / verified proposals. The formula is averaged over the rounds, each with the
     number of tokens its draft proposed (a lookup draft sometimes proposes fewer than k, or none).
     """
-    rounds = [r for run in runs for r in run["rounds"]]
-    verified = sum(sum(run["proposed"]) for run in runs)
+    verified = sum(min(a + 1, m) for m, a in rounds)
     alpha = sum(a for _, a in rounds) / verified if verified else 0.0
     per_call = sum(a + 1 for _, a in rounds) / len(rounds)
     formula = sum(expected_tokens_per_call(alpha, m) for m, _ in rounds) / len(rounds)
     drafted = sum(m for m, _ in rounds) / len(rounds)
     return {"alpha": alpha, "tokens_per_call": per_call, "formula": formula, "drafted_per_call": drafted}
+
+
+class Timed:
+    """``inner`` (a draft, a model) with the calls of its ``method`` timed from outside the loop that
+    makes them, the device synchronised after each: ``seconds`` and ``calls`` add up. Everything else
+    is ``inner``'s own. Not handled: time the device spends on work queued before the call."""
+
+    def __init__(self, inner, method: str, device: torch.device):
+        self.inner, self.method, self.device = inner, method, device
+        self.seconds, self.calls = 0.0, 0
+
+    def _timed(self, *args, **kwargs):
+        started = time.perf_counter()
+        result = getattr(self.inner, self.method)(*args, **kwargs)
+        synchronize(self.device)
+        self.seconds += time.perf_counter() - started
+        self.calls += 1
+        return result
+
+    def __getattr__(self, name: str):  # what Timed itself lacks
+        return self._timed if name == self.method else getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._timed(*args, **kwargs) if self.method == "__call__" else self.inner(*args, **kwargs)
 
 
 def measure_drafts(
@@ -231,25 +270,26 @@ def measure_drafts(
         step = alone / (len(prompts) * max_new_tokens)
         steps.append(step)
         for name, draft in drafts.items():
+            proposer, verifier = Timed(as_draft(draft), "propose", device), Timed(target, "__call__", device)
             started = time.perf_counter()
             runs[name] = [
-                speculative_generate(
-                    target, draft, prompt, k, max_new_tokens, temperature, torch.Generator().manual_seed(i)
-                )
+                one
                 for i, prompt in enumerate(prompts)
+                for one in speculative_generate(
+                    verifier, proposer, prompt, k, max_new_tokens, temperature, torch.Generator().manual_seed(i)
+                )[1]
             ]
             synchronize(device)
             seen[name]["ratio"].append(alone / (time.perf_counter() - started))
-            drafted = sum(run["draft_calls"] for run in runs[name])
-            calls = sum(run["target_calls"] for run in runs[name])
-            seen[name]["cost"].append(sum(run["draft_seconds"] for run in runs[name]) / max(drafted, 1) / step)
-            seen[name]["verify"].append(sum(run["target_seconds"] for run in runs[name]) / calls / step)
+            drafted = round_counts(runs[name], k)["draft_calls"]
+            seen[name]["cost"].append(proposer.seconds / max(drafted, 1) / step)
+            seen[name]["verify"].append(verifier.seconds / verifier.calls / step)
     results = {}
     for name in drafts:
         result = summarise(runs[name])
         cost = statistics.median(seen[name]["cost"])
-        accepted = [sum(run["accepted"][i] for run in runs[name]) for i in range(k)]
-        verified = [sum(run["proposed"][i] for run in runs[name]) for i in range(k)]
+        counts = round_counts(runs[name], k)
+        accepted, verified = counts["accepted"], counts["proposed"]
         results[name] = {
             **result,
             "speedup": statistics.median(seen[name]["ratio"]),

@@ -26,7 +26,8 @@
 # 4. store int8 codes with their scales (graded);
 # 5. meet NF4, the 4-bit format of QLoRA, and LLM.int8()'s way of keeping outliers out of int8;
 # 6. quantize a real (small) language model and watch its loss;
-# 7. measure when int4 weights make a layer faster than float32, and why.
+# 7. write GPTQ, which chooses the codes with calibration data, and measure what it buys (graded);
+# 8. measure when int4 weights make a layer faster than float32, and why.
 #
 # Exercises are marked **Your turn**. Each is followed by a check cell: run it, read the hints,
 # fix, repeat. The chapter's figures use the course's own implementation, so they work before you
@@ -38,6 +39,8 @@ MEASURE_SIZE = 4096  # the matrix of the bandwidth measurement
 EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 HARMLESS_LOSS = 0.01  # nats/byte above float32 that the readings below call harmless
 INT4_SIZES = (128, 256, 512, 1024, 2048, 4096)  # square layers timed in float32 and int4
+GPTQ_BITS = (6, 5, 4, 3, 2)  # bit widths of the GPTQ comparison, groups of 64
+CALIBRATION_WINDOWS = 32  # 256-byte windows of training text whose layer inputs make the Hessians
 
 # %%
 import torch
@@ -416,8 +419,119 @@ plots.plot_model_bits(losses, baseline)
 # so its weights have few extreme outliers. Large models grow outlier features (section 7), and
 # there the per-row damage of section 3 shows up at 8 and 4 bits already: the reason behind
 # groups, NF4 and LLM.int8().
+
+# %% [markdown]
+# ## 9. GPTQ: rounding that knows the inputs
 #
-# ## 9. Measured on your machine: fewer bytes to read
+# Round-to-nearest treats every weight alone. But a layer is judged by its outputs, $XW^\top$ over
+# the inputs $X$ it really sees, and inputs are correlated: when one weight is rounded up, its
+# neighbours in the row can move a little to cancel the error on the outputs. **GPTQ** (Frantar et
+# al., 2022) does exactly that, one column at a time. It minimises the output error
+#
+# $$ \lVert X W^\top - X Q^\top \rVert^2 \;\propto\; \operatorname{tr}\big((W - Q)\, H\, (W - Q)^\top\big), \qquad H = \tfrac{1}{n} X^\top X, $$
+#
+# with the Hessian $H$ measured on a little **calibration** text. Sweep the columns $j = 0, 1, \dots$:
+#
+# 1. round column $j$ to its codes, $q_j = \operatorname{round}(w_j / s)$, as before;
+# 2. spread its error over the columns not yet quantized:
+#    $w_{j+1:} \leftarrow w_{j+1:} - \dfrac{w_j - s q_j}{U_{jj}}\, U_{j,\,j+1:}$,
+#
+# where $U$ is the upper Cholesky factor of $H^{-1}$ ($H^{-1} = U^\top U$): row $j$ of $U$ is the
+# optimal correction once the columns before $j$ are fixed, so one factorisation serves the whole
+# sweep. Two details make it work in practice: $H$ is **damped**, $H + \lambda I$ with $\lambda$ a
+# small share (1%) of the mean of its diagonal, because a Hessian from few samples is singular;
+# and with groups, each group's scale is taken from the weights **as the sweep has left them** when
+# it reaches the group's first column, not fixed beforehand.
+#
+# ### Your turn: `gptq_quantize`
+#
+# Write `gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01)`. It returns
+# `(codes, scale)`: integer-valued codes of shape `(rows, cols)` in $[-q_{\max}, q_{\max}]$, and the
+# scales, shape `(rows, cols // group_size)` (one column per row when `group_size` is `None`),
+# symmetric absmax as in section 1.
+#
+# * Work on a copy of `weight` (in its own dtype): the sweep changes it.
+# * `hessian` is $H$, `(cols, cols)`. Add `damping * H.diagonal().mean()` to its diagonal, then
+#   `U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)`.
+# * At the first column of each group, the scale is the absmax of that group's columns of the
+#   updated copy over $q_{\max}$ (an all-zero group: scale 0, codes 0, no NaN).
+# * Raise `ValueError` when `group_size` does not divide the columns.
+#
+# An identity Hessian (inputs uncorrelated, all alike) leaves nothing to compensate: the answer
+# must then be round-to-nearest's codes. The check compares your codes with the course's exactly on
+# float64 inputs.
+
+
+# %% nbgrader={"grade": false, "grade_id": "gptq_quantize", "locked": false, "schema_version": 3, "solution": true}
+def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
+    """GPTQ's codes and scales for `weight` (rows, cols), given H = X^T X / n of its inputs."""
+    ### BEGIN SOLUTION
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group != 0:
+        raise ValueError(f"group_size {group} does not divide {cols} columns")
+    levels = 2 ** (bits - 1) - 1
+    w = weight.clone()
+    h = hessian.to(w.dtype).clone()
+    h += damping * h.diagonal().mean() * torch.eye(cols, dtype=h.dtype)
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    codes = torch.zeros_like(w)
+    scale = torch.zeros(rows, cols // group, dtype=w.dtype)
+    for j in range(cols):
+        if j % group == 0:
+            scale[:, j // group] = w[:, j : j + group].abs().amax(dim=1) / levels
+            step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))
+        codes[:, j] = torch.round(w[:, j] / step).clamp(-levels, levels)
+        error = (w[:, j] - codes[:, j] * step) / u[j, j]
+        w[:, j + 1 :] -= error[:, None] * u[j, j + 1 :][None, :]
+    return codes, scale
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_gptq_quantize", "locked": true, "points": 8, "schema_version": 3, "solution": false}
+check("gptq_quantize")
+### BEGIN HIDDEN TESTS
+check("gptq_quantize", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# On one layer of the course model, with its Hessian measured on training text: the output error
+# the course's GPTQ leaves, as a share of round-to-nearest's, and how far each moved the weights.
+
+# %%
+train_text = corpus.tokens("train")
+hessians = quantization.calibration_hessians(target, train_text, windows=CALIBRATION_WINDOWS)
+name = "blocks.0.mlp.down_proj"
+weight0, h0 = target.get_submodule(name).weight.detach(), hessians[name]
+rtn_weight0 = quantization.quantize_dequantize(weight0, 4, 64)
+gptq_weight0 = quantization.gptq_quantize_dequantize(weight0, h0, 4, 64)
+rtn0, gptq0 = (quantization.output_error(weight0, w, h0) for w in (rtn_weight0, gptq_weight0))
+weight_errors = [quantization.relative_error(weight0, w) for w in (rtn_weight0, gptq_weight0)]
+print(f"{name}, 4 bits, groups of 64: GPTQ leaves {gptq0 / rtn0:.2f} of round-to-nearest's output error")
+print(
+    f"its weights are {'further from' if weight_errors[1] > weight_errors[0] else 'closer to'} the originals "
+    f"(relative error {weight_errors[1]:.4f} against {weight_errors[0]:.4f}): GPTQ does not aim at the weights, "
+    "it aims at the outputs"
+)
+
+# %% [markdown]
+# Now the whole model: every linear layer through GPTQ with its own Hessian, at each bit width with
+# groups of 64, against round-to-nearest, on held-out plays. (To stay quick, the Hessians come from
+# one pass of the float model over CALIBRATION_WINDOWS windows of 256 bytes of training text, not
+# layer by layer through the already quantized model as in the paper.)
+
+# %%
+by_method = quantization.gptq_against_rtn(target, hessians, held_out, GPTQ_BITS, 64, EVAL_WINDOWS)
+for bits in GPTQ_BITS:
+    rtn_gap = by_method["round to nearest"][bits] - baseline
+    gptq_gap = by_method["GPTQ"][bits] - baseline
+    share = f"; GPTQ removes {1 - gptq_gap / rtn_gap:.0%} of the increase" if rtn_gap > 0 else ""
+    print(f"{bits} bits, groups of 64: round to nearest {rtn_gap:+.4f}, GPTQ {gptq_gap:+.4f} nats/byte{share}")
+print(quantization.gptq_reading(baseline, by_method, HARMLESS_LOSS))
+plots.widget_gptq(baseline, by_method)
+
+# %% [markdown]
+# ## 10. Measured on your machine: fewer bytes to read
 #
 # Generating a token reads every weight once (chapter 1), so the time of a matrix-vector product
 # with a big matrix is set by the bytes of the matrix. Here is one on this machine in float32 and
@@ -451,7 +565,7 @@ print(
 # but the arithmetic around them gets slower. Lower precision pays off only when a kernel reads
 # the small format directly, which is what the libraries below provide.
 #
-# ## 10. Int4 that pays: a kernel that reads the codes
+# ## 11. Int4 that pays: a kernel that reads the codes
 #
 # `course.kernels.int4.Int4Linear` stores a layer the way int4 formats do: the codes packed two to
 # a byte, one fp16 scale per group of 64 columns. Its forward does not rebuild a float32 matrix:
@@ -519,7 +633,8 @@ plots.plot_int4_speedup(speedups)
 # | `quantize_dequantize`, groups | **torchao** `quantize_(model, Int4WeightOnlyConfig(group_size=64))`, `Int8WeightOnlyConfig()` |
 # | NF4, double quantization | **bitsandbytes** `quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)`; in transformers `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)` |
 # | outlier decomposition | **bitsandbytes** `LLM.int8()` (`load_in_8bit=True`, threshold 6.0) |
-# | round to nearest | **GPTQ** and **AWQ** choose the rounding (GPTQ) or rescale salient channels (AWQ) using a little calibration data; they are how 3- and 4-bit models keep their quality |
+# | `gptq_quantize`, calibration Hessians | **GPTQModel**, **llmcompressor** (`GPTQModifier`): the same sweep, in blocks of columns, with act-order and sequential calibration layer by layer; **AWQ** rescales salient input channels instead |
+# | `Int4Linear` (fused int4 product) | **torchao** `Int4WeightOnlyConfig` and **gpt-fast** call the same `_weight_int4pack_mm` kernels |
 #
 # Rule of thumb from the papers: 8-bit weights are nearly free; 4-bit weights need groups and
 # often a calibrated method; below 4 bits quality falls quickly. Always evaluate the quantized

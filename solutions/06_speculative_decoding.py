@@ -244,10 +244,10 @@ draft = checkpoints.load("draft").to(device)
 prompt = corpus.encode("KING RICHARD:\n")[None].to(device)
 print(timing.pin_threads(lambda: generate(target, prompt, 32), device))
 alone = generate(target, prompt, NEW_TOKENS)
-run = speculative_decoding.speculative_generate(target, draft, prompt, 4, NEW_TOKENS, temperature=0)
-print(f"identical to the target's greedy output: {torch.equal(alone, run['tokens'])}")
-print(f"{NEW_TOKENS} tokens in {run['target_calls']} target calls ({NEW_TOKENS / run['target_calls']:.2f} per call)")
-print(corpus.decode(run["tokens"][0].cpu()))
+tokens, rounds = speculative_decoding.speculative_generate(target, draft, prompt, 4, NEW_TOKENS, temperature=0)
+print(f"identical to the target's greedy output: {torch.equal(alone, tokens)}")
+print(f"{NEW_TOKENS} tokens in {len(rounds)} target calls ({NEW_TOKENS / len(rounds):.2f} per call)")
+print(corpus.decode(tokens[0].cpu()))
 
 # %% [markdown]
 # ## 4. Drafts that cost almost nothing
@@ -341,10 +341,12 @@ for context in ("KING HEN", "my lo", "To be, or not to"):
     print(f"n-gram table after {context!r}: proposes {corpus.decode(proposal)!r}")
 alone = generate(target, prompts[0], NEW_TOKENS)
 for name, proposer in drafts.items():
-    run = speculative_decoding.speculative_generate(target, proposer, prompts[0], DRAFT_LENGTH, NEW_TOKENS, 0)
+    tokens, rounds = speculative_decoding.speculative_generate(
+        target, proposer, prompts[0], DRAFT_LENGTH, NEW_TOKENS, 0
+    )
     print(
-        f"{name:15s} identical to the target's greedy output: {torch.equal(alone, run['tokens'])}; "
-        f"{NEW_TOKENS / run['target_calls']:.2f} tokens per target call"
+        f"{name:15s} identical to the target's greedy output: {torch.equal(alone, tokens)}; "
+        f"{NEW_TOKENS / len(rounds):.2f} tokens per target call"
     )
 
 # %% [markdown]

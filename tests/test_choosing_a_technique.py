@@ -113,9 +113,9 @@ def test_pack_int4_against_the_bit_formula():
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_pack_and_unpack_are_inverse(bits):
     values = torch.randint(0, 2**bits, (5, 32), generator=torch.Generator().manual_seed(bits))
-    packed = technique.pack_codes(values, bits)
+    packed = quantization.pack_codes(values, bits)
     assert packed.shape == (5, 32 * bits // 8)
-    assert torch.equal(technique.unpack_codes(packed, bits).long(), values)
+    assert torch.equal(quantization.unpack_codes(packed, bits).long(), values)
 
 
 def _linear(out_features=48, in_features=128, seed=0):
@@ -238,9 +238,9 @@ def test_curves_from_agreement_equal_the_real_loop(k):
     for name in ("draft", "distilled"):
         drafter = checkpoints.load(name)
         calls = sum(
-            speculative_decoding.speculative_generate(target, drafter, p, k, technique.NEW_TOKENS, temperature=0)[
-                "target_calls"
-            ]
+            len(
+                speculative_decoding.speculative_generate(target, drafter, p, k, technique.NEW_TOKENS, temperature=0)[1]
+            )
             for p in technique.prompts()
         )
         expected = len(technique.PROMPT_STARTS) * technique.NEW_TOKENS / calls
@@ -305,9 +305,10 @@ def test_the_sandbox_model_is_the_course_model():
         technique.greedy_speculative, "speculate", checks.model_spec("target"), checks.model_spec("draft"), inputs
     )
     assert run["tokens"] == generate(checkpoints.load("target"), prompt, 24)[0].tolist()
-    calls = speculative_decoding.speculative_generate(
+    _, rounds = speculative_decoding.speculative_generate(
         checkpoints.load("target"), checkpoints.load("draft"), prompt, 3, 24, temperature=0
-    )["target_calls"]
+    )
+    calls = len(rounds)
     assert run["target_calls"] == calls and run["target_fed"] <= prompt.shape[1] + 24 + calls * 4
 
     class Float(nn.Module):  # a plain float layer: the loss must be the fp32 target's

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -355,3 +356,16 @@ SCENARIO_ANSWERS = {"blockwise_attention": flash_attention.blockwise_attention}
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "stay exact while never forming the full score matrix",
 ]
+
+
+@pytest.mark.parametrize("name, above", [("larger", True), ("smaller", False)])
+def test_update_probes_put_every_rows_block_maximum_where_the_check_says(name, above):
+    """A row whose block maximum fell on the other side would let an answer that never rescales
+    pass "larger" or fail "smaller" by the draw of the hidden inputs (7 in 5,000 draws did)."""
+    from autograder.chapters.flash_attention import UPDATE
+
+    check = next(c for c in UPDATE.checks if c.name == name)
+    for seed in range(500):
+        m, _, _, scores, _ = check.probe(np.random.default_rng(seed))["args"]
+        block_max = scores.amax(dim=-1, keepdim=True)
+        assert bool(((block_max > m) if above else (block_max < m)).all()), seed

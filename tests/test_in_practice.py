@@ -336,9 +336,9 @@ def test_prompt_lookup_and_course_speculation_equal_greedy(loaded):
     assert torch.equal(greedy, looked_up)
     new = greedy.shape[1] - request.shape[1]
     drafter = speculative.PromptLookupDraft(longest=2, shortest=1, vocab_size=model.config.vocab_size)
-    result = speculative.speculative_generate(in_practice.AsCourseModel(model), drafter, request, 6, new, temperature=0)
-    assert torch.equal(result["tokens"], greedy)
-    assert result["target_calls"] < new  # the prompt's words were drafted, some accepted
+    tokens, rounds = speculative.speculative_generate(in_practice.AsCourseModel(model), drafter, request, 6, new, 0)
+    assert torch.equal(tokens, greedy)
+    assert len(rounds) < new  # the prompt's words were drafted, some accepted
 
 
 def test_prompt_lookup_draft_proposes_what_followed_for_any_vocabulary():
@@ -366,8 +366,8 @@ def test_int8_draft_rounds_each_row_and_speculation_with_it_equals_greedy(loaded
     greedy = model.generate(request, max_new_tokens=8, do_sample=False)
     new = greedy.shape[1] - request.shape[1]
     view, drafter = in_practice.AsCourseModel(model), in_practice.AsCourseModel(draft)
-    result = speculative.speculative_generate(view, drafter, request, 3, new, temperature=0)
-    assert torch.equal(result["tokens"], greedy)
+    tokens, _ = speculative.speculative_generate(view, drafter, request, 3, new, temperature=0)
+    assert torch.equal(tokens, greedy)
 
 
 def test_course_measurements_run_on_the_model(loaded):
@@ -516,3 +516,39 @@ FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
         {"float32": 4.09, "int8 per row": 4.11, "int4 g64": 4.54, "NF4": 4.43}, "float32"
     ),
 }
+
+
+# --- int4 weights through the fused kernel (chapter 3's Int4Linear) --------------------------------------
+
+
+def test_int4_linears_swap_every_decoder_layer_and_put_them_back(loaded, text):
+    from course.kernels import int4
+
+    model, _ = loaded
+    view = in_practice.AsCourseModel(model)
+    before = in_practice.linear_layers(model)
+    with torch.no_grad():
+        float_logits = view(text[None])
+        with in_practice.quantized_weights(model, "int4", 64):  # chapter 3's round trip, in float32
+            rounded_logits = view(text[None])
+        with in_practice.int4_linears(model, 64):
+            swapped = [m for m in model.modules() if isinstance(m, int4.Int4Linear)]
+            assert len(swapped) == len(before) == 210 and all(m.path == "fused cpu" for m in swapped)
+            int4_logits = view(text[None])
+        with in_practice.int4_linears(model, 64, output_layer=True):
+            assert isinstance(model.get_output_embeddings(), int4.Int4Linear)
+        assert in_practice.linear_layers(model) == before
+        assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # still tied
+        assert torch.equal(view(text[None]), float_logits)
+
+    def relative(a, b):
+        return ((a - b).norm() / b.norm()).item()
+
+    # the fused kernel computes the rounded model in bfloat16: far closer to it than rounding is to float32
+    assert relative(int4_logits, rounded_logits) < 0.25 * relative(rounded_logits, float_logits)
+
+
+def test_first_difference():
+    a = torch.tensor([[1, 2, 3, 4]])
+    assert in_practice.first_difference(a, torch.tensor([[1, 2, 9, 4]])) == 2
+    assert in_practice.first_difference(a, a[:, :3]) is None

@@ -647,6 +647,7 @@ def test_speedup_reports_both_times_and_the_bytes_bound():
 
 CHARTS = {  # each chart class: a view to draw first, one to move to
     plots.QuantizationChart: ({"bits": 4}, {"bits": 3, "group_size": 32, "outlier": 40.0}),
+    plots.GptqChart: ({"bits": 4}, {"bits": 3}),
 }
 FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
     "plot_model_bits": lambda: plots.plot_model_bits(
@@ -685,3 +686,213 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "outlier weights hurt per-row int8",
 ]
+
+
+# --- GPTQ -------------------------------------------------------------------------------------------------
+
+
+def _correlated(cols, samples, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mixing = torch.randn(cols, cols, generator=g, dtype=torch.float64) * 0.4 + torch.eye(cols, dtype=torch.float64)
+    x = torch.randn(samples, cols, generator=g, dtype=torch.float64) @ mixing
+    return quantization.hessian(x)
+
+
+def obs_gptq(weight, h, bits, group, damping=0.01):
+    """GPTQ written the other way (Optimal Brain Surgeon's): the error spread with the current
+    inverse Hessian, which drops each quantized column by a rank-one update; no Cholesky factor."""
+    levels = 2 ** (bits - 1) - 1
+    rows, cols = weight.shape
+    group = group or cols
+    w = weight.double().clone()
+    h = h.double() + damping * h.double().diagonal().mean() * torch.eye(cols, dtype=torch.float64)
+    inv = torch.linalg.inv(h)
+    codes = torch.zeros(rows, cols, dtype=torch.float64)
+    for j in range(cols):
+        if j % group == 0:
+            scale = w[:, j : j + group].abs().amax(1) / levels
+        codes[:, j] = torch.round(w[:, j] / scale).clamp(-levels, levels)
+        error = (w[:, j] - codes[:, j] * scale) / inv[j, j]
+        w[:, j:] -= error[:, None] * inv[j, j:][None, :]
+        inv = inv - inv[:, j : j + 1] @ inv[j : j + 1, :] / inv[j, j]
+    return codes
+
+
+def test_gptq_with_an_identity_hessian_is_round_to_nearest():
+    weight = quantization.gaussian_matrix(16, 64, seed=3)
+    for bits, group in ((4, None), (4, 16), (3, 32)):
+        codes, scale = quantization.gptq_quantize(weight, torch.eye(64), bits, group)
+        expected_codes, expected_scale = quantization.quantize(weight, bits, group)
+        assert torch.equal(codes, expected_codes) and torch.equal(scale, expected_scale)
+
+
+@pytest.mark.parametrize("bits, group", [(4, None), (3, 8), (4, 16)])
+def test_gptq_in_float64_equals_the_surgeon_formulation(bits, group):
+    weight = quantization.gaussian_matrix(12, 48, seed=1).double()
+    h = _correlated(48, 96)
+    codes, _ = quantization.gptq_quantize(weight, h, bits, group)
+    assert torch.equal(codes.double(), obs_gptq(weight, h, bits, group))
+
+
+def test_gptq_lowers_the_output_error_below_round_to_nearest():
+    weight = quantization.gaussian_matrix(64, 128, seed=2)
+    h = _correlated(128, 512, seed=5)
+    for bits, group in ((4, 64), (3, 32), (3, None)):
+        rtn = quantization.output_error(weight, quantization.quantize_dequantize(weight, bits, group), h)
+        gptq = quantization.output_error(weight, quantization.gptq_quantize_dequantize(weight, h, bits, group), h)
+        assert gptq < 0.8 * rtn, (bits, group, gptq / rtn)
+    delta = (weight - quantization.quantize_dequantize(weight, 4, 64)).double()
+    assert quantization.output_error(weight, quantization.quantize_dequantize(weight, 4, 64), h) == pytest.approx(
+        torch.trace(delta @ h @ delta.T).item()
+    )
+
+
+def test_gptq_handles_dead_inputs_and_says_what_is_wrong():
+    weight = quantization.gaussian_matrix(8, 32, seed=4)
+    h = _correlated(32, 64)
+    h[5, :] = 0.0
+    h[:, 5] = 0.0  # an input that is always zero
+    codes, _ = quantization.gptq_quantize(weight, h, 4, 16)
+    assert (codes[:, 5] == 0).all() and torch.isfinite(codes.float()).all()
+    with pytest.raises(ValueError, match="does not divide"):
+        quantization.gptq_quantize(weight, h, 4, 12)
+    with pytest.raises(ValueError, match=r"\(32, 32\)"):
+        quantization.gptq_quantize(weight, torch.eye(16), 4)
+
+
+def test_calibration_hessians_are_the_inputs_second_moments():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4, bias=False), torch.nn.ReLU(), torch.nn.Linear(4, 3, bias=False))
+    tokens = torch.randn(40, 6)
+
+    class Windows(torch.nn.Module):  # the course models take (B, T) tokens; here the "tokens" are vectors
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, batch):
+            return self.net(batch)
+
+    hessians = quantization.calibration_hessians(Windows(), tokens, windows=3, seq_len=10)
+    starts = torch.linspace(0, 40 - 10 - 1, 3).long().tolist()
+    x = torch.cat([tokens[s : s + 10] for s in starts]).double()
+    assert set(hessians) == {"net.0", "net.2"}
+    torch.testing.assert_close(hessians["net.0"], x.T @ x / len(x))
+
+
+def test_the_gptq_reading_follows_the_numbers():
+    losses = {
+        "round to nearest": {6: 1.411, 5: 1.412, 4: 1.414, 3: 1.44, 2: 2.0},
+        "GPTQ": {6: 1.4105, 5: 1.411, 4: 1.4112, 3: 1.418, 2: 1.6},
+    }
+    reading = quantization.gptq_reading(1.41, losses, 0.01)
+    assert "round to nearest stays within 0.01 nats/byte of float32 down to 4 bits" in reading
+    assert "GPTQ stays within 0.01 nats/byte of float32 down to 3 bits" in reading
+    assert "most at 2 bits (+0.4000" in reading
+    worse = {"round to nearest": {4: 1.5}, "GPTQ": {4: 1.6}}
+    assert "better at none" in quantization.gptq_reading(1.41, worse, 0.01)
+
+
+GPTQ_ANSWER = """
+def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group != 0:
+        raise ValueError("group_size must divide the columns")
+    levels = 2 ** (bits - 1) - 1
+    w = weight.clone()
+    original = weight.clone()
+    h = hessian.to(w.dtype).clone()
+    h += {damping} * h.diagonal().mean() * torch.eye(cols, dtype=h.dtype)
+    u = {factor}
+    codes = torch.zeros_like(w)
+    scale = torch.zeros(rows, cols // group, dtype=w.dtype)
+    for j in range(cols):
+        if j % group == 0:
+            scale[:, j // group] = {scale_source}[:, j : j + group].abs().amax(dim=1) / levels
+            step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))
+        codes[:, j] = torch.round(w[:, j] / step).clamp(-levels, levels)
+        error = (w[:, j] - codes[:, j] * step) / u[j, j]
+        {update}
+    return codes, scale
+"""
+UPPER = "torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)"
+
+
+def gptq_variant(
+    damping="damping", factor=UPPER, scale_source="w", update="w[:, j + 1 :] -= error[:, None] * u[j, j + 1 :][None, :]"
+):
+    return GPTQ_ANSWER.format(damping=damping, factor=factor, scale_source=scale_source, update=update)
+
+
+COMPENSATED = {f"gptq_quantize.{c}" for c in ("per_row", "groups", "few_samples", "output_error")}
+GPTQ_MISTAKES = {
+    "no_compensation": (gptq_variant(update="pass"), COMPENSATED, "no error compensation"),
+    "rows_of_the_inverse": (
+        gptq_variant(factor="torch.linalg.inv(h)"),
+        COMPENSATED,
+        "rows of H^-1 itself",
+    ),
+    "lower_factor": (
+        gptq_variant(factor="torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)))"),
+        COMPENSATED,
+        "lower Cholesky factor does nothing",
+    ),
+    "factor_of_the_hessian": (
+        gptq_variant(factor="torch.linalg.cholesky(h, upper=True)"),
+        COMPENSATED,
+        "Cholesky factor of H",
+    ),
+    "no_damping": (gptq_variant(damping="0.0"), COMPENSATED, "no damping"),
+    "scales_fixed_before_the_sweep": (
+        gptq_variant(scale_source="original"),
+        {"gptq_quantize.groups", "gptq_quantize.few_samples", "gptq_quantize.output_error"},
+        "fixed before the sweep",
+    ),
+    "error_added": (
+        gptq_variant(update="w[:, j + 1 :] += error[:, None] * u[j, j + 1 :][None, :]"),
+        COMPENSATED,
+        "added instead of subtracted",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPTQ_MISTAKES))
+def test_each_gptq_mistake_loses_exactly_its_checks_with_its_hint(name):
+    from conftest import verdicts
+
+    source, must_fail, words = GPTQ_MISTAKES[name]
+    found = verdicts("gptq_quantize", source)
+    shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
+    assert {i for i, v in found.items() if not v.passed} == must_fail, shown
+    assert all(words in found[i].hint for i in must_fail), shown
+
+
+def test_gptq_written_the_surgeon_s_way_keeps_every_point():
+    from conftest import assert_accepted
+
+    source = """
+def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
+    import numpy as np
+    w = weight.double().numpy().copy()
+    rows, cols = w.shape
+    group = group_size or cols
+    if cols % group:
+        raise ValueError(f"group_size {group} does not divide {cols}")
+    levels = 2 ** (bits - 1) - 1
+    h = hessian.double().numpy()
+    h = h + damping * np.mean(np.diag(h)) * np.eye(cols)
+    inv = np.linalg.inv(h)
+    codes = np.zeros_like(w)
+    scales = np.zeros((rows, cols // group))
+    for j in range(cols):
+        if j % group == 0:
+            s = np.abs(w[:, j:j + group]).max(axis=1) / levels
+            scales[:, j // group] = s
+            s = np.where(s > 0, s, 1.0)
+        codes[:, j] = np.clip(np.round(w[:, j] / s), -levels, levels)
+        err = (w[:, j] - codes[:, j] * s) / inv[j, j]
+        w[:, j:] -= np.outer(err, inv[j, j:])
+        inv = inv - np.outer(inv[:, j], inv[j, :]) / inv[j, j]
+    return torch.from_numpy(codes).to(torch.int32), torch.from_numpy(scales).to(weight.dtype)
+"""
+    assert_accepted("gptq_quantize", source)

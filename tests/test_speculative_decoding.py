@@ -48,9 +48,22 @@ def test_speculative_generate_greedy_equals_the_target():
     prompt = corpus.encode("ROMEO:\n")[None]
     alone = generate(target, prompt, 60)
     for k in (1, 3, 5):
-        run = speculative_decoding.speculative_generate(target, draft, prompt, k, 60, temperature=0)
-        assert torch.equal(run["tokens"], alone), k
-        assert run["target_calls"] < 60
+        tokens, rounds = speculative_decoding.speculative_generate(target, draft, prompt, k, 60, temperature=0)
+        assert torch.equal(tokens, alone), k
+        assert len(rounds) < 60
+
+
+def test_timed_counts_one_methods_calls_and_changes_no_token():
+    target = checkpoints.load("target")
+    prompt = corpus.encode("ROMEO:\nI ")[None]
+    cpu = torch.device("cpu")
+    draft = speculative_decoding.PromptLookupDraft()
+    verifier = speculative_decoding.Timed(target, "__call__", cpu)
+    proposer = speculative_decoding.Timed(speculative_decoding.as_draft(draft), "propose", cpu)
+    tokens, rounds = speculative_decoding.speculative_generate(verifier, proposer, prompt, 3, 20, temperature=0)
+    assert torch.equal(tokens, speculative_decoding.speculative_generate(target, draft, prompt, 3, 20, 0)[0])
+    assert verifier.calls == len(rounds) == proposer.calls
+    assert verifier.seconds > 0 and proposer.seconds > 0
 
 
 def test_speculative_generate_samples_the_targets_first_token_distribution():
@@ -63,9 +76,9 @@ def test_speculative_generate_samples_the_targets_first_token_distribution():
     n = 1500
     for _ in range(n):
         counts[
-            speculative_decoding.speculative_generate(target, draft, prompt, 2, 1, temperature=1.0, generator=g)[
-                "tokens"
-            ][0, -1]
+            speculative_decoding.speculative_generate(target, draft, prompt, 2, 1, temperature=1.0, generator=g)[0][
+                0, -1
+            ]
         ] += 1
     top = p.argsort(descending=True)[:5]
     spread = (p[top] * (1 - p[top]) / n).sqrt()
@@ -101,10 +114,10 @@ def test_every_draft_gives_the_targets_greedy_output(small_ngram):
         alone = generate(target, prompt, 80)
         for name, draft in drafts(small_ngram).items():
             for k in (1, 4, 7):
-                run = speculative_decoding.speculative_generate(target, draft, prompt, k, 80, temperature=0)
-                assert torch.equal(run["tokens"], alone), (name, k, text)
-                assert sum(m for m, _ in run["rounds"]) == run["draft_calls"]
-                assert len(run["rounds"]) == run["target_calls"]
+                tokens, rounds = speculative_decoding.speculative_generate(target, draft, prompt, k, 80, temperature=0)
+                assert torch.equal(tokens, alone), (name, k, text)
+                yielded = [a + 1 for _, a in rounds]  # a call keeps the accepted tokens and one of its own
+                assert sum(yielded[:-1]) < 80 <= sum(yielded), (name, k, text)
 
 
 @pytest.mark.parametrize("which", ["n-gram", "lookup, short matches"])
@@ -121,9 +134,9 @@ def test_lookup_drafts_sample_the_targets_distribution(small_ngram, which):
     g = torch.Generator().manual_seed(0)
     n, proposed = 1000, 0
     for _ in range(n):
-        run = speculative_decoding.speculative_generate(target, draft, prompt, 3, 1, temperature=1.0, generator=g)
-        counts[run["tokens"][0, -1]] += 1
-        proposed += run["draft_calls"]
+        tokens, rounds = speculative_decoding.speculative_generate(target, draft, prompt, 3, 1, 1.0, generator=g)
+        counts[tokens[0, -1]] += 1
+        proposed += sum(m for m, _ in rounds)
     assert proposed >= n  # the draft really proposed at every call
     top = p.argsort(descending=True)[:5]
     spread = (p[top] * (1 - p[top]) / n).sqrt()
@@ -168,8 +181,14 @@ def test_prompt_lookup_copies_what_followed_the_longest_earlier_match():
 
 
 def test_summarise_averages_the_formula_over_the_rounds_as_proposed():
-    runs = [{"rounds": [(4, 4), (4, 1), (0, 0), (2, 0)], "proposed": [3, 2, 1, 1]}]
-    summary = speculative_decoding.summarise(runs)
+    rounds = [(4, 4), (4, 1), (0, 0), (2, 0)]
+    assert speculative_decoding.round_counts(rounds, 4) == {
+        "target_calls": 4,
+        "draft_calls": 10,
+        "accepted": [2, 1, 1, 1],  # (4, 4) at every position, (4, 1) at the first
+        "proposed": [3, 2, 1, 1],  # verified up to the first rejection: 4, 2, 0 and 1 positions
+    }
+    summary = speculative_decoding.summarise(rounds)
     assert summary["alpha"] == pytest.approx(5 / 7)  # 5 accepted of 7 verified proposals
     assert summary["tokens_per_call"] == pytest.approx((5 + 2 + 1 + 1) / 4)
     expected = [speculative_decoding.expected_tokens_per_call(5 / 7, m) for m in (4, 4, 0, 2)]
@@ -184,9 +203,11 @@ def test_measure_drafts_reports_what_the_chapter_prints(small_ngram):
     results = speculative_decoding.measure_drafts(target, chosen, prompts, 3, 24, 0.0, repeats=1, progress=False)
     for name, draft in chosen.items():
         r = results[name]
-        runs = [speculative_decoding.speculative_generate(target, draft, p, 3, 24, 0.0) for p in prompts]
+        rounds = [
+            one for p in prompts for one in speculative_decoding.speculative_generate(target, draft, p, 3, 24, 0.0)[1]
+        ]
         assert {k: r[k] for k in ("alpha", "tokens_per_call", "formula")} == {
-            k: speculative_decoding.summarise(runs)[k] for k in ("alpha", "tokens_per_call", "formula")
+            k: speculative_decoding.summarise(rounds)[k] for k in ("alpha", "tokens_per_call", "formula")
         }
         assert r["speedup"] > 0 and r["cost"] >= 0 and r["verify"] > 0 and r["step"] > 0
         assert r["formula_speedup"] == pytest.approx(r["formula"] / (1 + r["cost"] * r["drafted_per_call"]))

@@ -362,7 +362,8 @@ def speculative_decoding(device: torch.device) -> dict[str, dict]:
 
 def pretrained_llm(bound: float) -> dict[str, float]:
     """Chapter 8's model on the CPU, threads chosen as the chapter chooses them: decode against the
-    memory roofline, batch 8 against batch 1, and speculative decoding against greedy (same output)."""
+    memory roofline, batch 8 against batch 1, int4 weights against float32, and speculative decoding
+    against greedy (same output)."""
     from course import evaluation, in_practice, pretrained
     from course import speculative_decoding as speculative
 
@@ -381,6 +382,12 @@ def pretrained_llm(bound: float) -> dict[str, float]:
         step = evaluation.decode_step_seconds(view, 1, steps=6)
         floor = in_practice.storage_bytes(model) / (bound * 1e9)
         batch8 = evaluation.decode_step_seconds(view, 8, steps=6)
+        with in_practice.int4_linears(model, 64, output_layer=True):
+            int4_step = evaluation.decode_step_seconds(view, 1, steps=6)
+        print(
+            f"decode batch 1 with int4 weights (chapter 3's Int4Linear, fused kernel, the output layer too): "
+            f"{1 / int4_step:.1f} tokens/s against float32's {1 / step:.1f}: {step / int4_step:.2f}x"
+        )
         print(
             f"decode batch 1: {1e3 * step:.1f} ms a token = {floor / step:.2f} of the memory roofline "
             f"({1e3 * floor:.1f} ms)"
@@ -402,9 +409,7 @@ def pretrained_llm(bound: float) -> dict[str, float]:
         course_seconds = timing.median_seconds(
             lambda: speculative.speculative_generate(view, draft, request, 4, new, temperature=0), warmup=0, repeats=3
         )
-        same = torch.equal(
-            speculative.speculative_generate(view, draft, request, 4, new, temperature=0)["tokens"], greedy
-        )
+        same = torch.equal(speculative.speculative_generate(view, draft, request, 4, new, temperature=0)[0], greedy)
     print(f"prompt lookup (transformers): {greedy_seconds / lookup_seconds:.2f}x greedy's speed, {new} tokens")
     print(
         f"int8 draft, k = 4 (course's speculative_generate): {greedy_seconds / course_seconds:.2f}x; "
@@ -413,6 +418,7 @@ def pretrained_llm(bound: float) -> dict[str, float]:
     return {
         "smollm2_decode_vs_roofline": floor / step,
         "smollm2_batch8_speedup": 8 * step / batch8,
+        "smollm2_int4_decode_speedup": step / int4_step,
         "smollm2_prompt_lookup_speedup": greedy_seconds / lookup_seconds,
         "smollm2_int8_draft_speedup": greedy_seconds / course_seconds,
     }

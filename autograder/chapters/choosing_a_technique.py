@@ -23,7 +23,7 @@ from autograder.checks import (
     Exercise,
     Requirement,
     Verdict,
-    compare_tensors,
+    diagnose,
     judge_raises,
     judges_value,
     outcome,
@@ -223,13 +223,8 @@ def _judge_pack(probe, got):
         )
     if got.dtype != torch.uint8:
         return Verdict(False, f"dtype {got.dtype}: a packed byte is torch.uint8 (values 0 to 255), one byte per pair")
-    same, difference = compare_tensors(got.double(), expected.double(), rtol=0, atol=0)
-    if same:
-        return Verdict(True)
-    for hint, wrong in _pack_mistakes(codes):
-        if compare_tensors(got.double(), wrong.double(), rtol=0, atol=0)[0]:
-            return Verdict(False, f"{hint} ({difference})")
-    return Verdict(False, difference)
+    mistakes = [(hint, lambda wrong=wrong: wrong) for hint, wrong in _pack_mistakes(codes)]
+    return diagnose(got, expected, mistakes, rtol=0, atol=0)
 
 
 def _judge_odd(probe, result):
@@ -710,9 +705,7 @@ def _loop_expected(draft: str, start: int, k: int) -> dict:
     target, drafter = checkpoints.load("target"), checkpoints.load(draft)
     prompt = technique.prompts()[start]
     greedy = generate(target, prompt, LOOP_NEW_TOKENS)[0].tolist()
-    calls = speculative_decoding.speculative_generate(target, drafter, prompt, k, LOOP_NEW_TOKENS, temperature=0)[
-        "target_calls"
-    ]
+    calls = len(speculative_decoding.speculative_generate(target, drafter, prompt, k, LOOP_NEW_TOKENS, 0)[1])
     return {"greedy": greedy, "calls": calls, "prompt": prompt}
 
 

@@ -39,7 +39,7 @@ def _judge_distill(probe, got):
     student, teacher, t = probe["args"]
     s = torch.log_softmax(student.double() / t, -1)
     te = torch.log_softmax(teacher.double() / t, -1)
-    kl = (te.exp() * (te - s)).sum(-1)
+    kl = distillation.kl_divergence(te, s)
     expected = distillation.distillation_loss(student.double(), teacher.double(), t).item()
     value, _ = number(got, "the loss")
     if value is not None and value != value:
@@ -53,7 +53,7 @@ def _judge_distill(probe, got):
         ("divided by T^2 instead of multiplying: multiply by temperature**2", kl.mean().item() / t**2),
         (
             "the KL is reversed: KL(teacher || student) sums p_teacher * (log p_teacher - log p_student)",
-            ((s.exp() * (s - te)).sum(-1).mean() * t * t).item(),
+            (distillation.kl_divergence(s, te).mean() * t * t).item(),
         ),
         (
             "the temperature was not applied to the logits",
@@ -89,7 +89,7 @@ def _judge_distill(probe, got):
 def _kl(student_logits, teacher_logits) -> float:
     """KL(teacher || student) of the given logits, mean over positions."""
     s, te = torch.log_softmax(student_logits, -1), torch.log_softmax(teacher_logits, -1)
-    return (te.exp() * (te - s)).sum(-1).mean().item()
+    return distillation.kl_divergence(te, s).mean().item()
 
 
 # --- prune_smallest ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from autograder.checks import (
     Requirement,
     Verdict,
     as_tensor,
+    diagnose,
     judge_number,
     judges_value,
     outcome,
@@ -313,14 +314,8 @@ def _judge_pack(probe, result):  # reads the raw result too: the dtype is part o
         ("the first code's bits are lost: shift it by 4 bits (x << 4), a byte holds only 8", second),
         ("shifted by 8 instead of 4 without losing the bits: a byte's high nibble is x << 4", first * 256 + second),
     ]
-    for hint, wrong in mistakes:
-        if torch.equal(flat, wrong):
-            return Verdict(False, hint)
-    index = int((flat != expected.double()).nonzero()[0])
-    return Verdict(
-        False,
-        f"byte {index} is {int(flat[index])}, expected {int(expected[index])} "
-        f"(codes {int(first[index])} and {int(second[index])})",
+    return diagnose(
+        flat, expected, [(hint, lambda wrong=wrong: wrong) for hint, wrong in mistakes], "the bytes", rtol=0, atol=0
     )
 
 

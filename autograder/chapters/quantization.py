@@ -1,5 +1,5 @@
 """Chapter 3's exercises: quantize_dequantize, relative_error, quantize_int8 / dequantize_int8,
-effective_bits. Each check names the mistakes it can recognise in its hint."""
+effective_bits, gptq_quantize. Each check names the mistakes it can recognise in its hint."""
 
 from __future__ import annotations
 
@@ -485,4 +485,261 @@ EFFECTIVE_BITS = Exercise(
     ],
 )
 
-EXERCISES = [QUANTIZE_DEQUANTIZE, RELATIVE_ERROR, INT8, EFFECTIVE_BITS]
+
+# --- gptq_quantize -------------------------------------------------------------------------------
+
+
+def _gptq_variant(
+    weight, hessian, bits, group, damping=0.01, factor="upper", compensate=True, sweep_scales=True, sign=-1
+):
+    """GPTQ with one thing changed (the named mistakes), in float64. ``factor``: "upper" (the
+    Cholesky factor of H^-1, right), "inverse" (rows of H^-1 itself, never updated), "lower" (the
+    transposed factor) or "hessian" (the factor of H, not of its inverse)."""
+    levels = quantization.absmax_levels(bits)
+    rows, cols = weight.shape
+    group = cols if group is None else group
+    work = weight.double().clone()
+    h = hessian.double().clone()
+    dead = torch.diagonal(h) == 0
+    h[dead, dead] = 1.0
+    work[:, dead] = 0.0
+    h += damping * torch.diagonal(h).mean() * torch.eye(cols, dtype=torch.float64)
+    inverse = torch.cholesky_inverse(torch.linalg.cholesky(h))
+    u = {
+        "upper": lambda: torch.linalg.cholesky(inverse, upper=True),
+        "inverse": lambda: inverse,
+        "hessian": lambda: torch.linalg.cholesky(h, upper=True),
+    }[factor]()
+    original = work.clone()
+    codes = torch.zeros(rows, cols, dtype=torch.float64)
+    scales = torch.zeros(rows, cols // group, dtype=torch.float64)
+    for j in range(cols):
+        if j % group == 0:
+            source = work if sweep_scales else original
+            scales[:, j // group] = source[:, j : j + group].abs().amax(dim=1) / levels
+            scale = torch.where(scales[:, j // group] > 0, scales[:, j // group], torch.ones_like(scales[:, 0]))
+        codes[:, j] = torch.round(work[:, j] / scale).clamp(-levels, levels)
+        if compensate:
+            error = (work[:, j] - codes[:, j] * scale) / u[j, j]
+            work[:, j + 1 :] += sign * error[:, None] * u[j, j + 1 :][None, :]
+    return codes, scales
+
+
+def gptq_mistakes(weight, hessian, bits, group) -> list:
+    return [
+        (
+            "no error compensation: these are round-to-nearest's codes; after rounding column j, subtract "
+            "(w_j - q_j) / U[j, j] * U[j, j+1:] from the columns not yet quantized (a lower Cholesky factor "
+            "does nothing there: its row j is zero past the diagonal; take upper=True)",
+            lambda: _gptq_variant(weight, hessian, bits, group, compensate=False),
+        ),
+        (
+            "the error was spread with rows of H^-1 itself: use U, the upper Cholesky factor of H^-1 "
+            "(torch.linalg.cholesky(H_inv, upper=True)), whose rows already account for the columns done",
+            lambda: _gptq_variant(weight, hessian, bits, group, factor="inverse"),
+        ),
+        (
+            "the Cholesky factor of H was used: GPTQ needs the factor of the inverse, H^-1 = U^T U",
+            lambda: _gptq_variant(weight, hessian, bits, group, factor="hessian"),
+        ),
+        (
+            "no damping: add damping * mean(diag(H)) to H's diagonal before inverting it",
+            lambda: _gptq_variant(weight, hessian, bits, group, damping=0.0),
+        ),
+        (
+            "the damping was added as a constant: add damping times the mean of H's diagonal",
+            lambda: _gptq_variant(
+                weight, hessian / torch.diagonal(hessian.double()).mean(), bits, group
+            ),  # damping relative to 1: the same codes only when mean(diag(H)) is 1
+        ),
+        (
+            "each group's scale came from the original weights, fixed before the sweep: take it from the "
+            "error-updated weights when the sweep reaches the group's first column",
+            lambda: _gptq_variant(weight, hessian, bits, group, sweep_scales=False),
+        ),
+        (
+            "the error was added instead of subtracted: the columns not yet quantized move by -error * U[j, j+1:]",
+            lambda: _gptq_variant(weight, hessian, bits, group, sign=1),
+        ),
+    ]
+
+
+def _correlated_hessian(rng: np.random.Generator, cols: int, samples: int) -> torch.Tensor:
+    """H = X^T X / n of inputs with correlated features and uneven scales, as a layer sees."""
+    mixing = rng.normal(0.0, 0.4, size=(cols, cols)) + np.eye(cols)
+    x = rng.normal(0.0, 1.0, size=(samples, cols)) @ mixing * rng.uniform(0.3, 3.0, size=cols)
+    return torch.from_numpy(x.T @ x / samples)  # float64
+
+
+def _probe_gptq(rows, cols, bits, group, identity=False, dtype=torch.float64, samples=None):
+    def make(rng):
+        weight = _normal(rng, rows, cols).to(dtype)
+        hessian = (
+            torch.eye(cols, dtype=torch.float64) if identity else _correlated_hessian(rng, cols, samples or 2 * cols)
+        )
+        return {"call": "gptq_quantize", "args": [weight, hessian.to(dtype), bits], "kwargs": {"group_size": group}}
+
+    return make
+
+
+NOT_POSITIVE_DEFINITE = (
+    "no damping: a Hessian from fewer samples than columns is singular and its Cholesky factorisation fails; "
+    "add damping * mean(diag(H)) to H's diagonal before inverting it"
+)
+
+
+def _gptq_result(probe, result):
+    """(codes, scale, failing verdict or None) of the learner's answer, in float64."""
+    got, failed = outcome(result)
+    if failed:
+        return None, None, Verdict(False, NOT_POSITIVE_DEFINITE) if "positive-definite" in failed.hint else failed
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return None, None, Verdict(False, "gptq_quantize should return a tuple (codes, scale)")
+    codes, problem = as_tensor(got[0], "the codes")
+    scale, problem_scale = as_tensor(got[1], "the scale")
+    if problem or problem_scale:
+        return None, None, Verdict(False, problem or problem_scale)
+    if torch.isnan(codes).any() or torch.isnan(scale).any():
+        return None, None, Verdict(False, ZERO_GROUP_HINT)
+    return codes, scale, None
+
+
+def _judge_gptq_codes(probe, result):
+    """Codes exactly the reference's (float64 inputs: no rounding ties to forgive), scales close."""
+    codes, scale, failed = _gptq_result(probe, result)
+    if failed:
+        return failed
+    weight, hessian, bits = probe["args"]
+    group = probe["kwargs"].get("group_size")
+    ref_codes, ref_scale = quantization.gptq_quantize(weight.double(), hessian.double(), bits, group)
+    mistakes = [(hint, lambda make=make: make()[0]) for hint, make in gptq_mistakes(weight, hessian, bits, group)]
+    verdict = diagnose(codes, ref_codes.double(), mistakes, atol=0.0, rtol=0.0)
+    if not verdict.passed:
+        return Verdict(False, f"codes: {verdict.hint}")
+    return diagnose(
+        scale.reshape(ref_scale.shape) if scale.numel() == ref_scale.numel() else scale,
+        ref_scale,
+        [],
+        "scale",
+        rtol=1e-6,
+    )
+
+
+def _judge_gptq_error(probe, result):
+    """Float32 inputs: the output error tr((W-Q) H (W-Q)^T) over round-to-nearest's, within 2% of the reference's."""
+    codes, scale, failed = _gptq_result(probe, result)
+    if failed:
+        return failed
+    weight, hessian, bits = probe["args"]
+    group = probe["kwargs"].get("group_size")
+    if tuple(codes.shape) != tuple(weight.shape):
+        return Verdict(False, f"codes of shape {tuple(codes.shape)}, expected {tuple(weight.shape)}, one per weight")
+    if codes.abs().max() > quantization.absmax_levels(bits) or not torch.equal(codes, codes.round()):
+        return Verdict(
+            False,
+            f"codes must be whole numbers in [-{quantization.absmax_levels(bits)}, {quantization.absmax_levels(bits)}]",
+        )
+    try:
+        approx = quantization.dequantize(codes, scale.reshape(weight.shape[0], -1))
+    except (ValueError, RuntimeError):
+        return Verdict(False, f"scale of shape {tuple(scale.shape)} does not fit the codes: one per row and group")
+    rtn = quantization.output_error(weight, quantization.quantize_dequantize(weight.double(), bits, group), hessian)
+    ratio = quantization.output_error(weight, approx, hessian) / rtn
+    expected = (
+        quantization.output_error(
+            weight, quantization.gptq_quantize_dequantize(weight.double(), hessian, bits, group), hessian
+        )
+        / rtn
+    )
+    if abs(ratio - expected) <= 0.02 * expected:
+        return Verdict(True)
+    for hint, make in gptq_mistakes(weight, hessian, bits, group):
+        wrong = quantization.output_error(weight, quantization.dequantize(*make()), hessian) / rtn
+        if abs(wrong - expected) > 0.02 * expected and abs(ratio - wrong) <= 0.05 * wrong:
+            return Verdict(False, f"{hint} (output error {ratio:.3f} of round-to-nearest's; GPTQ's is {expected:.3f})")
+    return Verdict(False, f"output error {ratio:.3f} of round-to-nearest's; GPTQ's is {expected:.3f}")
+
+
+def _probe_gptq_bad_group(rng):
+    return {"call": "gptq_quantize", "args": [_normal(rng, 4, 64), torch.eye(64), 4], "kwargs": {"group_size": 48}}
+
+
+GPTQ = Exercise(
+    "gptq_quantize",
+    ("gptq_quantize",),
+    [
+        Check(
+            "identity",
+            1,
+            "an identity Hessian gives round-to-nearest's codes and scales",
+            _probe_gptq(8, 32, 4, 8, identity=True),
+            _judge_gptq_codes,
+            visible=True,
+        ),
+        Check(
+            "per_row",
+            2,
+            "a correlated Hessian, 3 bits, one scale per row (float64: the reference's codes exactly)",
+            _probe_gptq(12, 24, 3, None),
+            _judge_gptq_codes,
+            visible=True,
+        ),
+        Check(
+            "groups",
+            2,
+            "4 bits, groups of 8, scales from the error-updated weights (float64: the reference's codes exactly)",
+            _probe_gptq(10, 32, 4, 8),
+            _judge_gptq_codes,
+        ),
+        Check(
+            "few_samples",
+            1,
+            "a Hessian from fewer samples than columns (singular until damped), groups of 16",
+            _probe_gptq(6, 48, 4, 16, samples=20),
+            _judge_gptq_codes,
+        ),
+        Check(
+            "output_error",
+            1,
+            "float32, 64 x 128, groups of 32: the output error tr((W-Q)H(W-Q)^T) against round-to-nearest's",
+            _probe_gptq(64, 128, 4, 32, dtype=torch.float32),
+            _judge_gptq_error,
+        ),
+        Check(
+            "bad_group",
+            1,
+            "ValueError when group_size does not divide the columns",
+            _probe_gptq_bad_group,
+            lambda probe, result: judge_raises(
+                result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
+            ),
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "codes column by column, each column's error spread over the rest with the upper Cholesky factor of H^-1",
+            (
+                "per_row",
+                "groups",
+                "few_samples",
+                "output_error",
+            ),
+        ),
+        Requirement("an identity Hessian gives round-to-nearest (edge case)", ("identity",)),
+        Requirement(
+            "H damped by damping * mean(diag(H)) before inverting",
+            ("few_samples", "per_row"),
+        ),
+        Requirement(
+            "each group's scale from the error-updated weights when the sweep reaches it",
+            ("groups", "few_samples"),
+        ),
+        Requirement(
+            "returns (codes, scale) as quantize does: scale (rows, cols // group_size)",
+            ("identity", "groups"),
+        ),
+        Requirement("ValueError when group_size does not divide the columns", ("bad_group",)),
+    ],
+)
+
+EXERCISES = [QUANTIZE_DEQUANTIZE, RELATIVE_ERROR, INT8, EFFECTIVE_BITS, GPTQ]

@@ -254,3 +254,61 @@ def plot_int4_speedup(rows: list[dict]) -> Figure:
     )
     ax.legend(fontsize=8, loc="upper left")
     return fig
+
+
+class GptqChart(Chart):
+    """Held-out loss against bits, round to nearest and GPTQ; the slider's bit width marked, with
+    what GPTQ bought there in the title."""
+
+    def __init__(self, baseline: float | None = None, losses: dict[str, dict[int, float]] | None = None):
+        super().__init__(6, 3.4, left=0.14)
+        if losses is None:  # the stored reference figures
+            baseline, losses = _stored_gptq_losses()
+        self.baseline, self.losses = baseline, losses
+        self.ax = self.figure.subplots()
+        for (label, by_bits), color in zip(losses.items(), (BLUE, ORANGE), strict=False):
+            bits = sorted(by_bits)
+            self.ax.plot(bits, [by_bits[b] - baseline for b in bits], "o-", color=color, label=label)
+        self.ax.axhline(0, color=GREY, ls="--", lw=1, label="float32")
+        self.ax.set_yscale("symlog", linthresh=1e-3)
+        self.ax.set(xlabel="bits per weight (groups of 64)", ylabel="held-out loss above float32 (nats/byte)")
+        self.ax.legend(fontsize=8, loc="upper right")
+        self.marker = self.moving(self.ax.axvline(4, color=RED, lw=1))
+        self.moving(self.ax.title)
+
+    def update(self, bits: int = 4) -> GptqChart:
+        rtn, gptq = (self.losses[label].get(bits) for label in ("round to nearest", "GPTQ"))
+        self.marker.set_xdata([bits, bits])
+        if rtn is None or gptq is None:
+            self.ax.set_title(f"{bits} bits: not measured")
+            return self
+        rtn_gap, gptq_gap = rtn - self.baseline, gptq - self.baseline
+        saved = f", {1 - gptq_gap / rtn_gap:.0%} of the loss increase removed" if rtn_gap > 0 else ""
+        self.ax.set_title(f"{bits} bits: RTN {rtn_gap:+.4f}, GPTQ {gptq_gap:+.4f}{saved}", fontsize=9)
+        return self
+
+
+def _stored_gptq_losses() -> tuple[float, dict[str, dict[int, float]]]:
+    """The course model's losses as ``make reference`` stored them (data/reference/quantization.json)."""
+    from course import reference
+
+    numbers = reference.load("quantization")
+    losses = {
+        label: {bits: numbers[f"model_{key}_g64_{bits}bit_loss"]["value"] for bits in quantization.GPTQ_BITS}
+        for label, key in (("round to nearest", "rtn"), ("GPTQ", "gptq"))
+    }
+    return numbers["model_fp32_loss"]["value"], losses
+
+
+def plot_gptq(bits: int = 4, baseline: float | None = None, losses: dict | None = None) -> Figure:
+    """Loss against bits for round to nearest and GPTQ, ``bits`` marked; the stored reference
+    figures unless ``baseline`` and ``losses`` (``quantization.gptq_against_rtn``'s) are given."""
+    return GptqChart(baseline, losses).update(bits).figure
+
+
+def widget_gptq(baseline: float | None = None, losses: dict | None = None) -> None:
+    """A bits slider over :class:`GptqChart` (the stored reference figures unless given)."""
+    chart = GptqChart(baseline, losses)
+    bits = sorted(next(iter(chart.losses.values())))
+    controls = {"bits": slider("IntSlider", value=4, min=bits[0], max=bits[-1], description="bits")}
+    interactive(chart, controls, "GPTQ against round to nearest")
