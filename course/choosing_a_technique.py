@@ -502,11 +502,12 @@ def server_reading(results: dict[str, dict], new_tokens: int) -> str:
             f"{base / seconds:.2f}x the fp32 target"
         )
     same = results[names[1]]["tokens"] == results[names[-1]]["tokens"]
-    differ = sum(a != b for a, b in zip(results[names[0]]["tokens"], results[names[1]]["tokens"], strict=True))
+    fp32, yours = (results[name]["tokens"][-new_tokens:] for name in names[:2])  # the new tokens, not the prompt
+    differ = sum(a != b for a, b in zip(fp32, yours, strict=True))
     lines.append(
         f"your server's tokens {'equal' if same else 'differ from'} those through the fused product"
         f"{'' if same else ' (bfloat16 products can flip a close greedy choice)'}; "
-        f"{differ} of {len(results[names[0]]['tokens'])} differ from the fp32 target's (int4 weights are another model)"
+        f"{differ} of the {new_tokens} new tokens differ from the fp32 target's (int4 weights are another model)"
     )
     return "\n".join(lines)
 

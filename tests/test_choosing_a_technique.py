@@ -350,6 +350,9 @@ def test_learner_server_times_and_reads(monkeypatch):
     assert list(results) == ["fp32 target alone", "your server", "your codes, fused int4 product"]
     text = technique.server_reading(results, 8)
     assert text.count("x the fp32 target") == 3 and "differ from the fp32 target's" in text
+    fp32, yours = results["fp32 target alone"]["tokens"], results["your server"]["tokens"]
+    assert fp32[:-8] == yours[:-8]  # the prompt, which the reading must not count
+    assert f"{sum(a != b for a, b in zip(fp32[-8:], yours[-8:], strict=True))} of the 8 new tokens differ" in text
 
 
 # --- figures ---------------------------------------------------------------------------------------------
