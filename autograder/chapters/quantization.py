@@ -565,10 +565,14 @@ def gptq_mistakes(weight, hessian, bits, group) -> list:
 
 
 def _correlated_hessian(rng: np.random.Generator, cols: int, samples: int) -> torch.Tensor:
-    """H = X^T X / n of inputs with correlated features and uneven scales, as a layer sees."""
-    mixing = rng.normal(0.0, 0.4, size=(cols, cols)) + np.eye(cols)
-    x = rng.normal(0.0, 1.0, size=(samples, cols)) @ mixing * rng.uniform(0.3, 3.0, size=cols)
-    return torch.from_numpy(x.T @ x / samples)  # float64
+    """H = X^T X / n of inputs with correlated features and uneven scales, as a layer sees.
+
+    The products are torch's: numpy's bundled OpenBLAS hung (spinning) when two grading threads
+    multiplied at once."""
+    mixing = torch.from_numpy(rng.normal(0.0, 0.4, size=(cols, cols)) + np.eye(cols))
+    x = torch.from_numpy(rng.normal(0.0, 1.0, size=(samples, cols))) @ mixing
+    x = x * torch.from_numpy(rng.uniform(0.3, 3.0, size=cols))
+    return x.T @ x / samples  # float64
 
 
 def _probe_gptq(rows, cols, bits, group, identity=False, dtype=torch.float64, samples=None):
