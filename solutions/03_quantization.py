@@ -586,8 +586,11 @@ for label, study in layer_studies.items():
 
 # %%
 awq_measured = quantization.awq_against_rtn(target, statistics, held_out, AWQ_BITS, 64, EVAL_WINDOWS)
-awq_losses = {method: {bits: by_method[method][bits] for bits in AWQ_BITS} for method in ("round to nearest", "GPTQ")}
-awq_losses["AWQ"] = {bits: measured["loss"] for bits, measured in awq_measured.items()}
+awq_losses = {
+    "round to nearest": {bits: by_method["round to nearest"][bits] for bits in AWQ_BITS},
+    "AWQ": {bits: measured["loss"] for bits, measured in awq_measured.items()},
+    "GPTQ": {bits: by_method["GPTQ"][bits] for bits in AWQ_BITS},
+}
 for bits in AWQ_BITS:
     alphas = list(awq_measured[bits]["alphas"].values())
     print(
@@ -600,15 +603,17 @@ print(quantization.awq_reading(baseline, awq_losses, saliences))
 plots.plot_awq(layer_studies, baseline, awq_losses)
 
 # %% [markdown]
-# The left panel is AWQ's premise, and the printed line says how far each model meets it. Where a
-# few channels stand far above the rest (the red line), scaling them is cheap insurance: their
-# weights get most of the resolution, and AWQ removes most of the output error, more than GPTQ,
-# which has no correlations to exploit among independent inputs. Where the channels are alike,
-# as in a model this small and briefly trained, there is little to protect: the best alpha barely
-# moves the error, and on held-out text AWQ can land a little either side of round to nearest,
-# while GPTQ, which uses the correlations, keeps its lead. The two ideas combine (AWQ's scales,
-# then GPTQ's rounding); chapter 8 finds the activation outliers of a pretrained model, where
-# AWQ's premise holds.
+# The left panel is AWQ's premise, and the printed lines say how far each layer meets it. Where a
+# few channels stand far above the rest (the layer with three outlier channels), scaling them is
+# cheap insurance: their weights get most of the resolution, and AWQ removes most of the output
+# error, more than GPTQ, which has no correlations to exploit among independent inputs. The
+# course model's layers have milder outliers and correlated inputs, and there GPTQ, which uses
+# the correlations, removes more of each layer's output error. A lower output error on the
+# calibration text need not carry over to the held-out loss, least of all at 4 bits, where round
+# to nearest's damage is already small: AWQ's measure is one layer's outputs, not the model's
+# loss, and the reading above says which way it went. The two ideas combine (AWQ's scales, then
+# GPTQ's rounding); chapter 8 finds the activation outliers of a pretrained model, where AWQ's
+# premise holds.
 
 # %% [markdown]
 # ## 11. Measured on your machine: fewer bytes to read

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from course import quantization
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, Chart, interactive, new_figure, nice_ceiling, slider
+from course.plots._widgets import BLUE, GREY, ORANGE, PURPLE, RED, Chart, interactive, new_figure, nice_ceiling, slider
 
 GROUP_CHOICES = (  # (label, group_size): "row" is one scale per row (group_size None), "tensor" one in all
     ("per tensor", "tensor"),
@@ -314,7 +314,7 @@ def widget_gptq(baseline: float | None = None, losses: dict | None = None) -> No
     interactive(chart, controls, "GPTQ against round to nearest")
 
 
-AWQ_COLORS = {"round to nearest": BLUE, "AWQ": RED, "GPTQ": ORANGE}
+AWQ_COLORS = {"round to nearest": GREY, "AWQ": RED, "GPTQ": "#2ca02c"}  # apart from the layers' colors
 
 
 def plot_awq(layers: dict[str, dict], baseline: float, losses: dict[str, dict[int, float]], bits: int = 3) -> Figure:
@@ -326,7 +326,7 @@ def plot_awq(layers: dict[str, dict], baseline: float, losses: dict[str, dict[in
     """
     fig = new_figure(12, 3.4, left=0.06, wspace=0.32)
     ax_means, ax_alpha, ax_loss = fig.subplots(1, 3)
-    for (label, study), color in zip(layers.items(), (RED, BLUE, ORANGE), strict=False):
+    for (label, study), color in zip(layers.items(), (PURPLE, BLUE, ORANGE), strict=False):
         means = study["mean_abs"].double()
         ordered = (means / means.median()).sort(descending=True).values.numpy()
         ax_means.plot(np.arange(1, len(ordered) + 1), ordered, color=color, label=label)
