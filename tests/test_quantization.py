@@ -813,6 +813,16 @@ def test_awq_rounds_the_scaled_weight_and_divides_after():
     torch.testing.assert_close(x @ by_hand.T, (x / scales) @ (by_hand * scales).T)
 
 
+def test_awq_says_what_is_wrong_with_its_inputs():
+    weight = quantization.gaussian_matrix(4, 8)
+    with pytest.raises(ValueError, match=r"one value per input column \(8\)"):
+        quantization.awq_quantize_dequantize(weight, torch.ones(4), 4)
+    with pytest.raises(ValueError, match="does not divide"):
+        quantization.awq_quantize_dequantize(weight, torch.ones(8), 4, 3)
+    with pytest.raises(ValueError, match="calibration_statistics"):
+        quantization.awq_model(torch.nn.Sequential(torch.nn.Linear(8, 4)), {"hessian": {}, "mean_abs": {}}, 4)
+
+
 def test_awq_protects_salient_channels_where_round_to_nearest_does_not():
     x = quantization.salient_inputs(magnitude=20.0)
     weight = quantization.gaussian_matrix(256, 256, seed=5)
