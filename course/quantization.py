@@ -4,8 +4,8 @@ Symmetric absmax integer quantization at any bit width with one scale per tensor
 group of consecutive columns; int8 codes with per-row scales; the relative error of an
 approximation; the storage cost of the scales; NormalFloat-4 (NF4, QLoRA); and LLM.int8()'s
 split of a matrix product into an int8 part and a 16-bit part for outlier features; GPTQ, which
-chooses the codes column by column with the Hessian of calibration inputs, and the course model
-calibrated and quantized with it.
+chooses the codes column by column with the Hessian of calibration inputs, AWQ, and the course
+model calibrated and quantized with both.
 
 A worked example: one row ``[0.5, -0.2, 0.1, 0.0]`` at 4 bits has scale 0.5 / 7 = 0.0714, codes
 ``[7, -3, 1, 0]`` (-2.8 and 1.4 round to -3 and 1) and comes back as ``[0.5, -0.2143, 0.0714, 0.0]``.
@@ -14,7 +14,10 @@ Codes are packed into bytes here (``pack_codes``: 2, 4 or 8 bits, as chapter 8's
 chapter 9's stored weights are; ``pack_int4``: two 4-bit codes to a byte); the int4 layer that
 multiplies with them through torch's fused kernel is ``course.kernels.int4``.
 
-Not handled: asymmetric (zero-point) schemes, activation-aware scaling (AWQ, SmoothQuant).
+AWQ scales each input column by a power of its activations' mean magnitude before rounding, the
+power searched on calibration data.
+
+Not handled: asymmetric (zero-point) schemes, SmoothQuant (activations quantized too).
 Everything works in float32 on the tensor's device; inputs must be 2-D floating-point matrices.
 Every bad argument (shape, type, bits, group size) raises ValueError with a message that says what
 to change.
@@ -22,7 +25,11 @@ to change.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+
+from course import timing
 
 MIN_BITS, MAX_BITS = 2, 16
 
@@ -296,6 +303,11 @@ def int8_matmul_with_outliers(
 # --- GPTQ: rounding that compensates the error it makes ------------------------------------------
 
 
+def _one_thread_on_cpu(device: torch.device):
+    """One torch thread on the CPU (a sweep of many small steps wastes the others), as is elsewhere."""
+    return timing.threads(1) if device.type == "cpu" else contextlib.nullcontext()
+
+
 def output_error(weight: torch.Tensor, approx: torch.Tensor, hessian: torch.Tensor) -> float:
     """tr((W - Q) H (W - Q)^T): the summed squared error of the layer's outputs over the calibration
     inputs when H = X^T X / n (what GPTQ minimises, one row at a time)."""
@@ -323,8 +335,10 @@ def gptq_quantize(
     the original weights). An identity Hessian gives round-to-nearest's codes.
 
     Returns (codes, scale) as :func:`quantize` does; computes in float64 when given float64, float32
-    otherwise. Not handled: act-order (columns by decreasing H[j, j]), blocked lazy updates (the same
-    result, faster), asymmetric codes.
+    otherwise. On the CPU it runs on one thread: its factorisations of small matrices and
+    thousands of small elementwise steps give each thread too little work, and two threads spent
+    eight times the CPU time waiting on each other (the codes are the same). Not handled: act-order
+    (columns by decreasing H[j, j]), blocked lazy updates (the same result, faster), asymmetric codes.
     """
     _check_matrix(weight)
     levels = absmax_levels(bits)
@@ -332,23 +346,24 @@ def gptq_quantize(
     rows, cols = weight.shape
     if not isinstance(hessian, torch.Tensor) or tuple(hessian.shape) != (cols, cols):
         raise ValueError(f"hessian must be a ({cols}, {cols}) tensor for a weight of {cols} columns")
-    work = _working(weight).clone()
-    h = hessian.to(work.dtype).clone()
-    dead = torch.diagonal(h) == 0  # inputs that are always zero: their weights cannot matter
-    h[dead, dead] = 1.0
-    work[:, dead] = 0.0
-    h += damping * torch.diagonal(h).mean() * torch.eye(cols, dtype=h.dtype, device=h.device)
-    upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)  # U: H^-1 = U^T U
-    codes = torch.zeros(rows, cols, dtype=work.dtype, device=work.device)
-    scale = torch.zeros(rows, cols // group, dtype=work.dtype, device=work.device)
-    for j in range(cols):
-        if j % group == 0:  # a new group: its scale from the weights as the sweep has left them
-            scale[:, j // group] = work[:, j : j + group].abs().amax(dim=1) / levels
-            step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))
-        codes[:, j] = torch.round(work[:, j] / step).clamp(-levels, levels)
-        error = (work[:, j] - codes[:, j] * step) / upper[j, j]  # (rows,)
-        work[:, j + 1 :] -= error[:, None] * upper[j, j + 1 :][None, :]
-    return codes.to(torch.int32), scale
+    with _one_thread_on_cpu(weight.device):  # see the docstring
+        work = _working(weight).clone()
+        h = hessian.to(work.dtype).clone()
+        dead = torch.diagonal(h) == 0  # inputs that are always zero: their weights cannot matter
+        h[dead, dead] = 1.0
+        work[:, dead] = 0.0
+        h += damping * torch.diagonal(h).mean() * torch.eye(cols, dtype=h.dtype, device=h.device)
+        upper = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)  # U: H^-1 = U^T U
+        codes = torch.zeros(rows, cols, dtype=work.dtype, device=work.device)
+        scale = torch.zeros(rows, cols // group, dtype=work.dtype, device=work.device)
+        for j in range(cols):
+            if j % group == 0:  # a new group: its scale from the weights as the sweep has left them
+                scale[:, j // group] = work[:, j : j + group].abs().amax(dim=1) / levels
+                step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))
+            codes[:, j] = torch.round(work[:, j] / step).clamp(-levels, levels)
+            error = (work[:, j] - codes[:, j] * step) / upper[j, j]  # (rows,)
+            work[:, j + 1 :] -= error[:, None] * upper[j, j + 1 :][None, :]
+        return codes.to(torch.int32), scale
 
 
 def gptq_quantize_dequantize(
@@ -383,22 +398,25 @@ def quantize_model(model: torch.nn.Module, bits: int | str, group_size: int | No
     return quantized
 
 
-def calibration_hessians(
+def calibration_statistics(
     model: torch.nn.Module, tokens: torch.Tensor, windows: int = 32, seq_len: int = 256
-) -> dict[str, torch.Tensor]:
-    """H = X^T X / n (float64) of every linear layer's inputs while ``model`` reads ``windows`` evenly
-    spaced windows of ``seq_len`` tokens of ``tokens``: layer name -> H.
+) -> dict[str, dict[str, torch.Tensor]]:
+    """What every linear layer's inputs X (n, in) look like while ``model`` reads ``windows`` evenly
+    spaced windows of ``seq_len`` tokens of ``tokens``, from one pass: ``{"hessian": {name: X^T X / n},
+    "mean_abs": {name: the mean |x| of each input channel}}``, both float64.
 
-    Every layer's inputs come from the float model (all Hessians from one pass), not from a model
-    whose earlier layers are already quantized as in the paper: cheaper, and close on small models.
+    Every layer's inputs come from the float model (all statistics from one pass), not from a model
+    whose earlier layers are already quantized as in the GPTQ paper: cheaper, and close on small models.
     """
     sums: dict[str, torch.Tensor] = {}
+    magnitudes: dict[str, torch.Tensor] = {}
     counts: dict[str, int] = {}
 
     def keep(name):
         def hook(module, inputs, output):
             x = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).float()  # (tokens, in)
             sums[name] = sums.get(name, 0) + (x.T @ x).double()  # float32 per batch, summed in float64
+            magnitudes[name] = magnitudes.get(name, 0) + x.abs().sum(dim=0).double()  # (in,)
             counts[name] = counts.get(name, 0) + x.shape[0]
 
         return hook
@@ -411,11 +429,21 @@ def calibration_hessians(
         with torch.no_grad():
             for first in range(0, windows, 16):
                 batch = torch.stack([tokens[s : s + seq_len] for s in starts[first : first + 16]]).to(device)
-                model(batch)  # (b, T): the hooks collect X^T X
+                model(batch)  # (b, T): the hooks collect X^T X and |X|
     finally:
         for handle in handles:
             handle.remove()
-    return {name: sums[name].cpu() / counts[name] for name in linears}
+    return {
+        "hessian": {name: sums[name].cpu() / counts[name] for name in linears},
+        "mean_abs": {name: magnitudes[name].cpu() / counts[name] for name in linears},
+    }
+
+
+def calibration_hessians(
+    model: torch.nn.Module, tokens: torch.Tensor, windows: int = 32, seq_len: int = 256
+) -> dict[str, torch.Tensor]:
+    """H = X^T X / n (float64) of every linear layer's inputs: :func:`calibration_statistics`' Hessians."""
+    return calibration_statistics(model, tokens, windows, seq_len)["hessian"]
 
 
 def gptq_model(
@@ -426,7 +454,7 @@ def gptq_model(
     import copy
 
     quantized = copy.deepcopy(model)
-    with torch.no_grad():
+    with torch.no_grad(), _one_thread_on_cpu(next(model.parameters()).device):
         for name, module in quantized.named_modules():
             if isinstance(module, torch.nn.Linear):
                 weight = module.weight
@@ -434,7 +462,119 @@ def gptq_model(
     return quantized
 
 
+# --- AWQ: the salient input channels scaled up before rounding -----------------------------------
+
+AWQ_GRID = 20  # exponents 0, 1/20, ..., 19/20 tried (the paper's grid)
+AWQ_SHARED_INPUTS = (  # the course model's linears that read the same input, so share one scale
+    ("attn.q_proj", "attn.k_proj", "attn.v_proj"),  # 1/s folds into the attention norm's weight
+    ("mlp.gate_proj", "mlp.up_proj"),  # 1/s folds into the MLP norm's weight
+    ("mlp.down_proj",),  # 1/s folds into up_proj's rows (row scaling commutes with absmax codes)
+)
+
+
+def awq_scales(mean_abs: torch.Tensor, alpha: float) -> torch.Tensor:
+    """AWQ's per-input-channel scales: s = mean|x|^alpha (at least 1e-4), divided by sqrt(max s * min s)
+    so that they sit around 1. ``alpha`` 0 gives all ones (round to nearest); 1 scales each
+    channel by its whole activation magnitude."""
+    s = mean_abs.double().pow(alpha).clamp(min=1e-4)
+    return s / (s.max() * s.min()).sqrt()
+
+
+def awq_quantize_dequantize(
+    weight: torch.Tensor, scales: torch.Tensor, bits: int, group_size: int | None = None
+) -> torch.Tensor:
+    """Q(W diag(s)) diag(s)^-1: each input column multiplied by its scale before rounding, divided
+    after. A column scaled up gets a finer step relative to its size; the group's absmax may grow
+    and coarsen the others, which is what the search over alpha weighs. Served, the codes of
+    W diag(s) are stored and 1/s is folded into whatever produces the input, so the product is the same."""
+    _check_matrix(weight)
+    s = scales.to(_working(weight).dtype)
+    return (quantize_dequantize(_working(weight) * s, bits, group_size) / s).to(weight.dtype)
+
+
+def awq_search(
+    weights: list[torch.Tensor],
+    hessian: torch.Tensor,
+    mean_abs: torch.Tensor,
+    bits: int,
+    group_size: int | None = None,
+    grid: int = AWQ_GRID,
+) -> tuple[float, dict[float, float]]:
+    """The exponent alpha in 0, 1/grid, ... (grid - 1)/grid whose :func:`awq_scales` leave the least
+    output error summed over ``weights`` (layers reading the same input, whose H and mean |x| are
+    given): (best alpha, {alpha: summed tr((W - W_hat) H (W - W_hat)^T)}). Alpha 0 is round to
+    nearest, so the best is never worse on the calibration inputs."""
+    errors = {}
+    with _one_thread_on_cpu(hessian.device):
+        for step in range(grid):
+            alpha = step / grid
+            scales = awq_scales(mean_abs, alpha)
+            errors[alpha] = sum(
+                output_error(w, awq_quantize_dequantize(w, scales, bits, group_size), hessian) for w in weights
+            )
+    return min(errors, key=errors.get), errors
+
+
+def awq_layer_study(
+    weights: list[torch.Tensor], hessian: torch.Tensor, mean_abs: torch.Tensor, bits: int, group_size: int | None = 64
+) -> dict:
+    """One set of layers reading the same input, seen by AWQ and GPTQ: ``{"mean_abs", "alpha",
+    "errors": {alpha: output error / round-to-nearest's}, "gptq": GPTQ's output error / round-to-nearest's}``."""
+    alpha, errors = awq_search(weights, hessian, mean_abs, bits, group_size)
+    gptq = sum(output_error(w, gptq_quantize_dequantize(w, hessian, bits, group_size), hessian) for w in weights)
+    return {
+        "mean_abs": mean_abs,
+        "alpha": alpha,
+        "errors": {a: e / errors[0.0] for a, e in errors.items()},
+        "gptq": gptq / errors[0.0],
+    }
+
+
+def awq_model(
+    model: torch.nn.Module,
+    statistics: dict[str, dict[str, torch.Tensor]],
+    bits: int,
+    group_size: int | None = None,
+    grid: int = AWQ_GRID,
+) -> tuple[torch.nn.Module, dict[str, float]]:
+    """A copy of ``model`` whose linears went through :func:`awq_quantize_dequantize` with the scales
+    :func:`awq_search` chose for each set in :data:`AWQ_SHARED_INPUTS` (statistics:
+    :func:`calibration_statistics`'), and the alpha chosen for each set (named by its first layer).
+
+    Not handled: o_proj is rounded to nearest, as AWQ's implementations do under grouped-query
+    attention (its input comes from the query heads, and 1/s cannot be folded into v_proj's fewer
+    rows); AWQ's clipping search of each group's range; linears named otherwise than the course
+    model's (rounded to nearest)."""
+    import copy
+
+    quantized = copy.deepcopy(model)
+    linears = {name: m for name, m in quantized.named_modules() if isinstance(m, torch.nn.Linear)}
+    blocks = sorted({name.rsplit(".", 2)[0] for name in linears})
+    chosen: dict[str, float] = {}
+    with torch.no_grad():
+        done = set()
+        for block in blocks:
+            for roles in AWQ_SHARED_INPUTS:
+                names = [f"{block}.{role}" for role in roles]
+                if not all(name in linears for name in names):
+                    continue
+                weights = [linears[name].weight.float() for name in names]
+                alpha, _ = awq_search(
+                    weights, statistics["hessian"][names[0]], statistics["mean_abs"][names[0]], bits, group_size, grid
+                )
+                scales = awq_scales(statistics["mean_abs"][names[0]], alpha)
+                for name, weight in zip(names, weights, strict=True):
+                    linears[name].weight.copy_(awq_quantize_dequantize(weight, scales, bits, group_size))
+                chosen[names[0]] = alpha
+                done.update(names)
+        for name, module in linears.items():
+            if name not in done:
+                module.weight.copy_(quantize_dequantize(module.weight, bits, group_size))
+    return quantized, chosen
+
+
 GPTQ_BITS = (6, 5, 4, 3, 2)  # the bit widths chapter 3 compares GPTQ and round-to-nearest at, groups of 64
+AWQ_BITS = (4, 3)  # the bit widths chapter 3 measures AWQ at, groups of 64
 CALIBRATION_WINDOWS = 32  # 256-byte windows of training text whose inputs make the Hessians
 EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 
@@ -486,16 +626,77 @@ def gptq_reading(baseline: float, losses: dict[str, dict[int, float]], harmless:
     return "; ".join(parts)
 
 
-def course_model_gptq() -> tuple[float, dict[str, dict[int, float]]]:
-    """The course's target, float32 and at :data:`GPTQ_BITS` with groups of 64, calibrated on
-    :data:`CALIBRATION_WINDOWS` windows of training text: (float32 loss, :func:`gptq_against_rtn`)."""
+def awq_against_rtn(
+    model: torch.nn.Module,
+    statistics: dict[str, dict[str, torch.Tensor]],
+    held_out: torch.Tensor,
+    bits_list=None,
+    group_size: int | None = 64,
+    windows: int = EVAL_WINDOWS,
+) -> dict[int, dict]:
+    """Held-out loss (nats per token) of ``model`` through :func:`awq_model` at each bit width
+    (:data:`AWQ_BITS` unless given), with the alphas it chose: ``{bits: {"loss", "alphas"}}``."""
+    from course import evaluation
+
+    measured = {}
+    for bits in AWQ_BITS if bits_list is None else bits_list:
+        awq, alphas = awq_model(model, statistics, bits, group_size)
+        measured[bits] = {"loss": evaluation.text_loss(awq, held_out, max_windows=windows), "alphas": alphas}
+    return measured
+
+
+def salience(mean_abs: torch.Tensor) -> float:
+    """How salient a layer's most active input channel is: its mean |x| over the median channel's."""
+    return (mean_abs.max() / mean_abs.median()).item()
+
+
+def awq_reading(baseline: float, losses: dict[str, dict[int, float]], saliences: list[float]) -> str:
+    """What AWQ bought on a model, read off the held-out losses of ``"round to nearest"``, ``"AWQ"``
+    and ``"GPTQ"`` (``{method: {bits: loss}}``, at AWQ's bit widths) and the :func:`salience` of
+    its layers' inputs."""
+    parts = []
+    for bits in sorted(losses["AWQ"], reverse=True):
+        rtn_gap = losses["round to nearest"][bits] - baseline
+        shares = {m: 1 - (losses[m][bits] - baseline) / rtn_gap for m in ("AWQ", "GPTQ")} if rtn_gap > 0 else {}
+        parts.append(
+            f"at {bits} bits AWQ "
+            + (
+                f"{'removes' if shares['AWQ'] >= 0 else 'adds'} {abs(shares['AWQ']):.0%} of round-to-nearest's "
+                f"loss increase ({rtn_gap:+.4f} nats/byte), GPTQ "
+                f"{'removes' if shares['GPTQ'] >= 0 else 'adds'} {abs(shares['GPTQ']):.0%}"
+                if shares
+                else f"loses {losses['AWQ'][bits] - baseline:+.4f} nats/byte where round to nearest loses nothing"
+            )
+        )
+    parts.append(
+        f"the most active input channel of each layer carries {min(saliences):.1f} to {max(saliences):.1f} "
+        "times the median channel's mean |x|"
+    )
+    return "; ".join(parts)
+
+
+def _course_model_calibrated():
+    """The course's target, its held-out text, its calibration statistics and its float32 loss."""
     from course import checkpoints, corpus, evaluation
 
     target = checkpoints.load("target")
     held_out = corpus.tokens("validation")
-    hessians = calibration_hessians(target, corpus.tokens("train"), CALIBRATION_WINDOWS)
-    baseline = evaluation.text_loss(target, held_out, max_windows=EVAL_WINDOWS)
-    return baseline, gptq_against_rtn(target, hessians, held_out)
+    statistics = calibration_statistics(target, corpus.tokens("train"), CALIBRATION_WINDOWS)
+    return target, held_out, statistics, evaluation.text_loss(target, held_out, max_windows=EVAL_WINDOWS)
+
+
+def course_model_gptq(calibrated=None) -> tuple[float, dict[str, dict[int, float]]]:
+    """The course's target, float32 and at :data:`GPTQ_BITS` with groups of 64, calibrated on
+    :data:`CALIBRATION_WINDOWS` windows of training text: (float32 loss, :func:`gptq_against_rtn`)."""
+    target, held_out, statistics, baseline = calibrated or _course_model_calibrated()
+    return baseline, gptq_against_rtn(target, statistics["hessian"], held_out)
+
+
+def course_model_awq(calibrated=None) -> dict[int, dict]:
+    """The course's target through AWQ at :data:`AWQ_BITS`, groups of 64, calibrated as
+    :func:`course_model_gptq`: :func:`awq_against_rtn`'s losses and alphas."""
+    target, held_out, statistics, _ = calibrated or _course_model_calibrated()
+    return awq_against_rtn(target, statistics, held_out)
 
 
 # --- Matrices the chapter studies --------------------------------------------------------------
@@ -525,6 +726,17 @@ def outlier_matrix(
     columns = torch.randperm(cols, generator=generator)[:n_outlier_cols]
     weight[:, columns] *= magnitude
     return weight
+
+
+def salient_inputs(
+    tokens: int = 512, cols: int = 256, n_salient: int = 3, magnitude: float = 10.0, seed: int = 0
+) -> torch.Tensor:
+    """(tokens, cols) float32 inputs of N(0, 1) with ``n_salient`` channels ``magnitude`` times larger
+    in every token: the activation outliers of large models that AWQ's salient channels are."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, cols, generator=generator)
+    x[:, torch.randperm(cols, generator=generator)[:n_salient]] *= magnitude
+    return x
 
 
 def granularity_errors(weight: torch.Tensor, bits_list=(8, 4), groups=(None, 128, 32)) -> dict[str, float]:
@@ -558,10 +770,12 @@ def reference_numbers() -> dict[str, tuple[float, float, str]]:
         2e-4,
         "NF4, groups of 64, gaussian_matrix(seed=0)",
     )
-    baseline, by_method = course_model_gptq()
+    calibrated = _course_model_calibrated()
+    baseline, by_method = course_model_gptq(calibrated)
+    by_method["AWQ"] = {bits: measured["loss"] for bits, measured in course_model_awq(calibrated).items()}
     how = f"course target, groups of 64, {EVAL_WINDOWS} held-out windows, {CALIBRATION_WINDOWS} calibration windows"
     numbers["model_fp32_loss"] = (baseline, 1e-4, f"float32 held-out loss (nats/byte), {EVAL_WINDOWS} windows")
-    for method, key in (("round to nearest", "rtn"), ("GPTQ", "gptq")):
+    for method, key in (("round to nearest", "rtn"), ("GPTQ", "gptq"), ("AWQ", "awq")):
         for bits, loss in by_method[method].items():
             tolerance = 0.02 if bits == 2 else 3e-3  # float32 sums in another order move GPTQ's codes a little
             numbers[f"model_{key}_g64_{bits}bit_loss"] = (loss, tolerance, f"{method}, {bits} bits, {how}")

@@ -51,9 +51,10 @@ def close(entry: dict, observed: float) -> bool:
     return math.isfinite(observed) and abs(observed - entry["value"]) <= entry["tolerance"] + 1e-12
 
 
-def compare(topic: str) -> list[str]:
-    """Differences between the stored numbers and a fresh regeneration; empty when they agree."""
-    stored, fresh = load(topic), generate(topic)
+def compare(topic: str, fresh: dict[str, dict] | None = None) -> list[str]:
+    """Differences between the stored numbers and a fresh regeneration (``fresh``, :func:`generate`'s
+    entries, when already made); empty when they agree."""
+    stored, fresh = load(topic), generate(topic) if fresh is None else fresh
     problems = [f"{name}: stored but no longer generated" for name in stored.keys() - fresh.keys()]
     problems += [f"{name}: generated but not stored (run `make reference`)" for name in fresh.keys() - stored.keys()]
     for name in sorted(stored.keys() & fresh.keys()):

@@ -27,7 +27,8 @@
 # 5. meet NF4, the 4-bit format of QLoRA, and LLM.int8()'s way of keeping outliers out of int8;
 # 6. quantize a real (small) language model and watch its loss;
 # 7. write GPTQ, which chooses the codes with calibration data, and measure what it buys (graded);
-# 8. measure when int4 weights make a layer faster than float32, and why.
+# 8. see AWQ protect the input channels that activations make salient, and when that pays;
+# 9. measure when int4 weights make a layer faster than float32, and why.
 #
 # Exercises are marked **Your turn**. Each is followed by a check cell: run it, read the hints,
 # fix, repeat. The chapter's figures use the course's own implementation, so they work before you
@@ -41,6 +42,7 @@ HARMLESS_LOSS = 0.01  # nats/byte above float32 that the readings below call har
 INT4_SIZES = (128, 256, 512, 1024, 2048, 4096)  # square layers timed in float32 and int4
 GPTQ_BITS = (6, 5, 4, 3, 2)  # bit widths of the GPTQ comparison, groups of 64
 CALIBRATION_WINDOWS = 32  # 256-byte windows of training text whose layer inputs make the Hessians
+AWQ_BITS = (4, 3)  # bit widths of the AWQ comparison, groups of 64 (GPTQ_BITS must include them)
 
 # %%
 import torch
@@ -500,7 +502,8 @@ check("gptq_quantize", hidden=True)
 
 # %%
 train_text = corpus.tokens("train")
-hessians = quantization.calibration_hessians(target, train_text, windows=CALIBRATION_WINDOWS)
+statistics = quantization.calibration_statistics(target, train_text, windows=CALIBRATION_WINDOWS)
+hessians = statistics["hessian"]  # name -> H = X^T X / n of the layer's inputs
 name = "blocks.0.mlp.down_proj"
 weight0, h0 = target.get_submodule(name).weight.detach(), hessians[name]
 rtn_weight0 = quantization.quantize_dequantize(weight0, 4, 64)
@@ -531,7 +534,89 @@ print(quantization.gptq_reading(baseline, by_method, HARMLESS_LOSS))
 plots.widget_gptq(baseline, by_method)
 
 # %% [markdown]
-# ## 10. Measured on your machine: fewer bytes to read
+# ## 10. AWQ: protect the channels the activations make salient
+#
+# GPTQ lets correlated inputs cancel each other's rounding errors. **AWQ** (activation-aware weight
+# quantization, Lin et al., 2023) starts from another observation: in large models a few input
+# channels carry activations many times larger than the rest, and the weights that multiply them
+# matter most to the outputs. Round those weights more finely and the outputs improve, without
+# storing a single extra bit:
+#
+# $$ \hat W = Q\big(W \operatorname{diag}(s)\big)\, \operatorname{diag}(s)^{-1}, \qquad s_j = \overline{|x_j|}^{\,\alpha} . $$
+#
+# Each input column $j$ is multiplied by $s_j$ before rounding and divided after. A salient column
+# scaled up gets a finer step relative to its own size (the group's absmax may grow and coarsen
+# the others: the trade-off). Served, the stored codes are those of $W\operatorname{diag}(s)$ and
+# $1/s$ is folded into whatever produces the input (the norm's weight before q, k, v or gate and
+# up; up_proj's rows before down_proj), so the product costs nothing extra. The exponent $\alpha$
+# is searched on calibration data: 20 values from 0 (all $s_j = 1$: round to nearest) to 0.95,
+# keeping the one with the least output error $\operatorname{tr}((W-\hat W)H(W-\hat W)^\top)$, the
+# same measure as GPTQ's. Layers that read the same input share one $s$, so it can be folded once.
+#
+# First a layer like those of large models: 256 inputs, 3 of them 20 times larger in every token
+# (the outliers of section 7), uncorrelated. Then two sets of the course model's layers, at 3 bits
+# with groups of 64, with the same calibration statistics as GPTQ's (the mean $|x|$ of each input
+# channel came from the same pass as the Hessians):
+
+# %%
+outlier_x = quantization.salient_inputs(magnitude=20.0)  # (512 tokens, 256 channels)
+outlier_w = quantization.gaussian_matrix(256, 256, seed=5)
+layer_studies = {
+    "3 outlier channels": quantization.awq_layer_study(
+        [outlier_w], quantization.hessian(outlier_x), outlier_x.abs().mean(dim=0).double(), 3
+    )
+}
+for block, roles in (("blocks.5", ("mlp.down_proj",)), ("blocks.3", ("mlp.gate_proj", "mlp.up_proj"))):
+    names = [f"{block}.{role}" for role in roles]
+    weights = [target.get_submodule(name).weight.detach() for name in names]
+    layer_studies[f"{block} {'+'.join(r.split('.')[1] for r in roles)}"] = quantization.awq_layer_study(
+        weights, hessians[names[0]], statistics["mean_abs"][names[0]], 3
+    )
+for label, study in layer_studies.items():
+    print(
+        f"{label:28s} most active channel {quantization.salience(study['mean_abs']):5.1f}x the median; "
+        f"AWQ (alpha {study['alpha']:.2f}) leaves {study['errors'][study['alpha']]:.2f} of round-to-nearest's "
+        f"output error, GPTQ {study['gptq']:.2f}"
+    )
+
+# %% [markdown]
+# Now every layer of the course model (o_proj is rounded to nearest: its inputs come from eight
+# query heads and $1/s$ cannot be folded into v_proj's two, which AWQ's implementations skip too),
+# at 4 and 3 bits with groups of 64, on held-out plays, beside GPTQ and round to nearest:
+
+# %%
+awq_measured = quantization.awq_against_rtn(target, statistics, held_out, AWQ_BITS, 64, EVAL_WINDOWS)
+awq_losses = {
+    "round to nearest": {bits: by_method["round to nearest"][bits] for bits in AWQ_BITS},
+    "AWQ": {bits: measured["loss"] for bits, measured in awq_measured.items()},
+    "GPTQ": {bits: by_method["GPTQ"][bits] for bits in AWQ_BITS},
+}
+for bits in AWQ_BITS:
+    alphas = list(awq_measured[bits]["alphas"].values())
+    print(
+        f"{bits} bits, groups of 64: "
+        + ", ".join(f"{method} {awq_losses[method][bits] - baseline:+.4f}" for method in awq_losses)
+        + f" nats/byte; AWQ's alphas {min(alphas):.2f} to {max(alphas):.2f}"
+    )
+saliences = [quantization.salience(m) for name, m in statistics["mean_abs"].items() if not name.endswith("o_proj")]
+print(quantization.awq_reading(baseline, awq_losses, saliences))
+plots.plot_awq(layer_studies, baseline, awq_losses)
+
+# %% [markdown]
+# The left panel is AWQ's premise, and the printed lines say how far each layer meets it. Where a
+# few channels stand far above the rest (the layer with three outlier channels), scaling them is
+# cheap insurance: their weights get most of the resolution, and AWQ removes most of the output
+# error, more than GPTQ, which has no correlations to exploit among independent inputs. The
+# course model's layers have milder outliers and correlated inputs, and there GPTQ, which uses
+# the correlations, removes more of each layer's output error. A lower output error on the
+# calibration text need not carry over to the held-out loss, least of all at 4 bits, where round
+# to nearest's damage is already small: AWQ's measure is one layer's outputs, not the model's
+# loss, and the reading above says which way it went. The two ideas combine (AWQ's scales, then
+# GPTQ's rounding); chapter 8 finds the activation outliers of a pretrained model, where AWQ's
+# premise holds.
+
+# %% [markdown]
+# ## 11. Measured on your machine: fewer bytes to read
 #
 # Generating a token reads every weight once (chapter 1), so the time of a matrix-vector product
 # with a big matrix is set by the bytes of the matrix. Here is one on this machine in float32 and
@@ -565,7 +650,7 @@ print(
 # but the arithmetic around them gets slower. Lower precision pays off only when a kernel reads
 # the small format directly, which is what the libraries below provide.
 #
-# ## 11. Int4 that pays: a kernel that reads the codes
+# ## 12. Int4 that pays: a kernel that reads the codes
 #
 # `course.kernels.int4.Int4Linear` stores a layer the way int4 formats do: the codes packed two to
 # a byte, one fp16 scale per group of 64 columns. Its forward does not rebuild a float32 matrix:
@@ -633,7 +718,8 @@ plots.plot_int4_speedup(speedups)
 # | `quantize_dequantize`, groups | **torchao** `quantize_(model, Int4WeightOnlyConfig(group_size=64))`, `Int8WeightOnlyConfig()` |
 # | NF4, double quantization | **bitsandbytes** `quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)`; in transformers `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)` |
 # | outlier decomposition | **bitsandbytes** `LLM.int8()` (`load_in_8bit=True`, threshold 6.0) |
-# | `gptq_quantize`, calibration Hessians | **GPTQModel**, **llmcompressor** (`GPTQModifier`): the same sweep, in blocks of columns, with act-order and sequential calibration layer by layer; **AWQ** rescales salient input channels instead |
+# | `gptq_quantize`, calibration Hessians | **GPTQModel**, **llmcompressor** (`GPTQModifier`): the same sweep, in blocks of columns, with act-order and sequential calibration layer by layer |
+# | `awq_model`, salient channels | **llmcompressor** (`AWQModifier`), **AutoAWQ**: the same search of alpha, with each block's whole output as the measure and a search of each group's clipping range |
 # | `Int4Linear` (fused int4 product) | **torchao** `Int4WeightOnlyConfig` and **gpt-fast** call the same `_weight_int4pack_mm` kernels |
 #
 # Rule of thumb from the papers: 8-bit weights are nearly free; 4-bit weights need groups and

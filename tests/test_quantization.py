@@ -658,6 +658,14 @@ FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
         quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
     ),
     "plot_bits_sweep": lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
+    "plot_awq": lambda: plots.plot_awq(
+        {
+            "outliers": {"mean_abs": torch.tensor([20, 1, 0.9]), "alpha": 0.3, "errors": {0: 1, 0.3: 0.4}, "gptq": 0.8},
+            "course": {"mean_abs": torch.tensor([2, 1, 0.9]), "alpha": 0.0, "errors": {0: 1, 0.3: 1.1}, "gptq": 0.3},
+        },
+        1.41,
+        {"round to nearest": {4: 1.414, 3: 1.437}, "AWQ": {4: 1.417, 3: 1.432}, "GPTQ": {4: 1.411, 3: 1.419}},
+    ),
     "plot_int4_speedup": lambda: plots.plot_int4_speedup(
         [
             {"shape": (256, 256), "fp32_bytes": 2**18, "speedup": 0.3, "bound": 7.1},
@@ -773,10 +781,90 @@ def test_calibration_hessians_are_the_inputs_second_moments():
             return self.net(batch)
 
     hessians = quantization.calibration_hessians(Windows(), tokens, windows=3, seq_len=10)
+    statistics = quantization.calibration_statistics(Windows(), tokens, windows=3, seq_len=10)
     starts = torch.linspace(0, 40 - 10 - 1, 3).long().tolist()
     x = torch.cat([tokens[s : s + 10] for s in starts]).double()
     assert set(hessians) == {"net.0", "net.2"}
     torch.testing.assert_close(hessians["net.0"], x.T @ x / len(x))
+    torch.testing.assert_close(statistics["mean_abs"]["net.0"], x.abs().mean(dim=0))
+    hidden = torch.relu(x.float() @ model[0].weight.detach().T).double()
+    torch.testing.assert_close(statistics["mean_abs"]["net.2"], hidden.abs().mean(dim=0))
+
+
+def test_awq_scales_sit_around_one_and_alpha_zero_is_round_to_nearest():
+    means = torch.tensor([0.5, 2.0, 8.0, 0.0])
+    scales = quantization.awq_scales(means, 0.5)
+    assert torch.isclose(scales.max() * scales.min(), torch.tensor(1.0, dtype=torch.float64))
+    torch.testing.assert_close(scales[1] / scales[0], torch.tensor(2.0, dtype=torch.float64))  # sqrt(4)
+    assert torch.equal(quantization.awq_scales(means, 0.0), torch.ones(4, dtype=torch.float64))
+    weight = quantization.gaussian_matrix(8, 4, seed=1)
+    assert torch.equal(
+        quantization.awq_quantize_dequantize(weight, quantization.awq_scales(means, 0.0), 4),
+        quantization.quantize_dequantize(weight, 4),
+    )
+
+
+def test_awq_rounds_the_scaled_weight_and_divides_after():
+    weight = quantization.gaussian_matrix(4, 8, seed=2).double()
+    scales = torch.linspace(0.5, 2.0, 8, dtype=torch.float64)
+    by_hand = quantization.dequantize(*quantization.quantize(weight * scales, 3, 4)) / scales
+    torch.testing.assert_close(quantization.awq_quantize_dequantize(weight, scales, 3, 4), by_hand)
+    x = torch.randn(5, 8, dtype=torch.float64)  # served: codes of W diag(s), 1/s folded into the input
+    torch.testing.assert_close(x @ by_hand.T, (x / scales) @ (by_hand * scales).T)
+
+
+def test_awq_protects_salient_channels_where_round_to_nearest_does_not():
+    x = quantization.salient_inputs(magnitude=20.0)
+    weight = quantization.gaussian_matrix(256, 256, seed=5)
+    h = quantization.hessian(x)
+    alpha, errors = quantization.awq_search([weight], h, x.abs().mean(dim=0), 3, 64)
+    rtn = quantization.output_error(weight, quantization.quantize_dequantize(weight, 3, 64), h)
+    assert math.isclose(errors[0.0], rtn, rel_tol=1e-9)
+    assert sorted(errors) == [i / 20 for i in range(20)]
+    assert 0 < alpha < 1 and errors[alpha] < 0.5 * rtn  # most of the output error is on 3 channels
+    study = quantization.awq_layer_study([weight], h, x.abs().mean(dim=0), 3)
+    assert study["alpha"] == alpha and study["errors"][0.0] == 1.0 and study["errors"][alpha] < study["gptq"]
+    assert quantization.salience(x.abs().mean(dim=0)) > 10
+
+
+def test_awq_model_shares_scales_where_inputs_are_shared_and_rounds_the_rest():
+    from course.model import LanguageModel, ModelConfig
+
+    torch.manual_seed(0)
+    model = LanguageModel(ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128))
+    tokens = torch.randint(0, 256, (600,))
+    statistics = quantization.calibration_statistics(model, tokens, windows=4, seq_len=64)
+    rtn = quantization.quantize_model(model, 4, 32)
+    plain, _ = quantization.awq_model(model, statistics, 4, 32, grid=1)  # alpha 0 only: round to nearest
+    for (name, a), (_, b) in zip(plain.named_parameters(), rtn.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+    awq, alphas = quantization.awq_model(model, statistics, 4, 32)
+    firsts = ("attn.q_proj", "mlp.gate_proj", "mlp.down_proj")  # the first layer of each set sharing an input
+    assert set(alphas) == {f"blocks.{i}.{first}" for i in range(2) for first in firsts}
+    for i in range(2):
+        assert torch.equal(awq.blocks[i].attn.o_proj.weight, rtn.blocks[i].attn.o_proj.weight)
+        name = f"blocks.{i}.attn.q_proj"
+        scales = quantization.awq_scales(statistics["mean_abs"][name], alphas[name])
+        for role in ("q_proj", "k_proj", "v_proj"):
+            original = getattr(model.blocks[i].attn, role).weight.detach()
+            expected = quantization.awq_quantize_dequantize(original, scales, 4, 32)
+            assert torch.equal(getattr(awq.blocks[i].attn, role).weight, expected), role
+
+
+def test_the_awq_reading_follows_the_numbers():
+    losses = {
+        "round to nearest": {4: 1.414, 3: 1.45},
+        "AWQ": {4: 1.416, 3: 1.43},
+        "GPTQ": {4: 1.411, 3: 1.42},
+    }
+    reading = quantization.awq_reading(1.41, losses, [1.5, 7.25])
+    increase = "of round-to-nearest's loss increase"
+    assert reading.startswith(f"at 4 bits AWQ adds 50% {increase} (+0.0040 nats/byte), GPTQ removes 75%")
+    assert f"at 3 bits AWQ removes 50% {increase} (+0.0400 nats/byte), GPTQ removes 75%" in reading
+    assert reading.endswith("carries 1.5 to 7.2 times the median channel's mean |x|")
+    flat = {"round to nearest": {4: 1.41}, "AWQ": {4: 1.412}, "GPTQ": {4: 1.41}}
+    reading = quantization.awq_reading(1.41, flat, [2.0])
+    assert "AWQ loses +0.0020 nats/byte where round to nearest loses nothing" in reading
 
 
 def test_the_gptq_reading_follows_the_numbers():

@@ -3,12 +3,16 @@
 Each line gives a ratio against a baseline timed in the same run, and against the physical bound
 where there is one (this machine's memory bandwidth, measured first). Nothing here asserts a time;
 the numbers are for reading, and for the closing notes of the work that changes them.
-``python tools/benchmarks.py --only sliders`` measures the sliders alone and replaces only their figures;
-``--only capstone`` and ``--only int4`` likewise for their ratios.
+Each chapter's measurements are its own: ``benchmark(device, bound)`` in ``course/benchmarks/<slug>.py``,
+found by the chapter's slug (a chapter without one has none). ``python tools/benchmarks.py --only sliders``
+measures the sliders alone and replaces only their figures; ``--only <slug>`` likewise for one
+chapter's (``--only quantization``), ``--only grading`` for the generated class.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import statistics
@@ -16,91 +20,19 @@ import time
 
 import torch
 
-from course import paths, quantization, timing
-from course.device import best_device, describe, synchronize, triton_available
+from course import paths, timing
+from course.device import best_device, describe, synchronize
 
 SLIDER_BUDGET, SLIDER_SLOWEST = 0.1, 0.15  # seconds per slider update: the median, and the slowest
 CHAPTER_BUDGET, COURSE_BUDGET = 90.0, 600.0  # seconds headless, per chapter and for all of them
 # chapter 8 loads a pretrained 135M-parameter model several ways, trains adapters on it and generates
 CHAPTER_BUDGETS = {"08_in_practice": 240.0}
 REPORT = paths.DATA / "performance.json"
-CACHE_LENGTHS = [64, 128, 256, 512]  # generated tokens, with and without the KV cache
-
-
-def quantization_speed(device: torch.device, bound: float) -> None:
-    print("\n== chapter 3: quantization ==")
-    weight = quantization.gaussian_matrix(4096, 4096).to(device)
-    seconds = timing.median_seconds(lambda: quantization.quantize_dequantize(weight, 4, 64), device, repeats=5)
-    moved = 2 * weight.numel() * 4  # read the float32 weights, write them back
-    print(
-        f"int4 g64 round trip, 4096x4096: {1e3 * seconds:.1f} ms, {timing.gb_per_s(moved, seconds):.1f} GB/s "
-        f"= {timing.gb_per_s(moved, seconds) / bound:.2f} of memory bandwidth"
-    )
-
-    nf4 = timing.median_seconds(lambda: quantization.quantize_nf4(weight, 64), device, repeats=3)
-    levels = quantization.nf4_levels().to(device)
-    small = weight[:512]
-
-    def argmin_baseline():
-        grouped = small.reshape(512, -1, 64)
-        normalised = grouped / grouped.abs().amax(dim=-1, keepdim=True)
-        return (normalised.unsqueeze(-1) - levels).abs().argmin(dim=-1)
-
-    naive = timing.median_seconds(argmin_baseline, device, repeats=3) * (weight.shape[0] / 512)
-    print(
-        f"NF4 encode 4096x4096 (bucketize on midpoints): {1e3 * nf4:.0f} ms; "
-        f"argmin over 16 levels baseline: {1e3 * naive:.0f} ms; speed-up {naive / nf4:.1f}x"
-    )
-
-    rows = {dtype: timing.matvec_bandwidth(4096, 4096, dtype, device) for dtype in (torch.float32, torch.bfloat16)}
-    for row in rows.values():
-        print(
-            f"matvec 4096x4096 {row['dtype']:8s}: {1e3 * row['seconds']:.2f} ms, {row['gb_per_s']:.1f} GB/s "
-            f"= {row['gb_per_s'] / bound:.2f} of memory bandwidth"
-        )
-    print(
-        f"bf16 / fp32 matvec time: {rows[torch.bfloat16]['seconds'] / rows[torch.float32]['seconds']:.2f} "
-        "(0.5 if reading the weights were all that counted)"
-    )
-
-
-INT4_SHAPES = {
-    "4096x4096": (4096, 4096),
-    "SmolLM2 up/gate": (1536, 576),
-    "SmolLM2 down": (576, 1536),
-    "SmolLM2 q/o": (576, 576),
-}
-
-
-def int4_layers(device: torch.device) -> dict[str, float]:
-    """Chapter 3's int4 layer (torch's fused kernel) against float32, one token through one layer, at
-    4096 x 4096 and SmolLM2-135M's sizes, against the bytes ratio's bound; threads chosen on the largest."""
-    from course.kernels import int4
-
-    print("\n== chapter 3: int4 layers (fused kernel) against float32, one token ==")
-    big = int4.Int4Linear(*quantization.quantize(quantization.gaussian_matrix(4096, 4096), 4, 64)).to(device)
-    x = torch.randn(1, 4096, device=device)
-    chosen, tried = timing.choose_threads(lambda: big(x), device)
-    print(timing.describe_threads(chosen, tried))
-    ratios = {}
-    with timing.threads(chosen):
-        for name, (n, k) in INT4_SHAPES.items():
-            r = int4.speedup(n, k, 64, device, repeats=15)
-            share, spreads = r["speedup"] / r["bound"], f"float32 {r['fp32_spread']:.0%}, int4 {r['int4_spread']:.0%}"
-            print(
-                f"{name:16s} {n}x{k}: {r['speedup']:5.2f}x float32 ({r['path']}), {share:.2f} of the bytes "
-                f"ratio's bound {r['bound']:.2f}x; spreads {spreads}"
-            )
-            key = name.split(" ")[0].lower() + ("" if n == k == 4096 else f"_{n}x{k}")
-            ratios[f"int4_speedup_{key}"] = r["speedup"]
-            ratios[f"int4_share_of_bound_{key}"] = r["speedup"] / r["bound"]
-    return ratios
 
 
 def _widgets_built() -> list[tuple[str, object, dict]]:
     """Every chapter's widgets, built as a notebook builds them: (name, chart, controls) each, the
     chart and its ipywidgets controls wired by ``course.plots._widgets.interactive`` (display muted)."""
-    import importlib
     import inspect
 
     import IPython.display
@@ -189,274 +121,6 @@ def slider_latency() -> dict[str, dict[str, float]]:
     return results
 
 
-def course_model(device: torch.device) -> dict[str, float]:
-    from course import checkpoints, corpus, evaluation, kv_cache
-
-    print("\n== the course model (median of 3 repeats, each length with and without the cache in turn) ==")
-    for name in ("target", "draft"):
-        model = checkpoints.load(name, device)
-        loss = evaluation.text_loss(model, corpus.tokens("validation").to(device))
-        print(
-            f"{name}: {model.num_parameters():,} parameters, {loss:.3f} nats/byte on all held-out plays "
-            f"(perplexity {evaluation.perplexity(loss):.2f})"
-        )
-    target = checkpoints.load("target", device, max_seq_len=1024)
-    measured = kv_cache.cache_timings(target, corpus.encode("\n")[None].to(device), CACHE_LENGTHS, repeats=3)
-    for length, a, b in zip(CACHE_LENGTHS, measured["with_cache"], measured["without_cache"], strict=True):
-        print(
-            f"decode, {length:3d} generated tokens: cache {a:6.2f} s, no cache {b:6.2f} s: {b / a:5.1f}x "
-            "(goal 10x at 512)"
-        )
-    print(kv_cache.cache_speed_reading(**measured))
-    prefill = evaluation.prefill_seconds_per_token(target, 1, 256)
-    step = evaluation.decode_step_seconds(target, 1)
-    print(
-        f"prefill {1e3 * prefill:.3f} ms per prompt token, decode {1e3 * step:.2f} ms per generated token: "
-        f"a generated token costs {step / prefill:.0f}x a prompt token"
-    )
-    speedups = [b / a for a, b in zip(measured["with_cache"], measured["without_cache"], strict=True)]
-    return {f"cache_speedup_{n}": x for n, x in zip(CACHE_LENGTHS, speedups, strict=True)}
-
-
-def decode_roofline(device: torch.device, bound: float) -> dict[str, float]:
-    from course import evaluation, prefill_decode
-    from course.model import TIMING, LanguageModel
-
-    print("\n== chapter 1: decode against the memory roofline ==")
-    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    torch.manual_seed(0)
-    model = LanguageModel(TIMING).to(device=device, dtype=dtype).eval()
-    n_bytes = model.num_parameters() * model.embed.weight.element_size()
-    per_batch = evaluation.decode_throughput(model, (1, 2, 4, 8, 16, 32, 64, 128), steps=6)
-    efficiency = evaluation.scaling_efficiency(per_batch)
-    predicted = bound * 1e9 / n_bytes  # tokens/s at batch 1 if reading the weights were all
-    print(
-        f"{n_bytes / 1e6:.0f} MB of weights; batch 1 decodes {per_batch[1]:.1f} tokens/s = "
-        f"{per_batch[1] / predicted:.0%} of the memory roofline ({predicted:.1f} tokens/s at {bound:.1f} GB/s)"
-    )
-    for batch, rate in per_batch.items():
-        print(f"  batch {batch:3d}: {rate:7.1f} tokens/s, {efficiency[batch]:4.0%} of perfect scaling")
-    row_cost = evaluation.linear_row_cost(model)
-    print(evaluation.describe_row_cost(row_cost))
-    print(evaluation.decode_batch_reading(per_batch, row_cost))
-    bend = evaluation.scaling_bend(per_batch)
-    peak = timing.matmul_flops(1024, dtype, device)
-    here = prefill_decode.Hardware("here", peak, bound * 1e9, 0)
-    critical = prefill_decode.critical_batch(here, 8 * model.embed.weight.element_size())
-    print(
-        f"scaling falls below half of perfect at batch {bend}; the roofline's bend "
-        f"(matmul {peak / 1e9:.0f} GFLOP/s) is at {critical:.0f}"
-    )
-    return {"decode_vs_roofline": per_batch[1] / predicted, "two_rows_vs_one": row_cost[2]}
-
-
-def triton_against_sdpa(
-    device: torch.device,
-    lengths=(1024, 4096, 16384),
-    dtype: torch.dtype = torch.bfloat16,
-    heads: int = 16,
-    head_dim: int = 64,
-    kernel=None,
-    repeats: int = 10,
-) -> list[dict]:
-    """The Triton kernel (or ``kernel``, same signature) against torch's SDPA, causal, one row per length:
-    the largest difference of each from SDPA in float32, both times, the ratio and the kernel's TFLOP/s."""
-    if kernel is None:
-        from course.kernels import flash_attention as triton_kernel
-
-        kernel = triton_kernel.blockwise_attention
-    generator = torch.Generator().manual_seed(0)
-    rows = []
-    for n in lengths:
-        q, k, v = (torch.randn(1, heads, n, head_dim, generator=generator).to(device, dtype) for _ in range(3))
-        exact = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
-        sdpa_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        difference = (kernel(q, k, v, 64, causal=True).float() - exact).abs().max().item()
-        sdpa_difference = (sdpa_out.float() - exact).abs().max().item()
-        del exact, sdpa_out
-        sdpa = timing.median_seconds(
-            lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), device, repeats=repeats
-        )
-        ours = timing.median_seconds(lambda: kernel(q, k, v, 64, causal=True), device, repeats=repeats)
-        flops = 4 * heads * n * n * head_dim * 0.5  # causal: half the score matrix
-        rows.append(
-            {
-                "n": n,
-                "difference": difference,
-                "sdpa_difference": sdpa_difference,
-                "kernel_ms": 1e3 * ours,
-                "sdpa_ms": 1e3 * sdpa,
-                "ratio": ours / sdpa,
-                "kernel_tflops": flops / ours / 1e12,
-            }
-        )
-    return rows
-
-
-def attention_timing(device: torch.device) -> dict[str, float]:
-    """Chapter 5: the blockwise reference and the Triton kernel against torch's SDPA."""
-    from course import flash_attention
-
-    print("\n== chapter 5: attention ==")
-    ratios = {}
-    if device.type == "cuda" and triton_available(device):
-        for row in triton_against_sdpa(device):
-            ratios[f"triton_vs_sdpa_{row['n']}"] = row["ratio"]
-            print(
-                f"N = {row['n']:5d}, 16 heads of 64, causal, bf16: Triton {row['kernel_ms']:.2f} ms "
-                f"({row['kernel_tflops']:.0f} TFLOP/s), SDPA {row['sdpa_ms']:.2f} ms: Triton / SDPA = "
-                f"{row['ratio']:.2f} (goal <= 1.2 at 4096)"
-            )
-    else:
-        print("Triton kernel: not timed (needs a CUDA GPU; its logic is tested through the interpreter)")
-    for n in (512, 2048):
-        q, k, v = (torch.randn(1, 4, n, 64, device=device) for _ in range(3))
-        sdpa = timing.median_seconds(
-            lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), device, repeats=3
-        )
-        full = timing.median_seconds(lambda: flash_attention.naive_attention(q, k, v, causal=True), device, repeats=3)
-        loop = timing.median_seconds(
-            lambda: flash_attention.blockwise_attention(q, k, v, 64, causal=True), device, repeats=3
-        )
-        print(
-            f"N = {n:4d}, 4 heads of 64, causal, fp32: full score matrix {full / sdpa:.1f}x SDPA's time, "
-            f"blockwise torch loop {loop / sdpa:.1f}x ({1e3 * sdpa:.2f} ms for SDPA)"
-        )
-    return ratios
-
-
-def speculative_decoding(device: torch.device) -> dict[str, dict]:
-    """Chapters 6 and 7: the four drafts, greedy and sampled: alpha, c, tokens per call against the
-    formula, and the wall-clock speed-up over the target alone."""
-    from course import checkpoints, corpus, speculative_decoding
-
-    print("\n== chapters 6 and 7: speculative decoding, four drafts (median of 3 repeats) ==")
-    target = checkpoints.load("target", device)
-    text = corpus.tokens("validation")
-    prompts = [text[s : s + 32][None].to(device) for s in (1000, 90_000, 200_000, 350_000)]
-    drafts = {
-        "draft model": checkpoints.load("draft", device),
-        "distilled draft": checkpoints.load("distilled", device),
-        "n-gram table": speculative_decoding.training_ngram_draft(),
-        "prompt lookup": speculative_decoding.PromptLookupDraft(),
-    }
-    new, k = 200, 4
-    report = {}
-    for temperature, label in ((0.0, "greedy"), (1.0, "sampled")):
-        results = speculative_decoding.measure_drafts(target, drafts, prompts, k, new, temperature, repeats=3)
-        print(f"-- {label}, k = {k}, {len(prompts)} prompts x {new} tokens --")
-        for name, r in results.items():
-            print(
-                f"{name:15s} alpha {r['alpha']:.3f}  c {r['cost']:.3f}  verify {r['verify']:.2f}  tokens per call "
-                f"{r['tokens_per_call']:.2f} vs formula {r['formula']:.2f} "
-                f"({100 * (r['tokens_per_call'] / r['formula'] - 1):+.1f}%)"
-                f"  speed-up {r['speedup']:.2f}x (formula with c {r['formula_speedup']:.2f}x; goal 2x)"
-            )
-            report[f"{name}, {label}"] = {
-                key: round(r[key], 4)
-                for key in ("alpha", "cost", "verify", "tokens_per_call", "formula", "speedup", "formula_speedup")
-            }
-        print(speculative_decoding.drafts_reading(results))
-    return report
-
-
-def pretrained_llm(bound: float) -> dict[str, float]:
-    """Chapter 8's model on the CPU, threads chosen as the chapter chooses them: decode against the
-    memory roofline, batch 8 against batch 1, int4 weights against float32, and speculative decoding
-    against greedy (same output)."""
-    from course import evaluation, in_practice, pretrained
-    from course import speculative_decoding as speculative
-
-    print("\n== chapter 8: SmolLM2-135M (transformers) ==")
-    try:
-        model, tokenizer = pretrained.load()
-    except pretrained.MissingPackage as error:
-        print(f"skipped: {error}")
-        return {}
-    view = in_practice.AsCourseModel(model)
-    one = tokenizer("The", return_tensors="pt").input_ids
-    with torch.no_grad():
-        chosen, tried = timing.choose_threads(lambda: model(input_ids=one))
-    print(timing.describe_threads(chosen, tried))
-    with timing.threads(chosen):
-        step = evaluation.decode_step_seconds(view, 1, steps=6)
-        floor = in_practice.storage_bytes(model) / (bound * 1e9)
-        batch8 = evaluation.decode_step_seconds(view, 8, steps=6)
-        with in_practice.int4_linears(model, 64, output_layer=True):
-            int4_step = evaluation.decode_step_seconds(view, 1, steps=6)
-        print(
-            f"decode batch 1 with int4 weights (chapter 3's Int4Linear, fused kernel, the output layer too): "
-            f"{1 / int4_step:.1f} tokens/s against float32's {1 / step:.1f}: {step / int4_step:.2f}x"
-        )
-        print(
-            f"decode batch 1: {1e3 * step:.1f} ms a token = {floor / step:.2f} of the memory roofline "
-            f"({1e3 * floor:.1f} ms)"
-        )
-        print(f"decode batch 8: {8 * step / batch8:.2f}x the tokens per second of batch 1 (8 if memory-bound)")
-        text = "A stitch in time saves nine, and a penny saved is a penny earned. " * 3
-        request = in_practice.chat_prompt(tokenizer, "Copy this text exactly:\n\n" + text)
-        greedy_seconds = timing.median_seconds(
-            lambda: model.generate(request, max_new_tokens=48, do_sample=False), warmup=1, repeats=3
-        )
-        lookup_seconds = timing.median_seconds(
-            lambda: model.generate(request, max_new_tokens=48, do_sample=False, prompt_lookup_num_tokens=10),
-            warmup=1,
-            repeats=3,
-        )
-        greedy = model.generate(request, max_new_tokens=48, do_sample=False)
-        new = greedy.shape[1] - request.shape[1]
-        draft = in_practice.AsCourseModel(in_practice.int8_draft(model))
-        course_seconds = timing.median_seconds(
-            lambda: speculative.speculative_generate(view, draft, request, 4, new, temperature=0), warmup=0, repeats=3
-        )
-        same = torch.equal(speculative.speculative_generate(view, draft, request, 4, new, temperature=0)[0], greedy)
-    print(f"prompt lookup (transformers): {greedy_seconds / lookup_seconds:.2f}x greedy's speed, {new} tokens")
-    print(
-        f"int8 draft, k = 4 (course's speculative_generate): {greedy_seconds / course_seconds:.2f}x; "
-        f"same output: {same}"
-    )
-    return {
-        "smollm2_decode_vs_roofline": floor / step,
-        "smollm2_batch8_speedup": 8 * step / batch8,
-        "smollm2_int4_decode_speedup": step / int4_step,
-        "smollm2_prompt_lookup_speedup": greedy_seconds / lookup_seconds,
-        "smollm2_int8_draft_speedup": greedy_seconds / course_seconds,
-    }
-
-
-def capstone(device: torch.device, bound: float) -> dict[str, float]:
-    """Chapter 9: the reference configuration and each of its parts, against the fp32 target alone."""
-    from course import choosing_a_technique as technique
-
-    print("\n== chapter 9: the capstone's reference configuration ==")
-    baseline, parts, new = technique.Configuration(), technique.REFERENCE.parts(), 128
-    chosen, tried = timing.choose_threads(technique.generation(baseline, device, new), device)
-    print(timing.describe_threads(chosen, tried))
-    with timing.threads(chosen):
-        seconds = technique.time_generation([baseline, *parts.values()], device, new)
-    for name, config in {"fp32 alone": baseline, **parts}.items():
-        figures = technique.measure(config)
-        roof = bound * 1e9 / figures.target_bytes  # target steps per second if reading its weights were all
-        print(
-            f"{name:31s} {new / seconds[config]:6.0f} tokens/s, {seconds[baseline] / seconds[config]:4.2f}x the fp32 "
-            f"target alone; {figures.tokens_per_call:.2f} tokens per target call, target weights "
-            f"{figures.target_bytes / 1e6:.1f} MB (the memory bound: {roof:.0f} target calls/s)"
-        )
-    ratios = {
-        f"capstone_speedup_{name.split(',')[0].replace(' ', '_')}": seconds[baseline] / seconds[config]
-        for name, config in parts.items()
-    }
-    # the server the learner builds, with the course's layer (fused int4 product) and loop
-    server = technique.LearnerServer(technique.course_int4_layer, technique.greedy_speculative)
-    with timing.threads(chosen):
-        results = server.time(new)
-    print("the reference server, built as the chapter's exercises build it (the course's layer and loop):")
-    print(technique.server_reading(results, new))
-    times = {name: statistics.median(result["seconds"]) for name, result in results.items()}
-    ratios["capstone_speedup_reference_server"] = times["fp32 target alone"] / times["your server"]
-    return ratios
-
-
 def chapter_times() -> dict[str, float]:
     """Each instructor notebook executed headless with papermill, timed."""
     import tempfile
@@ -524,9 +188,10 @@ def budget(
     ratios: dict[str, float],
     machine: str,
     threads: str = "",
-    drafts: dict | None = None,
+    tables: dict[str, dict] | None = None,
 ) -> None:
-    """Print what is over the performance budget, and by how much; record everything in data/."""
+    """Print what is over the performance budget, and by how much; record everything in data/ (the
+    chapters' ratios, and each table a chapter's measurements returned, under its own name)."""
     limits = {name: CHAPTER_BUDGETS.get(name, CHAPTER_BUDGET) for name in chapters}
     over = [
         f"{name}: {t:.0f} s, {t - limits[name]:.0f} s over {limits[name]:.0f} s"
@@ -547,7 +212,7 @@ def budget(
         **slider_fields,
         "threads": threads,
         "ratios": {k: round(v, 3) for k, v in ratios.items()},
-        "speculative_drafts": drafts or {},
+        **(tables or {}),
         "over_budget": over,
     }
     kept = {"grading"}  # recorded by sections that run on their own (--only grading)
@@ -570,7 +235,6 @@ HOSTILE = {  # appended to the last answer cell of a solution (no other exercise
 
 def _planted() -> dict[str, list]:
     """Each chapter's planted mistakes, from its test module (``PLANTED`` in ``tests/test_<slug>.py``)."""
-    import importlib
     import sys
 
     sys.path.insert(0, str(paths.ROOT / "tests"))
@@ -840,29 +504,44 @@ def record(key: str, value: dict) -> None:
     print(f"recorded under {key!r} in {REPORT.relative_to(paths.ROOT)}")
 
 
+def chapter_benchmarks() -> dict[str, object]:
+    """Each chapter's measurements, found by its slug: ``benchmark(device, bound)`` in
+    ``course/benchmarks/<slug>.py``, for the chapters that have one, in course order."""
+    found = {}
+    for source in paths.chapter_sources():
+        name = f"course.benchmarks.{paths.slug(source)}"
+        if importlib.util.find_spec(name) is not None:
+            found[paths.slug(source)] = importlib.import_module(name).benchmark
+    return found
+
+
 def main() -> None:
     import argparse
 
+    benchmarks = chapter_benchmarks()
     parser = argparse.ArgumentParser(description="The course's measurements on this machine, as ratios.")
     parser.add_argument("--submissions", type=int, default=60, help="size of the generated class to grade")
     parser.add_argument("--shards", type=int, default=4, help="shards to grade the same class in (1: none)")
     parser.add_argument(
         "--only",
-        choices=["grading", "capstone", "sliders", "int4"],
+        choices=["grading", "sliders", *benchmarks],
         default=None,
-        help="run one section only (capstone, sliders, int4: update their figures in data/performance.json)",
+        help="run one section only: the class's grading, the sliders, or one chapter's measurements "
+        "(by its slug); each replaces only its own figures in data/performance.json",
     )
     args = parser.parse_args()
     if args.only == "sliders":
         record_sliders(slider_latency())
         return
     if args.only != "grading":
-        measurements(args.only)
+        measurements(benchmarks, args.only)
     if args.submissions > 0 and args.only in (None, "grading"):
         record("grading", grading_throughput(args.submissions, args.shards))
 
 
-def measurements(only: str | None = None) -> None:
+def measurements(benchmarks: dict[str, object], only: str | None = None) -> None:
+    """Every chapter's measurements (or the chapter ``only``'s), after this machine's memory bandwidth;
+    then, for a full run, the sliders and the chapters' headless times, against the budget."""
     from course import checkpoints, corpus
     from course.model import generate
 
@@ -875,24 +554,20 @@ def measurements(only: str | None = None) -> None:
     bound = timing.memory_bandwidth(device)
     print(f"memory bandwidth, reading a 256 MB matrix (the bound below): {bound:.1f} GB/s")
     synchronize(device)
-    if only in ("capstone", "int4"):
-        report = json.loads(REPORT.read_text())
-        section = capstone(device, bound) if only == "capstone" else int4_layers(device)
-        report["ratios"].update({k: round(v, 3) for k, v in section.items()})
-        REPORT.write_text(json.dumps(report, indent=1) + "\n")
-        print(f"updated its ratios in {REPORT.relative_to(paths.ROOT)}")
+    ratios, tables = {}, {}
+    for slug, benchmark in benchmarks.items():
+        if only in (None, slug):
+            for name, figure in benchmark(device, bound).items():
+                (tables if isinstance(figure, dict) else ratios)[name] = figure
+    if only is not None:
+        report = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+        report.setdefault("ratios", {}).update({k: round(v, 3) for k, v in ratios.items()})
+        REPORT.write_text(json.dumps(report | tables, indent=1) + "\n")
+        print(f"updated its figures in {REPORT.relative_to(paths.ROOT)}")
         return
-    quantization_speed(device, bound)
-    ratios = int4_layers(device)
-    ratios.update(decode_roofline(device, bound))
-    ratios.update(course_model(device))
-    ratios.update(attention_timing(device))
-    drafts = speculative_decoding(device)
-    ratios.update(pretrained_llm(bound))
-    ratios.update(capstone(device, bound))
     sliders = slider_latency()
     chapters = chapter_times()
-    budget(chapters, sliders, ratios, describe(device), threads, drafts)
+    budget(chapters, sliders, ratios, describe(device), threads, tables)
 
 
 if __name__ == "__main__":

@@ -121,11 +121,10 @@ def chapters_on_the_gpu(notebooks: list[Path] | None = None, device: str = "cuda
 
 
 def attention_against_sdpa(device: torch.device | None = None, lengths=(1024, 4096, 16384), **options) -> list[dict]:
-    """The Triton kernel against SDPA (``tools/benchmarks.py``), one row per length, judged by the
-    tolerance of this device and dtype."""
+    """The Triton kernel against SDPA (``course.benchmarks.flash_attention``, which ``make bench``
+    uses too), one row per length, judged by the tolerance of this device and dtype."""
     from course import kernels
-
-    triton_against_sdpa = _benchmarks().triton_against_sdpa
+    from course.benchmarks.flash_attention import triton_against_sdpa
 
     device = device or torch.device("cuda")
     dtype = options.setdefault("dtype", torch.bfloat16)
@@ -141,16 +140,6 @@ def attention_against_sdpa(device: torch.device | None = None, lengths=(1024, 40
         name = f"Triton vs SDPA, N={measured['n']}, {str(dtype).removeprefix('torch.')}"
         rows.append(_row(name, ok, 1e-3 * (measured["kernel_ms"] + measured["sdpa_ms"]), detail, **measured))
     return rows
-
-
-def _benchmarks():
-    """tools/benchmarks.py, the one place the kernel is timed against SDPA (make bench uses it too)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("benchmarks", Path(__file__).with_name("benchmarks.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _row(check: str, ok: bool, seconds: float, detail: str, **numbers) -> dict:

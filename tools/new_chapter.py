@@ -21,6 +21,7 @@ FILES = {  # template -> where the chapter's copy goes
     "solution.py.tmpl": "solutions/{chapter}.py",
     "course.py.tmpl": "course/{slug}.py",
     "plots.py.tmpl": "course/plots/{slug}.py",
+    "benchmarks.py.tmpl": "course/benchmarks/{slug}.py",
     "checks.py.tmpl": "autograder/chapters/{slug}.py",
     "test.py.tmpl": "tests/test_{slug}.py",
     "quiz.toml.tmpl": "data/quizzes/{slug}.toml",

@@ -608,13 +608,22 @@ def _gptq_result(probe, result):
     return codes, scale, None
 
 
-def _judge_gptq_codes(probe, result):
+def _judging_gptq(judge):
+    """A judge of (probe, result) that reads the answer once (:func:`_gptq_result`) and gives ``judge``
+    the codes, the scale and the probe's weight, Hessian, bits and group size; or the failing verdict."""
+
+    def judged(probe, result):
+        codes, scale, failed = _gptq_result(probe, result)
+        weight, hessian, bits = probe["args"]
+        group = probe["kwargs"].get("group_size")
+        return failed if failed is not None else judge(codes, scale, weight, hessian, bits, group)
+
+    return judged
+
+
+@_judging_gptq
+def _judge_gptq_codes(codes, scale, weight, hessian, bits, group):
     """Codes exactly the reference's (float64 inputs: no rounding ties to forgive), scales close."""
-    codes, scale, failed = _gptq_result(probe, result)
-    if failed:
-        return failed
-    weight, hessian, bits = probe["args"]
-    group = probe["kwargs"].get("group_size")
     ref_codes, ref_scale = quantization.gptq_quantize(weight.double(), hessian.double(), bits, group)
     mistakes = [(hint, lambda make=make: make()[0]) for hint, make in gptq_mistakes(weight, hessian, bits, group)]
     verdict = diagnose(codes, ref_codes.double(), mistakes, atol=0.0, rtol=0.0)
@@ -629,13 +638,9 @@ def _judge_gptq_codes(probe, result):
     )
 
 
-def _judge_gptq_error(probe, result):
+@_judging_gptq
+def _judge_gptq_error(codes, scale, weight, hessian, bits, group):
     """Float32 inputs: the output error tr((W-Q) H (W-Q)^T) over round-to-nearest's, within 2% of the reference's."""
-    codes, scale, failed = _gptq_result(probe, result)
-    if failed:
-        return failed
-    weight, hessian, bits = probe["args"]
-    group = probe["kwargs"].get("group_size")
     if tuple(codes.shape) != tuple(weight.shape):
         return Verdict(False, f"codes of shape {tuple(codes.shape)}, expected {tuple(weight.shape)}, one per weight")
     if codes.abs().max() > quantization.absmax_levels(bits) or not torch.equal(codes, codes.round()):

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from course import quantization
-from course.plots._widgets import BLUE, GREY, ORANGE, RED, Chart, interactive, new_figure, nice_ceiling, slider
+from course.plots._widgets import BLUE, GREY, ORANGE, PURPLE, RED, Chart, interactive, new_figure, nice_ceiling, slider
 
 GROUP_CHOICES = (  # (label, group_size): "row" is one scale per row (group_size None), "tensor" one in all
     ("per tensor", "tensor"),
@@ -312,3 +312,47 @@ def widget_gptq(baseline: float | None = None, losses: dict | None = None) -> No
     bits = sorted(next(iter(chart.losses.values())))
     controls = {"bits": slider("IntSlider", value=4, min=bits[0], max=bits[-1], description="bits")}
     interactive(chart, controls, "GPTQ against round to nearest")
+
+
+AWQ_COLORS = {"round to nearest": GREY, "AWQ": RED, "GPTQ": "#2ca02c"}  # apart from the layers' colors
+
+
+def plot_awq(layers: dict[str, dict], baseline: float, losses: dict[str, dict[int, float]], bits: int = 3) -> Figure:
+    """AWQ at a glance: each studied layer's input channels by mean |x| (over the median channel's),
+    its output error against AWQ's exponent alpha at ``bits`` bits (alpha 0 is round to nearest;
+    GPTQ's as a dashed line), and the model's held-out loss above float32 for each method and width.
+
+    ``layers``: label -> ``quantization.awq_layer_study``'s dict; ``losses``: method -> {bits: loss}.
+    """
+    fig = new_figure(12, 3.4, left=0.06, wspace=0.32)
+    ax_means, ax_alpha, ax_loss = fig.subplots(1, 3)
+    for (label, study), color in zip(layers.items(), (PURPLE, BLUE, ORANGE), strict=False):
+        means = study["mean_abs"].double()
+        ordered = (means / means.median()).sort(descending=True).values.numpy()
+        ax_means.plot(np.arange(1, len(ordered) + 1), ordered, color=color, label=label)
+        alphas = sorted(study["errors"])
+        ax_alpha.plot(alphas, [study["errors"][a] for a in alphas], "o-", ms=3, color=color, label=f"AWQ, {label}")
+        ax_alpha.plot([study["alpha"]], [study["errors"][study["alpha"]]], "*", ms=12, color=color)
+        ax_alpha.axhline(study["gptq"], color=color, ls="--", lw=1)
+    ax_means.set_xscale("log")
+    ax_means.set_yscale("log")
+    ax_means.set(xlabel="input channel, most active first", ylabel="mean |x| / median channel's")
+    ax_means.set_title("salient channels", fontsize=10)
+    ax_means.legend(fontsize=8, loc="upper right")
+    ax_alpha.axhline(1.0, color=GREY, lw=0.8)
+    ax_alpha.set_ylim(0, 1.15)
+    ax_alpha.set(xlabel="alpha (scales s = mean|x| ** alpha)", ylabel="output error / round to nearest's")
+    ax_alpha.set_title(f"{bits} bits: the search (star: chosen; dashed: GPTQ)", fontsize=10)
+    ax_alpha.legend(fontsize=7, loc="lower left")
+    widths = sorted(next(iter(losses.values())), reverse=True)
+    bar = 0.8 / len(losses)
+    for i, (method, by_bits) in enumerate(losses.items()):
+        gaps = [by_bits[b] - baseline for b in widths]
+        xs = np.arange(len(widths)) + (i - (len(losses) - 1) / 2) * bar
+        ax_loss.bar(xs, gaps, bar, color=AWQ_COLORS.get(method, GREY), label=method)
+    ax_loss.set_xticks(np.arange(len(widths)), [f"{b} bits" for b in widths])
+    ax_loss.axhline(0, color=GREY, lw=0.8)
+    ax_loss.set(ylabel="held-out loss above float32 (nats/byte)")
+    ax_loss.set_title("the course model, groups of 64", fontsize=10)
+    ax_loss.legend(fontsize=8, loc="upper left")
+    return fig

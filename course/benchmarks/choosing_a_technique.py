@@ -1,0 +1,55 @@
+"""Chapter 9's measurements for ``make bench``: the capstone's reference configuration, its parts, and
+the reference server built as the exercises build it."""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from course import timing
+from course.choosing_a_technique import (
+    REFERENCE,
+    Configuration,
+    LearnerServer,
+    course_int4_layer,
+    generation,
+    greedy_speculative,
+    measure,
+    server_reading,
+    time_generation,
+)
+
+
+def benchmark(device: torch.device, bound: float) -> dict[str, float]:
+    """``make bench``'s measurements of this chapter on ``device`` (printed; ratios returned for
+    ``data/performance.json``): the reference configuration and each of its parts against the fp32
+    target alone, with the memory bound ``bound`` (GB/s); then the reference server built as the
+    exercises build it."""
+    print("\n== chapter 9: the capstone's reference configuration ==")
+    baseline, parts, new = Configuration(), REFERENCE.parts(), 128
+    chosen, tried = timing.choose_threads(generation(baseline, device, new), device)
+    print(timing.describe_threads(chosen, tried))
+    with timing.threads(chosen):
+        seconds = time_generation([baseline, *parts.values()], device, new)
+    for name, config in {"fp32 alone": baseline, **parts}.items():
+        figures = measure(config)
+        roof = bound * 1e9 / figures.target_bytes  # target steps per second if reading its weights were all
+        print(
+            f"{name:31s} {new / seconds[config]:6.0f} tokens/s, {seconds[baseline] / seconds[config]:4.2f}x the fp32 "
+            f"target alone; {figures.tokens_per_call:.2f} tokens per target call, target weights "
+            f"{figures.target_bytes / 1e6:.1f} MB (the memory bound: {roof:.0f} target calls/s)"
+        )
+    ratios = {
+        f"capstone_speedup_{name.split(',')[0].replace(' ', '_')}": seconds[baseline] / seconds[config]
+        for name, config in parts.items()
+    }
+    # the server the learner builds, with the course's layer (fused int4 product) and loop
+    server = LearnerServer(course_int4_layer, greedy_speculative)
+    with timing.threads(chosen):
+        results = server.time(new)
+    print("the reference server, built as the chapter's exercises build it (the course's layer and loop):")
+    print(server_reading(results, new))
+    times = {name: statistics.median(result["seconds"]) for name, result in results.items()}
+    ratios["capstone_speedup_reference_server"] = times["fp32 target alone"] / times["your server"]
+    return ratios
