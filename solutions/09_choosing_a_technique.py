@@ -493,7 +493,7 @@ else:
 # 1. A team wants the model to answer from a wiki that changes every day. What first, and why not
 #    fine-tuning?
 # 2. Which of the table's techniques can be turned on without evaluating quality again?
-# 3. Why does int8 miss the capstone's memory budget, when 8 bits is a quarter of 32?
+# 3. Why does int8 miss the capstone's bytes budget even without a draft?
 # 4. Why does the choice of draft change the tokens per call but not the held-out loss?
 #
 # <details><summary>Answers</summary>
@@ -502,8 +502,8 @@ else:
 #    every day.
 # 2. The KV cache, FlashAttention-style kernels and speculative decoding: their outputs are those
 #    of the model without them (exactly, or exactly in distribution).
-# 3. The scales cost bytes too (an fp16 scale per row of 256 adds 1/16 of a bit per weight), and
-#    the tied embedding and the norms stay in float32; the draft's float32 bytes add more.
+# 3. Its codes alone take a byte for each of the target's 4.2M linear weights, 4.2 MB; the scales
+#    and the float32 embedding and norms bring the target to 4.5 MB, over 3.7 MB before any draft.
 # 4. The output follows the target's distribution whatever the draft; the draft only decides how
 #    many of its guesses each target call accepts.
 #
