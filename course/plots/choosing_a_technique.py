@@ -119,7 +119,7 @@ class CapstoneChart(Chart):
     TOP = 0.015  # losses above this gap are drawn at the top edge, their value in the legend
 
     def __init__(self):
-        super().__init__(11, 4.0, left=0.07, wspace=0.27, top=0.85)
+        super().__init__(11, 4.0, left=0.09, wspace=0.3, top=0.85)
         budget = technique.BUDGET
         self.ax_l, self.ax_t = self.figure.subplots(1, 2)
         self.ax_l.add_patch(
