@@ -27,7 +27,8 @@
 # 5. meet NF4, the 4-bit format of QLoRA, and LLM.int8()'s way of keeping outliers out of int8;
 # 6. quantize a real (small) language model and watch its loss;
 # 7. write GPTQ, which chooses the codes with calibration data, and measure what it buys (graded);
-# 8. see AWQ protect the input channels that activations make salient, and when that pays;
+# 8. write AWQ, which protects the input channels that activations make salient, and see when
+#    that pays (graded);
 # 9. measure when int4 weights make a layer faster than float32, and why.
 #
 # Exercises are marked **Your turn**. Each is followed by a check cell: run it, read the hints,
@@ -552,6 +553,62 @@ plots.widget_gptq(baseline, by_method)
 # is searched on calibration data: 20 values from 0 (all $s_j = 1$: round to nearest) to 0.95,
 # keeping the one with the least output error $\operatorname{tr}((W-\hat W)H(W-\hat W)^\top)$, the
 # same measure as GPTQ's. Layers that read the same input share one $s$, so it can be folded once.
+#
+# ### Your turn: `awq_quantize`
+#
+# Write `awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20)`. `weight` is a
+# `(rows, cols)` layer, `hessian` its $H$ and `mean_abs` the mean $|x|$ of each of its `cols` input
+# channels, both from calibration. For each exponent $\alpha$ in $0, 1/\text{grid}, \dots,
+# (\text{grid}-1)/\text{grid}$:
+#
+# * `s = mean_abs ** alpha`, at least `1e-4` (`.clamp(min=1e-4)`: a channel that never fires has
+#   mean $|x|$ 0), divided by `(s.max() * s.min()).sqrt()` so that the scales sit around 1 (this
+#   step changes nothing in exact arithmetic: a group's absmax scale follows its weights);
+# * `approx = Q(weight * s) / s`, with `Q` section 1's round trip at `bits` bits and `group_size`;
+# * its output error $\operatorname{tr}((W-\hat W)H(W-\hat W)^\top)$.
+#
+# Return `(alpha, approx, errors)`: the exponent with the least error (the first, if several tie)
+# as a float, its `approx`, and the `grid` errors in the order tried (a list or a tensor). Raise
+# `ValueError` when `group_size` does not divide the columns.
+
+
+# %% nbgrader={"grade": false, "grade_id": "awq_quantize", "locked": false, "schema_version": 3, "solution": true}
+def awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20):
+    """AWQ for one layer: the best alpha of the grid, Q(W * s) / s with s = mean|x| ** alpha, every alpha's error."""
+    ### BEGIN SOLUTION
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group != 0:
+        raise ValueError(f"group_size {group} does not divide {cols} columns")
+    levels = 2 ** (bits - 1) - 1
+
+    def round_trip(w):
+        grouped = w.reshape(rows, cols // group, group)
+        scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
+
+    best, errors = None, []
+    for step in range(grid):
+        alpha = step / grid
+        s = mean_abs.to(weight.dtype).pow(alpha).clamp(min=1e-4)
+        s = s / (s.max() * s.min()).sqrt()
+        approx = round_trip(weight * s) / s
+        delta = weight - approx
+        errors.append(torch.trace(delta @ hessian.to(weight.dtype) @ delta.T).item())
+        if best is None or errors[-1] < best[0]:
+            best = (errors[-1], alpha, approx)
+    return best[1], best[2], errors
+    ### END SOLUTION
+
+
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_awq_quantize", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+check("awq_quantize")
+### BEGIN HIDDEN TESTS
+check("awq_quantize", hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
 #
 # First a layer like those of large models: 256 inputs, 3 of them 20 times larger in every token
 # (the outliers of section 7), uncorrelated. Then two sets of the course model's layers, at 3 bits

@@ -788,7 +788,7 @@ def test_calibration_hessians_are_the_inputs_second_moments():
     torch.testing.assert_close(hessians["net.0"], x.T @ x / len(x))
     torch.testing.assert_close(statistics["mean_abs"]["net.0"], x.abs().mean(dim=0))
     hidden = torch.relu(x.float() @ model[0].weight.detach().T).double()
-    torch.testing.assert_close(statistics["mean_abs"]["net.2"], hidden.abs().mean(dim=0))
+    torch.testing.assert_close(statistics["mean_abs"]["net.2"], hidden.abs().mean(dim=0), rtol=1e-5, atol=1e-7)
 
 
 def test_awq_scales_sit_around_one_and_alpha_zero_is_round_to_nearest():
@@ -811,6 +811,16 @@ def test_awq_rounds_the_scaled_weight_and_divides_after():
     torch.testing.assert_close(quantization.awq_quantize_dequantize(weight, scales, 3, 4), by_hand)
     x = torch.randn(5, 8, dtype=torch.float64)  # served: codes of W diag(s), 1/s folded into the input
     torch.testing.assert_close(x @ by_hand.T, (x / scales) @ (by_hand * scales).T)
+
+
+def test_awq_says_what_is_wrong_with_its_inputs():
+    weight = quantization.gaussian_matrix(4, 8)
+    with pytest.raises(ValueError, match=r"one value per input column \(8\)"):
+        quantization.awq_quantize_dequantize(weight, torch.ones(4), 4)
+    with pytest.raises(ValueError, match="does not divide"):
+        quantization.awq_quantize_dequantize(weight, torch.ones(8), 4, 3)
+    with pytest.raises(ValueError, match="calibration_statistics"):
+        quantization.awq_model(torch.nn.Sequential(torch.nn.Linear(8, 4)), {"hessian": {}, "mean_abs": {}}, 4)
 
 
 def test_awq_protects_salient_channels_where_round_to_nearest_does_not():
@@ -984,3 +994,95 @@ def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
     return torch.from_numpy(codes).to(torch.int32), torch.from_numpy(scales).to(weight.dtype)
 """
     assert_accepted("gptq_quantize", source)
+
+
+AWQ_ANSWER = """
+def awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20):
+    rows, cols = weight.shape
+    group = cols if group_size is None else group_size
+    if cols % group != 0:
+        raise ValueError("group_size must divide the columns")
+    levels = 2 ** (bits - 1) - 1
+
+    def round_trip(w):
+        grouped = w.reshape(rows, cols // group, group)
+        scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
+
+    best, errors = None, []
+    for alpha in {alphas}:
+        s = {scales}
+        s = s / (s.max() * s.min()).sqrt()
+        approx = {approx}
+        delta = weight - approx
+        errors.append({error})
+        if best is None or errors[-1] < best[0]:
+            best = (errors[-1], alpha, approx)
+    return best[1], best[2], errors
+"""
+
+
+def awq_variant(
+    alphas="[step / grid for step in range(grid)]",
+    scales="mean_abs.pow(alpha).clamp(min=1e-4)",
+    approx="round_trip(weight * s) / s",
+    error="torch.trace(delta @ hessian @ delta.T).item()",
+):
+    return AWQ_ANSWER.format(alphas=alphas, scales=scales, approx=approx, error=error)
+
+
+SEARCHED = ("salient", "per_row", "dead_channel")  # the checks whose answer comes from the search
+NEVER_FIRES = "never fires"
+AWQ_MISTAKES = {  # name -> (answer, {check: words its hint must hold})
+    "not_divided_after": (awq_variant(approx="round_trip(weight * s)"), dict.fromkeys(SEARCHED, "not divided by s")),
+    "salient_channels_shrunk": (
+        awq_variant(scales="mean_abs.pow(-alpha).clamp(min=1e-4)"),
+        {"salient": "shrunk", "per_row": "shrunk", "dead_channel": "0 ** -alpha"},  # 1 / 0: the clamp's hint
+    ),
+    "weight_error": (
+        awq_variant(error="(delta ** 2).sum().item()"),
+        dict.fromkeys(("uniform", *SEARCHED), "error of the weights"),
+    ),
+    "alpha_one_tried": (awq_variant(alphas="torch.linspace(0, 1, grid).tolist()"), dict.fromkeys(SEARCHED, "linspace")),
+    "no_clamp": (awq_variant(scales="mean_abs.pow(alpha)"), {"dead_channel": NEVER_FIRES}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AWQ_MISTAKES))
+def test_each_awq_mistake_loses_exactly_its_checks_with_its_hint(name):
+    from conftest import verdicts
+
+    source, must_fail = AWQ_MISTAKES[name]
+    found = verdicts("awq_quantize", source)
+    shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
+    assert {i for i, v in found.items() if not v.passed} == {f"awq_quantize.{c}" for c in must_fail}, shown
+    assert all(words in found[f"awq_quantize.{c}"].hint for c, words in must_fail.items()), shown
+
+
+def test_awq_written_without_normalising_the_scales_keeps_every_point():
+    from conftest import assert_accepted
+
+    source = """
+def awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20):
+    import numpy as np
+    w, h, m = weight.numpy(), hessian.numpy(), mean_abs.numpy()
+    rows, cols = w.shape
+    group = group_size or cols
+    if cols % group:
+        raise ValueError(f"group_size {group} does not divide {cols}")
+    levels = 2 ** (bits - 1) - 1
+    errors, approxes = [], []
+    for k in range(grid):
+        s = np.maximum(m ** (k / grid), 1e-4)  # not normalised: a group's absmax scale follows its weights
+        g = (w * s).reshape(rows, -1, group)
+        step = np.abs(g).max(axis=-1, keepdims=True) / levels
+        step = np.where(step > 0, step, 1.0)
+        approx = (np.clip(np.round(g / step), -levels, levels) * step).reshape(rows, cols) / s
+        d = w - approx
+        errors.append(float(np.einsum("ij,jk,ik->", d, h, d)))
+        approxes.append(approx)
+    best = int(np.argmin(errors))
+    return best / grid, torch.from_numpy(approxes[best]), torch.tensor(errors)
+"""
+    assert_accepted("awq_quantize", source)

@@ -1,5 +1,5 @@
 """Chapter 3's exercises: quantize_dequantize, relative_error, quantize_int8 / dequantize_int8,
-effective_bits, gptq_quantize. Each check names the mistakes it can recognise in its hint."""
+effective_bits, gptq_quantize, awq_quantize. Each check names the mistakes it can recognise in its hint."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from autograder.checks import (
     Requirement,
     Verdict,
     as_tensor,
+    compare_tensors,
     diagnose,
     judge_number,
     judge_raises,
     judges_tensor,
     judges_value,
+    number,
     outcome,
 )
 from course import quantization, reference
@@ -751,4 +753,192 @@ GPTQ = Exercise(
     ],
 )
 
-EXERCISES = [QUANTIZE_DEQUANTIZE, RELATIVE_ERROR, INT8, EFFECTIVE_BITS, GPTQ]
+
+# --- awq_quantize --------------------------------------------------------------------------------
+
+
+def _awq_variant(weight, hessian, mean_abs, bits, group, grid, exponent=1, unscale=True, measure="output", alphas=None):
+    """AWQ's search with one thing changed (the named mistakes), in float64: (alpha, approx, errors).
+    ``exponent`` -1 shrinks the salient channels; ``measure`` "weights" scores the weight error;
+    ``alphas`` replaces the grid 0, 1/grid, ..., (grid - 1)/grid."""
+    w, h = weight.double(), hessian.double()
+    best, errors = None, []
+    for alpha in [step / grid for step in range(grid)] if alphas is None else alphas:
+        s = mean_abs.double().pow(exponent * alpha).clamp(min=1e-4)
+        s = s / (s.max() * s.min()).sqrt()
+        approx = _grouped_round_trip(w * s, bits, group)
+        approx = approx / s if unscale else approx
+        weights_error = ((w - approx) ** 2).sum().item()
+        errors.append(quantization.output_error(w, approx, h) if measure == "output" else weights_error)
+        if best is None or errors[-1] < best[0]:
+            best = (errors[-1], alpha, approx)
+    return best[1], best[2], torch.tensor(errors, dtype=torch.float64)
+
+
+def awq_mistakes(weight, hessian, mean_abs, bits, group, grid) -> list:
+    def variant(**changed):
+        return lambda: _awq_variant(weight, hessian, mean_abs, bits, group, grid, **changed)
+
+    return [
+        (
+            "the rounded weights were not divided by s: W_hat = Q(W * s) / s, so that W_hat x = W x up to rounding",
+            variant(unscale=False),
+        ),
+        (
+            "the salient channels were shrunk: s = mean|x| ** alpha multiplies the weights of the most active "
+            "channels before rounding (and divides them after)",
+            variant(exponent=-1),
+        ),
+        (
+            "the search scored the error of the weights: score the outputs' error tr((W - W_hat) H (W - W_hat)^T), "
+            "which weighs each channel by how active it is",
+            variant(measure="weights"),
+        ),
+        (
+            "the exponents tried are 0, 1/grid, ..., (grid - 1)/grid (range(grid) divided by grid), not "
+            "torch.linspace(0, 1, grid)",
+            variant(alphas=torch.linspace(0, 1, grid).tolist()),
+        ),
+    ]
+
+
+DEAD_CHANNEL_HINT = (
+    "NaN or infinity in the errors: a channel that never fires has mean |x| 0, so 0 ** alpha is 0 (and 0 ** -alpha "
+    "infinite); clamp s = mean|x| ** alpha to at least 1e-4 (s.clamp(min=1e-4)) before dividing by it"
+)
+
+
+def _awq_inputs(rng: np.random.Generator, tokens: int, cols: int, salient: int, dead: bool = False):
+    """Calibration inputs with ``salient`` channels 15 times larger and correlated features: (H, mean |x|)."""
+    mixing = torch.from_numpy(rng.normal(0.0, 0.3, size=(cols, cols)) + np.eye(cols))
+    x = torch.from_numpy(rng.normal(0.0, 1.0, size=(tokens, cols))) @ mixing
+    x[:, torch.from_numpy(rng.choice(cols, size=salient, replace=False))] *= 15.0
+    if dead:
+        x[:, int(rng.integers(cols))] = 0.0
+    return x.T @ x / tokens, x.abs().mean(dim=0)
+
+
+def _probe_awq(rows, cols, bits, group, grid=20, salient=2, uniform=False, dead=False):
+    def make(rng):
+        weight = _normal(rng, rows, cols).double()
+        hessian, mean_abs = _awq_inputs(rng, 4 * cols, cols, salient, dead)
+        if uniform:
+            mean_abs = torch.full((cols,), 0.7, dtype=torch.float64)
+        return {
+            "call": "awq_quantize",
+            "args": [weight, hessian, mean_abs, bits],
+            "kwargs": {"group_size": group, "grid": grid},
+        }
+
+    return make
+
+
+def _awq_answer(result, grid):
+    """(alpha, approx, errors, failing verdict or None) of the learner's answer."""
+    got, failed = outcome(result)
+    if failed:
+        return None, None, None, failed
+    if not (isinstance(got, tuple) and len(got) == 3):
+        return None, None, None, Verdict(False, "awq_quantize should return a tuple (alpha, approx, errors)")
+    alpha, problem = number(got[0], "alpha")
+    approx, problem_approx = as_tensor(got[1], "the approximation")
+    errors, problem_errors = as_tensor(torch.as_tensor(got[2]) if isinstance(got[2], list) else got[2], "the errors")
+    if problem or problem_approx or problem_errors:
+        return None, None, None, Verdict(False, problem or problem_approx or problem_errors)
+    if errors.numel() != grid:
+        return None, None, None, Verdict(False, f"{errors.numel()} errors, expected one per exponent: {grid}")
+    if not (torch.isfinite(errors).all() and torch.isfinite(approx).all()):
+        return None, None, None, Verdict(False, DEAD_CHANNEL_HINT)
+    return alpha, approx, errors.reshape(-1), None
+
+
+def _judge_awq(probe, result, judge_alpha=True):
+    """The errors and the chosen exponent the reference's (float64: no near ties), the approximation
+    close; otherwise the named mistake whose errors the answer's match."""
+    weight, hessian, mean_abs, bits = probe["args"]
+    group, grid = probe["kwargs"]["group_size"], probe["kwargs"]["grid"]
+    alpha, approx, errors, failed = _awq_answer(result, grid)
+    if failed:
+        return failed
+    ref_alpha, ref_approx, ref_errors = _awq_variant(weight, hessian, mean_abs, bits, group, grid)
+    same_errors, difference = compare_tensors(errors, ref_errors, rtol=1e-6, atol=1e-12)
+    if not same_errors:
+        for hint, make in awq_mistakes(weight, hessian, mean_abs, bits, group, grid):
+            wrong = make()[2]
+            if not torch.allclose(wrong, ref_errors, rtol=1e-6) and compare_tensors(errors, wrong, rtol=1e-6)[0]:
+                return Verdict(False, f"{hint} (errors: {difference})")
+        return Verdict(False, f"the errors: {difference}")
+    if judge_alpha and abs(alpha - ref_alpha) > 1e-9:
+        return Verdict(False, f"alpha {alpha:.4g}, expected {ref_alpha:.4g}: the exponent of the least error")
+    return diagnose(approx, ref_approx, [], "the approximation", rtol=1e-7, atol=1e-12)
+
+
+def _probe_awq_bad_group(rng):
+    return {
+        "call": "awq_quantize",
+        "args": [_normal(rng, 4, 64).double(), torch.eye(64, dtype=torch.float64), torch.ones(64), 4],
+        "kwargs": {"group_size": 48, "grid": 20},
+    }
+
+
+AWQ = Exercise(
+    "awq_quantize",
+    ("awq_quantize",),
+    [
+        Check(
+            "uniform",
+            1,
+            "channels all equally active: every s is the same, so every error is round-to-nearest's",
+            _probe_awq(8, 32, 4, 8, uniform=True),
+            lambda probe, result: _judge_awq(probe, result, judge_alpha=False),
+            visible=True,
+        ),
+        Check(
+            "salient",
+            2,
+            "two salient channels, 4 bits, groups of 16 (float64: the reference's errors and alpha exactly)",
+            _probe_awq(16, 64, 4, 16),
+            _judge_awq,
+            visible=True,
+        ),
+        Check(
+            "per_row",
+            1,
+            "3 bits, one scale per row, a grid of 8 exponents",
+            _probe_awq(12, 48, 3, None, grid=8, salient=3),
+            _judge_awq,
+        ),
+        Check(
+            "dead_channel",
+            1,
+            "an input channel that never fires (mean |x| 0)",
+            _probe_awq(8, 32, 4, 16, dead=True),
+            _judge_awq,
+        ),
+        Check(
+            "bad_group",
+            1,
+            "ValueError when group_size does not divide the columns",
+            _probe_awq_bad_group,
+            lambda probe, result: judge_raises(
+                result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
+            ),
+        ),
+    ],
+    requirements=[
+        Requirement(
+            "each column scaled by s = mean|x| ** alpha before rounding and divided by it after",
+            ("salient", "per_row", "dead_channel"),
+        ),
+        Requirement(
+            "alpha searched over 0, 1/grid, ..., (grid - 1)/grid by the output error with H, every error returned",
+            ("uniform", "salient", "per_row"),
+        ),
+        Requirement("equally active channels give round to nearest (edge case)", ("uniform",)),
+        Requirement("s clamped to at least 1e-4: a channel that never fires (edge case)", ("dead_channel",)),
+        Requirement("ValueError when group_size does not divide the columns", ("bad_group",)),
+    ],
+)
+
+
+EXERCISES = [QUANTIZE_DEQUANTIZE, RELATIVE_ERROR, INT8, EFFECTIVE_BITS, GPTQ, AWQ]
