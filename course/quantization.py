@@ -488,6 +488,11 @@ def awq_quantize_dequantize(
     and coarsen the others, which is what the search over alpha weighs. Served, the codes of
     W diag(s) are stored and 1/s is folded into whatever produces the input, so the product is the same."""
     _check_matrix(weight)
+    if not isinstance(scales, torch.Tensor) or tuple(scales.shape) != (weight.shape[1],):
+        raise ValueError(
+            f"scales must hold one value per input column ({weight.shape[1]}), got shape "
+            f"{tuple(getattr(scales, 'shape', ()))}; make them with awq_scales(mean_abs, alpha)"
+        )
     s = scales.to(_working(weight).dtype)
     return (quantize_dequantize(_working(weight) * s, bits, group_size) / s).to(weight.dtype)
 
@@ -549,6 +554,13 @@ def awq_model(
 
     quantized = copy.deepcopy(model)
     linears = {name: m for name, m in quantized.named_modules() if isinstance(m, torch.nn.Linear)}
+    measured = set(statistics.get("hessian", {})) & set(statistics.get("mean_abs", {}))
+    missing = [name for name in linears if name not in measured]
+    if missing:
+        raise ValueError(
+            f"the statistics lack {len(missing)} of the model's linear layers (such as {missing[0]}); make them "
+            "with calibration_statistics(model, tokens) on this model"
+        )
     blocks = sorted({name.rsplit(".", 2)[0] for name in linears})
     chosen: dict[str, float] = {}
     with torch.no_grad():

@@ -550,7 +550,7 @@ def _relative(a, b):
 
 @pytest.mark.parametrize(
     "out_features, in_features, group, tokens",
-    [(256, 256, 64, 1), (48, 96, 32, 3), (576, 1536, 64, 1), (64, 512, 128, 5), (32, 256, 256, 2)],
+    [(256, 256, 64, 1), (48, 96, 32, 3), (576, 1536, 64, 1), (64, 512, 128, 5), (32, 256, 256, 2), (32, 704, None, 2)],
 )
 def test_fused_int4_product_matches_the_reference_within_bf16_rounding(out_features, in_features, group, tokens):
     from course.kernels import int4
@@ -560,7 +560,7 @@ def test_fused_int4_product_matches_the_reference_within_bf16_rounding(out_featu
     x = torch.randn(2, tokens, in_features, generator=torch.Generator().manual_seed(1))
     # the reference, written out here: codes times their group's fp16 scale, in float64
     codes = quantization.unpack_int4(layer.codes).double()
-    scale = layer.scale.double().repeat_interleave(group, dim=1)
+    scale = layer.scale.double().repeat_interleave(in_features // layer.scale.shape[1], dim=1)  # per row: 704
     exact = x.double() @ (codes * scale).T
     reference = int4.reference_linear(x, layer.codes, layer.scale)
     fused = int4.fused_linear(x, layer.codes, layer.scale)
@@ -586,7 +586,7 @@ def test_int4_layer_stores_codes_two_to_a_byte_and_rounds_to_nearest():
 
 @pytest.mark.parametrize(
     "out_features, in_features, group, reason",
-    [(8, 64, 32, "multiple of 16"), (32, 96, None, "groups of 96"), (32, 64, 16, "groups of 16")],
+    [(8, 64, 32, "multiple of 16"), (32, 80, None, "groups of 80"), (32, 64, 16, "groups of 16")],
 )
 def test_layers_the_kernel_cannot_take_fall_back_to_the_reference_and_say_why(out_features, in_features, group, reason):
     from course.kernels import int4
@@ -811,6 +811,16 @@ def test_awq_rounds_the_scaled_weight_and_divides_after():
     torch.testing.assert_close(quantization.awq_quantize_dequantize(weight, scales, 3, 4), by_hand)
     x = torch.randn(5, 8, dtype=torch.float64)  # served: codes of W diag(s), 1/s folded into the input
     torch.testing.assert_close(x @ by_hand.T, (x / scales) @ (by_hand * scales).T)
+
+
+def test_awq_says_what_is_wrong_with_its_inputs():
+    weight = quantization.gaussian_matrix(4, 8)
+    with pytest.raises(ValueError, match=r"one value per input column \(8\)"):
+        quantization.awq_quantize_dequantize(weight, torch.ones(4), 4)
+    with pytest.raises(ValueError, match="does not divide"):
+        quantization.awq_quantize_dequantize(weight, torch.ones(8), 4, 3)
+    with pytest.raises(ValueError, match="calibration_statistics"):
+        quantization.awq_model(torch.nn.Sequential(torch.nn.Linear(8, 4)), {"hessian": {}, "mean_abs": {}}, 4)
 
 
 def test_awq_protects_salient_channels_where_round_to_nearest_does_not():
