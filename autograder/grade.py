@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from autograder import feedback, gradebook, notebook, sandbox, shards, similarity
-from autograder.chapters import CHAPTERS, class_file_writers, exercise_by_id
+from autograder.chapters import CHAPTERS, class_file_writers, exercise_by_id, reported_figures
 from autograder.checks import Check, Verdict, builds_on_note, encode_probe
 from course import timing
 
@@ -48,6 +48,7 @@ class Report:
     seed: int = 0
     isolation: str = ""
     answers: dict[str, str] = field(default_factory=dict)  # grade_id -> the learner's code (not in as_json)
+    reported: dict = field(default_factory=dict)  # what the submission's own outputs report; never graded
 
     def as_json(self) -> dict:
         return {
@@ -60,6 +61,7 @@ class Report:
             "seconds": round(self.seconds, 2),
             "seed": self.seed,
             "isolation": self.isolation,
+            "reported": self.reported,
         }
 
     @classmethod
@@ -112,6 +114,7 @@ def grade(
     report.max_score = _max_score(report.chapter)
     release = notebook.released(report.chapter)
     answers = extract_answers(submitted, report.chapter, release, report.messages)
+    report.reported = reported_figures(report.chapter, submitted)
     report.answers = dict(answers.sources)
     checks = [c for e in CHAPTERS[report.chapter] for c in e.checks]
     rng = np.random.default_rng(seed)

@@ -181,7 +181,8 @@ def test_bytes_of_the_stored_target_are_counted_from_its_tensors(weights, group)
 def test_configurations_say_what_is_wrong():
     make = technique.Configuration.from_dict
     assert make({"weights": "int4", "group_size": 64}).label() == "int4 g64, no draft"
-    assert technique.REFERENCE.label() == "int4 g64 + distilled k=4"
+    assert technique.REFERENCE.label() == "int4 per row GPTQ + distilled k=4"
+    assert technique.OBVIOUS.label() == "int4 g64 + distilled k=4"
     assert technique.Configuration("int8").label() == "int8 per row, no draft"
     for bad, words in [
         ({"weights": "int3"}, "weights must be one of"),
@@ -191,6 +192,9 @@ def test_configurations_say_what_is_wrong():
         ({"draft_length": 0}, "draft_length"),
         ({"draft_length": True}, "draft_length"),
         ({"bits": 4}, "unknown key"),
+        ({"calibration": "awq"}, "calibration must be one of"),
+        ({"weights": "nf4", "group_size": 64, "calibration": "gptq"}, "GPTQ chooses absmax codes"),
+        ({"weights": "fp16", "calibration": "gptq"}, "GPTQ chooses absmax codes"),
     ]:
         with pytest.raises(ValueError, match=words):
             make(bad)
@@ -199,24 +203,89 @@ def test_configurations_say_what_is_wrong():
 
 
 def test_parts_of_a_configuration():
-    assert list(technique.REFERENCE.parts()) == ["int4 g64 weights alone", "distilled draft, fp32 weights", "both"]
+    assert list(technique.REFERENCE.parts()) == [
+        "int4 per row GPTQ weights alone",
+        "distilled draft, fp32 weights",
+        "both",
+    ]
+    assert list(technique.REFERENCE.parts().values())[0] == technique.Configuration("int4", None, calibration="gptq")
     assert list(technique.Configuration("int8").parts().values()) == [technique.Configuration("int8")]
     assert list(technique.Configuration().parts()) == ["fp32 alone"]
 
 
 def test_the_reference_configuration_meets_the_budget():
     figures = technique.measure(technique.REFERENCE)
-    assert figures.within() == {"weights_share": True, "loss_gap": True, "tokens_per_call": True}
+    assert figures.within() == {"weight_bytes": True, "loss_gap": True, "modelled_speedup": True}
     assert figures.fp32_bytes == 4 * checkpoints.load("target").num_parameters()
     assert figures.draft_bytes == 4 * checkpoints.load("distilled").num_parameters()
     assert figures.as_dict()["within_budget"] is True
+    # chapter 6's formula with the counted tokens per call: 1 + c k target-call costs per round
+    assert figures.modelled_speedup == pytest.approx(figures.tokens_per_call / (1 + 0.25 * 4))
 
 
-def test_int8_misses_a_quarter_and_no_draft_is_one_token_per_call():
+def test_the_obvious_choice_misses_on_bytes_and_loss():
+    """int4 in groups of 64 rounded to nearest with the distilled draft at k = 4, what chapters 3 and 6
+    alone suggest: its scales take too many bytes, and rounding to nearest too much quality."""
+    figures = technique.measure(technique.OBVIOUS)
+    assert figures.within() == {"weight_bytes": False, "loss_gap": False, "modelled_speedup": True}
+
+
+def test_int8_misses_the_bytes_and_no_draft_is_one_token_per_call():
     figures = technique.measure(technique.Configuration("int8"))
-    assert figures.tokens_per_call == 1.0 and figures.draft_bytes == 0
-    assert 0.25 < figures.weights_share < 0.27 and abs(figures.loss_gap) < 0.002
-    assert figures.within() == {"weights_share": False, "loss_gap": True, "tokens_per_call": False}
+    assert figures.tokens_per_call == 1.0 and figures.draft_bytes == 0 and figures.modelled_speedup == 1.0
+    assert figures.weight_bytes > technique.BUDGET["weight_bytes"] and abs(figures.loss_gap) < 0.002
+    assert figures.within() == {"weight_bytes": False, "loss_gap": True, "modelled_speedup": False}
+
+
+def test_gptq_keeps_int4_per_row_within_the_loss_budget_where_rounding_does_not():
+    fp32 = technique.format_figures("fp32", None)[1]
+    rounded = technique.format_figures("int4", None)[1] - fp32
+    calibrated = technique.format_figures("int4", None, "gptq")[1] - fp32
+    assert calibrated < technique.BUDGET["loss_gap"] < rounded
+    assert technique.format_figures("int4", None, "gptq")[0] == technique.format_bytes("int4", None)  # same bytes
+
+
+def test_the_budget_count_by_enumeration():
+    """Every configuration enumerated here, its figures taken from the format's bytes and loss and
+    the draft's curve (test_curves_from_agreement_equal_the_real_loop ties the curve to the loop),
+    each part of the budget written out: the count the chapter prints, and the stored one."""
+    formats = [("fp32", None, "none"), ("fp16", None, "none")] + [
+        (w, g, c)
+        for w in ("int8", "int4", "nf4", "int2")
+        for g in (None, 32, 64)
+        for c in (("none", "gptq") if w != "nf4" else ("none",))
+    ]
+    runs = [("none", 1)] + [(d, k) for d in ("draft", "distilled") for k in range(1, 9)]
+    fp32_loss = technique.format_figures("fp32", None)[1]
+    draft_bytes = {"none": 0, "draft": 1_262_208, "distilled": 1_262_208}  # 315,552 float32 parameters
+    passing = []
+    for (weights, group, calibration), (draft, k) in itertools.product(formats, runs):
+        if technique.format_bytes(weights, group) + draft_bytes[draft] > 3_700_000:
+            continue
+        if technique.format_figures(weights, group, calibration)[1] - fp32_loss > 0.0025:
+            continue
+        per_call = technique.draft_curves(weights, group, calibration)[draft][k - 1] if draft != "none" else 1.0
+        if per_call / (1 + 0.25 * k * (draft != "none")) >= 1.9:
+            passing.append(technique.Configuration(weights, group, draft, k, calibration))
+    assert len(formats) * len(runs) == len(technique.configurations()) == 391
+    assert set(technique.configurations()) == {
+        technique.Configuration(w, g, d, k, c) for (w, g, c), (d, k) in itertools.product(formats, runs)
+    }
+    assert tuple(passing) == technique.passing_configurations()
+    stored = technique.stored_count_reading()
+    assert stored == f"{len(passing)} of the 391 configurations the capstone serves are within the budget"
+    assert technique.OBVIOUS not in passing and technique.REFERENCE in passing
+
+
+def test_every_winning_configuration_needs_chapters_3_6_and_7():
+    """GPTQ (chapter 3), the distilled draft (chapter 7) and k chosen between too few and too many
+    draft calls (chapter 6): each passing configuration, measured with the real loop, is within."""
+    passing = technique.passing_configurations()
+    assert passing and all(c.calibration == "gptq" and c.draft == "distilled" for c in passing)
+    ks = {c.draft_length for c in passing}
+    assert min(ks) > 1 and max(ks) < technique.DRAFT_LENGTHS[-1]  # neither the shortest nor the longest k
+    for config in passing:
+        assert all(technique.measure(config).within().values()), config.label()
 
 
 def test_two_bit_codes_miss_the_loss_budget():
@@ -231,10 +300,10 @@ def test_calls_from_agreement_by_hand():
     assert technique.calls_from_agreement([True] * 10, 4) == 2
 
 
-@pytest.mark.parametrize("k", [1, 3, 4])
-def test_curves_from_agreement_equal_the_real_loop(k):
+@pytest.mark.parametrize("fmt, k", [(("int4", 64, "none"), 1), (("int4", 64, "none"), 3), (("int4", None, "gptq"), 8)])
+def test_curves_from_agreement_equal_the_real_loop(fmt, k):
     """The figure's curves count calls from agreement; the graded figure runs the loop: they agree."""
-    target = technique.stored_target("int4", 64)
+    target = technique.stored_target(*fmt)
     for name in ("draft", "distilled"):
         drafter = checkpoints.load(name)
         calls = sum(
@@ -244,7 +313,7 @@ def test_curves_from_agreement_equal_the_real_loop(k):
             for p in technique.prompts()
         )
         expected = len(technique.PROMPT_STARTS) * technique.NEW_TOKENS / calls
-        assert technique.draft_curves("int4", 64)[name][k - 1] == pytest.approx(expected)
+        assert technique.draft_curves(*fmt)[name][k - 1] == pytest.approx(expected)
 
 
 def test_greedy_tokens_are_the_targets_own_greedy_output():
@@ -256,7 +325,7 @@ def test_greedy_tokens_are_the_targets_own_greedy_output():
 
 
 def test_the_draft_does_not_change_the_loss():
-    plain = technique.measure(technique.Configuration("int4", 64, "draft", 2))
+    plain = technique.measure(technique.Configuration("int4", None, "draft", 2, "gptq"))
     assert plain.loss == technique.measure(technique.REFERENCE).loss
     assert plain.tokens_per_call < technique.measure(technique.REFERENCE).tokens_per_call
 
@@ -321,7 +390,7 @@ def test_the_sandbox_model_is_the_course_model():
 
     inputs = {"group_size": 64, "windows": checks._loss_windows()}
     loss = checks.on_course_model(Float, "loss", checks.model_spec("target"), None, inputs)
-    assert loss["layers"] == 42 and loss["loss"] == pytest.approx(checks._course_loss(None), abs=1e-5)
+    assert loss["layers"] == 42 and loss["loss"] == pytest.approx(checks._course_loss(checks.FP32), abs=1e-5)
 
 
 def test_mistaken_loops_differ_from_greedy():
@@ -373,28 +442,46 @@ def test_capstone_figures_render():
 # --- the leaderboard ---------------------------------------------------------------------------------------
 
 
-def _report(data):
-    tests = [grade.TestResult("capstone_configuration.weights_share", 2, 2, True, "", data)] if data else []
-    return grade.Report("09_choosing_a_technique.ipynb", "09_choosing_a_technique", 0, 0, tests)
+def _report(data, speedups=None):
+    tests = [grade.TestResult("capstone_configuration.weight_bytes", 2, 2, True, "", data)] if data else []
+    reported = {"measured_speedups": speedups} if speedups else {}
+    return grade.Report("09_choosing_a_technique.ipynb", "09_choosing_a_technique", 0, 0, tests, reported=reported)
 
 
-def test_leaderboard_ranks_the_budget_first_then_tokens_per_call(tmp_path):
+def test_leaderboard_ranks_the_budget_first_then_the_measured_speedup(tmp_path):
     def figures(config):
         return {"configuration": config.label(), **technique.measure(config).as_dict()}
 
+    five = technique.Configuration("int4", None, "distilled", 5, "gptq")  # within the budget too
     graded = [
-        ("ada", _report(figures(technique.Configuration("int4", 64, "draft", 2)))),
-        ("bo", _report(figures(technique.Configuration("int8")))),  # over the budget
-        ("cy", _report(figures(technique.REFERENCE))),
+        ("ada", _report(figures(technique.REFERENCE), {"your server": 0.8, "your codes, fused int4 product": 1.4})),
+        ("bo", _report(figures(technique.Configuration("int8")), {"your server": 9.0})),  # over the budget
+        ("cy", _report(figures(five), {"your server": 2.1})),
         ("di", _report(None)),  # another chapter, or no configuration
+        ("ed", _report(figures(technique.REFERENCE))),  # within, but nothing measured reported
     ]
     path = checks.write_class_files(tmp_path, graded)
     rows = list(csv.DictReader(path.open()))
-    assert [r["learner"] for r in rows] == ["cy", "ada", "bo"]
-    assert [r["rank"] for r in rows] == ["1", "2", "3"] and rows[2]["within_budget"] == "False"
+    assert [r["learner"] for r in rows] == ["cy", "ada", "ed", "bo"]
+    assert [r["rank"] for r in rows] == ["1", "2", "3", "4"] and rows[3]["within_budget"] == "False"
+    assert [r["measured_speedup"] for r in rows] == ["2.1", "1.4", "", "9.0"]  # the best each reported
     table = (tmp_path / "leaderboard.md").read_text()
-    assert "| 1 | cy | int4 g64 + distilled k=4 | yes |" in table
+    assert "| 2 | ada | int4 per row GPTQ + distilled k=4 | yes | 1.40x |" in table
+    assert "| 3 | ed | int4 per row GPTQ + distilled k=4 | yes | none reported |" in table
     assert checks.write_class_files(tmp_path / "none", [("di", _report(None))]) is None
+
+
+def test_the_measured_speedup_is_read_from_the_saved_outputs():
+    line = technique.speedup_line({"your server": 1.25, "your codes, fused int4 product": 2.5})
+    cell = {"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout", "text": ["x\n", line + "\n"]}]}
+    expected = {"your server": 1.25, "your codes, fused int4 product": 2.5}
+    assert checks.reported({"cells": [cell]}) == {"measured_speedups": expected}
+    assert checks.reported({"cells": [{"cell_type": "code", "outputs": [{"text": "nothing"}]}]}) == {}
+    hostile = {"cells": [{"cell_type": "code", "outputs": [{"text": technique.SPEEDUP_LINE + " a nanx; b 1e9x"}]}]}
+    assert checks.reported(hostile) == {}
+    from autograder.chapters import reported_figures
+
+    assert reported_figures("09_choosing_a_technique", {"cells": "not a list"}) == {}
 
 
 # --- planted mistakes -------------------------------------------------------------------------------------
@@ -493,23 +580,73 @@ PLANTED = {
         {"speculative_greedy.caches"},
         "keep a KV cache",
     ),
-    "capstone_int8": Planted(
+    "layer_ignores_given_codes": Planted(  # rounds the weight even when GPTQ's codes are given
+        "int4_linear",
+        LAYER_SOLUTION.replace("if codes is None:", "if True:"),
+        {"int4_linear.calibrated"},
+        "were ignored",
+    ),
+    "layer_without_codes_argument": Planted(  # the layer of rounding alone: Int4Linear(weight, group_size)
+        "int4_linear",
+        LAYER_SOLUTION.replace("group_size=64, codes=None, scale=None", "group_size=64").replace(
+            "if codes is None:", "if True:"
+        ),
+        {"int4_linear.calibrated"},
+        "keyword arguments",
+    ),
+    "capstone_obvious": Planted(  # int4 g64 rounded to nearest, distilled k = 4: over on bytes and loss
         "capstone_configuration",
-        CONFIG_HEAD + "{'weights': 'int8', 'group_size': None, 'draft': 'distilled', 'draft_length': 4}\n",
-        {"capstone_configuration.weights_share"},
-        "a quarter",
+        CONFIG_HEAD + "{'weights': 'int4', 'group_size': 64, 'draft': 'distilled', 'draft_length': 4}\n",
+        {"capstone_configuration.weight_bytes", "capstone_configuration.loss_gap"},
+        "int4 g64 + distilled k=4",
+    ),
+    "capstone_groups_of_64": Planted(
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int4', 'group_size': 64, 'calibration': 'gptq', 'draft': 'distilled', "
+        "'draft_length': 4}\n",
+        {"capstone_configuration.weight_bytes"},
+        "what the target's scales cost",
+    ),
+    "capstone_rounded_to_nearest": Planted(
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int4', 'group_size': None, 'draft': 'distilled', 'draft_length': 4}\n",
+        {"capstone_configuration.loss_gap"},
+        "GPTQ",
     ),
     "capstone_int2": Planted(
         "capstone_configuration",
-        CONFIG_HEAD + "{'weights': 'int2', 'group_size': 32, 'draft': 'distilled', 'draft_length': 4}\n",
-        {"capstone_configuration.loss_gap"},
-        "within 0.02",
+        CONFIG_HEAD + "{'weights': 'int2', 'group_size': 32, 'calibration': 'gptq', 'draft': 'distilled', "
+        "'draft_length': 4}\n",
+        {"capstone_configuration.loss_gap", "capstone_configuration.modelled_speedup"},  # the draft agrees less too
+        "int2 g32 GPTQ + distilled k=4",
     ),
     "capstone_no_draft": Planted(
         "capstone_configuration",
-        CONFIG_HEAD + "{'weights': 'int4', 'group_size': 64, 'draft': 'none', 'draft_length': 4}\n",
-        {"capstone_configuration.tokens_per_call"},
-        "takes a draft",
+        CONFIG_HEAD + "{'weights': 'int4', 'group_size': None, 'calibration': 'gptq', 'draft': 'none', "
+        "'draft_length': 4}\n",
+        {"capstone_configuration.modelled_speedup"},
+        "speculation with a draft",
+    ),
+    "capstone_text_draft": Planted(  # chapter 6's draft: the target agrees with it too rarely
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int4', 'group_size': None, 'calibration': 'gptq', 'draft': 'draft', "
+        "'draft_length': 4}\n",
+        {"capstone_configuration.modelled_speedup"},
+        "a draft the target agrees with",
+    ),
+    "capstone_longest_k": Planted(  # more tokens per call, but eight draft calls each
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'int4', 'group_size': None, 'calibration': 'gptq', 'draft': 'distilled', "
+        "'draft_length': 8}\n",
+        {"capstone_configuration.modelled_speedup"},
+        "pays for its draft calls",
+    ),
+    "capstone_calibrated_nf4": Planted(
+        "capstone_configuration",
+        CONFIG_HEAD + "{'weights': 'nf4', 'group_size': None, 'calibration': 'gptq', 'draft': 'distilled', "
+        "'draft_length': 4}\n",
+        {f"capstone_configuration.{part}" for part in technique.BUDGET},
+        "GPTQ chooses absmax codes",
     ),
     "capstone_misspelt": Planted(
         "capstone_configuration",
@@ -523,11 +660,15 @@ PLANTED = {
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
+    planted = PLANTED[name]
+    if planted.grade_id in ("int4_linear", "capstone_configuration"):  # the checks the budget's redesign changed
+        lost = {t.id for t in planted_reports[name].tests if not t.passed and t.id.startswith(planted.grade_id)}
+        assert lost == planted.must_fail  # exactly its checks, no more, in its own exercise
 
 
 def test_the_leaderboard_gets_the_graded_figures(planted_reports):
     rows = checks.leaderboard_entries(list(planted_reports.items()))
-    assert {r["learner"] for r in rows} == set(PLANTED) - {"capstone_misspelt"}  # the others keep the solution's
+    assert {r["learner"] for r in rows} == set(PLANTED) - {"capstone_misspelt", "capstone_calibrated_nf4"}
     assert all(r["configuration"] for r in rows)
 
 

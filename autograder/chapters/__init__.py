@@ -36,6 +36,18 @@ def class_file_writers() -> dict[str, Callable]:
     }
 
 
+def reported_figures(chapter: str, submitted: dict) -> dict:
+    """What the submitted notebook's own outputs report, for the chapters whose checks module has a
+    ``reported(submitted)`` (chapter 9's measured speed-up): plain data shown beside the grade and
+    never graded, since the file can say anything. {} where there is none or it cannot be read."""
+    module = importlib.import_module(f"{__name__}.{paths.slug(chapter)}")
+    read = getattr(module, "reported", None)
+    try:
+        return read(submitted) if read else {}
+    except Exception:  # a hostile or broken file: nothing reported, and grading goes on
+        return {}
+
+
 def exercise_by_id(grade_id: str) -> Exercise:
     """The exercise whose answer cell has ``grade_id``, in any chapter."""
     return next(e for e in CHAPTERS[chapter_of(grade_id)] if e.grade_id == grade_id)

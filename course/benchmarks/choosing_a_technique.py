@@ -45,7 +45,14 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
         for name, config in parts.items()
     }
     # the server the learner builds, with the course's layer (fused int4 product) and loop
-    server = LearnerServer(course_int4_layer, greedy_speculative)
+    server = LearnerServer(
+        course_int4_layer,
+        greedy_speculative,
+        REFERENCE.group_size,
+        REFERENCE.draft,
+        REFERENCE.draft_length,
+        REFERENCE.calibration,
+    )
     with timing.threads(chosen):
         results = server.time(new)
     print("the reference server, built as the chapter's exercises build it (the course's layer and loop):")

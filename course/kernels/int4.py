@@ -18,7 +18,9 @@ Paths, one signature ``(x, packed, scale, prepared=None) -> y``:
 The kernels take a weight in their own tiled layout (:func:`prepare`: built once per layer and
 device, and kept) and a ``(K / group, N, 2)`` bfloat16 tensor of scales and zeros, with a weight
 ``(q - 8) * scale + zero``: symmetric codes have zero 0. Their constraints: a group size of 32, 64,
-128 or 256 that divides the input width; an output width that is a multiple of 16 (CPU) or 8
+128 or 256 that divides the input width (a larger group, one scale per row of 704 columns say, is
+given to them as groups of the largest of those that divides it, each scale repeated: the same
+weights); an output width that is a multiple of 16 (CPU) or 8
 (CUDA); on CUDA an input width that is a multiple of 32.
 
 Not handled: asymmetric codes (a zero per group), biases, MPS, training (no gradients flow to the
@@ -84,6 +86,14 @@ def reference_linear(
     return F.linear(x, dequantize(packed, scale).to(x.dtype))
 
 
+def kernel_group(group_size: int) -> int | None:
+    """The group size the fused kernels are given for stored groups of ``group_size`` columns: itself
+    when they take it, else the largest they take that divides it (the scales repeated), else None."""
+    if group_size in GROUP_SIZES:
+        return group_size
+    return next((g for g in reversed(GROUP_SIZES) if group_size % g == 0), None)
+
+
 def _cuda_inner_k_tiles(in_features: int) -> int | None:
     return next((tiles for tiles in _CUDA_INNER_K_TILES if in_features % (16 * tiles) == 0), None)
 
@@ -98,8 +108,11 @@ def fused_unavailable(packed: torch.Tensor, scale: torch.Tensor, device: torch.d
         return f"torch has no fused int4 product for {device.type}"
     if not hasattr(torch.ops.aten, op):
         return f"this torch ({torch.__version__}) has no torch.ops.aten.{op}"
-    if group_size not in GROUP_SIZES:
-        return f"groups of {group_size} columns: the fused kernel takes groups of {', '.join(map(str, GROUP_SIZES))}"
+    if kernel_group(group_size) is None:
+        return (
+            f"groups of {group_size} columns: the fused kernel takes groups of {', '.join(map(str, GROUP_SIZES))} "
+            "(or a multiple of one of them)"
+        )
     if out_features % _ROWS_MULTIPLE[device.type]:
         multiple = _ROWS_MULTIPLE[device.type]
         return f"{out_features} outputs: the fused kernel on {device.type} needs a multiple of {multiple}"
@@ -124,6 +137,8 @@ def prepare(packed: torch.Tensor, scale: torch.Tensor) -> Prepared:
     if reason:
         raise ValueError(f"the fused int4 product cannot take this layer: {reason}; use reference_linear")
     out_features, in_features, group_size = check_stored(packed, scale)
+    group = kernel_group(group_size)
+    scale = scale.repeat_interleave(group_size // group, dim=1)  # the same weights, in groups the kernel takes
     if packed.device.type == "cpu":
         unsigned = quantization.unpack_codes(packed, 4).to(torch.int32)  # (N, K) in 0..15 = code + 8
         weight = torch.ops.aten._convert_weight_to_int4pack_for_cpu(unsigned.contiguous(), 1)
@@ -131,7 +146,7 @@ def prepare(packed: torch.Tensor, scale: torch.Tensor) -> Prepared:
         weight = torch.ops.aten._convert_weight_to_int4pack(packed.contiguous(), _cuda_inner_k_tiles(in_features))
     scales = scale.t().to(torch.bfloat16)  # (K / group, N)
     scales_and_zeros = torch.stack([scales, torch.zeros_like(scales)], dim=-1).contiguous()  # (K / group, N, 2)
-    return Prepared(weight, scales_and_zeros, group_size, in_features, out_features)
+    return Prepared(weight, scales_and_zeros, group, in_features, out_features)
 
 
 def _fused(x: torch.Tensor, prepared: Prepared) -> torch.Tensor:

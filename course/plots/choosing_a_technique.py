@@ -110,31 +110,27 @@ def widget_guide() -> None:
     interactive(GuideChart(), controls, "From a problem to the first technique to try")
 
 
-def _format_label(weights: str, group_size: int | None) -> str:
-    return weights + (f" g{group_size}" if group_size else "")
-
-
 class CapstoneChart(Chart):
-    """Left: bytes served (target and draft) against held-out loss for every weight format, the
-    budget shaded. Right: tokens per target call against the draft length for each draft, with the
-    target in the chosen format. The star (hollow, so that the marker under it shows) is the
-    configuration; the title says which budget parts it meets."""
+    """Left: bytes served (target and draft) against held-out loss for every weight format of the
+    table (rounded to nearest), the budget shaded. Right: the modelled speed-up against the draft
+    length for each draft, with the target in the chosen format. The star (hollow, so that the
+    marker under it shows) is the configuration; the title says which budget parts it meets."""
 
-    TOP = 0.06  # losses above this gap are drawn at the top edge, their value in the legend
+    TOP = 0.015  # losses above this gap are drawn at the top edge, their value in the legend
 
     def __init__(self):
-        super().__init__(11, 4.0, left=0.07, wspace=0.27, top=0.85)
+        super().__init__(11, 4.0, left=0.09, wspace=0.3, top=0.85)
         budget = technique.BUDGET
         self.ax_l, self.ax_t = self.figure.subplots(1, 2)
         self.ax_l.add_patch(
-            Rectangle((0, -1), 100 * budget["weights_share"], 1 + budget["loss_gap"], color=GREEN, alpha=0.12, lw=0)
+            Rectangle((0, -1), budget["weight_bytes"] / 1e6, 1 + budget["loss_gap"], color=GREEN, alpha=0.12, lw=0)
         )
         self.fp32_bytes, self.fp32_loss = technique.format_figures("fp32", None)
         self.table = technique.format_table()
         self.formats = []
         for row, marker in zip(self.table, "os^vDPX<>", strict=False):
             off_scale = row["loss_gap"] > self.TOP
-            label = _format_label(row["weights"], row["group_size"]) + (
+            label = technique.format_label(row["weights"], row["group_size"]) + (
                 f" ({row['loss_gap']:+.2f})" if off_scale else ""
             )
             self.formats.append(  # hollow: formats of nearly the same bytes and loss stay apart as outlines
@@ -144,11 +140,12 @@ class CapstoneChart(Chart):
             *self.ax_l.plot([], [], "*", color=RED, ms=20, mfc="none", mew=1.6, zorder=5, label="your choice")
         )
         self.ax_l.legend(fontsize=7, ncol=2, loc="upper right")
-        self.ax_l.axvline(100 * budget["weights_share"], color=GREEN, ls="--", lw=1)
+        self.ax_l.axvline(budget["weight_bytes"] / 1e6, color=GREEN, ls="--", lw=1)
         self.ax_l.axhline(budget["loss_gap"], color=GREEN, ls="--", lw=1)
         self.ax_l.set(
-            xlim=(0, 110),
-            ylim=(-0.005, self.TOP + 0.008),
+            xscale="log",
+            xlim=(1, 30),
+            ylim=(-0.002, self.TOP + 0.002),
             ylabel="held-out loss - fp32's (nats/byte)",
             title="bytes against quality (shaded: the budget)",
         )
@@ -159,41 +156,46 @@ class CapstoneChart(Chart):
             for name, colour in zip(models, (GREY, BLUE), strict=False)
         }
         self.ax_t.axhline(1, color="black", lw=0.8, label="no draft: 1")
-        tokens = budget["tokens_per_call"]
-        self.ax_t.axhline(tokens, color=GREEN, ls="--", lw=1, label=f"budget: {tokens:g}")
+        least = budget["modelled_speedup"]
+        self.ax_t.axhline(least, color=GREEN, ls="--", lw=1, label=f"budget: {least:g}")
         self.star_t = self.moving(*self.ax_t.plot([], [], "*", color=RED, ms=18, mfc="none", mew=1.6, zorder=5))
-        self.ax_t.set(xlabel="tokens drafted per call k", ylabel="tokens per target call (greedy)")
+        self.ax_t.set(
+            xlabel="tokens drafted per call k",
+            ylabel=f"modelled speed-up\ntokens per call / (1 + {technique.DRAFT_COST:g} k)",
+        )
         self.ax_t.set_xlim(0.5, self.ks[-1] + 0.5)
         self.moving(self.ax_t.title)
         self.ax_t.legend(fontsize=8, loc="upper left")
         self.verdict = self.moving(self.figure.suptitle(" ", fontsize=11))
 
     def update(
-        self, weights: str = "int4", group_size: int | None = 64, draft: str = "distilled", draft_length: int = 4
+        self,
+        weights: str = "int4",
+        group_size: int | None = 64,
+        draft: str = "distilled",
+        draft_length: int = 4,
+        calibration: str = "none",
     ) -> CapstoneChart:
-        config = technique.Configuration(weights, group_size, draft, draft_length)
-        budget = technique.BUDGET
+        config = technique.Configuration(weights, group_size, draft, draft_length, calibration)
         draft_bytes = technique.weight_bytes(technique.draft_model(draft))
         for line, row in zip(self.formats, self.table, strict=False):
-            line.set_data([100 * (row["bytes"] + draft_bytes) / self.fp32_bytes], [min(row["loss_gap"], self.TOP)])
-        n_bytes, loss = technique.format_figures(weights, group_size)
-        share = (n_bytes + draft_bytes) / self.fp32_bytes
-        self.star_l.set_data([100 * share], [min(loss - self.fp32_loss, self.TOP)])
-        self.ax_l.set_xlabel(f"weights served, % of fp32 target (draft: {draft})")
+            line.set_data([(row["bytes"] + draft_bytes) / 1e6], [min(row["loss_gap"], self.TOP)])
+        n_bytes, loss = technique.format_figures(*config.format)
+        self.star_l.set_data([(n_bytes + draft_bytes) / 1e6], [min(loss - self.fp32_loss, self.TOP)])
+        self.ax_l.set_xlabel(f"weights served, MB (target and draft: {draft})")
         self.layout = draft  # the axis label above is drawn with the fixed parts
-        curves = technique.draft_curves(weights, group_size)
+        curves = {
+            name: [technique.modelled_speedup(per_call, k) for k, per_call in zip(self.ks, curve, strict=True)]
+            for name, curve in technique.draft_curves(*config.format).items()
+        }
         for name, line in self.curves.items():
             line.set_data(self.ks, curves[name])
-        per_call = curves[draft][draft_length - 1] if draft in curves else 1.0
-        self.star_t.set_data([draft_length], [per_call])
-        highest = max(budget["tokens_per_call"], *(max(c) for c in curves.values()))
+        speedup = curves[draft][draft_length - 1] if draft in curves else 1.0
+        self.star_t.set_data([draft_length], [speedup])
+        highest = max(technique.BUDGET["modelled_speedup"], *(max(c) for c in curves.values()))
         self.ax_t.set_ylim(0.8, nice_ceiling(highest * 1.1))
-        self.ax_t.set_title(f"speculation with the target in {_format_label(weights, group_size)}")
-        met = {
-            "weights_share": share <= budget["weights_share"],
-            "loss_gap": loss - self.fp32_loss <= budget["loss_gap"],
-            "tokens_per_call": per_call >= budget["tokens_per_call"],
-        }
+        self.ax_t.set_title(f"speculation with the target in {config.weights_label()}")
+        met = technique.within_budget(n_bytes + draft_bytes, loss - self.fp32_loss, speedup)
         missed = [name.replace("_", " ") for name, ok in met.items() if not ok]
         self.verdict.set_text(
             f"{config.label()}: " + ("within the budget" if not missed else "misses: " + ", ".join(missed))
@@ -203,29 +205,49 @@ class CapstoneChart(Chart):
 
 
 def plot_capstone(
-    weights: str = "int4", group_size: int | None = 64, draft: str = "distilled", draft_length: int = 4
+    weights: str = "int4",
+    group_size: int | None = 64,
+    draft: str = "distilled",
+    draft_length: int = 4,
+    calibration: str = "none",
 ) -> Figure:
     """The capstone configuration among the alternatives (:class:`CapstoneChart`)."""
-    return CapstoneChart().update(weights, group_size, draft, draft_length).figure
+    return CapstoneChart().update(weights, group_size, draft, draft_length, calibration).figure
 
 
 class _FormatChoice(CapstoneChart):
-    """The capstone chart driven by one control for the weight format (a (weights, group size) pair)."""
+    """The capstone chart driven by one control for the weight format (a (weights, group size) pair)
+    and one for the calibration (a format GPTQ cannot calibrate is drawn rounded to nearest, and says so)."""
 
-    def update(self, fmt=("int4", 64), draft: str = "distilled", draft_length: int = 4) -> CapstoneChart:
-        return super().update(fmt[0], fmt[1], draft, draft_length)
+    def update(
+        self, fmt=("int4", 64), calibration: str = "none", draft: str = "distilled", draft_length: int = 4
+    ) -> CapstoneChart:
+        calibrated = calibration if fmt[0] in technique.CALIBRATED else "none"
+        super().update(fmt[0], fmt[1], draft, draft_length, calibrated)
+        if calibrated != calibration:
+            self.verdict.set_text(self.verdict.get_text() + f" (GPTQ calibrates {', '.join(technique.CALIBRATED)})")
+        return self
 
 
 def widget_capstone() -> None:
-    formats = [(_format_label(w, g), (w, g)) for w, g in technique.ALTERNATIVES]
+    formats = [(technique.format_label(w, g), (w, g)) for w in technique.FORMAT_BITS for g in _groups(w)]
     controls = {
         "fmt": slider("Dropdown", options=formats, value=("int4", 64), description="weights"),
+        "calibration": slider(
+            "Dropdown", options=list(technique.CALIBRATIONS), value="none", description="calibration"
+        ),
         "draft": slider("Dropdown", options=list(technique.DRAFTS), value="distilled", description="draft"),
         "draft_length": slider("IntSlider", min=1, max=8, value=4, description="k"),
     }
     interactive(
-        _FormatChoice(), controls, "Try a configuration (each new weight format takes a few seconds the first time)"
+        _FormatChoice(),
+        controls,
+        "Try a configuration (each new weight format takes a few seconds the first time, GPTQ several more)",
     )
+
+
+def _groups(weights: str) -> tuple:
+    return technique.GROUP_SIZES if weights in technique.GROUPED else (None,)
 
 
 def plot_speedups(speedups: dict[str, float]) -> Figure:
