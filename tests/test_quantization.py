@@ -916,9 +916,11 @@ def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
 UPPER = "torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)"
 
 
-def gptq_variant(
-    damping="damping", factor=UPPER, scale_source="w", update="w[:, j + 1 :] -= error[:, None] * u[j, j + 1 :][None, :]"
-):
+UPDATE = "w[:, j + 1 :] -= error[:, None] * u[j, j + 1 :][None, :]"
+GPTQ_ANSWER_LEVELS = GPTQ_ANSWER.replace("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1")
+
+
+def gptq_variant(damping="damping", factor=UPPER, scale_source="w", update=UPDATE):
     return GPTQ_ANSWER.format(damping=damping, factor=factor, scale_source=scale_source, update=update)
 
 
@@ -950,6 +952,21 @@ GPTQ_MISTAKES = {
         gptq_variant(update="w[:, j + 1 :] += error[:, None] * u[j, j + 1 :][None, :]"),
         COMPENSATED,
         "added instead of subtracted",
+    ),
+    "too_many_levels": (  # quantize_dequantize's mistake, named with the same words
+        GPTQ_ANSWER_LEVELS.format(damping="damping", factor=UPPER, scale_source="w", update=UPDATE),
+        COMPENSATED | {"gptq_quantize.identity"},
+        "levels instead of",
+    ),
+    "absolute_damping": (
+        gptq_variant().replace("h.diagonal().mean() * torch.eye", "torch.eye"),
+        COMPENSATED,
+        "damping was added as an absolute amount",
+    ),
+    "error_not_divided_by_the_diagonal": (
+        gptq_variant().replace(") / u[j, j]", ")"),
+        COMPENSATED,
+        "not divided by U[j, j]",
     ),
 }
 
@@ -1046,6 +1063,20 @@ AWQ_MISTAKES = {  # name -> (answer, {check: words its hint must hold})
     ),
     "alpha_one_tried": (awq_variant(alphas="torch.linspace(0, 1, grid).tolist()"), dict.fromkeys(SEARCHED, "linspace")),
     "no_clamp": (awq_variant(scales="mean_abs.pow(alpha)"), {"dead_channel": NEVER_FIRES}),
+    "only_divided_by_s": (awq_variant(approx="round_trip(weight) / s"), dict.fromkeys(SEARCHED, "only divided by s")),
+    "scales_from_the_weights": (
+        awq_variant(scales="weight.abs().mean(dim=0).pow(alpha).clamp(min=1e-4)"),
+        dict.fromkeys(("uniform", *SEARCHED), "weights' column means"),
+    ),
+    "scales_from_the_hessian_diagonal": (
+        awq_variant(scales="hessian.diagonal().pow(alpha).clamp(min=1e-4)"),
+        dict.fromkeys(("uniform", *SEARCHED), "diag(H)"),
+    ),
+    "too_many_levels": (
+        awq_variant().replace("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1"),
+        {"uniform": "15 levels instead of 7", "salient": "15 levels", "per_row": "7 levels instead of 3"}
+        | {"dead_channel": "15 levels"},
+    ),
 }
 
 
@@ -1086,3 +1117,27 @@ def awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20):
     return best / grid, torch.from_numpy(approxes[best]), torch.tensor(errors)
 """
     assert_accepted("awq_quantize", source)
+
+
+def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
+    """A right AWQ built on the learner's own quantize_dequantize, which has 2**bits - 1 levels: the
+    AWQ checks fail, and the note says which function to fix; with the helper fixed, AWQ is right."""
+    from autograder import notebook
+    from autograder.chapters import chapter_of, exercise_by_id
+    from autograder.selfcheck import helper_notes
+
+    from conftest import verdicts
+
+    awq = awq_variant(approx="quantize_dequantize(weight * s, bits, group_size) / s")
+    for helper, wrong in (
+        (quantize_variant(levels="2 ** bits - 1"), {"uniform", *SEARCHED}),
+        (quantize_variant(), set()),
+    ):
+        found = verdicts("awq_quantize", helper + awq)
+        assert {i for i, v in found.items() if not v.passed} == {f"awq_quantize.{c}" for c in wrong}
+        namespace: dict = {"__name__": "__main__"}
+        for setup in notebook.setup_sources(notebook.released(chapter_of("awq_quantize"))):
+            exec(setup, namespace)
+        exec(helper + awq, namespace)
+        notes = helper_notes(exercise_by_id("awq_quantize"), namespace)
+        assert ("calls your quantize_dequantize, which fails its own checks" in notes) == bool(wrong), notes

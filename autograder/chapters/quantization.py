@@ -71,14 +71,18 @@ def _asymmetric_round_trip(weight, bits, group):
     return ((codes - zero) * scale).reshape(rows, cols)
 
 
+def too_many_levels_hint(bits: int) -> str:
+    """The diagnosis of 2**bits - 1 levels, shared by every exercise that rounds to codes."""
+    return (
+        f"{2**bits - 1} levels instead of {quantization.absmax_levels(bits)}: the largest code of a symmetric "
+        f"{bits}-bit scheme is 2**(bits-1) - 1"
+    )
+
+
 def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
     levels = quantization.absmax_levels(bits)
     mistakes = [
-        (
-            f"{2**bits - 1} levels instead of {levels}: the largest code of a symmetric {bits}-bit scheme is "
-            "2**(bits-1) - 1",
-            lambda: _grouped_round_trip(weight, bits, group, levels=2**bits - 1),
-        ),
+        (too_many_levels_hint(bits), lambda: _grouped_round_trip(weight, bits, group, levels=2**bits - 1)),
         (
             f"scale divided by {2 ** (bits - 1)}, one level too many: use 2**(bits-1) - 1 = {levels}",
             lambda: _grouped_round_trip(weight, bits, group, levels=2 ** (bits - 1)),
@@ -492,12 +496,25 @@ EFFECTIVE_BITS = Exercise(
 
 
 def _gptq_variant(
-    weight, hessian, bits, group, damping=0.01, factor="upper", compensate=True, sweep_scales=True, sign=-1
+    weight,
+    hessian,
+    bits,
+    group,
+    damping=0.01,
+    factor="upper",
+    compensate=True,
+    sweep_scales=True,
+    sign=-1,
+    levels=None,
+    relative_damping=True,
+    divide=True,
 ):
     """GPTQ with one thing changed (the named mistakes), in float64. ``factor``: "upper" (the
     Cholesky factor of H^-1, right), "inverse" (rows of H^-1 itself, never updated), "lower" (the
-    transposed factor) or "hessian" (the factor of H, not of its inverse)."""
-    levels = quantization.absmax_levels(bits)
+    transposed factor) or "hessian" (the factor of H, not of its inverse). ``levels`` replaces
+    2**(bits-1) - 1; ``relative_damping`` False adds ``damping`` itself to the diagonal; ``divide``
+    False leaves the error undivided by U[j, j]."""
+    levels = quantization.absmax_levels(bits) if levels is None else levels
     rows, cols = weight.shape
     group = cols if group is None else group
     work = weight.double().clone()
@@ -505,7 +522,7 @@ def _gptq_variant(
     dead = torch.diagonal(h) == 0
     h[dead, dead] = 1.0
     work[:, dead] = 0.0
-    h += damping * torch.diagonal(h).mean() * torch.eye(cols, dtype=torch.float64)
+    h += damping * (torch.diagonal(h).mean() if relative_damping else 1.0) * torch.eye(cols, dtype=torch.float64)
     inverse = torch.cholesky_inverse(torch.linalg.cholesky(h))
     u = {
         "upper": lambda: torch.linalg.cholesky(inverse, upper=True),
@@ -522,7 +539,7 @@ def _gptq_variant(
             scale = torch.where(scales[:, j // group] > 0, scales[:, j // group], torch.ones_like(scales[:, 0]))
         codes[:, j] = torch.round(work[:, j] / scale).clamp(-levels, levels)
         if compensate:
-            error = (work[:, j] - codes[:, j] * scale) / u[j, j]
+            error = (work[:, j] - codes[:, j] * scale) / (u[j, j] if divide else 1.0)
             work[:, j + 1 :] += sign * error[:, None] * u[j, j + 1 :][None, :]
     return codes, scales
 
@@ -534,6 +551,11 @@ def gptq_mistakes(weight, hessian, bits, group) -> list:
             "(w_j - q_j) / U[j, j] * U[j, j+1:] from the columns not yet quantized (a lower Cholesky factor "
             "does nothing there: its row j is zero past the diagonal; take upper=True)",
             lambda: _gptq_variant(weight, hessian, bits, group, compensate=False),
+        ),
+        (
+            "the error was not divided by U[j, j]: the columns not yet quantized move by "
+            "-(w_j - q_j) / U[j, j] * U[j, j+1:]",
+            lambda: _gptq_variant(weight, hessian, bits, group, divide=False),
         ),
         (
             "the error was spread with rows of H^-1 itself: use U, the upper Cholesky factor of H^-1 "
@@ -549,11 +571,11 @@ def gptq_mistakes(weight, hessian, bits, group) -> list:
             lambda: _gptq_variant(weight, hessian, bits, group, damping=0.0),
         ),
         (
-            "the damping was added as a constant: add damping times the mean of H's diagonal",
-            lambda: _gptq_variant(
-                weight, hessian / torch.diagonal(hessian.double()).mean(), bits, group
-            ),  # damping relative to 1: the same codes only when mean(diag(H)) is 1
+            "the damping was added as an absolute amount (H + damping * I): it is a fraction of H's scale, "
+            "add damping * mean(diag(H)) to the diagonal",
+            lambda: _gptq_variant(weight, hessian, bits, group, relative_damping=False),
         ),
+        (too_many_levels_hint(bits), lambda: _gptq_variant(weight, hessian, bits, group, levels=2**bits - 1)),
         (
             "each group's scale came from the original weights, fixed before the sweep: take it from the "
             "error-updated weights when the sweep reaches the group's first column",
@@ -645,6 +667,8 @@ def _judge_gptq_error(codes, scale, weight, hessian, bits, group):
     """Float32 inputs: the output error tr((W-Q) H (W-Q)^T) over round-to-nearest's, within 2% of the reference's."""
     if tuple(codes.shape) != tuple(weight.shape):
         return Verdict(False, f"codes of shape {tuple(codes.shape)}, expected {tuple(weight.shape)}, one per weight")
+    if torch.equal(codes, codes.round()) and quantization.absmax_levels(bits) < codes.abs().max() <= 2**bits - 1:
+        return Verdict(False, f"codes up to {codes.abs().max():.0f}: {too_many_levels_hint(bits)}")
     if codes.abs().max() > quantization.absmax_levels(bits) or not torch.equal(codes, codes.round()):
         return Verdict(
             False,
@@ -664,10 +688,14 @@ def _judge_gptq_error(codes, scale, weight, hessian, bits, group):
     )
     if abs(ratio - expected) <= 0.02 * expected:
         return Verdict(True)
+    near = []  # (relative distance, hint) of each mistake whose output error is the answer's, within 5%
     for hint, make in gptq_mistakes(weight, hessian, bits, group):
         wrong = quantization.output_error(weight, quantization.dequantize(*make()), hessian) / rtn
         if abs(wrong - expected) > 0.02 * expected and abs(ratio - wrong) <= 0.05 * wrong:
-            return Verdict(False, f"{hint} (output error {ratio:.3f} of round-to-nearest's; GPTQ's is {expected:.3f})")
+            near.append((abs(ratio - wrong) / wrong, hint))
+    if near:  # the closest: two mistakes can land within 5% of each other
+        hint = min(near)[1]
+        return Verdict(False, f"{hint} (output error {ratio:.3f} of round-to-nearest's; GPTQ's is {expected:.3f})")
     return Verdict(False, f"output error {ratio:.3f} of round-to-nearest's; GPTQ's is {expected:.3f}")
 
 
@@ -757,16 +785,30 @@ GPTQ = Exercise(
 # --- awq_quantize --------------------------------------------------------------------------------
 
 
-def _awq_variant(weight, hessian, mean_abs, bits, group, grid, exponent=1, unscale=True, measure="output", alphas=None):
+def _awq_variant(
+    weight,
+    hessian,
+    mean_abs,
+    bits,
+    group,
+    grid,
+    exponent=1,
+    unscale=True,
+    measure="output",
+    alphas=None,
+    prescale=True,
+    levels=None,
+):
     """AWQ's search with one thing changed (the named mistakes), in float64: (alpha, approx, errors).
     ``exponent`` -1 shrinks the salient channels; ``measure`` "weights" scores the weight error;
-    ``alphas`` replaces the grid 0, 1/grid, ..., (grid - 1)/grid."""
+    ``alphas`` replaces the grid 0, 1/grid, ..., (grid - 1)/grid; ``prescale`` False rounds W
+    itself (then divides by s); ``levels`` replaces 2**(bits-1) - 1 in the round trip."""
     w, h = weight.double(), hessian.double()
     best, errors = None, []
     for alpha in [step / grid for step in range(grid)] if alphas is None else alphas:
         s = mean_abs.double().pow(exponent * alpha).clamp(min=1e-4)
         s = s / (s.max() * s.min()).sqrt()
-        approx = _grouped_round_trip(w * s, bits, group)
+        approx = _grouped_round_trip(w * s if prescale else w, bits, group, levels=levels)
         approx = approx / s if unscale else approx
         weights_error = ((w - approx) ** 2).sum().item()
         errors.append(quantization.output_error(w, approx, h) if measure == "output" else weights_error)
@@ -799,6 +841,21 @@ def awq_mistakes(weight, hessian, mean_abs, bits, group, grid) -> list:
             "torch.linspace(0, 1, grid)",
             variant(alphas=torch.linspace(0, 1, grid).tolist()),
         ),
+        (
+            "the weights were only divided by s: multiply W by s before rounding, W_hat = Q(W * s) / s, "
+            "so that the salient channels get finer steps",
+            variant(prescale=False),
+        ),
+        (
+            "s came from the weights' column means: s = mean_abs ** alpha, the mean |x| of the inputs "
+            "(AWQ protects the channels whose activations are large, not whose weights are)",
+            lambda: _awq_variant(weight, hessian, weight.double().abs().mean(dim=0), bits, group, grid),
+        ),
+        (
+            "s came from diag(H), the mean of x squared: s = mean_abs ** alpha, the mean |x| of the inputs",
+            lambda: _awq_variant(weight, hessian, torch.diagonal(hessian.double()), bits, group, grid),
+        ),
+        (f"the round trip: {too_many_levels_hint(bits)}", variant(levels=2**bits - 1)),
     ]
 
 
@@ -938,6 +995,7 @@ AWQ = Exercise(
         Requirement("s clamped to at least 1e-4: a channel that never fires (edge case)", ("dead_channel",)),
         Requirement("ValueError when group_size does not divide the columns", ("bad_group",)),
     ],
+    builds_on=("quantize_dequantize",),
 )
 
 
