@@ -820,11 +820,11 @@ quiz.show("quantization")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "b", 2: "d", 3: "b", 4: "c", 5: "d", 6: "c"}
+    return {1: "b", 2: "d", 3: "b", 4: "c", 5: "d", 6: "c", 7: "c", 8: "b"}
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_quantization", "locked": true, "points": 6, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_quiz_quantization", "locked": true, "points": 8, "schema_version": 3, "solution": false}
 from autograder import check
 
 check("quiz_quantization")
