@@ -1,0 +1,294 @@
+"""Chapter 8's library check of GPTQ: the course's ``gptq_quantize`` (chapter 3) against
+llmcompressor's (vLLM's quantization library) on SmolLM2, layer by layer and on the model's loss.
+
+Layer by layer, both run on the same weight, the same Hessian and the same scales: the course's
+GPTQ chooses each group's scale from the error-updated weights as its sweep reaches the group,
+and llmcompressor's ``quantize_weight`` (which takes scales fixed beforehand) is handed exactly
+those scales, so that the two sweeps walk the same path. One difference stays by design: the
+course's grid is symmetric with ``2^(b-1) - 1`` levels a side (-7..7 at 4 bits),
+compressed-tensors' also allows ``-2^(b-1)`` (-8). Where a weight, moved by the errors spread
+onto it, falls beyond -7.5 steps, the library keeps -8 and the course clamps to -7; the rest of
+that row then differs too, as each rounding error moves the columns after it.
+
+On the model, llmcompressor runs its own way (``oneshot`` with a ``GPTQModifier``): scales fixed
+from the original weights before the sweep (absmax / 7.5 at 4 bits, its 16-level grid), blocked
+lazy updates. So the losses are compared as results, not code for code.
+
+A worked example::
+
+    agreement = calibrated.layer_agreement(weight, hessian, bits=4, group_size=64)
+    agreement.share  # 0.999...: codes the two choose alike
+
+Not handled: act-order (off on both sides: ``actorder=None``; llmcompressor's default is
+"static"), asymmetric grids, GPUs (llmcompressor's Triton kernel is not compared).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from course import quantization
+
+DAMPING = 0.01  # the share of the Hessian's mean diagonal added to it, on both sides
+
+
+def _library():
+    from course import pretrained
+
+    pretrained.require("llmcompressor")
+
+
+def quantization_args(bits: int, group_size: int):
+    """compressed-tensors' description of the course's scheme: symmetric integer codes, one scale per
+    ``group_size`` columns, columns in order (act-order off)."""
+    _library()
+    from compressed_tensors.quantization import QuantizationArgs
+
+    return QuantizationArgs(
+        num_bits=bits, type="int", symmetric=True, strategy="group", group_size=group_size, actorder=None
+    )
+
+
+@contextlib.contextmanager
+def flush_denormals():
+    """Within the block, float32 numbers below 1.2e-38 count as zero: GPTQ's error updates on
+    Hessians of few tokens produce such numbers, on which a CPU computes many times slower. Off again
+    afterwards."""
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def library_codes(
+    weight: torch.Tensor, hessian: torch.Tensor, scale: torch.Tensor, bits: int, group_size: int
+) -> torch.Tensor:
+    """The codes llmcompressor's GPTQ (``quantize_weight``, blocks of 128 columns) chooses for
+    ``weight`` (rows, cols) with ``hessian`` (cols, cols) and the fixed ``scale`` (rows, cols / group_size)."""
+    _library()
+    from llmcompressor.modifiers.gptq.gptq_quantize import quantize_weight
+
+    scale = scale.float()
+    quantized, _, fallback = quantize_weight(
+        weight.float().clone()[None],
+        hessian.float()[None],
+        scale[None],
+        torch.zeros_like(scale)[None],
+        None,
+        quantization_args(bits, group_size),
+        blocksize=128,
+        percdamp=DAMPING,
+    )
+    if bool(fallback.any()):
+        raise ValueError("llmcompressor could not factor this Hessian and rounded to nearest instead")
+    step = scale.repeat_interleave(group_size, dim=1)
+    step = torch.where(step > 0, step, torch.ones_like(step))
+    return torch.round(quantized[0] / step).to(torch.int32)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How alike two GPTQs chose one layer's codes."""
+
+    same: int  # codes chosen alike
+    total: int  # codes in the layer
+    rows_differing: int  # rows with at least one different code
+    first_at_extra_level: int  # of those, rows whose first difference is the library's extra level
+
+    @property
+    def share(self) -> float:
+        return self.same / self.total
+
+    @property
+    def identical(self) -> bool:
+        return self.same == self.total
+
+
+def compare_codes(course: torch.Tensor, library: torch.Tensor, bits: int) -> Agreement:
+    """Count where two (rows, cols) code matrices agree, and how many differing rows first differ
+    where the library chose -2^(bits-1), a level the course's grid does not have."""
+    differ = course != library
+    rows = differ.any(dim=1)
+    first = differ.int().argmax(dim=1)  # the first differing column of each row
+    extra = library[rows, first[rows]] == -(2 ** (bits - 1))
+    return Agreement(
+        same=int((~differ).sum()),
+        total=course.numel(),
+        rows_differing=int(rows.sum()),
+        first_at_extra_level=int(extra.sum()),
+    )
+
+
+def layer_agreement(
+    weight: torch.Tensor,
+    hessian: torch.Tensor,
+    bits: int = 4,
+    group_size: int = 64,
+    chosen: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Agreement:
+    """The course's :func:`course.quantization.gptq_quantize` against llmcompressor's on one layer:
+    same weight, Hessian, damping and (the course's) scales. ``chosen``: the course's (codes, scale)
+    when already computed."""
+    with flush_denormals():
+        codes, scale = chosen or quantization.gptq_quantize(weight.float(), hessian, bits, group_size, DAMPING)
+        theirs = library_codes(weight, hessian, scale, bits, group_size)
+    return compare_codes(codes, theirs, bits)
+
+
+def calibration_windows(tokens: torch.Tensor, windows: int, seq_len: int) -> torch.Tensor:
+    """(windows, seq_len): evenly spaced windows of a 1-D token sequence."""
+    if tokens.dim() != 1 or len(tokens) < seq_len:
+        raise ValueError(f"need a 1-D sequence of at least {seq_len} tokens, got shape {tuple(tokens.shape)}")
+    starts = torch.linspace(0, len(tokens) - seq_len, windows).long().tolist()
+    return torch.stack([tokens[s : s + seq_len] for s in starts])
+
+
+def decoder_hessians(model: torch.nn.Module, windows: torch.Tensor, names) -> dict[str, torch.Tensor]:
+    """H = X^T X / n (float64) of the inputs of the decoder's linear layers ``names`` (as
+    ``in_practice.linear_layers`` names them) while the float model reads ``windows`` (n, T)."""
+    from course import in_practice
+
+    view = in_practice.AsCourseModel(model)
+    hessians = quantization.calibration_hessians(view, windows.flatten(), len(windows), windows.shape[1])
+    return {name: hessians[f"model.{name}"] for name in names}
+
+
+@contextlib.contextmanager
+def gptq_weights(model: torch.nn.Module, hessians: dict[str, torch.Tensor], bits: int = 4, group_size: int = 64):
+    """Within the block, the linear layers named in ``hessians`` hold the course's GPTQ round trip of
+    their weights; yields {name: (codes, scale)}; afterwards the original weights are back."""
+    from course import in_practice
+
+    layers = in_practice.linear_layers(model)
+    originals = {name: layers[name].weight.detach().clone() for name in hessians}
+    chosen = {}
+    try:
+        with torch.no_grad(), flush_denormals():
+            for name, hessian in hessians.items():
+                chosen[name] = quantization.gptq_quantize(originals[name].float(), hessian, bits, group_size, DAMPING)
+                layers[name].weight.copy_(quantization.dequantize(*chosen[name]).to(originals[name].dtype))
+        yield chosen
+    finally:
+        with torch.no_grad():
+            for name, weight in originals.items():
+                layers[name].weight.copy_(weight)
+
+
+@contextlib.contextmanager
+def rounded_weights(model: torch.nn.Module, names, bits: int = 4, group_size: int = 64):
+    """Within the block, the linear layers ``names`` hold their round-to-nearest round trip (chapter 3)."""
+    from course import in_practice
+
+    layers = in_practice.linear_layers(model)
+    originals = {name: layers[name].weight.detach().clone() for name in names}
+    try:
+        with torch.no_grad():
+            for name in names:
+                layers[name].weight.copy_(quantization.quantize_dequantize(originals[name], bits, group_size))
+        yield
+    finally:
+        with torch.no_grad():
+            for name, weight in originals.items():
+                layers[name].weight.copy_(weight)
+
+
+@contextlib.contextmanager
+def without_pinned_memory():
+    """llmcompressor pins its cached activations for faster copies to an accelerator, which raises
+    "Cannot access accelerator device when none is available" on a machine without one: within the
+    block, pinning does nothing where no accelerator is present."""
+    _library()
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    original = IntermediatesCache.pin_memory
+    if not torch.accelerator.is_available():
+        IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None
+    try:
+        yield
+    finally:
+        IntermediatesCache.pin_memory = original
+
+
+def target_patterns(names) -> list[str]:
+    """llmcompressor's targets for exactly the linear layers ``names`` (regular expressions on the
+    module names of the transformers model)."""
+    import re
+
+    return [f"re:^{re.escape(name)}$" for name in names]
+
+
+def gptq_recipe(names, bits: int = 4, group_size: int = 64):
+    """llmcompressor's GPTQ on the linear layers ``names``: the course's scheme, its damping, act-order off."""
+    _library()
+    from compressed_tensors.quantization import QuantizationScheme
+    from llmcompressor.modifiers.quantization import GPTQModifier
+
+    scheme = QuantizationScheme(targets=target_patterns(names), weights=quantization_args(bits, group_size))
+    # act-order off on the modifier too: its default ("static") overrides the scheme's None
+    return GPTQModifier(config_groups={"course": scheme}, actorder=None, dampening_frac=DAMPING, block_size=128)
+
+
+def library_quantized(load, recipe, windows: torch.Tensor, tokenizer):
+    """A fresh model from ``load()`` run through llmcompressor's ``oneshot`` with ``recipe``, calibrated
+    on ``windows`` (n, T) in one batch (its basic pipeline: every layer's inputs from one pass, as
+    :func:`decoder_hessians` takes them). Nothing is saved to disk."""
+    _library()
+    from datasets import Dataset
+    from llmcompressor import oneshot
+
+    model, _ = load()
+    data = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": torch.ones_like(windows).tolist()})
+    with without_pinned_memory(), flush_denormals():
+        oneshot(
+            model=model,
+            dataset=data,
+            recipe=recipe,
+            tokenizer=tokenizer,
+            num_calibration_samples=len(windows),
+            max_seq_length=windows.shape[1],
+            batch_size=len(windows),
+            pipeline="basic",
+        )
+    return model.eval()
+
+
+def agreement_reading(agreements: dict[str, Agreement], bits: int) -> str:
+    """What the layer-by-layer comparison says, read off the counts."""
+    same = sum(a.same for a in agreements.values())
+    total = sum(a.total for a in agreements.values())
+    identical = sum(a.identical for a in agreements.values())
+    rows = sum(a.rows_differing for a in agreements.values())
+    extra = sum(a.first_at_extra_level for a in agreements.values())
+    reading = (
+        f"the course's GPTQ and llmcompressor's choose the same code for {same / total:.4%} of {total:,} weights; "
+        f"{identical} of {len(agreements)} layers bit for bit"
+    )
+    if rows:
+        reading += (
+            f"; of the {rows} rows that differ, {extra} ({extra / rows:.0%}) first differ where llmcompressor chose "
+            f"{-(2 ** (bits - 1))}, a level the course's symmetric grid does not have"
+        )
+    return reading
+
+
+def output_errors(
+    originals: dict[str, torch.Tensor], quantized: dict[str, torch.Tensor], hessians: dict[str, torch.Tensor]
+) -> dict[str, float]:
+    """tr((W - Q) H (W - Q)^T) of each layer (what GPTQ minimises): name -> error."""
+    return {name: quantization.output_error(originals[name], quantized[name], hessians[name]) for name in hessians}
+
+
+def losses_reading(losses: dict[str, float], baseline: str, rtn: str, gptq: list[str]) -> str:
+    """How much of round to nearest's loss above ``baseline`` each GPTQ took back."""
+    gap = losses[rtn] - losses[baseline]
+    parts = []
+    for name in gptq:
+        if gap > 0:
+            parts.append(f"{name} takes back {(losses[rtn] - losses[name]) / gap:.0%} of it")
+        else:
+            parts.append(f"{name} {losses[name] - losses[rtn]:+.4f} against it")
+    return f"round to nearest costs {gap:+.4f} nats per token; " + ", ".join(parts)
