@@ -312,7 +312,7 @@ def output_error(weight: torch.Tensor, approx: torch.Tensor, hessian: torch.Tens
     """tr((W - Q) H (W - Q)^T): the summed squared error of the layer's outputs over the calibration
     inputs when H = X^T X / n (what GPTQ minimises, one row at a time)."""
     delta = (weight - approx).double()  # (rows, cols)
-    return torch.einsum("ij,jk,ik->", delta, hessian.double(), delta).item()
+    return torch.einsum("ij,jk,ik->", delta, hessian.to(device=delta.device, dtype=torch.float64), delta).item()
 
 
 def hessian(inputs: torch.Tensor) -> torch.Tensor:
@@ -348,7 +348,7 @@ def gptq_quantize(
         raise ValueError(f"hessian must be a ({cols}, {cols}) tensor for a weight of {cols} columns")
     with _one_thread_on_cpu(weight.device):  # see the docstring
         work = _working(weight).clone()
-        h = hessian.to(work.dtype).clone()
+        h = hessian.to(device=work.device, dtype=work.dtype).clone()  # the Hessians are kept on the CPU
         dead = torch.diagonal(h) == 0  # inputs that are always zero: their weights cannot matter
         h[dead, dead] = 1.0
         work[:, dead] = 0.0
@@ -493,7 +493,7 @@ def awq_quantize_dequantize(
             f"scales must hold one value per input column ({weight.shape[1]}), got shape "
             f"{tuple(getattr(scales, 'shape', ()))}; make them with awq_scales(mean_abs, alpha)"
         )
-    s = scales.to(_working(weight).dtype)
+    s = scales.to(device=weight.device, dtype=_working(weight).dtype)
     return (quantize_dequantize(_working(weight) * s, bits, group_size) / s).to(weight.dtype)
 
 
@@ -510,10 +510,10 @@ def awq_search(
     given): (best alpha, {alpha: summed tr((W - W_hat) H (W - W_hat)^T)}). Alpha 0 is round to
     nearest, so the best is never worse on the calibration inputs."""
     errors = {}
-    with _one_thread_on_cpu(hessian.device):
+    with _one_thread_on_cpu(weights[0].device):
         for step in range(grid):
             alpha = step / grid
-            scales = awq_scales(mean_abs, alpha)
+            scales = awq_scales(mean_abs.to(weights[0].device), alpha)
             errors[alpha] = sum(
                 output_error(w, awq_quantize_dequantize(w, scales, bits, group_size), hessian) for w in weights
             )
