@@ -687,7 +687,7 @@ def awq_reading(baseline: float, losses: dict[str, dict[int, float]], saliences:
     return "; ".join(parts)
 
 
-def _course_model_calibrated():
+def course_model_calibrated():
     """The course's target, its held-out text, its calibration statistics and its float32 loss."""
     from course import checkpoints, corpus, evaluation
 
@@ -700,14 +700,14 @@ def _course_model_calibrated():
 def course_model_gptq(calibrated=None) -> tuple[float, dict[str, dict[int, float]]]:
     """The course's target, float32 and at :data:`GPTQ_BITS` with groups of 64, calibrated on
     :data:`CALIBRATION_WINDOWS` windows of training text: (float32 loss, :func:`gptq_against_rtn`)."""
-    target, held_out, statistics, baseline = calibrated or _course_model_calibrated()
+    target, held_out, statistics, baseline = calibrated or course_model_calibrated()
     return baseline, gptq_against_rtn(target, statistics["hessian"], held_out)
 
 
 def course_model_awq(calibrated=None) -> dict[int, dict]:
     """The course's target through AWQ at :data:`AWQ_BITS`, groups of 64, calibrated as
     :func:`course_model_gptq`: :func:`awq_against_rtn`'s losses and alphas."""
-    target, held_out, statistics, _ = calibrated or _course_model_calibrated()
+    target, held_out, statistics, _ = calibrated or course_model_calibrated()
     return awq_against_rtn(target, statistics, held_out)
 
 
@@ -782,7 +782,7 @@ def reference_numbers() -> dict[str, tuple[float, float, str]]:
         2e-4,
         "NF4, groups of 64, gaussian_matrix(seed=0)",
     )
-    calibrated = _course_model_calibrated()
+    calibrated = course_model_calibrated()
     baseline, by_method = course_model_gptq(calibrated)
     by_method["AWQ"] = {bits: measured["loss"] for bits, measured in course_model_awq(calibrated).items()}
     how = f"course target, groups of 64, {EVAL_WINDOWS} held-out windows, {CALIBRATION_WINDOWS} calibration windows"
