@@ -312,7 +312,7 @@ def output_error(weight: torch.Tensor, approx: torch.Tensor, hessian: torch.Tens
     """tr((W - Q) H (W - Q)^T): the summed squared error of the layer's outputs over the calibration
     inputs when H = X^T X / n (what GPTQ minimises, one row at a time)."""
     delta = (weight - approx).double()  # (rows, cols)
-    return torch.einsum("ij,jk,ik->", delta, hessian.double(), delta).item()
+    return torch.einsum("ij,jk,ik->", delta, hessian.to(device=delta.device, dtype=torch.float64), delta).item()
 
 
 def hessian(inputs: torch.Tensor) -> torch.Tensor:
@@ -348,7 +348,7 @@ def gptq_quantize(
         raise ValueError(f"hessian must be a ({cols}, {cols}) tensor for a weight of {cols} columns")
     with _one_thread_on_cpu(weight.device):  # see the docstring
         work = _working(weight).clone()
-        h = hessian.to(work.dtype).clone()
+        h = hessian.to(device=work.device, dtype=work.dtype).clone()  # the Hessians are kept on the CPU
         dead = torch.diagonal(h) == 0  # inputs that are always zero: their weights cannot matter
         h[dead, dead] = 1.0
         work[:, dead] = 0.0
@@ -493,7 +493,7 @@ def awq_quantize_dequantize(
             f"scales must hold one value per input column ({weight.shape[1]}), got shape "
             f"{tuple(getattr(scales, 'shape', ()))}; make them with awq_scales(mean_abs, alpha)"
         )
-    s = scales.to(_working(weight).dtype)
+    s = scales.to(device=weight.device, dtype=_working(weight).dtype)
     return (quantize_dequantize(_working(weight) * s, bits, group_size) / s).to(weight.dtype)
 
 
@@ -510,10 +510,10 @@ def awq_search(
     given): (best alpha, {alpha: summed tr((W - W_hat) H (W - W_hat)^T)}). Alpha 0 is round to
     nearest, so the best is never worse on the calibration inputs."""
     errors = {}
-    with _one_thread_on_cpu(hessian.device):
+    with _one_thread_on_cpu(weights[0].device):
         for step in range(grid):
             alpha = step / grid
-            scales = awq_scales(mean_abs, alpha)
+            scales = awq_scales(mean_abs.to(weights[0].device), alpha)
             errors[alpha] = sum(
                 output_error(w, awq_quantize_dequantize(w, scales, bits, group_size), hessian) for w in weights
             )
@@ -687,7 +687,7 @@ def awq_reading(baseline: float, losses: dict[str, dict[int, float]], saliences:
     return "; ".join(parts)
 
 
-def _course_model_calibrated():
+def course_model_calibrated():
     """The course's target, its held-out text, its calibration statistics and its float32 loss."""
     from course import checkpoints, corpus, evaluation
 
@@ -700,14 +700,14 @@ def _course_model_calibrated():
 def course_model_gptq(calibrated=None) -> tuple[float, dict[str, dict[int, float]]]:
     """The course's target, float32 and at :data:`GPTQ_BITS` with groups of 64, calibrated on
     :data:`CALIBRATION_WINDOWS` windows of training text: (float32 loss, :func:`gptq_against_rtn`)."""
-    target, held_out, statistics, baseline = calibrated or _course_model_calibrated()
+    target, held_out, statistics, baseline = calibrated or course_model_calibrated()
     return baseline, gptq_against_rtn(target, statistics["hessian"], held_out)
 
 
 def course_model_awq(calibrated=None) -> dict[int, dict]:
     """The course's target through AWQ at :data:`AWQ_BITS`, groups of 64, calibrated as
     :func:`course_model_gptq`: :func:`awq_against_rtn`'s losses and alphas."""
-    target, held_out, statistics, _ = calibrated or _course_model_calibrated()
+    target, held_out, statistics, _ = calibrated or course_model_calibrated()
     return awq_against_rtn(target, statistics, held_out)
 
 
@@ -782,7 +782,7 @@ def reference_numbers() -> dict[str, tuple[float, float, str]]:
         2e-4,
         "NF4, groups of 64, gaussian_matrix(seed=0)",
     )
-    calibrated = _course_model_calibrated()
+    calibrated = course_model_calibrated()
     baseline, by_method = course_model_gptq(calibrated)
     by_method["AWQ"] = {bits: measured["loss"] for bits, measured in course_model_awq(calibrated).items()}
     how = f"course target, groups of 64, {EVAL_WINDOWS} held-out windows, {CALIBRATION_WINDOWS} calibration windows"

@@ -1,11 +1,12 @@
 """Chapter 3's measurements for ``make bench``: the round trip and NF4 against the memory bandwidth,
-and the int4 layer (torch's fused kernel) against float32 by size."""
+the int4 layer (torch's fused kernel) against float32 by size, and the course model's held-out loss
+rounded to nearest, through GPTQ and through AWQ at 4 and 3 bits."""
 
 from __future__ import annotations
 
 import torch
 
-from course import timing
+from course import quantization, timing
 from course.kernels import int4
 from course.quantization import gaussian_matrix, nf4_levels, quantize, quantize_dequantize, quantize_nf4
 
@@ -14,7 +15,7 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
     """``make bench``'s measurements of this chapter on ``device`` (printed; ratios returned for
     ``data/performance.json``). ``bound`` is the memory bandwidth in GB/s."""
     _round_trip_speed(device, bound)
-    return _int4_layers(device)
+    return _int4_layers(device) | _calibrated_losses()
 
 
 def _round_trip_speed(device: torch.device, bound: float) -> None:
@@ -85,3 +86,28 @@ def _int4_layers(device: torch.device) -> dict[str, float]:
             ratios[f"int4_speedup_{key}"] = r["speedup"]
             ratios[f"int4_share_of_bound_{key}"] = r["speedup"] / r["bound"]
     return ratios
+
+
+def _calibrated_losses() -> dict[str, float]:
+    """The course model's held-out loss above float32 (nats per byte) at :data:`quantization.AWQ_BITS`,
+    groups of 64: rounded to nearest, GPTQ and AWQ, calibrated as chapter 3 calibrates them. These are
+    deterministic figures, recorded beside the speeds so that a change to the methods shows."""
+    print("\n== chapter 3: calibrated quantization of the course model (groups of 64) ==")
+    calibrated = quantization.course_model_calibrated()
+    baseline, by_method = quantization.course_model_gptq(calibrated)
+    awq = quantization.course_model_awq(calibrated)
+    losses = {
+        "round to nearest": {bits: by_method["round to nearest"][bits] for bits in quantization.AWQ_BITS},
+        "GPTQ": {bits: by_method["GPTQ"][bits] for bits in quantization.AWQ_BITS},
+        "AWQ": {bits: awq[bits]["loss"] for bits in quantization.AWQ_BITS},
+    }
+    gaps = {}
+    for bits in quantization.AWQ_BITS:
+        print(
+            f"{bits} bits: "
+            + ", ".join(f"{method} {by_bits[bits] - baseline:+.4f}" for method, by_bits in losses.items())
+            + f" nats/byte over float32's {baseline:.4f}"
+        )
+        for method, by_bits in losses.items():
+            gaps[f"loss_gap_{method.replace(' ', '_').lower()}_g64_{bits}bit"] = by_bits[bits] - baseline
+    return gaps
