@@ -496,7 +496,10 @@ plots.plot_quantized_loss(quantized_losses, "float32")
 #
 # To fit the chapter's time this runs on the first `GPTQ_BLOCKS` = 2 of the 30 decoder blocks
 # (14 of the 210 linear layers); `-p GPTQ_BLOCKS 30` quantizes the whole model (several minutes on a
-# CPU).
+# CPU). `make bench` runs the same comparison on the whole model, calibrated on 16 windows of 256
+# tokens, and beside it llmcompressor's AWQ (4 bits, groups of 64) and SmoothQuant before int8
+# weights and activations (W8A8), with their losses on held-out plays; the chapter leaves those
+# out for time.
 
 # %%
 from course import calibrated
