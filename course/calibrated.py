@@ -292,3 +292,74 @@ def losses_reading(losses: dict[str, float], baseline: str, rtn: str, gptq: list
         else:
             parts.append(f"{name} {losses[name] - losses[rtn]:+.4f} against it")
     return f"round to nearest costs {gap:+.4f} nats per token; " + ", ".join(parts)
+
+
+@dataclass
+class Comparison:
+    """The course's GPTQ against llmcompressor's on some linear layers of one model (:func:`compare_gptq`)."""
+
+    agreements: dict[str, Agreement]  # layer by layer: same weight, Hessian and scales
+    losses: dict[str, float]  # held-out loss: "float32", "round to nearest", "course's GPTQ", "llmcompressor's GPTQ"
+    error_ratios: dict[str, torch.Tensor]  # each GPTQ's output error over round to nearest's, layer by layer
+
+    @property
+    def share(self) -> float:
+        return sum(a.same for a in self.agreements.values()) / sum(a.total for a in self.agreements.values())
+
+
+GPTQ_METHODS = ("course's GPTQ", "llmcompressor's GPTQ")
+
+
+def compare_gptq(
+    model, tokenizer, load, windows: torch.Tensor, names, held_out_loss, bits: int = 4, group_size: int = 64
+) -> Comparison:
+    """Chapter 3's GPTQ (course's reference) against llmcompressor's on the linear layers ``names`` of
+    ``model``, calibrated on ``windows`` (n, T): the codes layer by layer, each layer's output error
+    and ``held_out_loss(model)`` with those layers quantized. ``load()`` gives a fresh copy of the
+    model for the library to quantize (``model`` is left as it was)."""
+    hessians = decoder_hessians(model, windows, names)
+    originals = {name: model.get_submodule(name).weight.detach().clone() for name in names}
+    losses, quantized = {"float32": held_out_loss(model)}, {}
+    with rounded_weights(model, names, bits, group_size):
+        losses["round to nearest"] = held_out_loss(model)
+        quantized["round to nearest"] = {name: model.get_submodule(name).weight.detach().clone() for name in names}
+    with gptq_weights(model, hessians, bits, group_size) as course_codes:
+        losses["course's GPTQ"] = held_out_loss(model)
+        quantized["course's GPTQ"] = {name: model.get_submodule(name).weight.detach().clone() for name in names}
+    agreements = {
+        name: layer_agreement(originals[name], hessians[name], bits, group_size, chosen=course_codes[name])
+        for name in names
+    }
+    library = library_quantized(load, gptq_recipe(names, bits, group_size), windows, tokenizer)
+    losses["llmcompressor's GPTQ"] = held_out_loss(library)
+    quantized["llmcompressor's GPTQ"] = {name: library.get_submodule(name).weight.detach() for name in names}
+    del library
+    errors = {label: output_errors(originals, weights, hessians) for label, weights in quantized.items()}
+    ratios = {
+        label: torch.tensor([errors[label][n] / errors["round to nearest"][n] for n in names]) for label in GPTQ_METHODS
+    }
+    return Comparison(agreements, losses, ratios)
+
+
+def awq_recipe(names, bits: int = 4, group_size: int = 64, grid: int = 20):
+    """llmcompressor's AWQ (activation-aware scales searched on ``grid`` points, then rounding to
+    nearest) on the linear layers ``names``, the course's scheme."""
+    _library()
+    from compressed_tensors.quantization import QuantizationScheme
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from llmcompressor.modifiers.transform import AWQModifier
+
+    scheme = QuantizationScheme(targets=target_patterns(names), weights=quantization_args(bits, group_size))
+    return [AWQModifier(n_grid=grid), QuantizationModifier(config_groups={"course": scheme})]
+
+
+def smoothquant_recipe(names, strength: float = 0.8, smooth: bool = True):
+    """llmcompressor's W8A8 (int8 weights per row, int8 activations per token, computed at run time)
+    on the linear layers ``names``, after SmoothQuant moved ``strength`` of the activations' range
+    into the weights (``smooth=False``: W8A8 alone)."""
+    _library()
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from llmcompressor.modifiers.transform import SmoothQuantModifier
+
+    w8a8 = QuantizationModifier(scheme="W8A8", targets=target_patterns(names))
+    return [SmoothQuantModifier(smoothing_strength=strength), w8a8] if smooth else [w8a8]

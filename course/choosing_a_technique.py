@@ -500,6 +500,59 @@ def course_int4_layer(weight: torch.Tensor, group_size: int, codes=None, scale=N
     return int4.Int4Linear(codes, scale)
 
 
+class SharedProduct(nn.Module):
+    """One int4 product for the layers that read the same input (attention's q, k and v projections;
+    SwiGLU's gate and up): their codes and scales stacked into one :class:`course.kernels.int4.Int4Linear`,
+    computed once per input tensor; each layer becomes a :class:`ProductSlice` of it. Serving engines
+    call this fused QKV: the outputs are the same numbers (the kernel computes each output from the
+    same inputs), in one kernel call instead of three, which on small layers is mostly per-call
+    overhead saved. Not handled: an input changed in place between the slices' calls."""
+
+    def __init__(self, layers: list[int4.Int4Linear]):
+        super().__init__()
+        self.layer = int4.Int4Linear(
+            unpack_int4(torch.cat([layer.codes for layer in layers])), torch.cat([layer.scale for layer in layers])
+        )
+        self._input, self._output = None, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x is not self._input:  # a new input: one product for every slice
+            self._input, self._output = x, self.layer(x)
+        return self._output
+
+
+class ProductSlice(nn.Module):
+    """Outputs ``start:stop`` of a :class:`SharedProduct`: what one of its layers computes."""
+
+    def __init__(self, shared: SharedProduct, start: int, stop: int):
+        super().__init__()
+        self.shared, self.start, self.stop = shared, start, stop
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.shared(x)[..., self.start : self.stop]
+
+
+SHARED_INPUTS = (("attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+def share_products(model: nn.Module) -> nn.Module:
+    """``model`` (changed in place, and returned) with the int4 layers of each block that read the same
+    input computed as one :class:`SharedProduct`, where they share input width and group size."""
+    for block in getattr(model, "blocks", []):
+        for part, names in SHARED_INPUTS:
+            owner = getattr(block, part)
+            layers = [getattr(owner, name) for name in names]
+            if not all(isinstance(layer, int4.Int4Linear) for layer in layers):
+                continue
+            if len({(layer.in_features, layer.group_size) for layer in layers}) != 1:
+                continue
+            shared, start = SharedProduct(layers), 0
+            for name, layer in zip(names, layers, strict=True):
+                setattr(owner, name, ProductSlice(shared, start, start + layer.out_features))
+                start += layer.out_features
+    return model
+
+
 class LearnerServer:
     """The learner's server, ready to time: the course's target with every linear layer an instance of
     the learner's ``layer_class(weight, group_size)`` (given GPTQ's codes with ``calibration``
@@ -530,10 +583,12 @@ class LearnerServer:
             self.loop = greedy_speculative
             self.stand_ins.append("speculative_greedy")
         self.stored = learner_layers(_target(), layer_class, group_size, calibration)
-        self.fused = replace_layers(
-            self.stored,
-            lambda module: isinstance(getattr(module, "codes", None), torch.Tensor),
-            lambda layer: int4.Int4Linear(unpack_int4(layer.codes), layer.scale),
+        self.fused = share_products(
+            replace_layers(
+                self.stored,
+                lambda module: isinstance(getattr(module, "codes", None), torch.Tensor),
+                lambda layer: int4.Int4Linear(unpack_int4(layer.codes), layer.scale),
+            )
         )
 
     def baseline(self, new_tokens: int):
@@ -560,9 +615,44 @@ class LearnerServer:
         return results
 
 
-def server_reading(results: dict[str, dict], new_tokens: int) -> str:
+SMOLLM2_PROMPT = "Name three rivers of Europe."
+
+
+def smollm2_time(layer_class, group_size: int | None = 64, new_tokens: int = 16, repeats: int = 3) -> dict[str, dict]:
+    """Chapter 8's SmolLM2-135M decoding ``new_tokens`` greedily after a chat prompt, float32 first,
+    then with every linear layer of the decoder and the output layer (an int4 copy; the embedding
+    stays float32) stored as the codes and scales the learner's ``layer_class(weight, group_size)``
+    makes (``group_size`` None: one scale per row), through torch's fused int4 product (the learner's
+    own forward rebuilds a float32 matrix per call, which on layers this large costs more than it
+    saves). Each timed ``repeats`` times after one untimed call, at the thread count in force: name
+    -> ``{"seconds": [...], "tokens": [...]}``, as :meth:`LearnerServer.time`. Needs chapter 8's
+    model (the llm extra): raises ``course.pretrained.MissingPackage`` without it."""
+    from course import in_practice, pretrained
+
+    model, tokenizer = pretrained.load()
+    prompt = in_practice.chat_prompt(tokenizer, SMOLLM2_PROMPT)
+
+    def make(layer: nn.Linear) -> nn.Module:
+        learner = layer_class(layer.weight.detach().float(), group_size or layer.in_features)
+        return int4.Int4Linear(unpack_int4(learner.codes), learner.scale)
+
+    @torch.no_grad()
+    def run():
+        return model.generate(prompt, max_new_tokens=new_tokens, do_sample=False)[0].tolist()
+
+    results = {"fp32 SmolLM2": {"tokens": run(), "seconds": timing.repeat_seconds(run, warmup=0, repeats=repeats)}}
+    with in_practice.int4_linears(model, group_size or 64, output_layer=True, make=make):
+        results["your codes in SmolLM2, fused int4"] = {
+            "tokens": run(),
+            "seconds": timing.repeat_seconds(run, warmup=0, repeats=repeats),
+        }
+    return results
+
+
+def server_reading(results: dict[str, dict], new_tokens: int, record: bool = True) -> str:
     """What :meth:`LearnerServer.time` measured, one line each: tokens per second, the spread of the
-    repeats, the speed-up over the first (the baseline), and whether the tokens are its own."""
+    repeats, the speed-up over the first (the baseline), and whether the tokens are its own; with
+    ``record``, the line the class leaderboard reads (:func:`speedup_line`)."""
     import statistics
 
     names = list(results)
@@ -573,16 +663,21 @@ def server_reading(results: dict[str, dict], new_tokens: int) -> str:
         seconds = statistics.median(times)
         lines.append(
             f"{name:32s} {new_tokens / seconds:7.0f} tokens/s (spread {100 * timing.spread(times):.0f}%), "
-            f"{base / seconds:.2f}x the fp32 target"
+            f"{base / seconds:.2f}x {names[0]}"
         )
-    lines.append(speedup_line({name: base / statistics.median(results[name]["seconds"]) for name in names[1:]}))
+    if record:
+        lines.append(speedup_line({name: base / statistics.median(results[name]["seconds"]) for name in names[1:]}))
     same = results[names[1]]["tokens"] == results[names[-1]]["tokens"]
     fp32, yours = (results[name]["tokens"][-new_tokens:] for name in names[:2])  # the new tokens, not the prompt
     differ = sum(a != b for a, b in zip(fp32, yours, strict=True))
     lines.append(
-        f"your server's tokens {'equal' if same else 'differ from'} those through the fused product"
-        f"{'' if same else ' (bfloat16 products can flip a close greedy choice)'}; "
-        f"{differ} of the {new_tokens} new tokens differ from the fp32 target's (int4 weights are another model)"
+        (
+            f"your server's tokens {'equal' if same else 'differ from'} those through the fused product"
+            f"{'' if same else ' (bfloat16 products can flip a close greedy choice)'}; "
+            if len(names) > 2
+            else ""
+        )
+        + f"{differ} of the {new_tokens} new tokens differ from {names[0]}'s (int4 weights are another model)"
     )
     return "\n".join(lines)
 

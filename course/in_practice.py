@@ -234,13 +234,15 @@ def quantized_weights(model: nn.Module, method: str, group_size: int | None = No
 
 
 @contextlib.contextmanager
-def int4_linears(model: nn.Module, group_size: int = 64, output_layer: bool = False):
+def int4_linears(model: nn.Module, group_size: int = 64, output_layer: bool = False, make=None):
     """Within the block, every linear layer of the decoder is a ``course.kernels.int4.Int4Linear``
     (rounded to nearest, one fp16 scale per ``group_size`` columns: torch's fused int4 product where
-    it takes the layer); afterwards the float layers are back. ``output_layer``: the output layer
-    too, as an int4 copy (it is tied to the embedding, which stays in float32 for looking tokens
-    up). Not handled: layers with a bias."""
+    it takes the layer), or ``make(layer)`` when given; afterwards the float layers are back.
+    ``output_layer``: the output layer too, as an int4 copy (it is tied to the embedding, which
+    stays in float32 for looking tokens up). Not handled: layers with a bias."""
     from course.kernels import int4
+
+    make = make or (lambda layer: int4.Int4Linear.from_linear(layer, group_size))
 
     layers = linear_layers(model)
     if output_layer:
@@ -249,7 +251,7 @@ def int4_linears(model: nn.Module, group_size: int = 64, output_layer: bool = Fa
     try:
         for name, layer in layers.items():
             parent, _, leaf = name.rpartition(".")
-            setattr(model.get_submodule(parent), leaf, int4.Int4Linear.from_linear(layer, group_size))
+            setattr(model.get_submodule(parent), leaf, make(layer))
             replaced.append(name)
         yield model
     finally:

@@ -589,6 +589,7 @@ GPTQ_BITS = (6, 5, 4, 3, 2)  # the bit widths chapter 3 compares GPTQ and round-
 AWQ_BITS = (4, 3)  # the bit widths chapter 3 measures AWQ at, groups of 64
 CALIBRATION_WINDOWS = 32  # 256-byte windows of training text whose inputs make the Hessians
 EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
+LOSS_NOISE = 0.001  # nats/byte: differences of held-out loss this small are not read as a difference
 
 
 def gptq_against_rtn(
@@ -612,9 +613,12 @@ def gptq_against_rtn(
     return losses
 
 
-def gptq_reading(baseline: float, losses: dict[str, dict[int, float]], harmless: float) -> str:
+def gptq_reading(
+    baseline: float, losses: dict[str, dict[int, float]], harmless: float, noise: float = LOSS_NOISE
+) -> str:
     """What GPTQ bought, read off :func:`gptq_against_rtn`'s losses: the fewest bits each method
-    keeps within ``harmless`` nats of ``baseline``, and the widest gap between them."""
+    keeps within ``harmless`` nats of ``baseline``, the widths where GPTQ's loss is lower by more than
+    ``noise``, and the widest gap between them."""
     from course import readings
 
     parts = []
@@ -628,13 +632,16 @@ def gptq_reading(baseline: float, losses: dict[str, dict[int, float]], harmless:
         )
     rtn, gptq = losses["round to nearest"], losses["GPTQ"]
     widest = max(rtn, key=lambda b: rtn[b] - gptq[b])
-    better = [b for b in rtn if gptq[b] < rtn[b]]
+    better = sorted((b for b in rtn if rtn[b] - gptq[b] > noise), reverse=True)
+    close = sorted((b for b in rtn if abs(rtn[b] - gptq[b]) <= noise), reverse=True)
     parts.append(
-        f"GPTQ is better at {readings.listing(sorted(better, reverse=True))} bits of {len(rtn)} widths, most at "
-        f"{widest} bits ({rtn[widest] - gptq[widest]:+.4f} nats/byte)"
+        f"GPTQ's loss is lower by more than {noise} nats/byte at {readings.listing(better)} bits "
+        f"({len(rtn)} widths tried), most at {widest} bits ({rtn[widest] - gptq[widest]:+.4f} nats/byte)"
         if better
-        else "GPTQ is better at none of the widths tried"
+        else f"GPTQ is better by more than {noise} nats/byte at none of the widths tried"
     )
+    if close:
+        parts.append(f"at {readings.listing(close)} bits the two are within {noise} nats/byte of each other")
     return "; ".join(parts)
 
 

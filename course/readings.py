@@ -39,7 +39,8 @@ def fewer_bytes(
     """What reading ``byte_ratio`` times the bytes of ``base_name`` did for ``name``'s time, with the
     speed-up beside it. Fewer bytes explain a speed-up of at most 1 / ``byte_ratio``: a larger one
     is read as a cache effect (the smaller data fits a cache the larger does not) or noise. The
-    bytes "paid off" when the time fell below ``paid`` of ``base_name``'s."""
+    bytes "paid off" when the time fell below ``paid`` of ``base_name``'s, "in part" when it fell by
+    more than 5% but not that far."""
     if not 0 < byte_ratio < 1:
         raise ValueError(f"byte_ratio must be between 0 and 1 (the smaller format's share of bytes), got {byte_ratio}")
     said = faster(base_seconds, seconds, name, base_name)
@@ -51,6 +52,11 @@ def fewer_bytes(
         )
     if seconds < paid * base_seconds:
         return f"{said}: {byte_ratio:.0%} of the bytes paid off here (at most {bound:.1f}x from the bytes)"
+    if base_seconds / seconds > 1.05:
+        return (
+            f"{said}: {byte_ratio:.0%} of the bytes paid off only in part ({base_seconds / seconds:.2f}x of the "
+            f"{bound:.1f}x they allow); the kernel, not only the memory, sets the time"
+        )
     return f"{said}: {byte_ratio:.0%} of the bytes did not pay off here; the kernel, not the memory, sets the time"
 
 

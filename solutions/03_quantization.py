@@ -229,7 +229,8 @@ plots.plot_granularity_bars(errors_spiky, errors_clean)
 #
 # Move the sliders. Which group size brings int4 with outliers below 20%? At what outlier
 # magnitude does per-row int8 stop being harmless? Set the outlier to 1 (no outliers) and watch
-# the bars flatten. The middle panel shows how few of the codes the ordinary weights get to use.
+# the bars flatten. The middle panel shows how the ordinary weights crowd into the codes near zero:
+# its title gives the share of weights at code 0 (the outliers use the outer codes).
 
 # %%
 plots.widget_quantization()
@@ -455,7 +456,8 @@ plots.plot_model_bits(losses, baseline)
 #
 # * Work on a copy of `weight` (in its own dtype): the sweep changes it.
 # * `hessian` is $H$, `(cols, cols)`. Add `damping * H.diagonal().mean()` to its diagonal, then
-#   `U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)`.
+#   take $U$, the upper-triangular Cholesky factor of $H^{-1}$ ($H^{-1} = U^\top U$; the tools are
+#   `torch.linalg.cholesky`, `torch.cholesky_inverse` and `upper=True`).
 # * At the first column of each group, the scale is the absmax of that group's columns of the
 #   updated copy over $q_{\max}$ (an all-zero group: scale 0, codes 0, no NaN).
 # * Raise `ValueError` when `group_size` does not divide the columns.
@@ -529,7 +531,11 @@ by_method = quantization.gptq_against_rtn(target, hessians, held_out, GPTQ_BITS,
 for bits in GPTQ_BITS:
     rtn_gap = by_method["round to nearest"][bits] - baseline
     gptq_gap = by_method["GPTQ"][bits] - baseline
-    share = f"; GPTQ removes {1 - gptq_gap / rtn_gap:.0%} of the increase" if rtn_gap > 0 else ""
+    share = (
+        f"; GPTQ removes {min(1 - gptq_gap / rtn_gap, 1):.0%} of the increase"
+        if rtn_gap > quantization.LOSS_NOISE
+        else f"; both within {quantization.LOSS_NOISE} of float32"
+    )
     print(f"{bits} bits, groups of 64: round to nearest {rtn_gap:+.4f}, GPTQ {gptq_gap:+.4f} nats/byte{share}")
 print(quantization.gptq_reading(baseline, by_method, HARMLESS_LOSS))
 plots.widget_gptq(baseline, by_method)
@@ -664,11 +670,11 @@ plots.plot_awq(layer_studies, baseline, awq_losses)
 # few channels stand far above the rest (the layer with three outlier channels), scaling them is
 # cheap insurance: their weights get most of the resolution, and AWQ removes most of the output
 # error, more than GPTQ, which has no correlations to exploit among independent inputs. The
-# course model's layers have milder outliers and correlated inputs, and there GPTQ, which uses
-# the correlations, removes more of each layer's output error. A lower output error on the
-# calibration text need not carry over to the held-out loss, least of all at 4 bits, where round
-# to nearest's damage is already small: AWQ's measure is one layer's outputs, not the model's
-# loss, and the reading above says which way it went. The two ideas combine (AWQ's scales, then
+# course model's layers have correlated inputs, which GPTQ uses: even in its most outlier-heavy
+# layer (blocks.5's down_proj, printed above), GPTQ removes more of the output error than AWQ. A
+# lower output error on the calibration text need not carry over to the held-out loss, least of
+# all at 4 bits, where round to nearest's damage is already small: AWQ's measure is one layer's
+# outputs, not the model's loss, and the reading above says which way it went. The two ideas combine (AWQ's scales, then
 # GPTQ's rounding); chapter 8 finds the activation outliers of a pretrained model, where AWQ's
 # premise holds.
 
@@ -710,7 +716,8 @@ print(
 # ## 12. Int4 that pays: a kernel that reads the codes
 #
 # `course.kernels.int4.Int4Linear` stores a layer the way int4 formats do: the codes packed two to
-# a byte, one fp16 scale per group of 64 columns. Its forward does not rebuild a float32 matrix:
+# a byte, one fp16 scale per group of 64 columns (handed to the kernel as the bfloat16 scale and
+# zero pair it reads). Its forward does not rebuild a float32 matrix:
 # it calls torch's fused int4 product (`torch.ops.aten._weight_int4pack_mm_for_cpu` on the CPU,
 # `_weight_int4pack_mm` on CUDA, the kernel torchao and gpt-fast use), which reads the four-bit
 # codes directly and multiplies in bfloat16. The dequantize-then-multiply path stays beside it as
@@ -758,7 +765,8 @@ plots.plot_int4_speedup(speedups)
 # weight, far too few to keep the arithmetic busy: its time is the time to bring the weight in,
 # bytes over bandwidth, plus a fixed cost per call. A large layer comes from main memory, and
 # there the int4 layer reads about a seventh of float32's bytes (the dashed line: four bits a
-# weight plus a bfloat16 scale and zero per 64), so the speed-up climbs toward that bound. A small
+# weight plus a bfloat16 scale and zero per 64), so the speed-up climbs toward that bound (a reading
+# above it means float32 lost more than bytes there: a cache or noise, and the reading says so). A small
 # layer sits in the processor's caches, whose bandwidth is many times that of memory: float32 is
 # already fast there, and the kernel's own work (unpacking the nibbles, rounding the activations
 # to bfloat16, the scales) and its fixed cost per call are what remain. Fewer bytes pay where the

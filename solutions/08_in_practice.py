@@ -496,7 +496,10 @@ plots.plot_quantized_loss(quantized_losses, "float32")
 #
 # To fit the chapter's time this runs on the first `GPTQ_BLOCKS` = 2 of the 30 decoder blocks
 # (14 of the 210 linear layers); `-p GPTQ_BLOCKS 30` quantizes the whole model (several minutes on a
-# CPU).
+# CPU). `make bench` runs the same comparison on the whole model, calibrated on 16 windows of 256
+# tokens, and beside it llmcompressor's AWQ (4 bits, groups of 64) and SmoothQuant before int8
+# weights and activations (W8A8), with their losses on held-out plays; the chapter leaves those
+# out for time.
 
 # %%
 from course import calibrated
@@ -505,27 +508,17 @@ calibration = calibrated.calibration_windows(
     in_practice.encode(tokenizer, corpus.decode(corpus.tokens("train")[:100_000])), *CALIBRATION
 )
 gptq_names = [name for name in in_practice.linear_layers(model) if int(name.split(".")[2]) < GPTQ_BLOCKS]
-hessians = calibrated.decoder_hessians(model, calibration, gptq_names)
-originals = {name: model.get_submodule(name).weight.detach().clone() for name in gptq_names}
-gptq_losses, quantized = {"float32": quantized_losses["float32"]}, {}
-with calibrated.rounded_weights(model, gptq_names):
-    gptq_losses["round to nearest"] = held_out_loss(course_view)
-    quantized["round to nearest"] = {name: model.get_submodule(name).weight.detach().clone() for name in gptq_names}
-with calibrated.gptq_weights(model, hessians) as course_codes:
-    gptq_losses["course's GPTQ"] = held_out_loss(course_view)
-    quantized["course's GPTQ"] = {name: model.get_submodule(name).weight.detach().clone() for name in gptq_names}
-layer_agreements = {
-    name: calibrated.layer_agreement(originals[name], hessians[name], chosen=course_codes[name]) for name in gptq_names
-}
-for name, agreement in layer_agreements.items():
+gptq = calibrated.compare_gptq(
+    model, tokenizer, pretrained.load, calibration, gptq_names, lambda m: held_out_loss(in_practice.AsCourseModel(m))
+)
+for name, agreement in gptq.agreements.items():
     print(
         f"{name:32s} {agreement.share:9.4%} of codes alike; {agreement.rows_differing:3d} of "
-        f"{originals[name].shape[0]} rows differ, {agreement.first_at_extra_level} of them first at the code -8"
+        f"{model.get_submodule(name).out_features} rows differ, {agreement.first_at_extra_level} of them first at the code -8"
     )
-print(calibrated.agreement_reading(layer_agreements, 4))
+print(calibrated.agreement_reading(gptq.agreements, 4))
 agreements["llmcompressor's GPTQ codes = the course's (same W, H, scales)"] = (
-    f"{sum(a.same for a in layer_agreements.values()) / sum(a.total for a in layer_agreements.values()):.4%} "
-    f"of the codes of {len(layer_agreements)} layers"
+    f"{gptq.share:.4%} of the codes of {len(gptq.agreements)} layers"
 )
 
 # %% [markdown]
@@ -536,27 +529,16 @@ agreements["llmcompressor's GPTQ codes = the course's (same W, H, scales)"] = (
 # which GPTQ minimises, and the loss on held-out text.
 
 # %%
-library_model = calibrated.library_quantized(
-    pretrained.load, calibrated.gptq_recipe(gptq_names), calibration, tokenizer
-)
-gptq_losses["llmcompressor's GPTQ"] = held_out_loss(in_practice.AsCourseModel(library_model))
-quantized["llmcompressor's GPTQ"] = {name: library_model.get_submodule(name).weight.detach() for name in gptq_names}
-del library_model
-output_errors = {label: calibrated.output_errors(originals, weights, hessians) for label, weights in quantized.items()}
-for label in ("course's GPTQ", "llmcompressor's GPTQ"):
-    ratios = torch.tensor([output_errors[label][n] / output_errors["round to nearest"][n] for n in gptq_names])
+for label, ratios in gptq.error_ratios.items():
     print(
-        f"{label:21s} output error {ratios.median():.2f} of round to nearest's (median of {len(gptq_names)} layers; "
+        f"{label:21s} output error {ratios.median():.2f} of round to nearest's (median of {len(ratios)} layers; "
         f"lower in {int((ratios < 1).sum())} of them)"
     )
-for label, loss in gptq_losses.items():
+for label, loss in gptq.losses.items():
     print(f"{label:21s} loss {loss:.4f} nats per token")
-print(calibrated.losses_reading(gptq_losses, "float32", "round to nearest", ["course's GPTQ", "llmcompressor's GPTQ"]))
+print(calibrated.losses_reading(gptq.losses, "float32", "round to nearest", list(calibrated.GPTQ_METHODS)))
 agreements["GPTQ's output error, course and llmcompressor"] = (
-    ", ".join(
-        f"{label} {torch.tensor([output_errors[label][n] / output_errors['round to nearest'][n] for n in gptq_names]).median():.2f}"
-        for label in ("course's GPTQ", "llmcompressor's GPTQ")
-    )
+    ", ".join(f"{label} {ratios.median():.2f}" for label, ratios in gptq.error_ratios.items())
     + " of round to nearest's (median)"
 )
 

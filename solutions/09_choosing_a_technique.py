@@ -31,6 +31,7 @@
 # %% tags=["parameters"]
 # Sizes of the measurements (papermill can change them: `-p TIMED_TOKENS 128`).
 TIMED_TOKENS = 64  # tokens per timed generation
+SMOLLM2_TOKENS = 8  # tokens per timed generation of SmolLM2
 
 # %%
 import torch
@@ -428,8 +429,10 @@ plots.plot_capstone(chosen.weights, chosen.group_size, chosen.draft, chosen.draf
 # and scales are timed a second way, through torch's fused int4 matrix product
 # (`torch.ops.aten._weight_int4pack_mm_for_cpu`; `_weight_int4pack_mm` on CUDA; wrapped by
 # `course.kernels.int4`), which reads the codes four bits at a time inside the product: stored
-# codes pay only with such a kernel. Each generation is timed on the first held-out prompt, at the
-# thread count that suits this machine best, and the spread of the repeats is printed.
+# codes pay only with such a kernel; there, the layers that read the same input (q, k and v; gate
+# and up) share one product, as serving engines fuse them: the same numbers in fewer calls. Each
+# generation is timed on the first held-out prompt, at the thread count that suits this machine
+# best, and the spread of the repeats is printed.
 
 # %%
 served = technique.Configuration(
@@ -450,6 +453,27 @@ print(timing.describe_threads(server_threads, tried))
 with timing.threads(server_threads):
     server_times = server.time(TIMED_TOKENS)
 print(technique.server_reading(server_times, TIMED_TOKENS))
+
+# %% [markdown]
+# The course's target is small: at a few hundred kilobytes a layer, every product's fixed costs
+# weigh as much as its bytes. Chapter 8's SmolLM2-135M has layers of up to 28 MB (its output layer).
+# The same codes your `Int4Linear` makes, in every linear layer of its decoder and its output
+# layer, through the fused product, against float32, greedy, at the same thread count:
+
+# %%
+from course import pretrained
+
+try:
+    with timing.threads(server_threads):
+        smollm2_times = technique.smollm2_time(
+            technique.course_int4_layer if "Int4Linear" in server.stand_ins else Int4Linear,
+            served.group_size or 64,
+            SMOLLM2_TOKENS,
+        )
+except pretrained.MissingPackage as missing:
+    print(f"SmolLM2 is not installed here, so this part is left out: {missing}")
+else:
+    print(technique.server_reading(smollm2_times, SMOLLM2_TOKENS, record=False))
 
 # %% [markdown]
 # How to read it. Speculative decoding saves target calls: each call verifies several tokens for

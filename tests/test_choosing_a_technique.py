@@ -3,6 +3,7 @@ chapter 1's and 2's arithmetic, packed codes against a bit-level formula, stored
 against a count of their tensors, the capstone's figures and budget, its tokens per call from
 agreement against the real loop, the figures, the leaderboard, and the planted mistakes."""
 
+import copy
 import csv
 import itertools
 
@@ -418,10 +419,43 @@ def test_learner_server_times_and_reads(monkeypatch):
     results = server.time(8, repeats=1)
     assert list(results) == ["fp32 target alone", "your server", "your codes, fused int4 product"]
     text = technique.server_reading(results, 8)
-    assert text.count("x the fp32 target") == 3 and "differ from the fp32 target's" in text
+    assert text.count("x fp32 target alone") == 3 and "differ from fp32 target alone's" in text
+    assert technique.read_speedups(text).keys() == {"your server", "your codes, fused int4 product"}
+    assert results["your server"]["tokens"] == results["your codes, fused int4 product"]["tokens"]
+    assert technique.SPEEDUP_LINE not in technique.server_reading(results, 8, record=False)
     fp32, yours = results["fp32 target alone"]["tokens"], results["your server"]["tokens"]
     assert fp32[:-8] == yours[:-8]  # the prompt, which the reading must not count
     assert f"{sum(a != b for a, b in zip(fp32[-8:], yours[-8:], strict=True))} of the 8 new tokens differ" in text
+
+
+def test_shared_products_compute_the_same_numbers_in_fewer_calls():
+    """q, k and v (and gate and up) as one int4 product: the outputs are the separate layers', bit for bit."""
+    stored = technique.learner_layers(checkpoints.load("target"), technique.course_int4_layer, None, "gptq")
+    shared = technique.share_products(copy.deepcopy(stored))
+    assert sum(isinstance(m, technique.SharedProduct) for m in shared.modules()) == 12  # 6 blocks x (qkv, gate-up)
+    x = torch.randn(1, 5, 256, generator=torch.Generator().manual_seed(3))
+    for part, names in technique.SHARED_INPUTS:
+        for name in names:
+            separate = getattr(getattr(stored.blocks[2], part), name)(x)
+            assert torch.equal(getattr(getattr(shared.blocks[2], part), name)(x), separate)
+    prompt = technique.prompts()[1]
+    assert torch.equal(shared(prompt), stored(prompt))
+
+
+def test_smollm2_through_the_learners_layer():
+    from course import in_practice, pretrained
+
+    results = technique.smollm2_time(technique.course_int4_layer, 64, new_tokens=2, repeats=1)
+    assert list(results) == ["fp32 SmolLM2", "your codes in SmolLM2, fused int4"]
+    model, tokenizer = pretrained.load()
+    prompt = in_practice.chat_prompt(tokenizer, technique.SMOLLM2_PROMPT)
+    with torch.no_grad():
+        fp32 = model.generate(prompt, max_new_tokens=2, do_sample=False)[0].tolist()
+        with in_practice.int4_linears(model, 64, output_layer=True):  # the course's layer, the same codes
+            expected = model.generate(prompt, max_new_tokens=2, do_sample=False)[0].tolist()
+    assert results["fp32 SmolLM2"]["tokens"] == fp32
+    assert results["your codes in SmolLM2, fused int4"]["tokens"] == expected
+    assert technique.SPEEDUP_LINE not in technique.server_reading(results, 2, record=False)
 
 
 # --- figures ---------------------------------------------------------------------------------------------

@@ -886,8 +886,10 @@ def test_the_gptq_reading_follows_the_numbers():
     assert "round to nearest stays within 0.01 nats/byte of float32 down to 4 bits" in reading
     assert "GPTQ stays within 0.01 nats/byte of float32 down to 3 bits" in reading
     assert "most at 2 bits (+0.4000" in reading
+    assert "lower by more than 0.001 nats/byte at 4, 3 and 2 bits (5 widths tried)" in reading
+    assert "at 6 and 5 bits the two are within 0.001 nats/byte of each other" in reading
     worse = {"round to nearest": {4: 1.5}, "GPTQ": {4: 1.6}}
-    assert "better at none" in quantization.gptq_reading(1.41, worse, 0.01)
+    assert "better by more than 0.001 nats/byte at none" in quantization.gptq_reading(1.41, worse, 0.01)
 
 
 GPTQ_ANSWER = """

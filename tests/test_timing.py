@@ -92,6 +92,8 @@ def test_repeats_are_read_as_within_the_noise_unless_every_one_agrees():
     [
         (3.97, 1.0, "3.97x faster than float32: more than the 2.0x that 50% of the bytes can explain, so a cache"),
         (1.9, 1.0, "1.90x faster than float32: 50% of the bytes paid off here"),
+        (1.23, 1.0, "1.23x faster than float32: 50% of the bytes paid off only in part (1.23x of the 2.0x they"),
+        (1.02, 1.0, "as fast as float32 (within 5%: 1.02x): 50% of the bytes did not pay off here"),
         (1.0, 1.3, "1.30x slower than float32: 50% of the bytes did not pay off here"),
     ],
 )

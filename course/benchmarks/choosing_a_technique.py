@@ -17,6 +17,7 @@ from course.choosing_a_technique import (
     greedy_speculative,
     measure,
     server_reading,
+    smollm2_time,
     time_generation,
 )
 
@@ -59,4 +60,14 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
     print(server_reading(results, new))
     times = {name: statistics.median(result["seconds"]) for name, result in results.items()}
     ratios["capstone_speedup_reference_server"] = times["fp32 target alone"] / times["your server"]
+    ratios["capstone_speedup_reference_server_shared"] = (
+        times["fp32 target alone"] / times["your codes, fused int4 product"]
+    )
+    # the same layer in chapter 8's SmolLM2 (its layers large enough for fewer bytes to pay)
+    with timing.threads(chosen):
+        smollm2 = smollm2_time(course_int4_layer, 64, new_tokens=32)
+    print("SmolLM2-135M with the course's int4 codes (groups of 64), through the fused product:")
+    print(server_reading(smollm2, 32, record=False))
+    times = {name: statistics.median(result["seconds"]) for name, result in smollm2.items()}
+    ratios["capstone_speedup_smollm2_int4"] = times["fp32 SmolLM2"] / times["your codes in SmolLM2, fused int4"]
     return ratios

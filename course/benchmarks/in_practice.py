@@ -1,5 +1,6 @@
 """Chapter 8's measurements for ``make bench``: SmolLM2-135M decoding against the roofline, batched,
-with int4 weights, and with prompt lookup and an int8 draft."""
+with int4 weights, and with prompt lookup and an int8 draft; the course's GPTQ against llmcompressor's
+on the whole model, and llmcompressor's AWQ and SmoothQuant."""
 
 from __future__ import annotations
 
@@ -8,6 +9,68 @@ import torch
 from course import evaluation, pretrained, timing
 from course import speculative_decoding as speculative
 from course.in_practice import AsCourseModel, chat_prompt, int4_linears, int8_draft, storage_bytes
+
+
+def calibrated_quantization(
+    model,
+    tokenizer,
+    blocks: int = 30,
+    calibration: tuple[int, int] = (16, 256),
+    eval_tokens: int = 2048,
+    grid: int = 20,
+) -> dict[str, float]:
+    """Chapter 8's GPTQ check on the whole model (the chapter runs its first blocks): the course's GPTQ
+    against llmcompressor's (codes layer by layer, output error, held-out loss), and llmcompressor's
+    AWQ and SmoothQuant W8A8, calibrated on ``calibration`` (windows, tokens) of the training plays,
+    the loss on ``eval_tokens`` of the held-out plays. The loss ratios are each method's excess over
+    float32 against round to nearest's (or W8A8 alone's)."""
+    from course import calibrated, corpus, in_practice
+
+    try:
+        pretrained.require("llmcompressor")
+    except pretrained.MissingPackage as error:
+        print(f"skipped: {error}")
+        return {}
+    train = in_practice.encode(tokenizer, corpus.decode(corpus.tokens("train")[:400_000]))
+    held_out = in_practice.encode(tokenizer, corpus.decode(corpus.tokens("validation")[:40_000]))[: eval_tokens + 1]
+    windows = calibrated.calibration_windows(train, *calibration)
+    names = [name for name in in_practice.linear_layers(model) if int(name.split(".")[2]) < blocks]
+
+    def loss(m):
+        return evaluation.text_loss(AsCourseModel(m), held_out, seq_len=256, batch=4)
+
+    gptq = calibrated.compare_gptq(model, tokenizer, pretrained.load, windows, names, loss)
+    print(f"GPTQ, 4 bits, groups of 64, {len(names)} layers, calibration {calibration[0]} x {calibration[1]} tokens:")
+    print(calibrated.agreement_reading(gptq.agreements, 4))
+    for label, ratios in gptq.error_ratios.items():
+        print(f"{label}: output error {ratios.median():.3f} of round to nearest's (median)")
+    losses = dict(gptq.losses)
+    losses["llmcompressor's AWQ"] = loss(
+        calibrated.library_quantized(pretrained.load, calibrated.awq_recipe(names, grid=grid), windows, tokenizer)
+    )
+    for label, smooth in (("W8A8", False), ("SmoothQuant + W8A8", True)):
+        recipe = calibrated.smoothquant_recipe(names, smooth=smooth)
+        losses[label] = loss(calibrated.library_quantized(pretrained.load, recipe, windows, tokenizer))
+    for label, value in losses.items():
+        print(f"{label:22s} held-out loss {value:.4f} nats per token ({eval_tokens} tokens)")
+    print(
+        calibrated.losses_reading(
+            losses, "float32", "round to nearest", [*calibrated.GPTQ_METHODS, "llmcompressor's AWQ"]
+        )
+    )
+
+    def excess(label, reference):
+        return (losses[label] - losses["float32"]) / (losses[reference] - losses["float32"])
+
+    return {
+        "smollm2_gptq_code_agreement": gptq.share,
+        "smollm2_course_gptq_error_vs_rtn": float(gptq.error_ratios["course's GPTQ"].median()),
+        "smollm2_library_gptq_error_vs_rtn": float(gptq.error_ratios["llmcompressor's GPTQ"].median()),
+        "smollm2_course_gptq_loss_vs_rtn": excess("course's GPTQ", "round to nearest"),
+        "smollm2_library_gptq_loss_vs_rtn": excess("llmcompressor's GPTQ", "round to nearest"),
+        "smollm2_awq_loss_vs_rtn": excess("llmcompressor's AWQ", "round to nearest"),
+        "smollm2_smoothquant_loss_vs_w8a8": excess("SmoothQuant + W8A8", "W8A8"),
+    }
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:
@@ -63,7 +126,9 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
         f"int8 draft, k = 4 (course's speculative_generate): {greedy_seconds / course_seconds:.2f}x; "
         f"same output: {same}"
     )
+    library = calibrated_quantization(model, tokenizer)
     return {
+        **library,
         "smollm2_decode_vs_roofline": floor / step,
         "smollm2_batch8_speedup": 8 * step / batch8,
         "smollm2_int4_decode_speedup": step / int4_step,

@@ -86,7 +86,8 @@ class QuantizationChart(Chart):
         self.codes.set_data(share, np.arange(-levels, levels + 2) - 0.5)
         self.ax_codes.set_xlim(-levels - 0.5, levels + 0.5)
         self.ax_codes.set_ylim(0, nice_ceiling(share.max() * 1.05))
-        self.ax_codes.set_title(f"{(counts > 0).sum()} of {2 * levels + 1} codes used")
+        used = f"{(counts > 0).sum()} of {2 * levels + 1} used"
+        self.ax_codes.set_title(f"{share[levels]:.0%} of weights at code 0; {used}")
 
         errors = [100 * quantization.relative_error(weight, _round_trip(weight, bits, g)) for _, g in GROUP_CHOICES]
         top = nice_ceiling(max(errors) * 1.15)  # room for the value labels above the bars
