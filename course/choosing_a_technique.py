@@ -231,6 +231,13 @@ def recommend(problem: str, params_billion: float = 7.0, gpu_gib: float = 24.0, 
                 else f"In 16 bits the weights take {w16:.1f} GiB; in 8 bits {w8:.1f} GiB, which fit"
             )
             return advice("8-bit weights", f"{fits16}. 8-bit rounding barely changes the outputs; check it.")
+        if w4 <= room and first_done and w8 > room:  # 4 bits were the first try, and not enough
+            return advice(
+                "Several GPUs, or distil",
+                f"4-bit weights ({w4:.1f} GiB) were the first try; fewer bits cost quality fast (chapter 3). Split "
+                "the model across GPUs (tensor parallelism), or distil it into a smaller one.",
+                "Yes, if distilled",
+            )
         if w4 <= room:
             return advice(
                 "4-bit weights with GPTQ or AWQ (calibrated)",
@@ -750,7 +757,8 @@ BUDGET = {"weight_bytes": 3_700_000, "loss_gap": 0.0025, "modelled_speedup": 1.9
 BUDGET_WORDS = {  # each part of the budget, as the chapter's checks and hints state it
     "weight_bytes": f"the weights served, target and draft as stored, take at most {BUDGET['weight_bytes'] / 1e6:g} MB",
     "loss_gap": f"the held-out loss stays within {BUDGET['loss_gap']:g} nats/byte of the fp32 target's",
-    "modelled_speedup": f"new tokens / (target calls + {DRAFT_COST:g} x draft calls) is at least "
+    "modelled_speedup": f"tokens per target call / (1 + {DRAFT_COST:g} k), a round's k draft calls at "
+    f"{DRAFT_COST:g} of a target call each, is at least "
     f"{BUDGET['modelled_speedup']:g}",
 }
 DRAFT_LENGTHS = range(1, 9)
@@ -889,8 +897,8 @@ class Figures:
 
     @property
     def modelled_speedup(self) -> float:
-        """New tokens over (target calls + DRAFT_COST x draft calls): chapter 6's speed-up with the
-        tokens per call counted instead of expected, each target call after k draft calls."""
+        """Tokens per target call over (1 + DRAFT_COST x k): chapter 6's speed-up with the tokens per
+        call counted instead of expected, each target call charged with the k draft calls before it."""
         return modelled_speedup(self.tokens_per_call, self.draft_length)
 
     def within(self) -> dict[str, bool]:

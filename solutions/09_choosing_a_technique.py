@@ -148,6 +148,12 @@ for scenario in technique.SCENARIOS:
 # needs an evaluation; distillation most of all, and on the rare inputs where a smaller model
 # drifts first, not only on the average.
 #
+# When memory is short, drop precision before parameters. A 40 GB GPU holds a 70B model in 4 bits
+# (35 GB) or an 8B model in 16 bits (16 GB); the large model in 4 bits, calibrated (chapter 3),
+# usually answers better, because quantization keeps what the larger model learned at a small cost
+# in each weight, while the smaller model never learned it. Chapter 3 measured that cost on the
+# course model: at 4 bits with GPTQ, well under a hundredth of a nat per byte.
+#
 # ### Try it
 #
 # Describe a situation: the problem, the model's size, the GPU's memory. The guide answers with
@@ -304,9 +310,11 @@ for row in technique.format_table():
 #
 # Write `speculative_greedy(target, draft, prompt, k, new_tokens)`: greedy speculative decoding
 # with a KV cache in **each** model (chapter 4's cache, chapter 6's loop at temperature 0). The
-# models have the course model's interface: `model(tokens, cache)` returns logits `(1, T, vocab)`
-# for the `(1, T)` tokens fed and appends their keys and values to `cache`;
-# `model.new_cache(1, max_len)` makes an empty cache whose `length` counts the positions cached;
+# models have the course model's interface, and only that (they are not `nn.Module`s: no
+# `parameters()`; they run on the CPU): `model(tokens, cache)` returns logits `(1, T, vocab)` for
+# the `(1, T)` tokens fed (a `torch.long` tensor) and appends their keys and values to `cache`;
+# `model.new_cache(1, max_len)` makes an empty cache for up to `max_len` positions (the prompt,
+# the new tokens and one round's `k + 1` are enough), whose `length` counts the positions cached;
 # setting `cache.length` to a smaller number drops the positions after it. Each round:
 #
 # 1. the draft proposes `k` tokens, one at a time, each its greedy choice, fed only what its cache

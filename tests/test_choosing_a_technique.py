@@ -62,7 +62,8 @@ def test_advice_labels_forgive_spelling():
         ("adapt", 7, 24, True, "higher rank"),
         ("serve", 7, 24, False, "8-bit"),
         ("serve", 70, 80, False, "4-bit"),  # 65 GiB in 8 bits: over 80% of 80 GiB
-        ("serve", 70, 80, True, "4-bit"),
+        ("serve", 70, 80, True, "Several GPUs"),  # 4 bits were the first try
+        ("serve", 7, 24, True, "4-bit"),  # after 8 bits
         ("serve", 405, 80, False, "Several GPUs"),
         ("long", 7, 24, False, "FlashAttention"),
         ("long", 7, 24, True, "KV cache"),
@@ -76,6 +77,16 @@ def test_guide_answers(problem, params, gpu, first_done, technique_words):
     advice = technique.recommend(problem, params, gpu, first_done)
     assert technique_words in advice.technique
     assert advice.why and advice.changes_behaviour and "chapter" in advice.chapter
+
+
+@pytest.mark.parametrize("problem", list(technique.PROBLEMS))
+def test_the_guide_never_repeats_its_first_try(problem):
+    """ "Done that; still not enough" moves on, unless the first try was already the last resort."""
+    for params in (1, 7, 13, 34, 70, 180, 405):
+        for gpu in (16, 24, 48, 80):
+            first = technique.recommend(problem, params, gpu).technique
+            if not first.startswith("Several GPUs"):
+                assert technique.recommend(problem, params, gpu, first_done=True).technique != first, (params, gpu)
 
 
 def test_guide_memory_is_chapter_1_and_2_arithmetic():
@@ -639,7 +650,7 @@ PLANTED = {
         CONFIG_HEAD + "{'weights': 'int4', 'group_size': 64, 'calibration': 'gptq', 'draft': 'distilled', "
         "'draft_length': 4}\n",
         {"capstone_configuration.weight_bytes"},
-        "what the target's scales cost",
+        "the number of scales",
     ),
     "capstone_rounded_to_nearest": Planted(
         "capstone_configuration",

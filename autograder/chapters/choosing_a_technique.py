@@ -663,7 +663,8 @@ def _judge_model_loss(probe, got):
     return Verdict(
         False,
         f"held-out loss through your layers {loss:.4f} nats/byte, the course's "
-        f"{technique.format_label('int4', group, calibration)} target's {expected:.4f} (fp32: {fp32:.4f})",
+        f"{technique.format_label('int4', group, calibration)} target's {expected:.4f} (fp32: {fp32:.4f}; "
+        f"on the grader's {LOSS_WINDOWS} windows of {LOSS_LENGTH} bytes, not the chapter's table's)",
         data=data,
     )
 
@@ -708,7 +709,8 @@ INT4_LAYER = Exercise(
         Check(
             "calibrated",
             1,
-            "the course's target served through your layers given GPTQ's codes and scales, one per row",
+            f"the course's target served through your layers given GPTQ's codes and scales, groups of "
+            f"{CALIBRATED_GROUP}",
             _loss_probe(CALIBRATED_GROUP, "gptq"),
             _judge_model,
             visible=True,
@@ -832,8 +834,9 @@ def _loop_verdict(probe, got, part) -> Verdict:
     if part == "calls" and got["target_calls"] != expected["calls"]:
         return Verdict(
             False,
-            f"{got['target_calls']} target calls, expected {expected['calls']} (the prefill counts as part of the "
-            "first round: one target call per round verifies its k guesses)",
+            f"{got['target_calls']} target calls, expected {expected['calls']}: one target call per round verifies "
+            "its k guesses (the prefill is part of the first round), and after k accepted guesses the same call "
+            "gives the target's next token too",
         )
     if part == "caches":
         bound = prompt_length + LOOP_NEW_TOKENS + got["target_calls"] * (k + 1)
@@ -904,8 +907,8 @@ SPECULATIVE = Exercise(
 # --- capstone_configuration -------------------------------------------------------------------------
 
 PART_HINTS = {
-    "weight_bytes": "a float32 draft takes 1.26 MB of them: look at what the target's scales cost",
-    "loss_gap": "fewer bits and larger groups cost quality, which calibrated codes (chapter 3's GPTQ) can win back",
+    "weight_bytes": "the bits of the codes, the number of scales and the draft are what can shrink",
+    "loss_gap": "fewer bits cost quality, and codes rounded to nearest more than calibrated ones (chapter 3's GPTQ)",
     "modelled_speedup": "that takes a draft the target agrees with, and a draft length k that pays for its draft "
     "calls (chapter 6's speed-up, from alpha and c)",
     "no_draft": "without a draft every target call yields one token: that takes speculation with a draft",
@@ -926,6 +929,12 @@ def _capstone(part: str):
         return Verdict(
             False,
             f"{config.label()}: {figures.summary()}; the budget: {technique.BUDGET_WORDS[part]}; "
+            + (
+                f"the target takes {figures.target_bytes / 1e6:.2f} MB as stored and the draft "
+                f"{figures.draft_bytes / 1e6:.2f} MB: "
+                if part == "weight_bytes"
+                else ""
+            )
             + PART_HINTS["no_draft" if part == "modelled_speedup" and config.draft == "none" else part],
             data=data,
         )
