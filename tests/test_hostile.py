@@ -316,7 +316,7 @@ KINDS: dict[str, Kind] = {
             ),
         ),
         0,
-        "ended before this test ran",
+        "ended (exit code 0) before reporting",
     ),
     "edited_locked_cell": Kind(edit(_edit_locked_cell), FULL, "locked cell imports was edited"),
     "deleted_test_cell": Kind(edit(_delete_test_cell), FULL, "test cell test_int8 was deleted"),

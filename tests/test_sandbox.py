@@ -72,7 +72,6 @@ def test_memory_watch_counts_shared_pages_once():
     assert all(p == {"returned": 0} for p in outcome.results["probes"].values()), outcome.results["probes"]
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="memory is read from /proc")
 def test_tree_bytes_counts_what_a_child_holds():
     """What make bench reads: a child that touches 256 MiB adds about that to its parent's tree."""
     before = sandbox.tree_bytes(os.getpid())

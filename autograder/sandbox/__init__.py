@@ -8,25 +8,34 @@ plain data comes back.
 - ``limits.py``: its resource limits, and those the kernel enforces as it starts;
 - ``memory.py``: the memory watch, from outside, and the memory a process tree holds (``make bench``);
 - ``launch.py``: starts one for a job and reads its output and results, enforcing the wall clock,
-  the output cap and the memory limit.
+  the output cap and the memory limit;
+- ``system.py``: what this operating system offers (fork, sessions, resource limits), which the
+  modules above ask instead of the system's name.
 
-Not handled: see each module.
+Not handled: see each module. The names below are imported on first use, so that a notebook's check
+cells, which need only ``inside.py``, import nothing that one system lacks.
 """
 
-from autograder.sandbox.launch import Outcome, hides_files, isolation, run
-from autograder.sandbox.limits import Limits
-from autograder.sandbox.memory import tree_bytes
-from autograder.sandbox.modes import HIDES_FILES, MODES, SandboxUnavailable, describe
+import importlib
 
-__all__ = [
-    "HIDES_FILES",
-    "MODES",
-    "Limits",
-    "Outcome",
-    "SandboxUnavailable",
-    "describe",
-    "hides_files",
-    "isolation",
-    "run",
-    "tree_bytes",
-]
+_WHERE = {
+    "Outcome": "launch",
+    "hides_files": "launch",
+    "isolation": "launch",
+    "run": "launch",
+    "Limits": "limits",
+    "tree_bytes": "memory",
+    "HIDES_FILES": "modes",
+    "MODES": "modes",
+    "SandboxUnavailable": "modes",
+    "describe": "modes",
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"autograder.sandbox.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'autograder.sandbox' has no attribute {name!r}")
+
+
+__all__ = sorted(_WHERE)

@@ -1,11 +1,15 @@
 """The program that runs a submission inside the sandbox: define the answers, call them, report.
 
-Usage (by the grader, never by hand): ``python -I inside.py JOB.json FD``, FD being the
-descriptor of the result pipe. The job holds the instructor's setup cells, the learner's cells (answer
-cells and the cells the learner added, in notebook order) and the probes: calls of the learner's
-functions on inputs the grader chose. The course's own packages cannot be imported here, in every
-isolation mode alike (:func:`unavailable` says so), and the visible checks say the same. Each probe runs in a forked
-child with its own alarm, so an exit, a crash or a hang in one function costs that probe only.
+Usage (by the grader, never by hand): ``python -I inside.py JOB.json RESULTS``, RESULTS being the
+descriptor of the result pipe or, where a pipe cannot be handed over by number (Windows), a file's
+path. The job holds the instructor's setup cells, the learner's cells (answer cells and the cells
+the learner added, in notebook order) and the probes: calls of the learner's functions on inputs
+the grader chose. The course's own packages cannot be imported here, in every isolation mode alike
+(:func:`unavailable` says so), and the visible checks say the same. Where the system forks
+(``job["fork"]``), each probe runs in a forked child with its own alarm, so an exit, a crash or a
+hang in one function costs that probe only; elsewhere probes run here one after another under a
+timer thread, and the grader starts the sandbox again after the probe that ended it
+(:mod:`autograder.sandbox.launch`). Results go out as JSON lines (:func:`report`) as they come.
 Only plain data comes back (see ``wire.py``); whether an answer is right is decided by the
 grader, outside this process.
 
@@ -15,6 +19,7 @@ The visible checks in a notebook call :func:`call` too, so both probe the learne
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import io
 import json
@@ -23,6 +28,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -96,7 +102,51 @@ def _on_alarm(signum, frame):
     raise OutOfTime()
 
 
-def define(job: dict) -> tuple[dict, list]:
+class TimeLimit:
+    """``with limit(seconds):`` raises :class:`OutOfTime` in the block once ``seconds`` have passed:
+    by SIGALRM where the system forks (the alarm survives into a forked child), otherwise by a timer
+    thread that interrupts the main thread (Windows has no SIGALRM). A late timer finds the limit
+    disarmed and does nothing. Code stuck inside one C call is interrupted only when it returns."""
+
+    def __init__(self, alarm: bool):
+        self.alarm = alarm
+        self.armed = 0  # the number of the limit in force, 0 for none
+        self.count = 0
+        if alarm:
+            signal.signal(signal.SIGALRM, _on_alarm)
+        else:
+            signal.signal(signal.SIGINT, self._on_interrupt)
+
+    def _on_interrupt(self, signum, frame):
+        if self.armed:
+            raise OutOfTime()
+
+    def _fire(self, number: int) -> None:
+        if self.armed == number:
+            _thread.interrupt_main(signal.SIGINT)
+
+    @contextlib.contextmanager
+    def __call__(self, seconds: float):
+        if self.alarm:
+            signal.alarm(max(1, int(seconds)))
+            try:
+                yield
+            finally:
+                signal.alarm(0)
+            return
+        self.count += 1
+        self.armed = number = self.count
+        timer = threading.Timer(seconds, self._fire, (number,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            self.armed = 0
+            timer.cancel()
+
+
+def define(job: dict, limit: TimeLimit) -> tuple[dict, list]:
     """Execute the setup cells, then the learner's cells in notebook order, in one namespace;
     collect what each cell raised. A learner's cell is ``{"grade_id", "source"}`` (an answer cell)
     or ``{"added", "source"}`` (a cell the learner added, ``added`` its label). Added cells share a
@@ -107,11 +157,11 @@ def define(job: dict) -> tuple[dict, list]:
     cells += [(a.get("added") or f"answer {a['grade_id']}", a["source"], "added" in a) for a in job["answers"]]
     budget = job.get("added_seconds", float("inf"))
     with contextlib.redirect_stdout(Discard()), contextlib.redirect_stderr(Discard()):
-        _run_cells(cells, namespace, problems, job["cell_seconds"], budget)
+        _run_cells(cells, namespace, problems, job["cell_seconds"], budget, limit)
     return namespace, problems
 
 
-def _run_cells(cells: list, namespace: dict, problems: list, seconds: int, budget: float) -> None:
+def _run_cells(cells: list, namespace: dict, problems: list, seconds: int, budget: float, limit: TimeLimit) -> None:
     spent = 0.0
     for label, source, added in cells:
         if added and spent >= budget:
@@ -122,9 +172,9 @@ def _run_cells(cells: list, namespace: dict, problems: list, seconds: int, budge
         started = time.monotonic()
         filename = f"<{label}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # lines in tracebacks
-        signal.alarm(seconds)
         try:
-            exec(compile(source, filename, "exec"), namespace)
+            with limit(seconds):
+                exec(compile(source, filename, "exec"), namespace)
         except OutOfTime:
             problems.append(
                 {"cell": label, "raised": "timeout", "message": f"did not finish within {seconds} s (an endless loop?)"}
@@ -132,7 +182,6 @@ def _run_cells(cells: list, namespace: dict, problems: list, seconds: int, budge
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: keep going
             problems.append({"cell": label, **describe(error)})
         finally:
-            signal.alarm(0)
             spent += (time.monotonic() - started) if added else 0.0
 
 
@@ -167,6 +216,18 @@ def _fork() -> int:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def run_probe_here(namespace: dict, probe: dict, seconds: float, limit: TimeLimit) -> dict:
+    """Run one probe in this process (where the system cannot fork): its result, or what became of it."""
+    with contextlib.redirect_stdout(Discard()), contextlib.redirect_stderr(Discard()):
+        try:
+            with limit(seconds):
+                return {"returned": wire.encode(call(namespace, probe))}
+        except OutOfTime:
+            return {"timeout": seconds}
+        except BaseException as error:
+            return describe(error)
 
 
 def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 0) -> dict:
@@ -238,26 +299,44 @@ def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 
         return {"crashed": f"{called} ended its process (exit code {os.WEXITSTATUS(status)}) before returning"}
 
 
+def report(results, line: dict) -> None:
+    """One JSON line to the grader: ``{"cells": [...]}`` first, then ``{"start": id}`` and
+    ``{"probe": id, "result": {...}}`` for each probe, and ``{"done": true}`` last."""
+    results.write(json.dumps(line) + "\n")
+    results.flush()
+
+
+def open_results(where: str):
+    """The grader's result channel: a pipe's descriptor number, or a file's path."""
+    return os.fdopen(int(where), "w") if where.isdigit() else open(where, "w")
+
+
 def main() -> None:
     with open(sys.argv[1]) as handle:
         job = json.load(handle)
-    result_pipe = os.fdopen(int(sys.argv[2]), "w")  # opened before learner code can close it
+    results = open_results(sys.argv[2])  # opened before learner code can close it
+    forks = job.get("fork", True)
     import torch
 
     torch.set_num_threads(1)  # before any parallel work, so that fork() is safe
     block_course_packages()
-    signal.signal(signal.SIGALRM, _on_alarm)
-    namespace, problems = define(job)
-    results, hung = {}, set()
+    limit = TimeLimit(alarm=forks)
+    namespace, problems = define(job, limit)
+    report(results, {"cells": problems})
+    hung = set()
     for probe in job["probes"]:
         if probe["call"] in hung:  # one endless loop must not eat the time of every other exercise
-            results[probe["id"]] = {"skipped": f"an earlier call of {probe['call']} did not finish"}
-            continue
-        results[probe["id"]] = run_probe(namespace, probe, job["probe_seconds"], job.get("memory_bytes", 0))
-        if "timeout" in results[probe["id"]]:
+            result = {"skipped": f"an earlier call of {probe['call']} did not finish"}
+        else:
+            report(results, {"start": probe["id"]})
+            if forks:
+                result = run_probe(namespace, probe, job["probe_seconds"], job.get("memory_bytes", 0))
+            else:
+                result = run_probe_here(namespace, probe, job["probe_seconds"], limit)
+        if "timeout" in result:
             hung.add(probe["call"])
-    result_pipe.write(json.dumps({"cells": problems, "probes": results}))
-    result_pipe.flush()
+        report(results, {"probe": probe["id"], "result": result})
+    report(results, {"done": True})
     os._exit(0)  # skip interpreter teardown, which learner code could hook
 
 

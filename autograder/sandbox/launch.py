@@ -2,9 +2,12 @@
 
 The job (see :mod:`autograder.sandbox.inside`) runs in the mode :func:`isolation` chose, under
 :class:`~autograder.sandbox.limits.Limits`; while it runs, its output and its results are read
-here, with a wall clock on the whole sandbox, a cap on what it may print, a cap on what it sends
-back, and the memory watch. Not handled: a sandbox that cannot read its job from a folder under
-the system's temporary directory.
+here (by a thread per stream, which every system allows), with a wall clock on the whole sandbox,
+a cap on what it may print, a cap on what it sends back, and the memory watch. Where the system
+cannot fork a process per call (Windows), a call that ends the sandbox (an exit, a crash, the
+memory limit, a hang that ignores its timer) costs that call only: it is reported as on the other
+systems, and the sandbox starts again with the calls after it. Not handled: a sandbox that cannot
+read its job from a folder under the system's temporary directory.
 """
 
 from __future__ import annotations
@@ -12,16 +15,18 @@ from __future__ import annotations
 import functools
 import json
 import os
-import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.sandbox import modes
+import psutil
+
+from autograder.sandbox import memory, modes, system
 from autograder.sandbox.limits import Limits, preexec
 from autograder.sandbox.memory import HINT, WATCH_SECONDS, MemoryWatch
 from course import paths
@@ -30,6 +35,7 @@ INSIDE = Path(__file__).resolve().with_name("inside.py")
 WIRE = Path(__file__).resolve().parent.parent / "wire.py"
 MAX_RESULTS = 64 * 2**20
 PRINTED_KEPT = 4096  # what the report keeps of what a submission printed
+OVERTIME_SECONDS = 2.0  # past a call's own limit, where only a timer thread enforces it, the sandbox is stopped
 
 
 @dataclass
@@ -76,124 +82,319 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
         "probe_seconds": limits.probe_seconds,
         "cell_seconds": limits.cell_seconds,
         "memory_bytes": limits.memory_bytes,
+        "fork": system.FORKS,
     }
     mode = mode or isolation(limits.memory_bytes)
     work = Path(tempfile.mkdtemp(prefix="autograder-"))
+    started = time.monotonic()
     try:
         for source in (INSIDE, WIRE):
             shutil.copy(source, work / source.name)
-        (work / "job.json").write_text(json.dumps(job))
         work.chmod(0o755)
-        for item in work.iterdir():
-            item.chmod(0o644)
         args = ["-I", str(work / INSIDE.name), str(work / "job.json")]
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(work),
-            "WORK": str(work),
-            "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "CUDA_VISIBLE_DEVICES": "",  # grading never needs a GPU, and a CUDA context costs memory
-            "MPLBACKEND": "Agg",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        return _collect(modes.command(mode, work, [paths.ROOT, *hide], args), env, work, limits, mode)
+        command = modes.command(mode, work, [paths.ROOT, *hide], args)
+        watch = MemoryWatch(0, limits.memory_bytes)
+        attempt = Attempt.run(job, command, work, limits, mode, watch, started + limits.wall_seconds)
+        if not system.FORKS:
+            attempt = _resumed(attempt, job, command, work, limits, mode, watch, started + limits.wall_seconds)
+        if not attempt.done and not attempt.problem:
+            attempt.problem = attempt.ended()
+        results = None if attempt.problem else {"cells": attempt.cells, "probes": attempt.probes}
+        return Outcome(results, attempt.problem, attempt.printed, time.monotonic() - started, mode, list(watch.stopped))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _collect(argv: list[str], env: dict, work: Path, limits: Limits, mode: str) -> Outcome:
-    read_end, write_end = os.pipe()
-    os.set_inheritable(write_end, True)
-    started = time.monotonic()
-    try:
-        process = subprocess.Popen(
-            argv + [str(write_end)],
-            cwd=work,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            pass_fds=(write_end,),
-            preexec_fn=preexec(limits, mode),
-        )
-    except OSError as error:
-        os.close(read_end)
-        os.close(write_end)
-        return Outcome(None, f"the sandbox could not start: {error}", isolation=mode)
-    os.close(write_end)
-    watch = MemoryWatch(process.pid, limits.memory_bytes)
-    problem, printed, result = _pump(process, read_end, started, limits, watch)
-    seconds = time.monotonic() - started
-    outcome = Outcome(None, problem, printed.decode("utf-8", "replace"), seconds, mode, list(watch.stopped))
-    if not problem:
+@dataclass
+class Attempt:
+    """One start of the sandbox, and what it sent back (JSON lines: see :func:`inside.report`)."""
+
+    probes: dict = field(default_factory=dict)
+    cells: list | None = None
+    running: dict | None = None  # the probe under way when the sandbox ended, if any
+    running_since: float = 0.0
+    done: bool = False
+    problem: str = ""  # why it was stopped from here (time, output, memory)
+    stopped_for_memory: bool = False
+    overtime: bool = False
+    printed: str = ""
+    code: int | None = None
+
+    @classmethod
+    def run(
+        cls, job: dict, command: list[str], work: Path, limits: Limits, mode: str, watch: MemoryWatch, deadline: float
+    ) -> Attempt:
+        """Start the sandbox on ``job`` and read it until it ends or is stopped."""
+        (work / "job.json").write_text(json.dumps(job))
+        for item in work.iterdir():
+            item.chmod(0o644)
+        attempt, by_id = cls(), {p["id"]: p for p in job["probes"]}
+        channel = ResultChannel(work)
         try:
-            outcome.results = json.loads(result)
-        except ValueError:
-            code = process.returncode
-            if code is not None and code < 0:
-                outcome.problem = f"the grading process was killed by signal {signal.Signals(-code).name}"
-            else:
-                outcome.problem = f"the grading process ended (exit code {code}) before reporting"
-            if "MemoryError" in outcome.output or code == -signal.SIGKILL:
-                outcome.problem += "; it may have run out of memory"
-    return outcome
+            process = subprocess.Popen(
+                command + [channel.argument],
+                cwd=work,
+                env=_environment(work),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                preexec_fn=preexec(limits, mode),
+                **channel.popen_options,
+            )
+        except OSError as error:
+            channel.close()
+            attempt.problem = f"the sandbox could not start: {error}"
+            return attempt
+        channel.started()
+        watch.leader = process.pid
+        printed = Reader(process.stdout, PRINTED_KEPT)
+        wake = threading.Event()
+        printed.start(wake)
+        channel.reader.start(wake)
+        attempt.pump(process, printed, channel.reader, limits, watch, deadline, by_id, wake)
+        _kill(process)
+        for reader in (printed, channel.reader):
+            reader.finish()
+        attempt.take(channel.reader, by_id)
+        channel.close()
+        if not printed.thread.is_alive():
+            process.stdout.close()
+        attempt.printed = printed.text()
+        attempt.code = process.returncode
+        return attempt
+
+    def pump(self, process, printed, results, limits: Limits, watch: MemoryWatch, deadline: float, by_id, wake):
+        """Read output and results until the process ends, enforcing the wall clock, the output cap,
+        the memory limit and, where calls do not fork, each call's own time limit."""
+        next_watch = 0.0
+        while not (printed.ended and (results.ended or results.follows_process) and process.poll() is not None):
+            wake.wait(WATCH_SECONDS)
+            wake.clear()
+            self.take(results, by_id)
+            now = time.monotonic()
+            if now >= deadline:
+                self.problem = f"stopped after the time limit of {limits.wall_seconds:.0f} s (an endless loop?)"
+                return
+            if printed.total > limits.output_bytes:
+                self.problem = f"printed more than {limits.output_bytes // 1024} KiB; remove the printing loop"
+                return
+            if results.total > MAX_RESULTS:
+                self.problem = "sent back more than 64 MiB of results"
+                return
+            if now >= next_watch:
+                next_watch = now + WATCH_SECONDS
+                if watch.check(calling=not system.FORKS and self.running is not None):
+                    self.problem, self.stopped_for_memory = f"{watch.stopped[-1]}: {HINT}", True
+                    return
+            if not system.FORKS and self.running and now - self.running_since > limits.probe_seconds + OVERTIME_SECONDS:
+                self.overtime = True
+                return
+
+    def take(self, results: Reader, by_id: dict) -> None:
+        """The complete lines that arrived since the last call."""
+        for line in results.lines():
+            if "cells" in line:
+                self.cells = line["cells"]
+            elif "start" in line:
+                self.running, self.running_since = by_id[line["start"]], time.monotonic()
+            elif "probe" in line:
+                self.probes[line["probe"]] = line["result"]
+                self.running = None
+            elif line.get("done"):
+                self.done = True
+
+    def ended(self) -> str:
+        """Why the sandbox sent back no complete report, when nothing here stopped it."""
+        code = self.code
+        if code is not None and code < 0:
+            problem = f"the grading process was killed by signal {signal.Signals(-code).name}"
+        else:
+            problem = f"the grading process ended (exit code {code}) before reporting"
+        if "MemoryError" in self.printed or code == -getattr(signal, "SIGKILL", 9):
+            problem += "; it may have run out of memory"
+        return problem
 
 
-def _pump(process: subprocess.Popen, result_fd: int, started: float, limits: Limits, watch: MemoryWatch):
-    """Read output and results until the process ends, enforcing the wall clock, the output cap and
-    the memory limit."""
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ, "output")
-    selector.register(result_fd, selectors.EVENT_READ, "result")
-    printed, result, problem = bytearray(), bytearray(), ""
-    total_printed = 0
-    open_streams = 2
-    next_watch = 0.0
-    while open_streams:
-        now = time.monotonic()
-        remaining = limits.wall_seconds - (now - started)
-        if remaining <= 0:
-            problem = f"stopped after the time limit of {limits.wall_seconds:.0f} s (an endless loop?)"
-            break
-        if now >= next_watch:
-            next_watch = now + WATCH_SECONDS
-            if watch.check():
-                problem = f"{watch.stopped[-1]}: {HINT}"
-                break
-        for key, _ in selector.select(timeout=min(remaining, WATCH_SECONDS)):
-            fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                selector.unregister(key.fileobj)
-                open_streams -= 1
+def _resumed(attempt: Attempt, job, command, work, limits: Limits, mode, watch, deadline) -> Attempt:
+    """Where calls do not fork: while the sandbox ends during a call (its own exit or crash, the
+    memory limit, a hang), that call gets what a forked call would have reported, and the sandbox
+    starts again with the calls after it, but for those of a function that did not finish (as
+    :func:`inside.main` skips them). A stop for the wall clock or the output ends it all."""
+    probes, cells = dict(attempt.probes), attempt.cells
+    while attempt.running and not attempt.done and (not attempt.problem or attempt.stopped_for_memory):
+        probes[attempt.running["id"]] = _lost_call(attempt, attempt.running["call"], limits)
+        hung = {p["call"] for p in job["probes"] if "timeout" in probes.get(p["id"], {})}
+        pending = []
+        for probe in job["probes"]:
+            if probe["id"] in probes:
                 continue
-            if key.data == "output":
-                total_printed += len(chunk)
-                if len(printed) < PRINTED_KEPT:
-                    printed += chunk[: PRINTED_KEPT - len(printed)]
-                if total_printed > limits.output_bytes:
-                    problem = f"printed more than {limits.output_bytes // 1024} KiB; remove the printing loop"
-                    open_streams = 0
-                    break
+            if probe["call"] in hung:
+                probes[probe["id"]] = {"skipped": f"an earlier call of {probe['call']} did not finish"}
             else:
-                result += chunk
-                if len(result) > MAX_RESULTS:
-                    problem = "sent back more than 64 MiB of results"
-                    open_streams = 0
+                pending.append(probe)
+        if not pending:
+            attempt = Attempt(done=True, printed=attempt.printed)
+            break
+        attempt = Attempt.run({**job, "probes": pending}, command, work, limits, mode, watch, deadline)
+        probes.update(attempt.probes)
+    attempt.probes, attempt.cells = probes, cells  # the cells as the first start ran them: each start runs them alike
+    return attempt
+
+
+def _lost_call(attempt: Attempt, call: str, limits: Limits) -> dict:
+    """What a forked call would have reported, had it ended as this sandbox did."""
+    if attempt.overtime:
+        return {"timeout": limits.probe_seconds}
+    if attempt.stopped_for_memory:
+        return {
+            "crashed": f"{call} was killed, most likely for using more than the memory limit of "
+            f"{limits.memory_bytes / 2**30:.1f} GiB"
+        }
+    code = attempt.code
+    if code is not None and code < 0:
+        return {"crashed": f"{call} was killed by signal {signal.Signals(-code).name}"}
+    return {"crashed": f"{call} ended its process (exit code {code}) before returning"}
+
+
+class Reader:
+    """A stream read to its end by a thread of its own: the first ``kept`` bytes kept, all counted."""
+
+    follows_process = False  # whether the stream ends only when it is told the process has
+
+    def __init__(self, stream, kept: int):
+        self.stream, self.kept = stream, kept
+        self.data, self.total, self.ended, self._parsed = bytearray(), 0, False, 0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def start(self, wake: threading.Event) -> None:
+        self.wake = wake
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := os.read(self.stream.fileno(), 65536):
+                self.add(chunk)
+        except (OSError, ValueError):
+            pass
+        self.ended = True
+        self.wake.set()
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if len(self.data) < self.kept:
+            self.data += chunk[: self.kept - len(self.data)]
+        self.wake.set()
+
+    def finish(self) -> None:
+        """Wait a moment for the rest once the process has ended (a process the learner left behind
+        may hold the stream open: it is not waited for)."""
+        self.thread.join(timeout=2)
+
+    def text(self) -> str:
+        return bytes(self.data).decode("utf-8", "replace")
+
+    def lines(self):
+        """The JSON lines completed since the last call."""
+        end = self.data.rfind(b"\n") + 1
+        if end > self._parsed:
+            for raw in bytes(self.data[self._parsed : end]).splitlines():
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(line, dict):
+                    yield line
+            self._parsed = end
+
+
+class FileTail(Reader):
+    """A results file read as it grows (where a pipe cannot be handed to the sandbox by number)."""
+
+    follows_process = True
+
+    def __init__(self, path: Path, kept: int):
+        super().__init__(None, kept)
+        self.path, self.stop = path, threading.Event()
+
+    def _read(self) -> None:
+        with open(self.path, "rb") as handle:
+            while True:
+                stopping = self.stop.is_set()
+                while chunk := handle.read(65536):
+                    self.add(chunk)
+                if stopping:
                     break
-    _kill(process)
-    selector.close()
-    os.close(result_fd)
-    return problem, bytes(printed), bytes(result)
+                self.stop.wait(WATCH_SECONDS / 2)
+        self.ended = True
+        self.wake.set()
+
+    def finish(self) -> None:
+        self.stop.set()
+        super().finish()
+
+
+class ResultChannel:
+    """How the sandbox's results come back: a pipe whose write end the sandbox inherits by number
+    (POSIX), or a file in its folder (Windows, where only handles are inherited)."""
+
+    def __init__(self, work: Path):
+        if system.PASSES_FDS:
+            read_end, self.write_end = os.pipe()
+            os.set_inheritable(self.write_end, True)
+            self.argument, self.popen_options = str(self.write_end), {"pass_fds": (self.write_end,)}
+            self.reader = Reader(os.fdopen(read_end, "rb", buffering=0), MAX_RESULTS + 1)
+        else:
+            path = work / "results.jsonl"
+            path.write_bytes(b"")
+            path.chmod(0o666)
+            self.write_end, self.argument, self.popen_options = None, str(path), {}
+            self.reader = FileTail(path, MAX_RESULTS + 1)
+
+    def started(self) -> None:
+        """Once the sandbox has its copy of the write end: ours closes, so the end of the sandbox is seen."""
+        if self.write_end is not None:
+            os.close(self.write_end)
+            self.write_end = None
+
+    def close(self) -> None:
+        self.started()
+        if self.reader.stream is not None and not self.reader.thread.is_alive():
+            self.reader.stream.close()
+
+
+def _environment(work: Path) -> dict:
+    """The sandbox's environment variables: nothing of the grader's but what Python needs to start."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(work),
+        "WORK": str(work),
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",  # grading never needs a GPU, and a CUDA context costs memory
+        "MPLBACKEND": "Agg",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if os.name == "nt":  # Windows starts no Python without these; its PATH finds torch's DLLs
+        env.update({k: os.environ[k] for k in ("SYSTEMROOT", "PATH", "TEMP", "TMP") if k in os.environ})
+        env["USERPROFILE"] = str(work)
+    return env
 
 
 def _kill(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """The sandbox and whatever it started: its session's process group, or its process tree where
+    the system has no process groups."""
+    if system.SESSIONS:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    else:
+        for member in reversed(memory.members(process.pid)):
+            try:
+                member.kill()
+            except psutil.Error:
+                pass
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:

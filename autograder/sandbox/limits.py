@@ -3,16 +3,19 @@
 Every mode gets: CPU seconds, file size, open files, processes, no core dumps (here), and a wall
 clock, a cap on what it may print (:mod:`autograder.sandbox.launch`) and resident memory
 (:mod:`autograder.sandbox.memory`). Address space is not limited: a CUDA build of torch reserves
-gigabytes of it at import. Not handled: a process limit where there is no /proc to count this
-user's processes in (a mode that shares the grader's user then runs without one).
+gigabytes of it at import. Where the system has no ``resource`` module (Windows), only the wall
+clock, the output cap and the memory watch apply, and where it has no sessions the sandbox is not
+put in one of its own (:mod:`autograder.sandbox.system`).
 """
 
 from __future__ import annotations
 
 import os
-import resource
 from dataclasses import dataclass
 
+import psutil
+
+from autograder.sandbox import system
 from autograder.sandbox.modes import OWN_UID
 
 
@@ -28,29 +31,24 @@ class Limits:
     processes: int = 64  # per sandbox (threads count too)
 
 
-def _own_processes() -> int | None:
-    """How many processes this user has now (what RLIMIT_NPROC counts when the sandbox shares our
-    uid), or None where there is no /proc to count them in."""
-    if not os.path.isdir("/proc"):
-        return None
+def _own_processes() -> int:
+    """How many processes this user has now (what RLIMIT_NPROC counts when the sandbox shares our uid)."""
     uid, count = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                count += entry.stat().st_uid == uid
-            except OSError:
-                pass
+    for process in psutil.process_iter(["uids"]):
+        uids = process.info["uids"]
+        count += uids is not None and uids.real == uid
     return count
 
 
 def preexec(limits: Limits, mode: str):
     """The function the sandbox's first process runs before Python starts: a session of its own,
-    then the limits."""
-    if mode in OWN_UID:  # a uid of its own: the count is the sandbox's alone
-        processes = limits.processes
-    else:  # sharing our uid: on top of what we already run
-        ours = _own_processes()
-        processes = None if ours is None else ours + limits.processes
+    then the limits; None where the system starts processes without one (Windows)."""
+    if not system.RLIMITS:
+        return os.setsid if system.SESSIONS else None
+    import resource
+
+    # a uid of its own: the count is the sandbox's alone; sharing our uid: on top of what we already run
+    processes = limits.processes if mode in OWN_UID else _own_processes() + limits.processes
 
     def apply() -> None:
         os.setsid()
@@ -59,7 +57,8 @@ def preexec(limits: Limits, mode: str):
             ("RLIMIT_FSIZE", limits.file_bytes),
             ("RLIMIT_NOFILE", 256),
             ("RLIMIT_CORE", 0),
-        ] + ([("RLIMIT_NPROC", processes)] if processes is not None else [])
+            ("RLIMIT_NPROC", processes),
+        ]
         for name, value in settings:
             resource.setrlimit(getattr(resource, name), (value, value))
 

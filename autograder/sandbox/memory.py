@@ -1,9 +1,12 @@
-"""The memory watch: a sandbox's processes and the memory they hold, read from outside (``/proc``).
+"""The memory watch: a sandbox's processes and the memory they hold, read from outside (psutil).
 
 :class:`MemoryWatch` keeps a sandbox within its limit; :func:`tree_bytes` is what ``make bench``
-reads for the grader and its sandboxes together. Not handled: systems without ``/proc`` (macOS),
-where nothing is watched; memory a process maps but never touches, which costs nothing; in the
-``limits`` mode, a process that leaves both the sandbox's process tree and its session.
+reads for the grader and its sandboxes together. psutil reads processes on Linux, macOS and
+Windows alike. A process's share of memory shared after fork() is its proportional size (PSS) on
+Linux; where the system has no such figure (macOS, Windows) it is the memory that process alone
+holds (USS), and the resident size for the sandbox's first process, which holds the shared pages.
+Not handled: memory a process maps but never touches, which costs nothing; in the ``limits`` mode,
+a process that leaves both the sandbox's process tree and its session.
 """
 
 from __future__ import annotations
@@ -12,61 +15,67 @@ import os
 import signal
 from collections import defaultdict
 
+import psutil
+
+from autograder.sandbox import system
+
 WATCH_SECONDS = 0.1  # how often the memory of a sandbox is read
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 HINT = "look for a tensor or list far larger than the exercise needs"  # for the learner, whatever ran out
 
 
-def processes() -> dict[int, tuple[int, int, int, int]]:
-    """Every process this machine shows: pid -> (parent pid, process group, session, resident bytes)."""
-    found = {}
-    if not os.path.isdir("/proc"):  # not Linux: no way to watch memory from outside
-        return found
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()  # fields from the third (state) on
-        found[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), int(fields[21]) * PAGE_BYTES)
-    return found
-
-
-def proportional_bytes(pid: int, resident: int) -> int:
-    """The process's share of the memory it uses (PSS): pages shared after fork() count once in all.
-    ``resident`` where the kernel does not say."""
+def members(leader: int) -> list[psutil.Process]:
+    """``leader`` and every process under it or in its session (a process that left the tree by
+    forking twice stays in it), those that still run."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as handle:
-            for line in handle:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return resident
+        root = psutil.Process(leader)
+        found = {p.pid: p for p in [root, *root.children(recursive=True)]}
+    except psutil.Error:
+        return []
+    if system.SESSIONS:
+        for pid in psutil.pids():
+            try:
+                if pid not in found and os.getsid(pid) == leader:
+                    found[pid] = psutil.Process(pid)
+            except (OSError, psutil.Error):
+                pass
+    return [found[pid] for pid in sorted(found)]
 
 
-def members(leader: int, table: dict) -> list[int]:
-    """The processes of ``table`` (see :func:`processes`) in the tree under ``leader`` or in its session."""
-    children = defaultdict(list)
-    for pid, (parent, _, _, _) in table.items():
-        children[parent].append(pid)
-    found, stack = set(), [leader]
-    while stack:
-        pid = stack.pop()
-        if pid in table and pid not in found:
-            found.add(pid)
-            stack += children[pid]
-    return sorted(found | {pid for pid, row in table.items() if row[2] == leader})
+def resident_bytes(process: psutil.Process) -> int:
+    """What ``process`` holds in memory, shared pages counted in full (0 once it has ended)."""
+    try:
+        return process.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def proportional_bytes(process: psutil.Process, leader: int) -> int:
+    """The share of memory ``process`` holds, pages shared after fork() counted once in all (see
+    the module's docstring for systems without proportional sizes)."""
+    try:
+        full = process.memory_full_info()
+    except psutil.Error:
+        return resident_bytes(process)
+    if hasattr(full, "pss"):
+        return full.pss
+    return full.rss if process.pid == leader else full.uss
+
+
+def group_of(process: psutil.Process, leader: int) -> int:
+    """The process group a call's processes share (its own per forked call), or ``leader`` where
+    the system has no process groups (Windows: the sandbox is one group)."""
+    if not system.SESSIONS:
+        return leader
+    try:
+        return os.getpgid(process.pid)
+    except OSError:
+        return leader
 
 
 def tree_bytes(leader: int) -> int:
     """The memory ``leader`` and every process under it (or in its session) hold now, shared pages
     counted once."""
-    table = processes()
-    return sum(proportional_bytes(pid, table[pid][3]) for pid in members(leader, table))
+    return sum(proportional_bytes(p, leader) for p in members(leader))
 
 
 class MemoryWatch:
@@ -76,34 +85,32 @@ class MemoryWatch:
     are cheap to read and overcount memory shared between forked processes, so only when their sum
     is over the limit are the exact proportional sizes read. Over the limit, the process group that
     holds the most is killed: a probe's (one function call: it fails alone), or the main one (the
-    whole run stops).
+    whole run stops; where each call does not run in a process of its own, that is every time).
     """
 
     def __init__(self, leader: int, limit: int):
         self.leader, self.limit = leader, limit
         self.stopped: list[str] = []  # what was killed, for the report
 
-    def check(self) -> bool:
-        """Enforce the limit once; True when the whole sandbox had to be stopped."""
-        table = processes()
-        found = members(self.leader, table)
-        if sum(table[pid][3] for pid in found) <= self.limit:
+    def check(self, calling: bool = False) -> bool:
+        """Enforce the limit once; True when the whole sandbox had to be stopped (``calling``: for
+        the call it was running, where calls share the sandbox's process)."""
+        found = members(self.leader)
+        if sum(map(resident_bytes, found)) <= self.limit:
             return False
         by_group: dict[int, int] = defaultdict(int)
-        for pid in found:
-            by_group[table[pid][1]] += proportional_bytes(pid, table[pid][3])
+        for process in found:
+            by_group[group_of(process, self.leader)] += proportional_bytes(process, self.leader)
         if sum(by_group.values()) <= self.limit:
             return False
         group = max(by_group, key=by_group.get)
-        used = f"{sum(by_group.values()) / 2**30:.1f} GiB"
+        over = f"{sum(by_group.values()) / 2**30:.1f} GiB of memory, over the limit of {self.limit / 2**30:.1f} GiB"
         if group == self.leader:
-            self.stopped.append(f"the submission used {used} of memory, over the limit of {self.limit / 2**30:.1f} GiB")
+            self.stopped.append(f"a call was stopped at {over}" if calling else f"the submission used {over}")
             return True
         try:
             os.killpg(group, signal.SIGKILL)
-            self.stopped.append(
-                f"a call was stopped at {used} of memory, over the limit of {self.limit / 2**30:.1f} GiB"
-            )
+            self.stopped.append(f"a call was stopped at {over}")
         except (ProcessLookupError, PermissionError):
             pass
         return False

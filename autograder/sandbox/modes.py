@@ -9,8 +9,9 @@ The strongest mode that works on this machine is chosen (see :func:`strongest`):
   namespaces and mounts inside a user namespace, then a nested one that locks those mounts, with
   every capability dropped;
 - ``unprivileged`` (root where namespaces fail): a user id of its own only;
-- ``limits``: a plain process with the limits of :mod:`autograder.sandbox.limits` (macOS, kernels
-  that forbid user namespaces, or ``AUTOGRADER_ISOLATION=limits``). The report says so.
+- ``limits``: a plain process with the limits of :mod:`autograder.sandbox.limits` (macOS, Windows,
+  kernels that forbid user namespaces, or ``AUTOGRADER_ISOLATION=limits``). The report says so, and
+  on Windows also that calls share one process (:mod:`autograder.sandbox.system`).
 
 Not handled: side channels between submissions graded at the same time (timing, /tmp), which
 cannot change a score.
@@ -25,6 +26,8 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from autograder.sandbox import system
 
 FIRST_SANDBOX_UID = 200_000  # unused by any account: each sandbox gets its own, so limits are per sandbox
 NAMESPACES = ["--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
@@ -67,13 +70,18 @@ def describe(mode: str) -> str:
         "unprivileged": "a user of its own and limits, but no namespaces: the network and the course's files "
         "were reachable",
         "limits": "limits only: the network and the course's files were reachable (this system allows no "
-        "user namespaces; see the README)",
+        "user namespaces; see the README)"
+        + (
+            f"; this system lacks {system.summary()}, so every call runs in the sandbox's one process"
+            if not system.FORKS
+            else ""
+        ),
     }[mode]
 
 
 def candidates() -> list[str]:
     """The modes worth trying here, strongest first."""
-    if os.name != "posix" or sys.platform != "linux" or os.environ.get("AUTOGRADER_ISOLATION") == "limits":
+    if sys.platform != "linux" or not system.SESSIONS or os.environ.get("AUTOGRADER_ISOLATION") == "limits":
         return ["limits"]
     have = {tool: shutil.which(tool) is not None for tool in ("unshare", "setpriv")}
     if not have["setpriv"]:
