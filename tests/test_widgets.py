@@ -35,7 +35,7 @@ WIDGETS = [
     for name, _ in inspect.getmembers(importlib.import_module(f"course.plots.{slug}"), inspect.isfunction)
     if name.startswith("widget_")
 ]
-IPYWIDGETS7 = Path(sys.prefix) / "ipywidgets7"  # `make test` installs ipywidgets 7.7.1 there (see the Makefile)
+IPYWIDGETS7 = Path(sys.prefix) / "ipywidgets7"  # `make test` installs ipywidgets 7.7.1 there (tools/setup_course.py)
 
 
 @pytest.mark.parametrize("slug, name", WIDGETS)

@@ -1,6 +1,6 @@
 """Install the torch build that suits this machine into the running environment, before anything else.
 
-``python tools/install_torch.py [SPEC]`` (the Makefile runs it with the venv's Python):
+``python tools/install_torch.py [SPEC]`` (``tools/setup_course.py`` runs it with the venv's Python):
 
 - an NVIDIA GPU is present (``nvidia-smi -L`` lists one): PyPI's default build, which on Linux is
   the CUDA build (about 4.5 GB installed);
@@ -8,12 +8,15 @@
   local wheel cache that pip is configured with (find-links) when it has one, else from PyTorch's
   CPU index; when that index cannot be reached within a few seconds, PyPI's default build, with a
   warning saying what it costs;
-- other systems (macOS, Windows, Linux on Arm): PyPI's default, which is already CPU-only (MPS on
-  Apple silicon).
+- macOS on Apple silicon: PyPI's default, CPU with MPS for the GPU;
+- Windows: PyPI's default, which is CPU-only even with an NVIDIA GPU (pass PyTorch's CUDA index as
+  ``TORCH_INDEX`` for a CUDA build);
+- Linux on Arm: PyPI's default, CPU-only.
 
 ``TORCH_INDEX=URL`` installs from that index instead (for example a CUDA index), and ``SPEC``
 (default ``torch==2.13.0``) names the version; ``TORCH_BUILD=cpu|cuda`` overrides the detection.
-Not handled: AMD (ROCm) and Intel GPUs; pass their index as ``TORCH_INDEX``.
+Not handled: AMD (ROCm) and Intel GPUs, pass their index as ``TORCH_INDEX``; Intel Macs, for which
+PyPI has no torch after 2.2.
 """
 
 from __future__ import annotations

