@@ -26,6 +26,7 @@ to change.
 from __future__ import annotations
 
 import contextlib
+import numbers
 
 import torch
 
@@ -46,6 +47,13 @@ def _check_matrix(weight: torch.Tensor, name: str = "weight") -> None:
         raise ValueError(f"{name} must hold floating-point numbers, got {weight.dtype}")
     if not torch.isfinite(weight).all():
         raise ValueError(f"{name} contains NaN or infinity; quantization needs finite values")
+
+
+def _described(value, dtype: bool = False) -> str:
+    """``shape (4, 64)`` (``torch.float32 of shape (4, 64)`` with ``dtype``) for a tensor, else its type's name."""
+    if not isinstance(value, torch.Tensor):
+        return type(value).__name__
+    return f"{value.dtype} of shape {tuple(value.shape)}" if dtype else f"shape {tuple(value.shape)}"
 
 
 def _working(weight: torch.Tensor) -> torch.Tensor:
@@ -108,7 +116,17 @@ def quantize(weight: torch.Tensor, bits: int, group_size: int | None = None) -> 
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Codes times their group's scale; the group size is read off the shapes."""
+    """Codes times their group's scale; the group size is read off the shapes.
+
+    ``codes`` is a (rows, cols) matrix and ``scale`` a (rows, groups) one, as :func:`quantize`
+    returns them; other shapes raise ValueError.
+    """
+    for name, value in (("codes", codes), ("scale", scale)):
+        if not isinstance(value, torch.Tensor) or value.dim() != 2:
+            raise ValueError(
+                f"{name} must be a 2-D matrix, got {_described(value)}; "
+                "pass codes of shape (rows, cols) and a scale of shape (rows, groups), as quantize returns them"
+            )
     rows, cols = codes.shape
     groups = scale.shape[-1]
     if scale.shape[0] != rows or cols % groups != 0:
@@ -136,7 +154,14 @@ def quantize_dequantize_per_tensor(weight: torch.Tensor, bits: int) -> torch.Ten
 
 
 def relative_error(weight: torch.Tensor, approx: torch.Tensor) -> float:
-    """Frobenius-norm ratio ||W - W_hat|| / ||W||."""
+    """Frobenius-norm ratio ||W - W_hat|| / ||W||.
+
+    Both arguments must be torch tensors of the same shape (Python lists and numpy arrays raise
+    ValueError: wrap them with torch.as_tensor first), as every function here takes tensors.
+    """
+    for name, value in (("weight", weight), ("approx", approx)):
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}; wrap it with torch.as_tensor")
     if weight.shape != approx.shape:
         raise ValueError(f"shapes differ: weight {tuple(weight.shape)} vs approx {tuple(approx.shape)}")
     norm = weight.float().norm()
@@ -152,7 +177,21 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Map int8 codes back to float32 with their per-row scale."""
+    """Map int8 codes back to float32 with their per-row scale.
+
+    ``codes`` is a (rows, cols) matrix and ``scale`` holds one value per row, of shape (rows, 1) as
+    :func:`quantize_int8` returns it, or (rows,); other shapes raise ValueError.
+    """
+    if not isinstance(codes, torch.Tensor) or codes.dim() != 2:
+        raise ValueError(
+            f"codes must be a 2-D matrix (rows, cols), got {_described(codes)}; pass the codes quantize_int8 returns"
+        )
+    rows = codes.shape[0]
+    if not isinstance(scale, torch.Tensor) or tuple(scale.shape) not in ((rows,), (rows, 1)):
+        raise ValueError(
+            f"scale of {_described(scale)} does not fit codes with "
+            f"{rows} rows: pass one scale per row, shape ({rows}, 1) as quantize_int8 returns it, or ({rows},)"
+        )
     return codes.float() * scale.float().reshape(-1, 1)  # scale: (rows,) or (rows, 1)
 
 
@@ -160,12 +199,27 @@ def effective_bits(bits: int, group_size: int | None, scale_bits: int = 16, cols
     """Bits stored per weight, the scales included: bits + scale_bits / group_size.
 
     With ``group_size=None`` (one scale per row) pass ``cols``. Int4 with an fp16 scale per 64
-    weights costs 4 + 16/64 = 4.25 bits.
+    weights costs 4 + 16/64 = 4.25 bits. Bits, group sizes and column counts that are not positive
+    numbers raise ValueError.
     """
-    group = cols if group_size is None else group_size
-    if not group or group < 1:
-        raise ValueError("give a positive group_size, or cols when there is one scale per row")
-    return bits + scale_bits / group
+    if not _positive(bits):
+        raise ValueError(f"bits must be a positive number such as 4 or 8, got {bits!r}")
+    if group_size is None:
+        if not _positive(cols):
+            raise ValueError(
+                f"with group_size=None (one scale per row) pass cols, the positive number of columns, got {cols!r}"
+            )
+        return bits + scale_bits / cols
+    if not _positive(group_size):
+        raise ValueError(
+            f"group_size must be a positive number of columns such as 64, got {group_size!r}; "
+            "use None with cols for one scale per row"
+        )
+    return bits + scale_bits / group_size
+
+
+def _positive(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0
 
 
 def effective_bits_double_quant(
@@ -215,7 +269,20 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
-    """The codes :func:`pack_int4` stored: (rows, bytes) uint8 -> (rows, 2 * bytes) int32 in [-8, 7]."""
+    """The codes :func:`pack_int4` stored: (rows, bytes) uint8 -> (rows, 2 * bytes) int32 in [-8, 7].
+
+    Floating-point (or boolean) tensors and tensors that are not 2-D raise ValueError: they are not bytes."""
+    if (
+        not isinstance(packed, torch.Tensor)
+        or packed.is_floating_point()
+        or packed.is_complex()
+        or packed.dtype == torch.bool
+        or packed.dim() != 2
+    ):
+        raise ValueError(
+            f"packed must be a 2-D tensor of torch.uint8 bytes (rows, bytes), got {_described(packed, dtype=True)}; "
+            "pass what pack_int4 returns (pack signed codes in [-8, 7] with pack_int4 first)"
+        )
     return unpack_codes(packed, 4).to(torch.int32) - 8
 
 

@@ -220,6 +220,63 @@ def test_bad_arguments_say_what_to_do(call, message):
         call(quantization.gaussian_matrix(4, 64))
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: quantization.unpack_int4(torch.tensor([[31.0]])),
+            r"torch\.uint8 bytes.*got torch\.float32.*pack_int4",
+        ),
+        (lambda: quantization.unpack_int4(torch.tensor([31], dtype=torch.uint8)), r"2-D tensor.*shape \(1,\)"),
+        (
+            lambda: quantization.dequantize_int8(torch.ones(3, 4, dtype=torch.int8), torch.ones(4, 1)),
+            r"scale of shape \(4, 1\) does not fit codes with 3 rows.*\(3, 1\)",
+        ),
+        (
+            lambda: quantization.dequantize_int8(torch.ones(4, 4, dtype=torch.int8), torch.ones(1, 4)),
+            r"scale of shape \(1, 4\) does not fit codes with 4 rows",
+        ),
+        (
+            lambda: quantization.dequantize(torch.tensor([7, -3, 1, 0]), torch.tensor([[0.5 / 7]])),
+            r"codes must be a 2-D matrix, got shape \(4,\).*\(rows, cols\)",
+        ),
+        (
+            lambda: quantization.dequantize(torch.ones(4, 8), torch.ones(4)),
+            r"scale must be a 2-D matrix, got shape \(4,\).*\(rows, groups\)",
+        ),
+        (lambda: quantization.relative_error([[3.0, 4.0]], [[3.0, 3.0]]), "weight must be a torch.Tensor, got list"),
+        (
+            lambda: quantization.relative_error(torch.tensor([[3.0, 4.0]]), [[3.0, 3.0]]),
+            "approx must be a torch.Tensor, got list; wrap it with torch.as_tensor",
+        ),
+        (lambda: quantization.effective_bits(0, 64), "bits must be a positive number such as 4 or 8, got 0"),
+        (lambda: quantization.effective_bits(-4, 64), "bits must be a positive number"),
+        (lambda: quantization.effective_bits(4, 0), "group_size must be a positive number of columns.*got 0"),
+        (lambda: quantization.effective_bits(4, -64), "group_size must be a positive number of columns.*got -64"),
+        (lambda: quantization.effective_bits(4, None), "pass cols"),
+        (lambda: quantization.effective_bits(4, None, cols=0), "pass cols.*got 0"),
+    ],
+)
+def test_reference_functions_refuse_bad_inputs(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_reference_functions_unchanged_on_good_inputs():
+    assert quantization.unpack_int4(torch.tensor([[0x1F]], dtype=torch.uint8)).tolist() == [[-7, 7]]
+    assert quantization.unpack_int4(torch.tensor([[0x1F]], dtype=torch.int32)).tolist() == [[-7, 7]]  # ints still do
+    codes, scale = torch.tensor([[1, -2], [3, 4]], dtype=torch.int8), torch.tensor([[0.5], [2.0]])
+    assert quantization.dequantize_int8(codes, scale).tolist() == [[0.5, -1.0], [6.0, 8.0]]
+    assert quantization.dequantize_int8(codes, scale.reshape(2)).tolist() == [[0.5, -1.0], [6.0, 8.0]]
+    back = quantization.dequantize(torch.tensor([[7, -3, 1, 0]]), torch.tensor([[0.5 / 7]]))  # the worked example
+    assert back.tolist()[0] == pytest.approx([0.5, -0.2143, 0.0714, 0.0], abs=1e-4)
+    assert quantization.relative_error(torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 3.0]])) == pytest.approx(0.2)
+    assert quantization.effective_bits(4, 64) == 4.25
+    assert quantization.effective_bits(8, 128, 32) == 8.25
+    assert quantization.effective_bits(4, None, cols=4096) == pytest.approx(4 + 16 / 4096)
+    assert quantization.effective_bits(4, 64, cols=0) == 4.25  # cols only counts without a group size
+
+
 # --- the stored reference numbers -----------------------------------------------------------------
 
 
