@@ -225,7 +225,8 @@ def stubborn():
         except BaseException:
             pass
 def hog():
-    return len(bytearray(2 * 2**30))
+    held = [bytearray(2**26) for _ in range(64)]  # 4 GiB, 64 MiB at a time
+    return len(held)
 """
 calls = ["two", "leave", "two", "spin", "two", "spin", "stubborn", "hog", "two"]
 job = {
@@ -233,7 +234,7 @@ job = {
     "answers": [{"grade_id": "answer", "source": answer}],
     "probes": [{"id": f"{i} {name}", "call": name, "args": [], "kwargs": {}} for i, name in enumerate(calls)],
 }
-limits = sandbox.Limits(wall_seconds=300, probe_seconds=3, cell_seconds=10, memory_bytes=2**30)
+limits = sandbox.Limits(wall_seconds=300, probe_seconds=5, cell_seconds=10, memory_bytes=2**30)
 outcome = sandbox.run(job, limits)
 print(json.dumps({"probes": outcome.results["probes"], "problem": outcome.problem, "notes": outcome.notes}))
 '''
@@ -250,7 +251,7 @@ def test_on_windows_a_call_that_ends_the_sandbox_costs_that_call_only(tmp_path):
     probes = found["probes"]
     assert [probes[k] for k in ("0 two", "2 two", "4 two", "8 two")] == [{"returned": 2}] * 4, probes
     assert probes["1 leave"] == {"crashed": "leave ended its process (exit code 3) before returning"}
-    assert probes["3 spin"] == {"timeout": 3} and probes["6 stubborn"] == {"timeout": 3}
+    assert probes["3 spin"] == {"timeout": 5} and probes["6 stubborn"] == {"timeout": 5}
     assert probes["5 spin"] == {"skipped": "an earlier call of spin did not finish"}
     assert "memory limit of 1.0 GiB" in probes["7 hog"]["crashed"], probes["7 hog"]
     assert found["problem"] == "" and len(found["notes"]) == 1, found

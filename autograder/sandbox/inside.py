@@ -287,16 +287,21 @@ def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 
     try:
         return json.loads(b"".join(chunks))
     except ValueError:
-        called = probe["call"]
         if os.WIFSIGNALED(status):
-            name = signal.Signals(os.WTERMSIG(status)).name
-            if name == "SIGKILL" and memory_bytes:
-                return {
-                    "crashed": f"{called} was killed by signal {name}, most likely for using more than the "
-                    f"memory limit of {memory_bytes / 2**30:.1f} GiB"
-                }
-            return {"crashed": f"{called} was killed by signal {name}"}
-        return {"crashed": f"{called} ended its process (exit code {os.WEXITSTATUS(status)}) before returning"}
+            return crashed(probe["call"], signal.Signals(os.WTERMSIG(status)).name, memory_bytes=memory_bytes)
+        return crashed(probe["call"], exit_code=os.WEXITSTATUS(status))
+
+
+def crashed(called: str, signal_name: str = "", exit_code: int | None = None, memory_bytes: int = 0) -> dict:
+    """What a call reports that ended its process: by exiting (``exit_code``), or killed by a signal
+    (``signal_name``; none named where the grader stopped it without one), for memory where the
+    limit (``memory_bytes``) is given and the kill is one the memory watch makes."""
+    if exit_code is not None:
+        return {"crashed": f"{called} ended its process (exit code {exit_code}) before returning"}
+    killed = f"{called} was killed" + (f" by signal {signal_name}" if signal_name else "")
+    if memory_bytes and signal_name in ("", "SIGKILL"):
+        killed += f", most likely for using more than the memory limit of {memory_bytes / 2**30:.1f} GiB"
+    return {"crashed": killed}
 
 
 def report(results, line: dict) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from autograder.sandbox import memory, modes, system
+from autograder.sandbox import inside, memory, modes, system
 from autograder.sandbox.limits import Limits, preexec
 from autograder.sandbox.memory import HINT, WATCH_SECONDS, MemoryWatch
 from course import paths
@@ -246,14 +246,11 @@ def _lost_call(attempt: Attempt, call: str, limits: Limits) -> dict:
     if attempt.overtime:
         return {"timeout": limits.probe_seconds}
     if attempt.stopped_for_memory:
-        return {
-            "crashed": f"{call} was killed, most likely for using more than the memory limit of "
-            f"{limits.memory_bytes / 2**30:.1f} GiB"
-        }
+        return inside.crashed(call, memory_bytes=limits.memory_bytes)
     code = attempt.code
     if code is not None and code < 0:
-        return {"crashed": f"{call} was killed by signal {signal.Signals(-code).name}"}
-    return {"crashed": f"{call} ended its process (exit code {code}) before returning"}
+        return inside.crashed(call, signal.Signals(-code).name)
+    return inside.crashed(call, exit_code=code)
 
 
 class Reader:
