@@ -1065,10 +1065,12 @@ def calls_from_agreement(agree: list[bool], k: int) -> int:
 @functools.cache
 @_on_one_thread
 def greedy_tokens(weights: str, group_size: int | None, calibration: str = "none") -> tuple[torch.Tensor, ...]:
-    """The target's greedy continuation of each prompt, (1, T + NEW_TOKENS) each, with the target
-    stored in ``weights``. Greedy speculation reproduces it token for token whatever the draft, so
-    it is generated with the distilled draft and the longest k: the fewest calls of the stored
-    target, whose every call rebuilds its weights."""
+    """The target's greedy continuation of each of :func:`prompts`, (1, PROMPT_LENGTH + NEW_TOKENS)
+    each, with the target as :func:`stored_target` stores it in ``weights``, ``group_size`` and
+    ``calibration`` (every product in float32). Greedy speculation reproduces it token for token
+    whatever the draft, so it is generated with the distilled draft and the longest k: the fewest
+    calls of the stored target, each of which rebuilds its weights from the stored tensors (all but
+    ``fp32``, a plain float32 copy)."""
     target, drafter = stored_target(weights, group_size, calibration), draft_model("distilled")
     return tuple(
         DRAFTS["distilled"].run(target, drafter, p, DRAFT_LENGTHS[-1], NEW_TOKENS)["tokens"] for p in prompts()
@@ -1087,8 +1089,9 @@ def agreement(drafter: LanguageModel, tokens: torch.Tensor, prompt_length: int) 
 @_on_one_thread
 def draft_curves(weights: str, group_size: int | None, calibration: str = "none") -> dict[str, list[float]]:
     """Tokens per target call at every draft length of :data:`DRAFT_LENGTHS`, for each model draft,
-    with the target stored in ``weights``: counted from where each draft agrees with the target's
-    greedy output (:func:`calls_from_agreement`), without running the loop for every k."""
+    with the target stored in ``weights``, ``group_size`` and ``calibration``: counted from where
+    each draft agrees with the target's greedy output (:func:`greedy_tokens`,
+    :func:`calls_from_agreement`), without running the loop for every k."""
     curves = {}
     for name, draft in DRAFTS.items():
         if draft.checkpoint is None:
