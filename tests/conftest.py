@@ -161,8 +161,11 @@ def assert_named(report, planted: Planted) -> None:
 
 def verdicts(grade_id: str, source: str, seed: int = 7) -> dict:
     """Every check of the exercise ``grade_id`` (hidden ones too) on the answer ``source``, run in
-    this process after the chapter's setup cell: check id -> Verdict. The judges are the grader's;
-    only the sandbox is left out, which makes a long list of planted mistakes quick to test."""
+    this process after the chapter's setup cells: check id -> Verdict. The probes and judges are the
+    grader's; only the sandbox is left out, which makes a long list of planted mistakes quick to
+    test. The inputs are not a graded notebook's: the i-th check of the exercise draws its probe
+    from its own generator seeded ``seed + i`` (the same on every run), where the grader draws every
+    check of the chapter from one generator of the submission's seed."""
     from autograder import notebook
     from autograder.chapters import chapter_of, exercise_by_id
     from autograder.selfcheck import run_in_process
