@@ -301,12 +301,6 @@ def _stored_gptq_losses() -> tuple[float, dict[str, dict[int, float]]]:
     return numbers["model_fp32_loss"]["value"], losses
 
 
-def plot_gptq(bits: int = 4, baseline: float | None = None, losses: dict | None = None) -> Figure:
-    """Loss against bits for round to nearest and GPTQ, ``bits`` marked; the stored reference
-    figures unless ``baseline`` and ``losses`` (``quantization.gptq_against_rtn``'s) are given."""
-    return GptqChart(baseline, losses).update(bits).figure
-
-
 def widget_gptq(baseline: float | None = None, losses: dict | None = None) -> None:
     """A bits slider over :class:`GptqChart` (the stored reference figures unless given)."""
     chart = GptqChart(baseline, losses)
