@@ -6,7 +6,8 @@ keep their size as T changes. A worked example: for teacher logits (2, 0) and st
 at T = 1, KL = 0.881 log(0.881 / 0.5) + 0.119 log(0.119 / 0.5) = 0.328 nats.
 
 :func:`prune_smallest` is the other way to a smaller model that chapter 7 measures: unstructured
-magnitude pruning, the smallest weights of a matrix set to zero.
+magnitude pruning, the smallest weights of a matrix set to zero, as many as
+``torch.nn.utils.prune.l1_unstructured`` prunes (``round(share * numel)``).
 
 Not handled: sequence-level or on-policy distillation, teachers and students with different
 vocabularies.
@@ -54,15 +55,26 @@ def soft_target_mix(
     return weight * distillation_loss(student_logits, teacher_logits, temperature) + (1 - weight) * hard
 
 
-def prune_smallest(weight: torch.Tensor, share: float) -> torch.Tensor:
-    """A copy of ``weight`` with its ``int(share * weight.numel())`` smallest weights by magnitude,
-    ranked over the whole matrix, set to zero (unstructured magnitude pruning); ``weight`` itself
-    is left as it was. Ties at the cutoff go to the earlier position (``torch.sort`` is stable).
+def pruned_count(share: float, numel: int) -> int:
+    """How many of ``numel`` weights a share prunes, counted as ``torch.nn.utils.prune`` counts a
+    float ``amount``: ``round(share * numel)``, Python's rounding of that float, so halves go to the
+    even number. Example: 0.75 of 25 weights is round(18.75) = 19; 0.5 of 9 is round(4.5) = 4."""
+    return round(share * numel)
 
-    Not handled: per-row or structured pruning, shares outside [0, 1] (ValueError).
+
+def prune_smallest(weight: torch.Tensor, share: float) -> torch.Tensor:
+    """A copy of ``weight`` with its ``round(share * weight.numel())`` smallest weights by magnitude,
+    ranked over the whole matrix, set to zero (unstructured magnitude pruning, counted like
+    ``torch.nn.utils.prune.l1_unstructured``, see :func:`pruned_count`); ``weight`` itself is left
+    as it was. Ties at the cutoff go to the earlier position (``torch.sort`` is stable; torch's
+    ``topk`` may pick another of the tied weights).
+
+    Not handled: per-row or structured pruning, shares outside [0, 1] (ValueError), a count of
+    weights: an integer share is a fraction here too (1 prunes everything), where
+    ``torch.nn.utils.prune`` reads an integer ``amount`` as the number of weights to prune.
     """
     if not 0 <= share <= 1:
         raise ValueError(f"share must be between 0 and 1 (the fraction of weights to zero), got {share!r}")
-    flat = weight.flatten().clone()
-    flat[flat.abs().sort(stable=True).indices[: int(share * flat.numel())]] = 0
+    flat = weight.flatten().clone()  # (numel,)
+    flat[flat.abs().sort(stable=True).indices[: pruned_count(share, flat.numel())]] = 0
     return flat.reshape(weight.shape)

@@ -188,28 +188,31 @@ print(
 #
 # ### Your turn: `prune_smallest`
 #
-# Write `prune_smallest(weight, share)`: unstructured magnitude pruning of one matrix. Return a
-# copy of `weight` in which the `int(share * weight.numel())` weights of smallest magnitude
-# `|w|`, ranked over the whole matrix (not row by row), are zero; leave `weight` itself as it was.
-# Share 0 prunes nothing and share 1 everything; raise `ValueError` for a share outside [0, 1].
-# Example: `[[0.5, -2.0, 0.1, 3.0], [-0.3, 1.0, -4.0, 0.2]]` at share 0.5 loses its four smallest
-# magnitudes, 0.1, 0.2, -0.3 and 0.5: `[[0, -2, 0, 3], [0, 1, -4, 0]]`. (Exact ties at the
-# cutoff may go either way: the checks use weights without ties.)
+# Write `prune_smallest(weight, share)`: unstructured magnitude pruning of one matrix, counted like
+# `torch.nn.utils.prune.l1_unstructured`. Return a copy of `weight`, in its shape, in which the
+# `round(share * weight.numel())` weights of smallest magnitude `|w|`, ranked over the whole matrix
+# (not row by row), are zero; leave `weight` itself as it was. The count is Python's `round` of
+# that float, as torch computes it: 0.75 of a 5 x 5 matrix is round(18.75) = 19 weights (`int`
+# would truncate to 18), and a half goes to the even number, round(4.5) = 4. Share 0 prunes
+# nothing and share 1 everything; raise `ValueError` for a share outside [0, 1]. Example:
+# `[[0.5, -2.0, 0.1, 3.0], [-0.3, 1.0, -4.0, 0.2]]` at share 0.5 loses its round(0.5 * 8) = 4
+# smallest magnitudes, 0.1, 0.2, -0.3 and 0.5: `[[0, -2, 0, 3], [0, 1, -4, 0]]`. (Exact ties in
+# magnitude at the cutoff may go either way: the checks use weights without ties.)
 
 
 # %% nbgrader={"grade": false, "grade_id": "prune_smallest", "locked": false, "schema_version": 3, "solution": true}
 def prune_smallest(weight, share):
-    """A copy of `weight` with its int(share * numel) smallest-magnitude weights set to zero."""
+    """A copy of `weight` with its round(share * numel) smallest-magnitude weights set to zero."""
     ### BEGIN SOLUTION
     if not 0 <= share <= 1:
         raise ValueError(f"share must be between 0 and 1, got {share}")
     flat = weight.flatten().clone()
-    flat[flat.abs().argsort()[: int(share * flat.numel())]] = 0
+    flat[flat.abs().argsort()[: round(share * flat.numel())]] = 0  # as torch.nn.utils.prune counts
     return flat.reshape(weight.shape)
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_prune_smallest", "locked": true, "points": 5, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_prune_smallest", "locked": true, "points": 7, "schema_version": 3, "solution": false}
 check("prune_smallest")
 ### BEGIN HIDDEN TESTS
 check("prune_smallest", hidden=True)
@@ -238,7 +241,7 @@ def prune_structured(model, share):
     for block in pruned.blocks:
         mlp = block.mlp
         norms = mlp.gate_proj.weight.norm(dim=1) * mlp.up_proj.weight.norm(dim=1) * mlp.down_proj.weight.norm(dim=0)
-        drop = norms.argsort()[: int(share * len(norms))]
+        drop = norms.argsort()[: round(share * len(norms))]  # counted as torch.nn.utils.prune counts
         for layer, dim in ((mlp.gate_proj, 0), (mlp.up_proj, 0), (mlp.down_proj, 1)):
             layer.weight.data.index_fill_(dim, drop, 0.0)  # zeroing the unit = removing it
     return pruned
@@ -280,8 +283,9 @@ plots.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baselin
 #   open models are distilled from larger ones.
 # * Draft training: DistillSpec, EAGLE and Medusa train the draft (or draft heads) on the
 #   target's own outputs for exactly the agreement measured here.
-# * Pruning: `torch.nn.utils.prune` for experiments, SparseGPT and Wanda for one-shot pruning of
-#   LLMs, NVIDIA's 2:4 structured sparsity for hardware speed-ups.
+# * Pruning: `torch.nn.utils.prune` for experiments (its `l1_unstructured` is `prune_smallest`,
+#   counted the same way), SparseGPT and Wanda for one-shot pruning of LLMs, NVIDIA's 2:4
+#   structured sparsity for hardware speed-ups.
 #
 # ## Check yourself
 #

@@ -3,12 +3,13 @@ one, the chapter's figure, and the grader's hints for planted mistakes."""
 
 import pytest
 import torch
+from torch.nn.utils import prune as torch_prune
 
 from course import checkpoints, corpus, distillation
 from course.plots import distillation as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named, judged_in_process
+from conftest import Planted, assert_named, judged_in_process, verdicts
 
 
 def test_distillation_loss_against_a_direct_formula():
@@ -53,7 +54,7 @@ def test_prune_smallest_zeroes_exactly_the_smallest_magnitudes_of_a_copy():
     weight = torch.randn(16, 24, generator=g)
     for share in (0.0, 0.1, 0.5, 0.93, 1.0):
         pruned = distillation.prune_smallest(weight, share)
-        count = int(share * weight.numel())
+        count = round(share * weight.numel())
         assert int((pruned == 0).sum()) == count
         kept = pruned != 0
         assert torch.equal(pruned[kept], weight[kept])  # what stays is unchanged
@@ -66,6 +67,51 @@ def test_prune_smallest_zeroes_exactly_the_smallest_magnitudes_of_a_copy():
         distillation.prune_smallest(weight, 1.5)
 
 
+def test_pruned_count_rounds_as_torch_does_halves_to_even():
+    assert distillation.pruned_count(0.75, 25) == 19  # int() would give 18 (the issue's case)
+    assert [distillation.pruned_count(0.5, n) for n in (5, 7, 9, 11)] == [2, 4, 4, 6]  # 2.5, 3.5, 4.5, 5.5
+    assert distillation.pruned_count(0.0, 10) == 0 and distillation.pruned_count(1.0, 10) == 10
+    for share in (0.1, 0.25, 0.3, 0.45, 0.75, 0.93):
+        for numel in (1, 7, 10, 25, 96, 384):
+            assert distillation.pruned_count(share, numel) == torch_prune._compute_nparams_toprune(share, numel)
+
+
+# (shape, share): counts that round up (18.75, 3.5), down (38.4), to even (4.5, 2.5) and exact ones
+AGAINST_TORCH = [
+    ((5, 5), 0.75),
+    ((1, 7), 0.5),
+    ((3, 3), 0.5),
+    ((5,), 0.5),
+    ((8, 12), 0.4),
+    ((16, 24), 0.93),
+    ((2, 3, 4), 0.3),
+    ((6, 10), 0.0),
+    ((6, 10), 1.0),
+]
+
+
+def l1_unstructured_mask(weight: torch.Tensor, share: float) -> torch.Tensor:
+    """torch.nn.utils.prune.l1_unstructured's mask of ``weight`` at ``share`` (1 kept, 0 pruned)."""
+    holder = torch.nn.Module()
+    holder.weight = torch.nn.Parameter(weight.clone())
+    torch_prune.l1_unstructured(holder, "weight", amount=share)
+    return holder.weight_mask
+
+
+@pytest.mark.parametrize("shape, share", AGAINST_TORCH)
+def test_prune_smallest_prunes_what_torch_l1_unstructured_prunes(shape, share):
+    g = torch.Generator().manual_seed(len(shape) * 100 + int(100 * share))
+    weight = torch.randn(shape, generator=g)
+    assert weight.abs().unique().numel() == weight.numel()  # no ties in magnitude: the masks must agree
+    pruned = distillation.prune_smallest(weight, share)
+    mask = l1_unstructured_mask(weight, share)
+    assert torch.equal(pruned != 0, mask.bool()), (shape, share)
+    assert torch.equal(pruned, weight * mask)
+    tied = torch.randint(1, 4, shape, generator=g).float() * (torch.rand(shape, generator=g) < 0.5).mul(2).sub(1)
+    zeros = int((distillation.prune_smallest(tied, share) == 0).sum())  # ties may pick other weights: count them
+    assert zeros == int((l1_unstructured_mask(tied, share) == 0).sum()), (shape, share)
+
+
 PRUNE = """
 def prune_smallest(weight, share):
     if not 0 <= share <= 1:
@@ -74,12 +120,12 @@ def prune_smallest(weight, share):
     {body}
     return pruned
 """
-VALUES = {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.copy"}
+VALUES = {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.rounding", "prune_smallest.half"}
 
 
-def prune(ranks="weight.abs().flatten().argsort()", extra="") -> str:
-    """A prune_smallest that zeroes the first int(share * numel) (+ ``extra``) weights of ``ranks``."""
-    return PRUNE.format(body=f"pruned.view(-1)[{ranks}[: int(share * weight.numel()){extra}]] = 0")
+def prune(ranks="weight.abs().flatten().argsort()", extra="", count="round(share * weight.numel())") -> str:
+    """A prune_smallest that zeroes the first ``count`` (+ ``extra``) weights of ``ranks``."""
+    return PRUNE.format(body=f"pruned.view(-1)[{ranks}[: {count}{extra}]] = 0")
 
 
 PLANTED = {
@@ -111,6 +157,12 @@ PLANTED = {
         {"prune_smallest.edges"},
         "share 0 zeroed 1 weight(s)",
     ),
+    "prune_truncates": Planted(  # what the chapter asked for before it counted like torch.nn.utils.prune
+        "prune_smallest",
+        prune(count="int(share * weight.numel())"),
+        {"prune_smallest.rounding"},
+        "truncates instead of rounding: int(18.75) = 18 weights",
+    ),
 }
 
 
@@ -134,6 +186,8 @@ def kl_div(student="student_logits", teacher="teacher_logits", teacher_fn="softm
     return KL_DIV.format(student=student, teacher=teacher, teacher_fn=teacher_fn, reduction=reduction)
 
 
+IN_PLACE = prune().replace("pruned = weight.clone()", "pruned = weight")  # the caller's weight zeroed
+FLATTENED = prune().replace("return pruned", "return pruned.flatten()")
 FLAT = {"student": "student_logits.reshape(-1, vocab)", "teacher": "teacher_logits.reshape(-1, vocab)"}
 EVERY = {"distillation_loss.batch_t2", "distillation_loss.t1", "distillation_loss.t4", "distillation_loss.4d"}
 
@@ -155,13 +209,22 @@ MISTAKES = {
     "prune_signed_values": Planted(
         "prune_smallest", prune(ranks="weight.flatten().argsort()"), VALUES, "ranked the signed values"
     ),
-    "prune_in_place": Planted(
-        "prune_smallest",
-        prune().replace("pruned = weight.clone()", "pruned = weight"),
-        {"prune_smallest.copy"},
-        "the matrix passed in was changed too",
+    "prune_in_place": Planted("prune_smallest", IN_PLACE, {"prune_smallest.copy"}, "work on a copy"),
+    "prune_flattened": Planted(
+        "prune_smallest", FLATTENED, VALUES | {"prune_smallest.edges"}, "the output has the wrong shape"
     ),
-    "prune_one_too_many": Planted("prune_smallest", prune(extra=" + 1"), VALUES, "one weight too many"),
+    "prune_one_too_many": Planted(
+        "prune_smallest",
+        prune(extra=" + 1"),
+        {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.rounding"},
+        "one weight too many",
+    ),
+    "prune_rounds_halves_up": Planted(
+        "prune_smallest",
+        prune(count="math.floor(share * weight.numel() + 0.5)"),
+        {"prune_smallest.half"},
+        "rounded 4.5 half up to 5",
+    ),
     "prune_without_a_share_check": Planted(
         "prune_smallest",
         prune().replace('    if not 0 <= share <= 1:\n        raise ValueError("share")\n', ""),
@@ -207,7 +270,7 @@ def distillation_loss(student_logits, teacher_logits, temperature):
 def prune_smallest(weight, share):
     if share < 0 or share > 1:
         raise ValueError(f"share {share} is not in [0, 1]")
-    count = int(share * weight.numel())
+    count = round(share * weight.numel())
     if count == 0:
         return weight.clone()
     cutoff = weight.abs().flatten().kthvalue(count).values
@@ -222,8 +285,18 @@ def prune_smallest(weight, share):
         raise ValueError("share must be in [0, 1]")
     w = weight.numpy().copy()
     flat = w.reshape(-1)
-    flat[np.argsort(np.abs(flat), kind="stable")[: int(share * flat.size)]] = 0
+    flat[np.argsort(np.abs(flat), kind="stable")[: round(share * flat.size)]] = 0
     return torch.from_numpy(w)
+""",
+    ),
+    "prune_with_torch_l1_unstructured": (
+        "prune_smallest",
+        """
+from torch.nn.utils import prune
+
+
+def prune_smallest(weight, share):
+    return prune.L1Unstructured(amount=share).prune(weight)
 """,
     ),
     "cross_entropy_minus_entropy": (
@@ -240,6 +313,17 @@ def distillation_loss(student_logits, teacher_logits, temperature):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+def test_a_copy_pruned_in_place_or_flattened_fails_only_the_checks_of_its_mistake():
+    """Each check's probe works on its own copy: a prune_smallest that zeroes the caller's weight
+    fails the copy check alone (not share 0, through a later call's zeros), and a flattened result
+    is told its shape, not blamed on share 0."""
+    in_place = verdicts("prune_smallest", IN_PLACE)
+    assert {i for i, v in in_place.items() if not v.passed} == {"prune_smallest.copy"}, in_place
+    flattened = {i: v for i, v in verdicts("prune_smallest", FLATTENED).items() if not v.passed}
+    assert set(flattened) == VALUES | {"prune_smallest.edges"}, flattened
+    assert all("wrong shape" in v.hint and "share 0" not in v.hint for v in flattened.values()), flattened
 
 
 # --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
@@ -260,6 +344,7 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
     "    if not 0 <= share <= 1:\n        raise ValueError('share')\n"
     "    rows = weight.abs().argsort(dim=1)[:, : int(share * weight.shape[1])]\n"
     "    return weight.clone().scatter_(1, rows, 0.0)\n",
+    "prune_truncated": prune(count="int(share * weight.numel())"),  # the prompt: round, not int
 }
 
 # the course's answers to the exercises its checks drive with a scenario

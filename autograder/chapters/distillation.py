@@ -1,9 +1,11 @@
 """Chapter 7's exercises. distillation_loss, judged against the course's loss and the mistakes it
 can name (no T^2, the KL reversed, no temperature, the cross-entropy, a sum over positions, and
 torch.nn.functional.kl_div's reductions, which average over the wrong things on (B, T, vocab)).
-prune_smallest, judged against the course's magnitude pruning and its usual mistakes (the
-largest weights pruned, signed values ranked instead of magnitudes, each row ranked on its own,
-one weight too many or too few, the input changed in place)."""
+prune_smallest, judged against the course's magnitude pruning, which counts like
+torch.nn.utils.prune (round(share * numel)), and its usual mistakes (the largest weights pruned,
+signed values ranked instead of magnitudes, each row ranked on its own, the count truncated or
+its halves rounded up, one weight too many or too few, a flattened result, the input changed in
+place)."""
 
 from __future__ import annotations
 
@@ -108,8 +110,10 @@ def _zero_where(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _prune_mistakes(weight: torch.Tensor, share: float) -> list:
-    """(hint, the pruned matrix that mistake gives) for the usual wrong answers."""
-    count = int(share * weight.numel())
+    """(hint, the pruned matrix that mistake gives) for the usual wrong answers, the more specific
+    first (a truncated count is also one weight too few)."""
+    exact = share * weight.numel()
+    count = distillation.pruned_count(share, weight.numel())
     flat = weight.abs().flatten()
     order = flat.sort(stable=True).indices
 
@@ -118,37 +122,58 @@ def _prune_mistakes(weight: torch.Tensor, share: float) -> list:
         mask[values.flatten().sort(stable=True).indices[:n]] = True
         return _zero_where(weight, mask.reshape(weight.shape))
 
-    def per_row() -> torch.Tensor:
-        keep = int(share * weight.shape[-1])
+    def per_row(keep: int) -> torch.Tensor:
         rows = weight.abs().sort(dim=-1, stable=True).indices[:, :keep]
         return _zero_where(weight, torch.zeros_like(weight, dtype=torch.bool).scatter(1, rows, True))
 
     largest = torch.zeros(weight.numel(), dtype=torch.bool)
     largest[order[weight.numel() - count :]] = True
+    row_by_row = (
+        "pruned the same share of each row: the exercise ranks the whole matrix at once, so rows of small "
+        "weights lose more of theirs"
+    )
     return [
         (
             "pruned the largest weights: zero the ones of smallest magnitude |w|",
             _zero_where(weight, largest.reshape(weight.shape)),
         ),
         ("ranked the signed values (the most negative first): rank by magnitude, weight.abs()", ranked(weight, count)),
+        (row_by_row, per_row(distillation.pruned_count(share, weight.shape[-1]))),
+        (row_by_row, per_row(int(share * weight.shape[-1]))),
         (
-            "pruned the same share of each row: the exercise ranks the whole matrix at once, so rows of small "
-            "weights lose more of theirs",
-            per_row(),
+            f"truncates instead of rounding: int({exact:g}) = {int(exact)} weights, but the count is "
+            f"round(share * numel) = {count}, as torch.nn.utils.prune.l1_unstructured counts",
+            ranked(flat, int(exact)),
         ),
-        ("zeroed one weight too many: exactly int(share * numel) weights", ranked(flat, count + 1)),
-        ("zeroed one weight too few: exactly int(share * numel) weights", ranked(flat, max(count - 1, 0))),
+        (
+            f"rounded {exact:g} half up to {int(exact + 0.5)}: torch.nn.utils.prune counts round(share * numel), "
+            f"and Python's round takes halves to the even number (round({exact:g}) = {count})",
+            ranked(flat, int(exact + 0.5)),
+        ),
+        ("zeroed one weight too many: exactly round(share * numel) weights", ranked(flat, count + 1)),
+        ("zeroed one weight too few: exactly round(share * numel) weights", ranked(flat, max(count - 1, 0))),
     ]
 
 
-def _prune_probe(share, rows_apart=False, fixed=None):
+def _wrong_shape(got: torch.Tensor, weight: torch.Tensor) -> Verdict | None:
+    """A failing verdict when the result does not have the shape of the matrix passed in."""
+    if tuple(got.shape) == tuple(weight.shape):
+        return None
+    return Verdict(
+        False,
+        f"the output has the wrong shape: {tuple(got.shape)} for a {tuple(weight.shape)} matrix; return the "
+        "pruned matrix in the shape of weight (a flattened copy goes back with .reshape(weight.shape))",
+    )
+
+
+def _prune_probe(share, shape=(8, 12), rows_apart=False, fixed=None):
     def make(rng):
         if fixed is not None:
-            weight = fixed
+            weight = fixed.clone()
         else:
-            weight = torch.from_numpy(rng.normal(size=(8, 12)).astype(np.float32))
+            weight = torch.from_numpy(rng.normal(size=shape).astype(np.float32))
             if rows_apart:  # rows of very different sizes: ranking each row on its own shows
-                weight = weight * torch.logspace(-2, 1, 8)[:, None]
+                weight = weight * torch.logspace(-2, 1, shape[0])[:, None]
         return {"call": "prune_smallest", "args": [weight, share], "scenario": pruned_copy}
 
     return make
@@ -157,35 +182,55 @@ def _prune_probe(share, rows_apart=False, fixed=None):
 EXAMPLE_WEIGHT = torch.tensor([[0.5, -2.0, 0.1, 3.0], [-0.3, 1.0, -4.0, 0.2]])
 
 
-@judges_value
-def _judge_prune(probe, got):
-    weight, share = probe["args"]
+def _pruned_tensor(got) -> tuple[torch.Tensor | None, Verdict | None]:
+    """The pruned matrix a :func:`pruned_copy` scenario reported, or why there is none."""
     if not isinstance(got, dict) or "pruned" not in got:
-        return Verdict(False, f"prune_smallest could not be tested: {got!r}"[:200])
+        return None, Verdict(False, f"prune_smallest could not be tested: {got!r}"[:200])
     pruned = got["pruned"]
     if not isinstance(pruned, torch.Tensor):
-        return Verdict(False, f"returned {type(pruned).__name__}; prune_smallest should return a torch.Tensor")
-    expected = distillation.prune_smallest(weight.double(), share)
-    verdict = diagnose(
+        return None, Verdict(False, f"returned {type(pruned).__name__}; prune_smallest should return a torch.Tensor")
+    return pruned, None
+
+
+@judges_value
+def _judge_prune(probe, got):
+    """The pruned matrix's values (whether the input was changed is the copy check's)."""
+    weight, share = probe["args"]
+    pruned, failed = _pruned_tensor(got)
+    if failed:
+        return failed
+    wrong_shape = _wrong_shape(pruned, weight)
+    if wrong_shape:
+        return wrong_shape
+    return diagnose(
         pruned.double(),
-        expected,
+        distillation.prune_smallest(weight.double(), share),
         [(hint, lambda wrong=wrong: wrong.double()) for hint, wrong in _prune_mistakes(weight.double(), share)],
         what="the pruned matrix",
         rtol=0,
         atol=1e-7,
     )
-    if verdict.passed and got.get("input_changed"):
+
+
+@judges_value
+def _judge_unchanged(probe, got):
+    """The matrix passed in is left as it was."""
+    _, failed = _pruned_tensor(got)
+    if failed:
+        return failed
+    if got.get("input_changed"):
         return Verdict(
             False,
-            "the result is right, but the matrix passed in was changed too: prune a copy (weight.clone()), "
+            "the matrix passed in was changed: work on a copy (weight.clone()) and zero the weights there, "
             "as the chapter prunes copies of the target at several shares",
         )
-    return verdict
+    return Verdict(True)
 
 
 def edge_shares(function, weight) -> dict:
-    """The scenario (run in the sandbox, see checks.scenario_source): ``function`` at shares 0 and 1."""
-    return {"none": function(weight, 0.0), "all": function(weight, 1.0)}
+    """The scenario (run in the sandbox, see checks.scenario_source): ``function`` at shares 0 and 1,
+    each call on its own copy of ``weight`` (a call that prunes in place must not spoil the other)."""
+    return {"none": function(weight.clone(), 0.0), "all": function(weight.clone(), 1.0)}
 
 
 @judges_value
@@ -193,11 +238,15 @@ def _judge_edges(probe, got):
     (weight,) = probe["args"]
     if not isinstance(got, dict) or not all(isinstance(got.get(k), torch.Tensor) for k in ("none", "all")):
         return Verdict(False, f"prune_smallest at shares 0 and 1 did not return tensors: {got!r}"[:200])
+    for key in ("none", "all"):
+        wrong_shape = _wrong_shape(got[key], weight)
+        if wrong_shape:
+            return wrong_shape
     if not torch.equal(got["none"].double(), weight.double()):
         zeroed = int((got["none"] == 0).sum())
         return Verdict(
             False,
-            f"share 0 zeroed {zeroed} weight(s): int(0 * numel) is 0, so nothing is pruned "
+            f"share 0 zeroed {zeroed} weight(s): round(0 * numel) is 0, so nothing is pruned "
             "(kthvalue needs k >= 1: count first, and prune only when the count is positive)",
         )
     if int((got["all"] != 0).sum()):
@@ -230,11 +279,19 @@ PRUNE = Exercise(
             visible=True,
         ),
         Check(
+            "rounding",
+            1,
+            "a 5 x 5 matrix, share 0.75: round(18.75) = 19 weights zeroed, as torch.nn.utils.prune counts",
+            _prune_probe(0.75, shape=(5, 5)),
+            _judge_prune,
+            visible=True,
+        ),
+        Check(
             "copy",
             1,
-            "an 8 x 12 matrix, share 0.25: the result right and the matrix passed in unchanged",
+            "an 8 x 12 matrix, share 0.25: the matrix passed in is left unchanged",
             _prune_probe(0.25),
-            _judge_prune,
+            _judge_unchanged,
             visible=True,
         ),
         Check(
@@ -249,6 +306,13 @@ PRUNE = Exercise(
             _judge_edges,
         ),
         Check(
+            "half",
+            1,
+            "a 3 x 3 matrix, share 0.5: round(4.5) = 4 weights zeroed (halves go to the even number)",
+            _prune_probe(0.5, shape=(3, 3)),
+            _judge_prune,
+        ),
+        Check(
             "bad_share",
             1,
             "a share of 1.5 raises ValueError",
@@ -258,11 +322,16 @@ PRUNE = Exercise(
     ],
     requirements=[
         Requirement(
-            "zeroes the int(share * numel) weights of smallest magnitude |w|",
-            ("example", "whole_matrix", "copy"),
+            "zeroes the round(share * numel) weights of smallest magnitude |w|",
+            ("example", "whole_matrix", "rounding"),
+        ),
+        Requirement(
+            "counts like torch.nn.utils.prune.l1_unstructured: round(share * numel), halves to even",
+            ("rounding", "half"),
         ),
         Requirement("ranked over the whole matrix, not row by row", ("whole_matrix",)),
-        Requirement("returns a pruned copy; the matrix passed in is unchanged", ("copy",)),
+        Requirement("returns a pruned copy in the shape of weight", ("example", "whole_matrix", "edges")),
+        Requirement("the matrix passed in is left unchanged", ("copy",)),
         Requirement("share 0 prunes nothing, share 1 everything (edge cases)", ("edges",)),
         Requirement("ValueError for a share outside [0, 1] (error)", ("bad_share",)),
     ],
