@@ -183,8 +183,9 @@ def recommend(problem: str, params_billion: float = 7.0, gpu_gib: float = 24.0, 
     """The first technique to try for ``problem`` (a key of :data:`PROBLEMS`) with a model of
     ``params_billion`` on a GPU of ``gpu_gib``; with ``first_done``, what to try after that.
 
-    Memory counts the weights only (chapter 1) and the fine-tuning state (chapter 2); a model fits
-    when it takes at most :data:`HEADROOM` of the GPU.
+    Memory counts the weights only (chapter 1: 4 bits a weight, the scales left out) and the
+    fine-tuning state (chapter 2); a model fits when it takes at most :data:`HEADROOM` of the GPU:
+    70B in 4 bits, 32.6 GiB, fits a 48 GiB GPU (38.4 GiB for the weights) and not a 40 GiB one (32).
     """
     if problem not in PROBLEMS:
         raise ValueError(f"problem must be one of {', '.join(PROBLEMS)}, got {problem!r}")
@@ -192,6 +193,7 @@ def recommend(problem: str, params_billion: float = 7.0, gpu_gib: float = 24.0, 
         raise ValueError("params_billion and gpu_gib must be positive")
     row, room = PROBLEMS[problem], HEADROOM * gpu_gib
     size = f"{params_billion:g}B parameters"
+    share = f"the {room:.1f} GiB ({HEADROOM:.0%}) of this {gpu_gib:g} GiB GPU that the weights may take"
 
     def advice(technique: str, why: str, changes: str = row.changes, chapter: str = row.chapters) -> Advice:
         return Advice(problem, technique, why, changes, chapter)
@@ -218,7 +220,7 @@ def recommend(problem: str, params_billion: float = 7.0, gpu_gib: float = 24.0, 
             )
         return advice(
             "Several GPUs, or a smaller base",
-            f"Even in 4 bits the base takes {base4:.1f} GiB, more than {room:.0f} GiB of this GPU.",
+            f"Even in 4 bits the base takes {base4:.1f} GiB, more than {share}.",
             "Yes",
         )
     if problem == "serve":
@@ -241,13 +243,13 @@ def recommend(problem: str, params_billion: float = 7.0, gpu_gib: float = 24.0, 
         if w4 <= room:
             return advice(
                 "4-bit weights with GPTQ or AWQ (calibrated)",
-                f"4 bits take {w4:.1f} GiB of the {gpu_gib:g} GiB. Rounding to nearest loses quality at 4 bits; "
+                f"4 bits take {w4:.1f} GiB, within {share}. Rounding to nearest loses quality at 4 bits; "
                 "GPTQ and AWQ calibrate on sample text to keep it. Evaluate before serving.",
             )
         return advice(
             "Several GPUs, or distil",
-            f"Even in 4 bits the weights take {w4:.1f} GiB, more than {room:.0f} GiB of this GPU: split the model "
-            "across GPUs (tensor parallelism), or distil it into a smaller one.",
+            f"Even in 4 bits the weights take {w4:.1f} GiB, more than {share} (the rest holds activations "
+            "and the KV cache): split the model across GPUs (tensor parallelism), or distil it into a smaller one.",
             "Yes, if distilled",
         )
     if problem == "long":
@@ -316,7 +318,8 @@ class StoredLinear(nn.Module):
 
     ``int8``: int8 codes; ``int4``, ``int2``: absmax codes offset to unsigned and packed; ``nf4``:
     indices of the 16 NF4 levels, packed; each with one fp16 scale per row or per ``group_size``
-    columns. ``fp16``: the weights in half precision. With ``hessian`` (H = X^T X / n of the layer's
+    columns (NF4 in groups of 64: 4.25 bits a weight; chapter 3's 4.5 counts QLoRA's fp32 scales).
+    ``fp16``: the weights in half precision. With ``hessian`` (H = X^T X / n of the layer's
     calibration inputs), the absmax formats take GPTQ's codes and scales instead of rounding to nearest.
     """
 
@@ -684,7 +687,8 @@ def server_reading(results: dict[str, dict], new_tokens: int, record: bool = Tru
             if len(names) > 2
             else ""
         )
-        + f"{differ} of the {new_tokens} new tokens differ from {names[0]}'s (int4 weights are another model)"
+        + f"{differ} of the {new_tokens} new tokens differ from {names[0]}'s"
+        + (" (int4 weights are another model)" if differ else "")
     )
     return "\n".join(lines)
 

@@ -99,6 +99,30 @@ def test_guide_memory_is_chapter_1_and_2_arithmetic():
         technique.recommend("slow", 7, 24)
 
 
+def test_the_chapters_memory_example_is_the_guides():
+    """The prose's and the quiz's 70B-in-4-bits example says what the guide answers for it: it fits
+    the 80% of a 48 GiB GPU that the guide leaves to the weights, and not that of a 40 GiB one."""
+    from course import paths, quiz
+
+    w4, w16 = f"{technique.weights_gib(70, 4):.1f} GiB", f"{technique.weights_gib(8, 16):.1f} GiB"
+    room = f"{technique.HEADROOM * 48:.1f} GiB"
+    fits, too_big = technique.recommend("serve", 70, 48), technique.recommend("serve", 70, 40)
+    assert fits.technique.startswith("4-bit") and w4 in fits.why and room in fits.why
+    assert too_big.technique.startswith("Several GPUs") and w4 in too_big.why
+    assert (
+        technique.recommend("serve", 8, 48).technique == "8-bit weights"
+        and w16 in technique.recommend("serve", 8, 48).why
+    )
+    prose = " ".join((paths.ROOT / "solutions" / "09_choosing_a_technique.py").read_text().replace("# ", " ").split())
+    assert f"A 48 GiB GPU holds the weights of a 70B model in 4 bits (35 GB, which is {w4})" in prose
+    assert f"an 8B model in 16 bits (16 GB, {w16})" in prose and f"({room};" in prose
+    assert f"A 40 GiB GPU does not hold the 70B model: {w4} is more than the 32 GiB" in prose
+    question = next(q for q in quiz.questions("choosing_a_technique") if "70B" in q.prompt)
+    assert f"A 48 GiB GPU, 80% of it for the weights ({room})" in question.prompt
+    assert w4 in question.prompt and w16 in question.prompt and "Neither fits" in question.choices
+    assert question.choice(question.answer).startswith("The 70B model in 4 bits")
+
+
 def test_every_row_of_the_table_says_whether_it_changes_behaviour():
     exact = {row.problem for row in technique.TABLE if row.changes.startswith("No")}
     assert exact == {"long", "decode"}
@@ -436,7 +460,21 @@ def test_learner_server_times_and_reads(monkeypatch):
     assert technique.SPEEDUP_LINE not in technique.server_reading(results, 8, record=False)
     fp32, yours = results["fp32 target alone"]["tokens"], results["your server"]["tokens"]
     assert fp32[:-8] == yours[:-8]  # the prompt, which the reading must not count
-    assert f"{sum(a != b for a, b in zip(fp32[-8:], yours[-8:], strict=True))} of the 8 new tokens differ" in text
+    differ = sum(a != b for a, b in zip(fp32[-8:], yours[-8:], strict=True))
+    assert f"{differ} of the 8 new tokens differ" in text
+    assert ("(int4 weights are another model)" in text) == (differ > 0)  # the reason only where some differ
+
+
+def test_server_reading_gives_a_reason_only_for_tokens_that_differ():
+    def timed(tokens):
+        return {"tokens": tokens, "seconds": [1.0, 1.1, 0.9]}
+
+    same = {"fp32 target alone": timed([7, 1, 2, 3]), "your server": timed([7, 1, 2, 3])}
+    text = technique.server_reading(same, 3, record=False)
+    assert text.endswith("0 of the 3 new tokens differ from fp32 target alone's") and "another model" not in text
+    other = {**same, "your server": timed([7, 1, 5, 3])}
+    text = technique.server_reading(other, 3, record=False)
+    assert text.endswith("1 of the 3 new tokens differ from fp32 target alone's (int4 weights are another model)")
 
 
 def test_shared_products_compute_the_same_numbers_in_fewer_calls():
