@@ -306,6 +306,43 @@ def measure_drafts(
     return results
 
 
+def pair_reading(results: dict[str, dict], name: str, base_name: str, words: dict[str, str] | None = None) -> str:
+    """Why draft ``name`` is faster or slower than ``base_name`` (keys of :func:`measure_drafts`'
+    results), by chapter 6's formula at each draft's own alpha and c: its speed-up over the other's
+    is the ratio of their tokens per call (what the acceptance buys) times the inverse ratio of a
+    round's cost, 1 + c x drafted tokens (what the cost takes). The reading says which of the two
+    counts for more, and whether the clock (the repeats' paired ratios) agrees. ``words``: how to
+    name each draft."""
+    words = words or {}
+    a, b = results[name], results[base_name]
+    said_a, said_b = words.get(name, name), words.get(base_name, base_name)
+    tokens = a["formula"] / b["formula"]  # tokens per call at each alpha
+    round_a, round_b = (1 + r["cost"] * r["drafted_per_call"] for r in (a, b))  # target steps per round
+    cost = round_b / round_a
+    if (tokens > 1) == (cost > 1):
+        decided = f"both favour {said_a if tokens > 1 else said_b}"
+    else:
+        decided = f"the {'acceptance' if abs(np.log(tokens)) > abs(np.log(cost)) else 'cost'} counts for more"
+    modelled = tokens * cost
+    paired = [x / y for x, y in zip(a.get("speedups", [a["speedup"]]), b.get("speedups", [b["speedup"]]), strict=True)]
+    if min(paired) > 1 or max(paired) < 1:
+        agrees = (min(paired) > 1) == (modelled > 1)
+        clock = (
+            "the clock agrees"
+            if agrees
+            else "the clock says the other way round: what the formula leaves out (a verifying call dearer "
+            "than one step, the clock's noise) decided it"
+        )
+    else:
+        clock = "the clock cannot tell them apart"
+    return (
+        f"by chapter 6's formula, {said_a}'s acceptance ({a['alpha']:.2f} against {b['alpha']:.2f}) gives it "
+        f"{tokens:.2f}x the tokens per call and its cost (c = {a['cost']:.2f} against {b['cost']:.2f}: a round of "
+        f"1 + c k = {round_a:.2f} target steps against {round_b:.2f}) {cost:.2f}x the rounds per second, "
+        f"{modelled:.2f}x in all, in which {decided}; measured {statistics.median(paired):.2f}x: {clock}"
+    )
+
+
 def drafts_reading(results: dict[str, dict], goal: float = 2.0) -> str:
     """What :func:`measure_drafts` shows: how each draft's tokens per call compare with the formula,
     which draft was fastest and whether it reached ``goal``, and what held the others back."""

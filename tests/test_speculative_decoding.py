@@ -247,6 +247,33 @@ def test_drafts_reading_says_what_the_numbers_say():
     assert "the x was slower than the target alone in every repeat: 0.90x (0.88 to 0.97x over 3 repeats)" in slow
 
 
+def test_pair_reading_splits_the_gap_into_acceptance_and_cost():
+    """Chapter 7's two drafts: the issue's case, the higher acceptance the slower."""
+    k = 4
+
+    def draft(alpha, cost, speedups):
+        tokens = speculative_decoding.expected_tokens_per_call(alpha, k)
+        return {"alpha": alpha, "formula": tokens, "cost": cost, "drafted_per_call": float(k), "speedups": speedups}
+
+    def read(distilled):
+        hard = {**draft(0.55, 0.30, [1.29, 1.25, 1.3]), "speedup": 1.29}
+        words = {"distilled": "the distilled draft", "draft": "the hard-label draft"}
+        results = {"draft": hard, "distilled": {**distilled, "speedup": sorted(distilled["speedups"])[1]}}
+        return speculative_decoding.pair_reading(results, "distilled", "draft", words)
+
+    reading = read(draft(0.62, 0.45, [1.12, 1.1, 1.15]))
+    tokens = speculative_decoding.expected_tokens_per_call
+    buys, keeps = tokens(0.62, k) / tokens(0.55, k), 2.2 / 2.8
+    assert f"the distilled draft's acceptance (0.62 against 0.55) gives it {buys:.2f}x the tokens per call" in reading
+    assert f"(c = 0.45 against 0.30: a round of 1 + c k = 2.80 target steps against 2.20) {keeps:.2f}x" in reading
+    assert f"{buys * keeps:.2f}x in all, in which the cost counts for more; measured 0.88x: the clock agrees" in reading
+    reading = read(draft(0.62, 0.25, [1.5, 1.4, 1.6]))
+    assert "both favour the distilled draft" in reading and "the clock agrees" in reading
+    reading = read(draft(0.62, 0.37, [1.12, 1.1, 1.15]))  # the formula favours the acceptance, every repeat the cost
+    assert "the acceptance counts for more" in reading and "the clock says the other way round" in reading
+    assert read(draft(0.62, 0.37, [1.12, 1.3, 1.0])).endswith("the clock cannot tell them apart")
+
+
 def test_drafts_chart_renders_greedy_and_sampled_points():
     measured = {
         "n-gram table, greedy": {"alpha": 0.81, "cost": 0.003, "speedup": 2.4, "temperature": 0.0},
