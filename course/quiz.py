@@ -1,5 +1,6 @@
 """Each chapter's multiple-choice quiz: questions as data, a widget that answers every choice the
-moment it is made, and renderings that read well where no widget can run.
+moment it is made, and renderings of the questions alone where no widget can run (the answers
+stay with the widget and the graded check).
 
 The questions live in ``data/quizzes/<slug>.toml``, one ``[[question]]`` table each: ``prompt``,
 ``choices`` (lettered a, b, c, ... in order), ``answer`` (a letter), ``why`` (the explanation shown
@@ -102,19 +103,21 @@ def _choices_text(question: Question, indent: str = "   ") -> list[str]:
     ]
 
 
+WITHOUT_WIDGETS = (
+    "In JupyterLab or Colab each choice is answered as you make it. Here, put your choices in "
+    "quiz_answers() below: its check names each wrong answer and the section that explains it."
+)
+
+
 def as_text(slug: str) -> str:
-    """The quiz as plain text: the questions with their choices, then the answers with why."""
+    """The quiz as plain text: the questions with their choices, and no answers (the graded check
+    under ``quiz_answers()`` names the wrong ones without giving them away)."""
     quiz = questions(slug)
-    lines = [f"Quiz: {len(quiz)} questions. (In JupyterLab or Colab each choice is answered as you make it.)", ""]
+    lines = [f"Quiz: {len(quiz)} questions.", textwrap.fill(WITHOUT_WIDGETS, 96), ""]
     for q in quiz:
         lines.append(textwrap.fill(f"{q.number}. {q.prompt}", 96, subsequent_indent="   "))
         lines += _choices_text(q) + [""]
-    lines.append("Answers")
-    for q in quiz:
-        lines.append(
-            textwrap.fill(f"{q.number}. {q.answer}) {q.choice(q.answer)}. {q.why}", 96, subsequent_indent="   ")
-        )
-    return "\n".join(lines)
+    return "\n".join(lines).rstrip("\n")
 
 
 def _question_html(question: Question) -> str:
@@ -129,16 +132,12 @@ def _question_html(question: Question) -> str:
 
 
 def as_html(slug: str) -> str:
-    """The quiz as static HTML, the answers folded away under a summary that opens them."""
+    """The quiz as static HTML: the questions with their choices, and no answers (as :func:`as_text`)."""
     quiz = questions(slug)
-    answers = "".join(
-        f"<li><b>{q.answer})</b> {html.escape(q.choice(q.answer))}. {html.escape(q.why)}</li>" for q in quiz
-    )
     return (
-        f"<div><p><b>Quiz: {len(quiz)} questions.</b> In JupyterLab or Colab each choice is answered as you "
-        "make it; here, decide first, then open the answers.</p>"
+        f"<div><p><b>Quiz: {len(quiz)} questions.</b> {html.escape(WITHOUT_WIDGETS)}</p>"
         + "".join(_question_html(q) for q in quiz)
-        + f"<details><summary><b>Answers, and why</b></summary><ol>{answers}</ol></details></div>"
+        + "</div>"
     )
 
 
@@ -187,7 +186,8 @@ def build(slug: str):
 
 def show(slug: str) -> None:
     """Display chapter ``slug``'s quiz: the widget, and the static HTML and text for front ends
-    without widgets (GitHub's viewer, nbconvert, a terminal)."""
+    without widgets (GitHub's viewer, nbconvert, papermill, a terminal), which hold the questions
+    only: an answer key printed under them would sit above the graded answer cell."""
     from course.plots._widgets import display_widget
 
     box, _ = build(slug)
