@@ -65,7 +65,8 @@ def absmax_levels(bits: int) -> int:
     """The largest integer code of a symmetric ``bits``-bit scheme: 2^(bits-1) - 1 (127 at 8 bits, 7 at 4).
 
     Symmetric absmax gives up the most negative code (-128 at 8 bits) so that the codes run from
-    -levels to +levels and zero is exact.
+    -levels to +levels: one scale serves both signs, the absmax landing on +levels or -levels
+    whichever its sign (zero is exact either way).
     """
     if isinstance(bits, bool) or not isinstance(bits, int):
         raise ValueError(f"bits must be a whole number such as 4 or 8, got {bits!r}")
@@ -740,19 +741,22 @@ def awq_reading(baseline: float, losses: dict[str, dict[int, float]], saliences:
     """What AWQ bought on a model, read off the held-out losses of ``"round to nearest"``, ``"AWQ"``
     and ``"GPTQ"`` (``{method: {bits: loss}}``, at AWQ's bit widths) and the :func:`salience` of
     its layers' inputs."""
+
+    def against_rtn(method: str, gap: float, rtn_gap: float) -> str:
+        ratio = gap / rtn_gap  # the method's loss increase over round to nearest's
+        if ratio > 1:
+            return f"{method}'s is {ratio:.2f} times as large ({gap:+.4f})"
+        return f"{method} removes {1 - ratio:.0%} of it ({gap:+.4f})"
+
     parts = []
     for bits in sorted(losses["AWQ"], reverse=True):
         rtn_gap = losses["round to nearest"][bits] - baseline
-        shares = {m: 1 - (losses[m][bits] - baseline) / rtn_gap for m in ("AWQ", "GPTQ")} if rtn_gap > 0 else {}
+        gaps = {m: losses[m][bits] - baseline for m in ("AWQ", "GPTQ")}
         parts.append(
-            f"at {bits} bits AWQ "
-            + (
-                f"{'removes' if shares['AWQ'] >= 0 else 'adds'} {abs(shares['AWQ']):.0%} of round-to-nearest's "
-                f"loss increase ({rtn_gap:+.4f} nats/byte), GPTQ "
-                f"{'removes' if shares['GPTQ'] >= 0 else 'adds'} {abs(shares['GPTQ']):.0%}"
-                if shares
-                else f"loses {losses['AWQ'][bits] - baseline:+.4f} nats/byte where round to nearest loses nothing"
-            )
+            f"at {bits} bits round to nearest raises the loss by {rtn_gap:+.4f} nats/byte; "
+            + ", ".join(against_rtn(m, gaps[m], rtn_gap) for m in gaps)
+            if rtn_gap > 0
+            else f"at {bits} bits AWQ loses {gaps['AWQ']:+.4f} nats/byte where round to nearest loses nothing"
         )
     parts.append(
         f"the most active input channel of each layer carries {min(saliences):.1f} to {max(saliences):.1f} "
@@ -833,6 +837,22 @@ def granularity_errors(weight: torch.Tensor, bits_list=(8, 4), groups=(None, 128
             key = f"int{bits}_{'row' if group is None else f'g{group}'}"
             errors[key] = relative_error(weight, quantize_dequantize(weight, bits, group))
     return errors
+
+
+def granularity_reading(with_outliers: dict[str, float], without: dict[str, float], group: int = 32) -> str:
+    """How much groups of ``group`` cut the error of one scale per row, with outliers and without, at
+    each bit width of two :func:`granularity_errors` results, and where the groups matter more."""
+    lines = []
+    for bits in sorted({int(key[3:].split("_")[0]) for key in with_outliers}, reverse=True):
+        row, grouped = f"int{bits}_row", f"int{bits}_g{group}"
+        gains = [errors[row] / errors[grouped] for errors in (with_outliers, without)]
+        where = "with outliers" if gains[0] > gains[1] else "without them"
+        lines.append(
+            f"int{bits}, groups of {group} instead of one scale per row: the error falls {gains[0]:.2f}x with outliers "
+            f"({100 * with_outliers[row]:.2f}% -> {100 * with_outliers[grouped]:.2f}%) and {gains[1]:.2f}x without "
+            f"({100 * without[row]:.2f}% -> {100 * without[grouped]:.2f}%): the groups matter more {where}"
+        )
+    return "\n".join(lines)
 
 
 def reference_numbers() -> dict[str, tuple[float, float, str]]:

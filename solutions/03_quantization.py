@@ -65,8 +65,11 @@ numbers = reference.load("quantization")  # the chapter's numbers, regenerated b
 #
 # The integers $q_i$ are what gets stored; $s$ is stored once per group. At 8 bits the codes run
 # from -127 to 127, at 4 bits from -7 to 7. (The most negative code, -128 or -8, is given up so
-# that the scheme is symmetric and zero is exact.) The largest weight maps exactly onto
-# $\pm q_{\max}$, and every other weight lands within **half a step**, $s/2$, of its true value.
+# that the grid is symmetric around zero: one scale serves both signs, and the largest magnitude
+# maps onto $+q_{\max}$ or $-q_{\max}$ whichever its sign. Zero would be exact with -128 kept too;
+# using it needs a second scale for the negative side, or an offset, which asymmetric schemes
+# store.) The largest weight maps exactly onto $\pm q_{\max}$, and every other weight lands
+# within **half a step**, $s/2$, of its true value.
 #
 # Here is one row of four weights at 4 bits, through the course's implementation:
 
@@ -213,6 +216,7 @@ for key in errors_spiky:
     print(f"{key:10s} with outliers {100 * errors_spiky[key]:5.2f}%   without {100 * errors_clean[key]:5.2f}%")
 ratio = errors_spiky["int8_row"] / errors_clean["int8_row"]
 print(f"\noutlier columns multiply the int8 per-row error by {ratio:.1f}")
+print(quantization.granularity_reading(errors_spiky, errors_clean))
 assert (
     abs(ratio - numbers["outlier_error_ratio_int8_row"]["value"])
     <= numbers["outlier_error_ratio_int8_row"]["tolerance"]
@@ -222,8 +226,9 @@ plots.plot_granularity_bars(errors_spiky, errors_clean)
 # %% [markdown]
 # Three things to read off the chart. Eight bits are forgiving: even per row the error stays at a
 # few per cent. Four bits are not: per row, the outliers push the error past 40%, and it takes
-# groups of 32 to bring it down to about 16%. And without outliers the granularity hardly matters:
-# **outliers, not the bit width alone, set the error.**
+# groups of 32 to bring it down to about 16%. Without outliers smaller groups still help, but
+# less: the two lines printed above the chart say by how much at each width. **Outliers, not the
+# bit width alone, set the error.**
 #
 # ### Try it
 #
