@@ -56,10 +56,12 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_nbgrader",
             "test_notebooks",
             "test_packaging",
+            "test_platforms",
             "test_quiz",
             "test_reference",
             "test_release",
             "test_sandbox",
+            "test_setup_course",
             "test_timing",
             "test_widgets",
         }

@@ -1,4 +1,4 @@
-"""Windows and macOS learners, simulated (``tests/platforms.py`` says what is taken away and what is
+"""Windows and macOS learners, simulated (``tests/_platforms.py`` says what is taken away and what is
 not): the check cells and the grader give them what they give a Linux learner, on every chapter's
 solution, its blank copy and one of its planted mistakes: the same verdicts, and hints in the same
 words.
@@ -49,7 +49,7 @@ def _answer_source(notebook: dict, grade_id: str) -> str:
 @pytest.fixture(scope="module")
 def cases(instructor_notebooks, tmp_path_factory) -> dict:
     """The submissions, a folder per kind (``solution/``, ``blank/``, ``mistake/``), and what the
-    check cells run on: label -> the plan entry of ``tests/check_cells.py``."""
+    check cells run on: label -> the plan entry of ``tests/_check_cells.py``."""
     folder = tmp_path_factory.mktemp("platforms")
     planted = {slug: next(iter(mistakes.values())) for slug, mistakes in chapter_cases("PLANTED").items() if mistakes}
     plan = {}
@@ -83,7 +83,7 @@ def cases(instructor_notebooks, tmp_path_factory) -> dict:
 
 def _simulated(system: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(HERE / "platforms.py"), system, *args],
+        [sys.executable, str(HERE / "_platforms.py"), system, *args],
         capture_output=True,
         text=True,
         timeout=1800,
@@ -93,11 +93,11 @@ def _simulated(system: str, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def check_cells(cases, artifacts) -> dict[str, dict]:
-    """system -> label -> each check cell's report (``tests/check_cells.py``); the counts of ``ok``
+    """system -> label -> each check cell's report (``tests/_check_cells.py``); the counts of ``ok``
     and ``FAIL`` also go to ``test-artifacts/platforms-check-cells.json``."""
     found = {}
     for system in ("linux", *SIMULATED):
-        script = [str(HERE / "check_cells.py")]
+        script = [str(HERE / "_check_cells.py")]
         if system == "linux":
             done = subprocess.run(
                 [sys.executable, *script, str(cases["folder"] / "plan-linux.json")],

@@ -3,7 +3,7 @@
 Linux has everything; macOS has fork, sessions and resource limits but no ``/proc``, no
 proportional memory sizes and no ``unshare``; Windows has none of fork, sessions, process groups,
 ``resource`` or ``signal.alarm``. The sandbox asks these names instead of the system's, so that a
-test can take the pieces away (``tests/platforms.py``) and see what a learner on that system gets.
+test can take the pieces away (``tests/_platforms.py``) and see what a learner on that system gets.
 Not handled: a POSIX system that has fork but no sessions (none that runs torch).
 """
 

@@ -2,12 +2,12 @@
 setup cell, then the answer cells and check cells in notebook order, in one namespace per notebook.
 Prints, as JSON, each check cell's ``ok`` and ``FAIL`` lines and what it raised.
 
-    python tests/check_cells.py PLAN.json
+    python tests/_check_cells.py PLAN.json
 
 The plan maps a label to ``{"notebook": path, "answers": path or null, "only": [exercise, ...] or
 null}``: ``answers`` takes the answer cells from another copy of the notebook (a solution, a planted
 mistake), matched by their nbgrader ``grade_id``; ``only`` runs just the check cells that call
-``check`` on those exercises (and the imports of the others). Run under ``tests/platforms.py``, it
+``check`` on those exercises (and the imports of the others). Run under ``tests/_platforms.py``, it
 shows what a learner on Windows or macOS sees.
 """
 

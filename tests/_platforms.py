@@ -1,8 +1,8 @@
 """Windows and macOS, as far as one Linux process can stand in for them: what each lacks is taken
 away before anything of the course is imported, then a module or script runs as ``__main__``.
 
-    python tests/platforms.py windows -m autograder grade notebook.ipynb
-    python tests/platforms.py macos tests/check_cells.py notebook.ipynb
+    python tests/_platforms.py windows -m autograder grade notebook.ipynb
+    python tests/_platforms.py macos tests/_check_cells.py PLAN.json
 
 What is taken away:
 
