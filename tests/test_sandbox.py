@@ -20,6 +20,9 @@ from autograder.sandbox import modes
 from conftest import copy_into
 
 SMALL = sandbox.Limits(wall_seconds=60, probe_seconds=10, cell_seconds=10)
+# the memory watch, not the timer, must stop a hog: touching 3 GiB can take tens of seconds on a
+# busy machine, so the calls that fill memory get a timer far beyond that
+ROOMY = sandbox.Limits(wall_seconds=240, probe_seconds=90, cell_seconds=10)
 
 
 def _job(setup: str = "", answer: str = "", calls: tuple[str, ...] = ()) -> dict:
@@ -48,7 +51,7 @@ def test_address_space_is_not_limited_resident_memory_is():
         "def small():\n    return len(reserved)\n"
         "def hog():\n    return bytearray(4 * 2**30)[0]\n"
     )
-    outcome = sandbox.run(_job(answer=answer, calls=("small", "hog", "small")), SMALL)
+    outcome = sandbox.run(_job(answer=answer, calls=("small", "hog", "small")), ROOMY)
     assert outcome.results is not None, outcome.problem
     assert outcome.results["cells"] == []
     probes = outcome.results["probes"]
@@ -58,7 +61,7 @@ def test_address_space_is_not_limited_resident_memory_is():
 
 
 def test_memory_hog_while_defining_stops_the_whole_run_with_the_reason():
-    outcome = sandbox.run(_job(answer="hog = bytearray(4 * 2**30)\n"), SMALL)
+    outcome = sandbox.run(_job(answer="hog = bytearray(4 * 2**30)\n"), ROOMY)
     assert outcome.results is None
     assert "memory" in outcome.problem and "GiB" in outcome.problem, outcome.problem
 
