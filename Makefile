@@ -1,6 +1,8 @@
 # The course's commands. `make lab` and `make test` create the environment when it is missing.
 #   make lab        set up, then open the course in JupyterLab
 #   make test       set up, then lint and run every test (unit, notebooks, grader)
+#   make hub-env    a JupyterHub's shared environment: the course, the instructors' tools and
+#                   jupyterhub-singleuser (JUPYTERHUB_SPEC=jupyterhub==6.1.1 names the hub's version)
 #   make lint       ruff: the linter and the formatter's check, as `make test` runs them
 #   make format     ruff: fix what can be fixed, then format the tree
 #   make release    rebuild the student notebooks in notebooks/ from solutions/
@@ -26,7 +28,8 @@ TORCH_INDEX ?=
 TORCH_BUILD ?=
 MODEL_SPEC ?=
 COMPRESSOR_SPEC ?=
-export VENV TORCH_SPEC TORCH_INDEX TORCH_BUILD MODEL_SPEC COMPRESSOR_SPEC
+JUPYTERHUB_SPEC ?=
+export VENV TORCH_SPEC TORCH_INDEX TORCH_BUILD MODEL_SPEC COMPRESSOR_SPEC JUPYTERHUB_SPEC
 SETUP = $(PYTHON) tools/setup_course.py
 NEEDS_PYTHON = @command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
 SUBMISSIONS ?= submissions
@@ -36,7 +39,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test lint format release chapter autograde reference bench gpu-check model clean
+.PHONY: lab test hub-env lint format release chapter autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	$(NEEDS_PYTHON)
@@ -52,6 +55,10 @@ lab:
 test:
 	$(NEEDS_PYTHON)
 	$(SETUP) test
+
+hub-env:
+	$(NEEDS_PYTHON)
+	$(SETUP) install --hub
 
 lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .

@@ -1,7 +1,8 @@
 """Command line: ``python -m autograder grade NOTEBOOK [--json]``, ``grade-folder DIR --out DIR
 [--shard I/N]``, ``merge DIR`` (the shards' parts into the class's files), and for a course run
-with nbgrader ``nbgrader-source COURSE ASSIGNMENT CHAPTER...`` and ``nbgrader COURSE ASSIGNMENT``
-(its submissions graded in the sandbox into nbgrader's gradebook)."""
+with nbgrader ``nbgrader-source COURSE ASSIGNMENT CHAPTER...``, ``nbgrader COURSE ASSIGNMENT``
+(its submissions graded in the sandbox into nbgrader's gradebook) and, on JupyterHub,
+``hub-setup COURSE --course-id ID --exchange DIR`` (see :mod:`autograder.hub`)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     bridge.add_argument("course", type=Path, help="the nbgrader course directory")
     bridge.add_argument("assignment", help="the assignment's name in nbgrader, e.g. ps1")
     bridge.add_argument("--student", default="*", help="one student's id (default: every submission)")
+    hub = sub.add_parser("hub-setup", help="nbgrader's settings and file modes for a class on JupyterHub")
+    hub.add_argument("course", type=Path, help="the nbgrader course directory (made mode 0700)")
+    hub.add_argument("--course-id", required=True, help="nbgrader's course id, e.g. llm-efficiency")
+    hub.add_argument("--exchange", type=Path, required=True, help="nbgrader's exchange (made mode 1777)")
+    hub.add_argument("--instructor", default=None, help="the instructor's user name (default: whoever runs this)")
     for command in (many, join):
         command.add_argument("--roster", type=Path, default=None, help="CSV of learners (Canvas's gradebook export)")
         command.add_argument(
@@ -81,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command.startswith("nbgrader"):
             return _nbgrader(args)
+        if args.command == "hub-setup":
+            return _hub_setup(args)
         limits = sandbox.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
         if args.command == "grade":
             report = grade.grade(args.notebook, limits, args.seed)
@@ -131,6 +139,25 @@ def _nbgrader(args: argparse.Namespace) -> int:
     limits = sandbox.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
     print(f"sandbox: {sandbox.describe(sandbox.isolation(limits.memory_bytes))}", file=sys.stderr)
     return nbgrader_course.autograde(args.course, args.assignment, args.student, limits, args.seed)
+
+
+def _hub_setup(args: argparse.Namespace) -> int:
+    from autograder import hub
+
+    try:
+        steps = hub.plan(args.course, args.course_id, args.exchange, args.instructor)
+        written = hub.apply(steps)
+    except (hub.HubSetupError, KeyError) as error:  # KeyError: pwd knows no such instructor
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    for folder, mode in steps.folders.items():
+        print(f"mode {mode:o}: {folder}")
+    print(f"add {args.course.absolute() / 'jupyterhub_config.py'}'s lines to the hub's jupyterhub_config.py")
+    for line in steps.left:
+        print(f"still to do: {line}", file=sys.stderr)
+    return 1 if steps.left else 0
 
 
 def _summary(reports: list, notes: list[str], out: Path, started: float, verb: str) -> None:

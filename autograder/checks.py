@@ -225,13 +225,20 @@ def diagnose(
     what: str = "",
     **tolerances,
 ) -> Verdict:
-    """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference
-    (prefixed by ``what``, the name of the compared value, when given)."""
+    """Pass when ``got`` matches; otherwise, when it is all zeros, say so (a zero answer matches
+    any mistake that also gives zeros, which would name the wrong thing); else the first known
+    mistake it matches, or the difference (prefixed by ``what``, the name of the compared value,
+    when given)."""
     same, difference = compare_tensors(got, expected, **tolerances)
     if same:
         return Verdict(True)
     if what:
         difference = f"{what}: {difference}"
+    if got.numel() and tuple(got.shape) == tuple(expected.shape) and not got.any():
+        return Verdict(
+            False,
+            f"{what or 'the result'} is all zeros: is the work done but not returned, or never done? ({difference})",
+        )
     for hint, make in mistakes:
         try:
             wrong = make()

@@ -7,6 +7,7 @@ stock ``nbgrader autograde``, which runs the checks in the learner's own kernel 
 """
 
 import os
+import warnings
 
 c = get_config()  # noqa: F821 (nbgrader defines get_config when it reads this file)
 
@@ -27,8 +28,23 @@ c.Execute.timeout = 600
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"\w+Warning: "
 
+# With nbgrader and the course in one environment (a hub's, or `make`'s): the released feedback
+# shows no hidden test's source or inputs (the visible checks and their hints, the hidden checks as a
+# count and points), on a page that opens without the internet; submissions' grade cells with hidden
+# tests are restored without nbgrader's false "checksum has changed" warning; and SQLAlchemy's notice
+# about nbgrader's order of building records is not printed for each submission.
+try:
+    from autograder import nbgrader_course as _course
+except ImportError:  # nbgrader in an environment without the course: nbgrader's own feedback
+    _course = None
+if _course is not None:
+    _course.feedback_settings(c)
+    c.Autograde.sanitize_preprocessors = _course.sanitize_preprocessors()
+    _course.quiet_database_notices()
+else:
+    warnings.warn("the course's package is not importable here: nbgrader's feedback shows hidden tests", stacklevel=1)
+
 # To grade in the sandbox whenever nbgrader autogrades (formgrader's button and `nbgrader autograde`
-# included), with nbgrader and the course in one environment, uncomment these three lines:
-# from autograder import nbgrader_course
-# c.Autograde.autograde_preprocessors = nbgrader_course.preprocessors()
+# included), with nbgrader and the course in one environment, uncomment these two lines:
+# c.Autograde.autograde_preprocessors = _course.preprocessors()
 # c.SandboxGrade.hide = [c.CourseDirectory.root]  # the sandbox hides the course: source/, the gradebook

@@ -28,13 +28,20 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import nbformat
 from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor, SaveAutoGrades
+from nbgrader.preprocessors import (
+    ClearHiddenTests,
+    Execute,
+    NbGraderPreprocessor,
+    OverwriteCells,
+    SaveAutoGrades,
+)
 from traitlets import Float, Integer, List, Unicode
 from traitlets.config import Config
 
@@ -42,7 +49,9 @@ from autograder import grade, release, sandbox, shards
 from autograder.chapters import CHAPTERS
 
 CONFIG = Path(__file__).with_name("nbgrader_config.py")  # the course's settings for stock nbgrader
+TEMPLATES = Path(__file__).with_name("templates")  # the feedback page's template (offline: no MathJax)
 REPORT = "sandbox_report"  # where SandboxGrade leaves the report for SandboxComments (nbgrader's resources)
+LEARNER_VIEW = "course_learner_view"  # a grade cell's metadata: its output as released feedback shows it
 _CHECKED = re.compile(r"""\bcheck\(\s*["'](\w+)["']""")
 
 
@@ -73,35 +82,65 @@ class SandboxGrade(NbGraderPreprocessor):
         resources[REPORT] = report
         for cell in nb.cells:
             if utils.is_grade(cell) and cell.cell_type == "code":
-                cell.outputs = cell_outputs(report, checked_exercise(cell), float(cell.metadata.nbgrader["points"]))
+                exercise = checked_exercise(cell)
+                cell.outputs = cell_outputs(report, exercise, float(cell.metadata.nbgrader["points"]))
+                cell.metadata[LEARNER_VIEW] = learner_view(report, exercise)
         self.log.info("%s: %g / %g in the sandbox", name, report.score, report.max_score)
         return nb, resources
+
+
+def _exercise_tests(report: grade.Report, exercise: str | None) -> list[tuple]:
+    """(test, check) of each of ``exercise``'s checks in ``report``."""
+    known = {c.id: c for e in CHAPTERS.get(report.chapter, []) if e.grade_id == exercise for c in e.checks}
+    return [(t, known[t.id]) for t in report.tests if t.id in known]
 
 
 def cell_outputs(report: grade.Report, exercise: str | None, max_points: float) -> list:
     """A grade cell's outputs: the lines of its exercise's checks on stdout, and its points as the
     cell's value (which nbgrader reads as partial credit), scaled to ``max_points``."""
-    known = {c.id: c for e in CHAPTERS.get(report.chapter, []) if e.grade_id == exercise for c in e.checks}
-    tests = [t for t in report.tests if t.id in known]
-    lines = [f"{'ok  ' if t.passed else 'FAIL'} {known[t.id].what} [{t.max_points:g} pt]" for t in tests]
-    lines += [f"     hint: {t.hint}" for t in tests if not t.passed]
+    tests = _exercise_tests(report, exercise)
+    lines = [f"{'ok  ' if t.passed else 'FAIL'} {check.what} [{t.max_points:g} pt]" for t, check in tests]
+    lines += [f"     hint: {t.hint}" for t, _ in tests if not t.passed]
     if not tests:
         lines.append(
             f"this cell was not graded: {exercise or 'it checks no exercise'} is not among the checks "
             f"of {report.chapter or 'this notebook'} (grade it by hand)"
         )
     lines += [f"note: {message}" for message in report.messages]
-    possible = sum(t.max_points for t in tests)
-    points = sum(t.points for t in tests) * max_points / possible if possible else 0.0
+    possible = sum(t.max_points for t, _ in tests)
+    points = sum(t.points for t, _ in tests) * max_points / possible if possible else 0.0
     return [
         nbformat.v4.new_output("stream", name="stdout", text="\n".join(lines) + "\n"),
         nbformat.v4.new_output("execute_result", data={"text/plain": f"{points:g}"}, execution_count=None),
     ]
 
 
+def learner_view(report: grade.Report, exercise: str | None) -> str:
+    """What released feedback shows of a grade cell: each visible check, with its hint when it
+    failed, and the hidden checks only as a count and their points (their names, inputs and hints
+    would tell learners what the hidden inputs are)."""
+    tests = _exercise_tests(report, exercise)
+    lines = []
+    for t, check in tests:
+        if check.visible:
+            lines.append(f"{'ok  ' if t.passed else 'FAIL'} {check.what} [{t.max_points:g} pt]")
+            lines += [f"     hint: {t.hint}"] if not t.passed else []
+    hidden = [t for t, check in tests if not check.visible]
+    if hidden:
+        passed = [t for t in hidden if t.passed]
+        lines.append(
+            f"hidden checks: {len(passed)} of {len(hidden)} passed, "
+            f"{sum(t.points for t in hidden):g} of {sum(t.max_points for t in hidden):g} pt"
+        )
+    if not tests:
+        lines.append("this cell was not graded automatically (your instructor grades it by hand)")
+    return "\n".join(lines) + "\n"
+
+
 class SandboxComments(NbGraderPreprocessor):
-    """Write the hints of each exercise's failed checks as the comment on its answer cell (after
-    ``SaveAutoGrades``, which sets the comments nbgrader itself gives)."""
+    """Write the hints of each exercise's failed visible checks, and how many hidden checks failed,
+    as the comment on its answer cell (after ``SaveAutoGrades``, which sets the comments nbgrader
+    itself gives), one Markdown list item each: released feedback renders comments as Markdown."""
 
     def preprocess(self, nb, resources):
         report = resources.get(REPORT)
@@ -116,20 +155,80 @@ class SandboxComments(NbGraderPreprocessor):
                     continue
                 comment = gradebook.find_comment(grade_id, where["notebook"], where["assignment"], where["student"])
                 lines = [comment.auto_comment] if comment.auto_comment else []
-                lines += hints[grade_id]
+                lines += [f"- {hint}" for hint in hints[grade_id]]
                 comment.auto_comment = "\n".join(lines) or None
             gradebook.db.commit()
         return nb, resources
 
 
 def failed_hints(report: grade.Report, exercise) -> list[str]:
-    """A line per distinct hint of the failed checks of ``exercise``, led by the checks that gave it."""
-    ids = {c.id for c in exercise.checks}
+    """A line per distinct hint of the failed visible checks of ``exercise``, led by the checks
+    that gave it, then one line for the failed hidden checks, whose hints stay with the instructor
+    (the grade cell's output in formgrader shows them)."""
+    visible = {c.id for c in exercise.checks if c.visible}
+    hidden = {c.id for c in exercise.checks if not c.visible}
     by_hint: dict[str, list[str]] = {}
+    failed_hidden = 0
     for test in report.tests:
-        if test.id in ids and not test.passed:
+        if test.passed:
+            continue
+        if test.id in visible:
             by_hint.setdefault(test.hint, []).append(test.id)
-    return [f"{', '.join(checks)}: {hint}" for hint, checks in by_hint.items()]
+        failed_hidden += test.id in hidden
+    lines = [f"{', '.join(checks)}: {hint}" for hint, checks in by_hint.items()]
+    if failed_hidden:
+        lines.append(
+            f"{failed_hidden} hidden check{'s' * (failed_hidden > 1)} failed: "
+            "they test what the visible checks do on other inputs"
+        )
+    return lines
+
+
+class HiddenTestsRestored(OverwriteCells):
+    """nbgrader's ``OverwriteCells`` without its false alarm for grade cells with hidden tests: the
+    student copies never held those lines, so every honest submission's checksum "changed"
+    (nbgrader issue 1961). A change beyond the hidden tests is still reported."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        self._submitted = cell.get("source", "")
+        return super().preprocess_cell(cell, resources, cell_index)
+
+    def report_change(self, name, attr, old, new):
+        if attr == "checksum":
+            source = self.gradebook.find_source_cell(name, self.notebook_id, self.assignment_id).source
+            if without_hidden_tests(source) == self._submitted:
+                return
+        super().report_change(name, attr, old, new)
+
+
+def without_hidden_tests(source: str) -> str:
+    """``source`` with its hidden-test region removed, as nbgrader's release removes it."""
+    cell = nbformat.v4.new_code_cell(source)
+    ClearHiddenTests()._remove_hidden_test_region(cell)
+    return cell.source
+
+
+class LearnerFeedback(NbGraderPreprocessor):
+    """Released feedback as learners may see it: each grade cell's source without its hidden tests,
+    and its output as :func:`learner_view` wrote it at grading (formgrader keeps the full one)."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        if utils.is_grade(cell) and cell.cell_type == "code":
+            cell.source = without_hidden_tests(cell.source)
+            view = cell.metadata.pop(LEARNER_VIEW, None)
+            if view is not None:
+                kept = [o for o in cell.outputs if o.get("output_type") == "execute_result"]
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=view), *kept]
+        return cell, resources
+
+
+def quiet_database_notices() -> None:
+    """SQLAlchemy 2's notice each time nbgrader builds a submission's records before adding them to
+    its session (``Object of type <SubmittedAssignment> not in session ...``): the records are added
+    right after, so it says nothing about the submission."""
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session", category=SAWarning)
 
 
 def preprocessors() -> list:
@@ -141,6 +240,28 @@ def preprocessors() -> list:
         if step is SaveAutoGrades:
             steps.append(SandboxComments)
     return steps
+
+
+def sanitize_preprocessors() -> list:
+    """nbgrader's steps that restore a submission's locked cells, with :class:`HiddenTestsRestored`
+    in place of ``OverwriteCells``."""
+    steps = Autograde.class_traits()["sanitize_preprocessors"].default()
+    return [HiddenTestsRestored if step is OverwriteCells else step for step in steps]
+
+
+def feedback_settings(config) -> None:
+    """Set ``config`` (nbgrader's, or a ``Config``) so that ``generate_feedback`` writes feedback
+    fit to hand back: :class:`LearnerFeedback`'s cells, on a page that needs no internet (the
+    course's template leaves MathJax out: formulas show as their TeX source)."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.preprocessors import GetGrades
+
+    assert GenerateFeedback.class_traits()["preprocessors"].default() == [GetGrades, CSSHTMLHeaderPreprocessor]
+    config.GenerateFeedback.preprocessors = [GetGrades, LearnerFeedback, CSSHTMLHeaderPreprocessor]
+    config.HTMLExporter.template_name = "course_feedback"
+    nbgrader_templates = Path(utils.__file__).parent / "server_extensions" / "formgrader" / "templates"
+    config.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates)]
 
 
 @contextlib.contextmanager
@@ -163,6 +284,7 @@ def run_app(course: Path, argv: list[str], extra: Config | None = None) -> int:
     from jupyter_core.application import NoStart
     from nbgrader.apps import NbGraderApp
 
+    quiet_database_notices()
     with _in_course(Path(course)):
         app = NbGraderApp.instance()
         try:
@@ -193,6 +315,7 @@ def autograde(
     limits = limits or sandbox.Limits()
     sandbox.isolation(limits.memory_bytes)
     extra = Config()
+    extra.Autograde.sanitize_preprocessors = sanitize_preprocessors()
     extra.Autograde.autograde_preprocessors = preprocessors()
     extra.SandboxGrade.seed = seed
     extra.SandboxGrade.wall_seconds = limits.wall_seconds

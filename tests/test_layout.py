@@ -49,6 +49,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_gpu",
             "test_grader",
             "test_headless",
+            "test_hub",
             "test_hostile",
             "test_install_torch",
             "test_layout",

