@@ -454,11 +454,6 @@ def effective_bits(bits, group_size, scale_bits=16):
 }
 
 
-@pytest.mark.parametrize("name", sorted(PLANTED))
-def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
-    assert_named(planted_reports[name], PLANTED[name])
-
-
 # More plausible mistakes, judged in this process (conftest.assert_caught).
 MISTAKES = {
     "signed_integer_range": Planted(  # the issue's "1006 of 1024 values differ", now named
@@ -1001,7 +996,8 @@ def gptq_variant(damping="damping", factor=UPPER, scale_source="w", update=UPDAT
     return GPTQ_ANSWER.format(damping=damping, factor=factor, scale_source=scale_source, update=update)
 
 
-COMPENSATED = {f"gptq_quantize.{c}" for c in ("per_row", "groups", "few_samples", "output_error")}
+COMPENSATED = {f"gptq_quantize.{c}" for c in ("per_row", "groups", "copy", "dtype", "few_samples", "output_error")}
+GROUPED = COMPENSATED - {"gptq_quantize.per_row", "gptq_quantize.output_error"}  # within 2% of GPTQ's there
 GPTQ_MISTAKES = {
     "no_compensation": (gptq_variant(update="pass"), COMPENSATED, "no error compensation"),
     "rows_of_the_inverse": (
@@ -1022,8 +1018,18 @@ GPTQ_MISTAKES = {
     "no_damping": (gptq_variant(damping="0.0"), COMPENSATED, "no damping"),
     "scales_fixed_before_the_sweep": (
         gptq_variant(scale_source="original"),
-        {"gptq_quantize.groups", "gptq_quantize.few_samples", "gptq_quantize.output_error"},
+        GROUPED,
         "fixed before the sweep",
+    ),
+    "sweeps_the_caller_s_weight": (  # the prompt: work on a copy
+        gptq_variant().replace("w = weight.clone()", "w = weight"),
+        {"gptq_quantize.copy"},
+        "weight passed in was changed",
+    ),
+    "sweeps_in_float32": (  # the prompt: in its own dtype
+        gptq_variant().replace("w = weight.clone()", "w = weight.float().clone()"),
+        {"gptq_quantize.dtype"},
+        "the scale is torch.float32 for a float64 weight",
     ),
     "error_added": (
         gptq_variant(update="w[:, j + 1 :] += error[:, None] * u[j, j + 1 :][None, :]"),
@@ -1046,6 +1052,15 @@ GPTQ_MISTAKES = {
         "not divided by U[j, j]",
     ),
 }
+
+
+# Graded in the sandbox with the batch above too: the scenario that sees the caller's weight runs there.
+PLANTED["gptq_sweeps_the_caller_s_weight"] = Planted("gptq_quantize", *GPTQ_MISTAKES["sweeps_the_caller_s_weight"])
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))  # here, below the last entry of PLANTED
+def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
+    assert_named(planted_reports[name], PLANTED[name])
 
 
 @pytest.mark.parametrize("name", sorted(GPTQ_MISTAKES))
@@ -1149,6 +1164,14 @@ AWQ_MISTAKES = {  # name -> (answer, {check: words its hint must hold})
         awq_variant(scales="hessian.diagonal().pow(alpha).clamp(min=1e-4)"),
         dict.fromkeys(("uniform", *SEARCHED), "diag(H)"),
     ),
+    "clamped_before_the_power": (
+        awq_variant(scales="mean_abs.clamp(min=1e-4).pow(alpha)"),
+        {"dead_channel": "clamped before the power"},
+    ),
+    "last_of_tied_exponents": (  # the prompt: the first, if several tie
+        awq_variant().replace("errors[-1] < best[0]", "errors[-1] <= best[0]"),
+        {"uniform": "20 exponents tie for the least error"},
+    ),
     "too_many_levels": (
         awq_variant().replace("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1"),
         {"uniform": "15 levels instead of 7", "salient": "15 levels", "per_row": "7 levels instead of 3"}
@@ -1166,6 +1189,37 @@ def test_each_awq_mistake_loses_exactly_its_checks_with_its_hint(name):
     shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
     assert {i for i, v in found.items() if not v.passed} == {f"awq_quantize.{c}" for c in must_fail}, shown
     assert all(words in found[f"awq_quantize.{c}"].hint for c, words in must_fail.items()), shown
+
+
+def check_cell(grade_id: str, source: str, capsys) -> str:
+    """What the learner's check cell prints for the answer ``source``: ``check(grade_id)`` in a
+    kernel that ran the chapter's setup cells and ``source`` (the visible checks, seeded as there)."""
+    from autograder import notebook
+    from autograder.chapters import chapter_of
+    from autograder.selfcheck import check
+
+    namespace: dict = {"__name__": "__main__", "In": ["", source]}
+    for cell in [*notebook.setup_sources(notebook.released(chapter_of(grade_id))), source]:
+        exec(cell, namespace)
+    with pytest.raises(AssertionError, match=f"checks of {grade_id} failed"):
+        check(grade_id, namespace=namespace)
+    return capsys.readouterr().out
+
+
+CHECK_CELL_MISTAKES = [("gptq_quantize", name, words) for name, (_, _, words) in GPTQ_MISTAKES.items()] + [
+    ("awq_quantize", name, sorted(set(words.values()))) for name, (_, words) in AWQ_MISTAKES.items()
+]
+
+
+@pytest.mark.parametrize("grade_id, name, words", CHECK_CELL_MISTAKES, ids=[m[1] for m in CHECK_CELL_MISTAKES])
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_check_cell_names_each_gptq_and_awq_mistake(grade_id, name, words, capsys):
+    """Every planted GPTQ and AWQ mistake fails a visible check with its hint, before grading: the
+    scales fixed before the sweep, the caller's weight swept in place, a float32 sweep of a float64
+    weight, mean |x| clamped before the power and the last of tied exponents among them."""
+    source = GPTQ_MISTAKES[name][0] if grade_id == "gptq_quantize" else AWQ_MISTAKES[name][0]
+    printed = check_cell(grade_id, source, capsys)
+    assert "FAIL" in printed and any(w in printed for w in ([words] if isinstance(words, str) else words)), printed
 
 
 def test_awq_written_without_normalising_the_scales_keeps_every_point():

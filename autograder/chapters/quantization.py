@@ -495,95 +495,52 @@ EFFECTIVE_BITS = Exercise(
 # --- gptq_quantize -------------------------------------------------------------------------------
 
 
-def _gptq_variant(
-    weight,
-    hessian,
-    bits,
-    group,
-    damping=0.01,
-    factor="upper",
-    compensate=True,
-    sweep_scales=True,
-    sign=-1,
-    levels=None,
-    relative_damping=True,
-    divide=True,
-):
-    """GPTQ with one thing changed (the named mistakes), in float64. ``factor``: "upper" (the
-    Cholesky factor of H^-1, right), "inverse" (rows of H^-1 itself, never updated), "lower" (the
-    transposed factor) or "hessian" (the factor of H, not of its inverse). ``levels`` replaces
-    2**(bits-1) - 1; ``relative_damping`` False adds ``damping`` itself to the diagonal; ``divide``
-    False leaves the error undivided by U[j, j]."""
-    levels = quantization.absmax_levels(bits) if levels is None else levels
-    rows, cols = weight.shape
-    group = cols if group is None else group
-    work = weight.double().clone()
-    h = hessian.double().clone()
-    dead = torch.diagonal(h) == 0
-    h[dead, dead] = 1.0
-    work[:, dead] = 0.0
-    h += damping * (torch.diagonal(h).mean() if relative_damping else 1.0) * torch.eye(cols, dtype=torch.float64)
-    inverse = torch.cholesky_inverse(torch.linalg.cholesky(h))
-    u = {
-        "upper": lambda: torch.linalg.cholesky(inverse, upper=True),
-        "inverse": lambda: inverse,
-        "hessian": lambda: torch.linalg.cholesky(h, upper=True),
-    }[factor]()
-    original = work.clone()
-    codes = torch.zeros(rows, cols, dtype=torch.float64)
-    scales = torch.zeros(rows, cols // group, dtype=torch.float64)
-    for j in range(cols):
-        if j % group == 0:
-            source = work if sweep_scales else original
-            scales[:, j // group] = source[:, j : j + group].abs().amax(dim=1) / levels
-            scale = torch.where(scales[:, j // group] > 0, scales[:, j // group], torch.ones_like(scales[:, 0]))
-        codes[:, j] = torch.round(work[:, j] / scale).clamp(-levels, levels)
-        if compensate:
-            error = (work[:, j] - codes[:, j] * scale) / (u[j, j] if divide else 1.0)
-            work[:, j + 1 :] += sign * error[:, None] * u[j, j + 1 :][None, :]
-    return codes, scales
-
-
 def gptq_mistakes(weight, hessian, bits, group) -> list:
+    """(hint, codes and scales of that mistake on these inputs), in float64: the course's GPTQ with
+    one step changed (see :func:`course.quantization.gptq_quantize`'s keyword-only arguments)."""
+
+    def variant(**changed):
+        return lambda: quantization.gptq_quantize(weight.double(), hessian.double(), bits, group, **changed)
+
     return [
         (
             "no error compensation: these are round-to-nearest's codes; after rounding column j, subtract "
             "(w_j - q_j) / U[j, j] * U[j, j+1:] from the columns not yet quantized (a lower Cholesky factor "
             "does nothing there: its row j is zero past the diagonal; take upper=True)",
-            lambda: _gptq_variant(weight, hessian, bits, group, compensate=False),
+            variant(compensate=False),
         ),
         (
             "the error was not divided by U[j, j]: the columns not yet quantized move by "
             "-(w_j - q_j) / U[j, j] * U[j, j+1:]",
-            lambda: _gptq_variant(weight, hessian, bits, group, divide=False),
+            variant(divide=False),
         ),
         (
             "the error was spread with rows of H^-1 itself: use U, the upper Cholesky factor of H^-1 "
             "(torch.linalg.cholesky(H_inv, upper=True)), whose rows already account for the columns done",
-            lambda: _gptq_variant(weight, hessian, bits, group, factor="inverse"),
+            variant(factor="inverse"),
         ),
         (
             "the Cholesky factor of H was used: GPTQ needs the factor of the inverse, H^-1 = U^T U",
-            lambda: _gptq_variant(weight, hessian, bits, group, factor="hessian"),
+            variant(factor="hessian"),
         ),
         (
             "no damping: add damping * mean(diag(H)) to H's diagonal before inverting it",
-            lambda: _gptq_variant(weight, hessian, bits, group, damping=0.0),
+            variant(damping=0.0),
         ),
         (
             "the damping was added as an absolute amount (H + damping * I): it is a fraction of H's scale, "
             "add damping * mean(diag(H)) to the diagonal",
-            lambda: _gptq_variant(weight, hessian, bits, group, relative_damping=False),
+            variant(relative_damping=False),
         ),
-        (too_many_levels_hint(bits), lambda: _gptq_variant(weight, hessian, bits, group, levels=2**bits - 1)),
+        (too_many_levels_hint(bits), variant(levels=2**bits - 1)),
         (
             "each group's scale came from the original weights, fixed before the sweep: take it from the "
             "error-updated weights when the sweep reaches the group's first column",
-            lambda: _gptq_variant(weight, hessian, bits, group, sweep_scales=False),
+            variant(scales_from="original"),
         ),
         (
             "the error was added instead of subtracted: the columns not yet quantized move by -error * U[j, j+1:]",
-            lambda: _gptq_variant(weight, hessian, bits, group, sign=1),
+            variant(subtract=False),
         ),
     ]
 
@@ -599,13 +556,22 @@ def _correlated_hessian(rng: np.random.Generator, cols: int, samples: int) -> to
     return x.T @ x / samples  # float64
 
 
-def _probe_gptq(rows, cols, bits, group, identity=False, dtype=torch.float64, samples=None):
+def gptq_on_a_copy(function, weight, *args, **kwargs) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): ``function(weight, ...)``'s
+    answer, and whether the call changed ``weight`` itself."""
+    before = weight.clone()
+    answer = function(weight, *args, **kwargs)
+    return {"answer": answer, "weight_changed": not weight.equal(before)}
+
+
+def _probe_gptq(rows, cols, bits, group, identity=False, dtype=torch.float64, samples=None, scenario=None):
     def make(rng):
         weight = _normal(rng, rows, cols).to(dtype)
         hessian = (
             torch.eye(cols, dtype=torch.float64) if identity else _correlated_hessian(rng, cols, samples or 2 * cols)
         )
-        return {"call": "gptq_quantize", "args": [weight, hessian.to(dtype), bits], "kwargs": {"group_size": group}}
+        probe = {"call": "gptq_quantize", "args": [weight, hessian.to(dtype), bits], "kwargs": {"group_size": group}}
+        return probe | ({"scenario": scenario} if scenario else {})
 
     return make
 
@@ -699,6 +665,37 @@ def _judge_gptq_error(codes, scale, weight, hessian, bits, group):
     return Verdict(False, f"output error {ratio:.3f} of round-to-nearest's; GPTQ's is {expected:.3f}")
 
 
+IN_PLACE_HINT = (
+    "the weight passed in was changed: the sweep must run on a copy, w = weight.clone() (weight.double() and "
+    "weight.to(weight.dtype) return the weight itself when it already has that dtype)"
+)
+
+
+def _judge_gptq_copy(probe, result):
+    """The weight passed in left as it was (the :func:`gptq_on_a_copy` scenario), then the codes."""
+    got, failed = outcome(result)
+    if failed:
+        return _judge_gptq_codes(probe, result)  # says what happened, as the other checks do
+    if not isinstance(got, dict) or "answer" not in got:
+        return Verdict(False, f"gptq_quantize could not be tested: {got!r}"[:200])
+    if got.get("weight_changed"):
+        return Verdict(False, IN_PLACE_HINT)
+    return _judge_gptq_codes(probe, {"returned": result["returned"]["dict"]["answer"]})
+
+
+def _judge_gptq_dtype(probe, result):
+    """A float64 weight: the scale comes back in float64 (the sweep ran in the weight's dtype), then the codes."""
+    got, _ = outcome(result)
+    scale = got[1] if isinstance(got, tuple) and len(got) == 2 else None
+    if isinstance(scale, torch.Tensor) and scale.is_floating_point() and scale.dtype != torch.float64:
+        return Verdict(
+            False,
+            f"the scale is {scale.dtype} for a float64 weight: the sweep ran in lower precision (weight.float()?); "
+            "work on a copy in the weight's own dtype, w = weight.clone(), and make the scale in it",
+        )
+    return _judge_gptq_codes(probe, result)
+
+
 def _probe_gptq_bad_group(rng):
     return {"call": "gptq_quantize", "args": [_normal(rng, 4, 64), torch.eye(64), 4], "kwargs": {"group_size": 48}}
 
@@ -729,6 +726,23 @@ GPTQ = Exercise(
             "4 bits, groups of 8, scales from the error-updated weights (float64: the reference's codes exactly)",
             _probe_gptq(10, 32, 4, 8),
             _judge_gptq_codes,
+            visible=True,
+        ),
+        Check(
+            "copy",
+            1,
+            "the weight passed in is left unchanged: the sweep works on a copy",
+            _probe_gptq(6, 16, 4, 8, scenario=gptq_on_a_copy),
+            _judge_gptq_copy,
+            visible=True,
+        ),
+        Check(
+            "dtype",
+            1,
+            "a float64 weight: the sweep in its own dtype, the scale returned in float64",
+            _probe_gptq(6, 24, 4, 8),
+            _judge_gptq_dtype,
+            visible=True,
         ),
         Check(
             "few_samples",
@@ -778,6 +792,8 @@ GPTQ = Exercise(
             ("identity", "groups"),
         ),
         Requirement("ValueError when group_size does not divide the columns", ("bad_group",)),
+        Requirement("works on a copy: the weight passed in is left unchanged", ("copy",)),
+        Requirement("computes in the weight's own dtype: float64 in, a float64 scale out", ("dtype",)),
     ],
 )
 
@@ -785,41 +801,14 @@ GPTQ = Exercise(
 # --- awq_quantize --------------------------------------------------------------------------------
 
 
-def _awq_variant(
-    weight,
-    hessian,
-    mean_abs,
-    bits,
-    group,
-    grid,
-    exponent=1,
-    unscale=True,
-    measure="output",
-    alphas=None,
-    prescale=True,
-    levels=None,
-):
-    """AWQ's search with one thing changed (the named mistakes), in float64: (alpha, approx, errors).
-    ``exponent`` -1 shrinks the salient channels; ``measure`` "weights" scores the weight error;
-    ``alphas`` replaces the grid 0, 1/grid, ..., (grid - 1)/grid; ``prescale`` False rounds W
-    itself (then divides by s); ``levels`` replaces 2**(bits-1) - 1 in the round trip."""
-    w, h = weight.double(), hessian.double()
-    best, errors = None, []
-    for alpha in [step / grid for step in range(grid)] if alphas is None else alphas:
-        s = mean_abs.double().pow(exponent * alpha).clamp(min=1e-4)
-        s = s / (s.max() * s.min()).sqrt()
-        approx = _grouped_round_trip(w * s if prescale else w, bits, group, levels=levels)
-        approx = approx / s if unscale else approx
-        weights_error = ((w - approx) ** 2).sum().item()
-        errors.append(quantization.output_error(w, approx, h) if measure == "output" else weights_error)
-        if best is None or errors[-1] < best[0]:
-            best = (errors[-1], alpha, approx)
-    return best[1], best[2], torch.tensor(errors, dtype=torch.float64)
+def _awq(weight, hessian, mean_abs, bits, group, grid, **changed):
+    """The course's AWQ in float64, with the steps ``changed`` (its keyword-only arguments): (alpha, approx, errors)."""
+    return quantization.awq_quantize(weight.double(), hessian.double(), mean_abs, bits, group, grid, **changed)
 
 
 def awq_mistakes(weight, hessian, mean_abs, bits, group, grid) -> list:
     def variant(**changed):
-        return lambda: _awq_variant(weight, hessian, mean_abs, bits, group, grid, **changed)
+        return lambda: _awq(weight, hessian, mean_abs, bits, group, grid, **changed)
 
     return [
         (
@@ -849,13 +838,19 @@ def awq_mistakes(weight, hessian, mean_abs, bits, group, grid) -> list:
         (
             "s came from the weights' column means: s = mean_abs ** alpha, the mean |x| of the inputs "
             "(AWQ protects the channels whose activations are large, not whose weights are)",
-            lambda: _awq_variant(weight, hessian, weight.double().abs().mean(dim=0), bits, group, grid),
+            lambda: _awq(weight, hessian, weight.double().abs().mean(dim=0), bits, group, grid),
         ),
         (
             "s came from diag(H), the mean of x squared: s = mean_abs ** alpha, the mean |x| of the inputs",
-            lambda: _awq_variant(weight, hessian, torch.diagonal(hessian.double()), bits, group, grid),
+            lambda: _awq(weight, hessian, torch.diagonal(hessian.double()), bits, group, grid),
         ),
         (f"the round trip: {too_many_levels_hint(bits)}", variant(levels=2**bits - 1)),
+        (
+            "mean |x| was clamped before the power: s = mean_abs ** alpha first, then at least 1e-4 "
+            "(mean_abs.pow(alpha).clamp(min=1e-4)); clamping first gives a channel that never fires "
+            "(1e-4) ** alpha, not 1e-4",
+            variant(clamp_first=True),
+        ),
     ]
 
 
@@ -879,8 +874,10 @@ def _probe_awq(rows, cols, bits, group, grid=20, salient=2, uniform=False, dead=
     def make(rng):
         weight = _normal(rng, rows, cols).double()
         hessian, mean_abs = _awq_inputs(rng, 4 * cols, cols, salient, dead)
+        if dead:  # the dead channel's weights large: only a scale of 1e-4 keeps them out of their groups' absmax
+            weight[:, mean_abs == 0] *= 50.0
         if uniform:
-            mean_abs = torch.full((cols,), 0.7, dtype=torch.float64)
+            mean_abs = torch.ones(cols, dtype=torch.float64)  # s = 1 ** alpha = 1: exact ties
         return {
             "call": "awq_quantize",
             "args": [weight, hessian, mean_abs, bits],
@@ -909,7 +906,7 @@ def _awq_answer(result, grid):
     return alpha, approx, errors.reshape(-1), None
 
 
-def _judge_awq(probe, result, judge_alpha=True):
+def _judge_awq(probe, result):
     """The errors and the chosen exponent the reference's (float64: no near ties), the approximation
     close; otherwise the named mistake whose errors the answer's match."""
     weight, hessian, mean_abs, bits = probe["args"]
@@ -917,15 +914,32 @@ def _judge_awq(probe, result, judge_alpha=True):
     alpha, approx, errors, failed = _awq_answer(result, grid)
     if failed:
         return failed
-    ref_alpha, ref_approx, ref_errors = _awq_variant(weight, hessian, mean_abs, bits, group, grid)
+    ref_alpha, ref_approx, ref_errors = _awq(weight, hessian, mean_abs, bits, group, grid)
     same_errors, difference = compare_tensors(errors, ref_errors, rtol=1e-6, atol=1e-12)
     if not same_errors:
+        if not errors.any():
+            return Verdict(
+                False,
+                "the errors are all zeros: each is tr((W - W_hat) H (W - W_hat)^T) of that exponent's "
+                f"W_hat = Q(W * s) / s (errors: {difference})",
+            )
         for hint, make in awq_mistakes(weight, hessian, mean_abs, bits, group, grid):
-            wrong = make()[2]
+            try:
+                wrong = make()[2]
+            except ValueError:  # a mistake that makes s infinite has no finite errors to match
+                continue
             if not torch.allclose(wrong, ref_errors, rtol=1e-6) and compare_tensors(errors, wrong, rtol=1e-6)[0]:
                 return Verdict(False, f"{hint} (errors: {difference})")
         return Verdict(False, f"the errors: {difference}")
-    if judge_alpha and abs(alpha - ref_alpha) > 1e-9:
+    if abs(alpha - ref_alpha) > 1e-9:
+        tied = [i / grid for i in range(grid) if ref_errors[i] == ref_errors.min()]
+        if len(tied) > 1 and any(abs(alpha - t) <= 1e-9 for t in tied):
+            return Verdict(
+                False,
+                f"alpha {alpha:.4g}, expected {ref_alpha:.4g}: {len(tied)} exponents tie for the least error and "
+                "the first of them is the answer; replace the best only on a strictly smaller error (< rather "
+                "than <=, or argmin, which takes the first)",
+            )
         return Verdict(False, f"alpha {alpha:.4g}, expected {ref_alpha:.4g}: the exponent of the least error")
     return diagnose(approx, ref_approx, [], "the approximation", rtol=1e-7, atol=1e-12)
 
@@ -945,9 +959,10 @@ AWQ = Exercise(
         Check(
             "uniform",
             1,
-            "channels all equally active: every s is the same, so every error is round-to-nearest's",
+            "channels all equally active (mean |x| 1): every s is 1, so every error is round-to-nearest's and "
+            "all tie: alpha 0, the first",
             _probe_awq(8, 32, 4, 8, uniform=True),
-            lambda probe, result: _judge_awq(probe, result, judge_alpha=False),
+            _judge_awq,
             visible=True,
         ),
         Check(
@@ -959,17 +974,18 @@ AWQ = Exercise(
             visible=True,
         ),
         Check(
+            "dead_channel",
+            1,
+            "an input channel that never fires (mean |x| 0): s = mean|x| ** alpha, then at least 1e-4",
+            _probe_awq(8, 32, 4, 16, dead=True),
+            _judge_awq,
+            visible=True,
+        ),
+        Check(
             "per_row",
             1,
             "3 bits, one scale per row, a grid of 8 exponents",
             _probe_awq(12, 48, 3, None, grid=8, salient=3),
-            _judge_awq,
-        ),
-        Check(
-            "dead_channel",
-            1,
-            "an input channel that never fires (mean |x| 0)",
-            _probe_awq(8, 32, 4, 16, dead=True),
             _judge_awq,
         ),
         Check(
@@ -992,6 +1008,7 @@ AWQ = Exercise(
             ("uniform", "salient", "per_row"),
         ),
         Requirement("equally active channels give round to nearest (edge case)", ("uniform",)),
+        Requirement("the first exponent of the least error when several tie", ("uniform",)),
         Requirement("s clamped to at least 1e-4: a channel that never fires (edge case)", ("dead_channel",)),
         Requirement("ValueError when group_size does not divide the columns", ("bad_group",)),
     ],
