@@ -625,6 +625,14 @@ PLANTED = {
         "two's complement",
         calls_it={"int4_linear"},
     ),
+    "pack_without_the_offset": Planted(  # "expected 31, got 151" named: the +8 offset
+        "pack_int4",
+        "def pack_int4(codes):\n    if codes.shape[1] % 2:\n        raise ValueError('odd')\n"
+        "    c = codes.to(torch.int32)\n    return (c[:, 0::2] * 16 + c[:, 1::2]).to(torch.uint8)\n",
+        {"pack_int4.example", "pack_int4.random"},
+        "without their +8 offset",
+        calls_it={"int4_linear"},
+    ),
     "layer_low_nibble_first": Planted(
         "int4_linear",
         LAYER_SOLUTION.replace('self.register_buffer("codes", pack_int4(codes))', SWAPPED_PACK).replace(

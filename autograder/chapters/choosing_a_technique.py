@@ -195,6 +195,10 @@ def _codes_probe(rows=None, cols=None, fixed=None):
 def _pack_mistakes(codes: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     c = codes.to(torch.int64)
     high, low = c[:, 0::2], c[:, 1::2]
+    no_offset = (
+        "the codes were packed without their +8 offset, so a negative code wraps around the byte (-7 * 16 + 7 = "
+        "-105 is stored as 151): store code + 8, so that -8..7 become 0..15"
+    )
     return [
         (
             "the pair's order is swapped: the first code of each pair goes into the high nibble, (first + 8) << 4",
@@ -204,6 +208,8 @@ def _pack_mistakes(codes: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
             "negative codes were stored as two's complement (code & 15): store code + 8, so -8..7 become 0..15",
             ((high & 15) << 4) | (low & 15),
         ),
+        (no_offset, (high * 16 + low) % 256),
+        (no_offset, ((high << 4) | low) & 255),
         ("the offset is 8, not 7: -8 must become 0 and 7 must become 15", ((high + 7) << 4) | (low + 7)),
         ("the two codes were added, not packed: shift the first left by 4 bits", (high + 8) + (low + 8)),
     ]
