@@ -413,3 +413,20 @@ def test_visible_checks_catch_what_the_prose_warns_about(slug, name, capsys):
     exercise = next(e for e in CHAPTERS[chapter] if e.defines[0] in notebook.defined_names(source))
     printed = _visible(exercise.grade_id, _kernel(chapter, source), capsys)
     assert "FAIL" in printed, printed
+
+
+def test_an_all_zeros_answer_is_told_so_not_a_mistake_that_also_gives_zeros():
+    """A mistake whose output is zeros on this input (chapter 5's 'last block skipped' when the
+    keys fit in less than one block) must not be named for an answer that returned zeros."""
+    import torch
+
+    from autograder.checks import diagnose
+
+    expected = torch.ones(3, 4)
+    zeros = torch.zeros(3, 4)
+    verdict = diagnose(
+        zeros, expected, [("the last, shorter block was skipped", lambda: torch.zeros(3, 4))], "the output"
+    )
+    assert not verdict.passed and "all zeros" in verdict.hint and "skipped" not in verdict.hint
+    wrong = diagnose(expected * 2, expected, [("doubled", lambda: expected * 2)], "the output")
+    assert "doubled" in wrong.hint  # other answers still get the mistake they match
