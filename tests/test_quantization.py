@@ -4,6 +4,7 @@ numbers, the chapter's figures, and the grader's hints for planted mistakes."""
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -1220,6 +1221,36 @@ def test_the_check_cell_names_each_gptq_and_awq_mistake(grade_id, name, words, c
     source = GPTQ_MISTAKES[name][0] if grade_id == "gptq_quantize" else AWQ_MISTAKES[name][0]
     printed = check_cell(grade_id, source, capsys)
     assert "FAIL" in printed and any(w in printed for w in ([words] if isinstance(words, str) else words)), printed
+
+
+ZERO_ANSWERS = {  # an answer that returns zeros of the right shape, for each exercise of the chapter
+    "quantize_dequantize": "def quantize_dequantize(weight, bits, group_size=None):\n"
+    "    if group_size and weight.shape[1] % group_size:\n        raise ValueError('group_size')\n"
+    "    return torch.zeros_like(weight)\n",
+    "relative_error": "def relative_error(weight, approx):\n    return 0.0\n",
+    "int8": "def quantize_int8(weight):\n    return torch.zeros_like(weight, dtype=torch.int8), "
+    "torch.zeros(weight.shape[0], 1)\n\ndef dequantize_int8(codes, scale):\n    return torch.zeros(codes.shape)\n",
+    "effective_bits": "def effective_bits(bits, group_size, scale_bits=16):\n    return 0.0\n",
+    "gptq_quantize": "def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):\n"
+    "    g = group_size or weight.shape[1]\n    if weight.shape[1] % g:\n        raise ValueError('group_size')\n"
+    "    return torch.zeros_like(weight), torch.zeros(weight.shape[0], weight.shape[1] // g, dtype=weight.dtype)\n",
+    "awq_quantize": "def awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20):\n"
+    "    g = group_size or weight.shape[1]\n    if weight.shape[1] % g:\n        raise ValueError('group_size')\n"
+    "    return 0.0, torch.zeros_like(weight), [0.0] * grid\n",
+}
+
+
+@pytest.mark.parametrize("grade_id", sorted(ZERO_ANSWERS))
+def test_an_answer_of_zeros_is_told_about_zeros_not_another_mistake(grade_id):
+    """Each failing hint says the answer is zeros, or gives only the numbers that differ (never a
+    mistake a zero answer did not make, as 'the scale was multiplied by the number of levels' was)."""
+    from conftest import verdicts
+
+    failed = {i: v.hint for i, v in verdicts(grade_id, ZERO_ANSWERS[grade_id]).items() if not v.passed}
+    assert failed, "an answer of zeros must lose points"
+    numbers_only = re.compile(r"^(codes: )?(\d+ of \d+ values differ|expected [-\d.]+, got 0$)")
+    about_zeros = ("all zeros", "rounded to 0")
+    assert all(any(w in h for w in about_zeros) or numbers_only.match(h) for h in failed.values()), failed
 
 
 def test_awq_written_without_normalising_the_scales_keeps_every_point():

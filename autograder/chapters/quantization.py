@@ -98,7 +98,8 @@ def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
             lambda: _grouped_round_trip(weight, bits, group, magnitude=lambda t: t),
         ),
         (
-            "the scale was multiplied by the number of levels: scale = absmax / (2**(bits-1) - 1)",
+            "every value rounded to 0, as when the scale is multiplied by the number of levels (a step larger "
+            "than every weight): scale = absmax / (2**(bits-1) - 1)",
             lambda: _grouped_round_trip(weight, bits, group, levels=1 / levels),
         ),
         (
@@ -631,6 +632,10 @@ def _judge_gptq_codes(codes, scale, weight, hessian, bits, group):
 @_judging_gptq
 def _judge_gptq_error(codes, scale, weight, hessian, bits, group):
     """Float32 inputs: the output error tr((W-Q) H (W-Q)^T) over round-to-nearest's, within 2% of the reference's."""
+    if codes.numel() and not codes.any():
+        return Verdict(
+            False, "the codes are all zeros: round each column's error-updated weights to their group's scale"
+        )
     if tuple(codes.shape) != tuple(weight.shape):
         return Verdict(False, f"codes of shape {tuple(codes.shape)}, expected {tuple(weight.shape)}, one per weight")
     if torch.equal(codes, codes.round()) and quantization.absmax_levels(bits) < codes.abs().max() <= 2**bits - 1:
