@@ -225,20 +225,24 @@ def diagnose(
     what: str = "",
     **tolerances,
 ) -> Verdict:
-    """Pass when ``got`` matches; otherwise, when it is all zeros, say so (a zero answer matches
-    any mistake that also gives zeros, which would name the wrong thing); else the first known
-    mistake it matches, or the difference (prefixed by ``what``, the name of the compared value,
-    when given)."""
+    """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference
+    (prefixed by ``what``, the name of the compared value, when given). An answer of all zeros is
+    told so first: with the mistake it matches when one gives zeros on this input too, else as
+    the work never done or never returned."""
     same, difference = compare_tensors(got, expected, **tolerances)
     if same:
         return Verdict(True)
     if what:
         difference = f"{what}: {difference}"
+    matched = _matching_mistake(got, expected, mistakes, tolerances)
     if got.numel() and tuple(got.shape) == tuple(expected.shape) and not got.any():
-        return Verdict(
-            False,
-            f"{what or 'the result'} is all zeros: is the work done but not returned, or never done? ({difference})",
-        )
+        cause = matched or "is the work done but not returned, or never done?"
+        return Verdict(False, f"{what or 'the result'} is all zeros: {cause} ({difference})")
+    return Verdict(False, f"{matched} ({difference})" if matched else difference)
+
+
+def _matching_mistake(got, expected, mistakes, tolerances) -> str:
+    """The hint of the first mistake whose output ``got`` matches ("" when none does)."""
     for hint, make in mistakes:
         try:
             wrong = make()
@@ -246,8 +250,8 @@ def diagnose(
             continue
         if tuple(wrong.shape) == tuple(got.shape) and not torch.equal(wrong.double(), expected.double()):
             if compare_tensors(got, wrong, **tolerances)[0]:
-                return Verdict(False, f"{hint} ({difference})")
-    return Verdict(False, difference)
+                return hint
+    return ""
 
 
 def number(value, what: str) -> tuple[float | None, str]:

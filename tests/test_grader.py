@@ -415,18 +415,22 @@ def test_visible_checks_catch_what_the_prose_warns_about(slug, name, capsys):
     assert "FAIL" in printed, printed
 
 
-def test_an_all_zeros_answer_is_told_so_not_a_mistake_that_also_gives_zeros():
-    """A mistake whose output is zeros on this input (chapter 5's 'last block skipped' when the
-    keys fit in less than one block) must not be named for an answer that returned zeros."""
+def test_an_all_zeros_answer_is_told_so_first():
+    """Zeros are named as zeros: with the mistake that gives zeros on the same input, or as work
+    not done; chapter 5 no longer offers 'the last, shorter block was skipped' where the keys fit
+    in less than one block (it read 'only the first 0 of 30 keys were used' for a zero answer)."""
     import torch
 
+    from autograder.chapters import flash_attention
     from autograder.checks import diagnose
 
-    expected = torch.ones(3, 4)
-    zeros = torch.zeros(3, 4)
-    verdict = diagnose(
-        zeros, expected, [("the last, shorter block was skipped", lambda: torch.zeros(3, 4))], "the output"
-    )
-    assert not verdict.passed and "all zeros" in verdict.hint and "skipped" not in verdict.hint
-    wrong = diagnose(expected * 2, expected, [("doubled", lambda: expected * 2)], "the output")
-    assert "doubled" in wrong.hint  # other answers still get the mistake they match
+    expected, zeros = torch.ones(3, 4), torch.zeros(3, 4)
+    gives_zeros = [("the scale was multiplied by the number of levels", lambda: torch.zeros(3, 4))]
+    told = diagnose(zeros, expected, gives_zeros, "the output").hint
+    assert told.startswith("the output is all zeros: the scale was multiplied"), told
+    assert "all zeros: is the work done but not returned" in diagnose(zeros, expected, [], "the output").hint
+    assert diagnose(expected * 2, expected, [("doubled", lambda: expected * 2)]).hint.startswith("doubled")
+
+    q, k, v = torch.randn(4, 8), torch.randn(30, 8), torch.randn(30, 8)
+    assert not [h for h, _ in flash_attention._mistakes(q, k, v, 32) if "skipped" in h]
+    assert [h for h, _ in flash_attention._mistakes(q, k, v, 8) if "first 24 of 30 keys" in h]

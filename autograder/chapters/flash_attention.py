@@ -53,16 +53,19 @@ def _variant(q, k, v, block, rescale=True, subtract_max=True, scale=True, normal
 def _mistakes(q, k, v, block):
     q, k, v = q.double(), k.double(), v.double()
     whole = k.shape[0] // block * block  # keys in full blocks
+    skipped_last = [  # only where a full block comes before a shorter one
+        (
+            f"the last, shorter block was skipped (only the first {whole} of {k.shape[0]} keys were used): "
+            "range(0, n_k, block) visits it, and slicing k[start:start + block] stops at the end by itself",
+            lambda: flash_attention.naive_attention(q, k[:whole], v[:whole]),
+        )
+    ]
     return [
         (
             "the output was not divided by the normaliser l at the end: return o / l",
             lambda: _variant(q, k, v, block) * _variant_l(q, k, block),
         ),
-        (
-            f"the last, shorter block was skipped (only the first {whole} of {k.shape[0]} keys were used): "
-            "range(0, n_k, block) visits it, and slicing k[start:start + block] stops at the end by itself",
-            lambda: flash_attention.naive_attention(q, k[:whole], v[:whole]),
-        ),
+        *(skipped_last if 0 < whole < k.shape[0] else []),
         (
             "the running output and normaliser were not rescaled by exp(m_old - m_new) when the maximum grew",
             lambda: _variant(q, k, v, block, rescale=False),
