@@ -10,8 +10,9 @@
 #   make autograde  grade every notebook under submissions/ into feedback/: gradebook, Canvas CSV,
 #                   HTML feedback, similar answers (ROSTER=canvas-export.csv names learners)
 #   make reference  regenerate data/reference/*.json
-#   make bench      measurements, as ratios against a baseline and the physical bound, and a
-#                   generated class of BENCH_SUBMISSIONS graded in one run and in 4 shards
+#   make bench      measurements, as ratios against a baseline and the physical bound, a
+#                   generated class of BENCH_SUBMISSIONS graded in one run and in 4 shards, and the
+#                   last `make test`'s time from its own report (test-artifacts/junit.xml)
 #   make gpu-check  on a CUDA machine: the GPU tests, every chapter on the GPU, the Triton kernel timed
 #   make model      train the course's target and draft models from scratch (under an hour, 2 cores)
 
@@ -85,6 +86,7 @@ reference: $(BIN)/.installed-base
 
 bench: $(BIN)/.installed-dev
 	$(BIN)/python tools/benchmarks.py --submissions $(BENCH_SUBMISSIONS)
+	$(BIN)/python tools/suite_time.py --record
 
 gpu-check: $(BIN)/.installed-dev
 	$(BIN)/python tools/gpu_check.py
