@@ -286,11 +286,14 @@ def grade_folder(
             return Report(path.name, "", 0.0, 0.0, messages=[f"grader error: {type(error).__name__}: {error}"])
 
     graded = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        done = tqdm(pool.map(one, mine), total=len(mine), unit="notebook", desc="grading", disable=None)
-        for (path, relative), report in zip(mine, done, strict=True):
-            graded.append(shards.Graded(relative, _learner(folder, path), report))
-            feedback.write(out, graded[-1])  # as soon as it is graded: a run cut short keeps what it did
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = tqdm(pool.map(one, mine), total=len(mine), unit="notebook", desc="grading", disable=None)
+            for (path, relative), report in zip(mine, done, strict=True):
+                graded.append(shards.Graded(relative, _learner(folder, path), report))
+                feedback.write(out, graded[-1])  # as soon as it is graded: a run cut short keeps what it did
+    finally:
+        sandbox.end_warm(hide)
     reports = [g.report for g in graded]
     shards.write_part(out, graded, (index, count), class_seed, chapter, relatives)
     if count == 1:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +148,190 @@ def test_modes_can_be_forced_off_for_macos_like_runs(monkeypatch):
     outcome = sandbox.run(_job(answer="def two():\n    return 2\n", calls=("two",)), SMALL, mode="limits")
     assert outcome.results["probes"]["probe0"] == {"returned": 2}
     assert json.dumps(outcome.results)  # plain data only
+
+
+# --- the warm sandbox: each submission a fresh child of one interpreter that imported torch once ---
+
+LEFT_BEHIND = "613.25"  # the seconds of the `sleep` a submission leaves running: no other process sleeps that long
+PLANT = f"""
+import builtins, json, os, random, signal, subprocess, sys, threading, types
+import numpy, torch
+torch.planted = 1
+torch.set_default_dtype(torch.float64)
+torch.manual_seed(5)
+torch.set_num_threads(2)
+json.planted = builtins.planted = 1
+sys.modules["planted_module"] = types.ModuleType("planted_module")
+sys.path.insert(0, "/planted")
+os.environ["PLANTED"] = "1"
+random.seed(5)
+numpy.random.seed(5)
+signal.signal(signal.SIGTERM, lambda *a: None)
+kept = open("/tmp/planted-{{token}}", "w")  # left open, and inheritable
+os.set_inheritable(kept.fileno(), True)
+for folder in ("/dev/shm", os.getcwd(), os.environ["HOME"]):
+    try:
+        open(os.path.join(folder, "planted-{{token}}"), "w").write("A was here")
+    except OSError:
+        pass
+threading.Thread(target=threading.Event().wait, daemon=False).start()
+subprocess.Popen(["sleep", "{LEFT_BEHIND}"], start_new_session=True)  # its own session, outside A's
+if os.fork() == 0:  # an orphan, in a session of its own
+    os.setsid()
+    os.execvp("sleep", ["sleep", "{LEFT_BEHIND}"])
+"""
+SEEN = """
+import builtins, json, os, random, resource, signal, sys, threading
+import numpy, torch
+fds = os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []
+SEEN = {
+    "torch": [hasattr(torch, "planted"), str(torch.get_default_dtype()), torch.initial_seed(), torch.get_num_threads()],
+    "first_draw": torch.rand(1).item(),
+    "modules": [hasattr(json, "planted"), hasattr(builtins, "planted"), "planted_module" in sys.modules],
+    "path": [p for p in sys.path if "planted" in p],
+    "env": sorted(os.environ),
+    "seeded_like_a": [
+        random.random() == random.Random(5).random(),
+        numpy.random.rand() == numpy.random.RandomState(5).rand(),
+    ],
+    "sigterm": str(signal.getsignal(signal.SIGTERM)),
+    "threads": threading.active_count(),
+    "descriptors": len(fds),
+    "own_folder": sorted(os.listdir(os.getcwd())),
+    "shm": sorted(f for f in os.listdir("/dev/shm") if "planted" in f) if os.path.isdir("/dev/shm") else [],
+    "limits": [
+        list(resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))) for n in ("CPU", "FSIZE", "NOFILE", "CORE")
+    ],
+    "uid": os.getuid(),
+}
+def seen():
+    return SEEN
+"""
+
+
+def _sleepers() -> list[int]:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if (process.info["cmdline"] or [])[-1:] == [LEFT_BEHIND]:
+            found.append(process.pid)
+    return found
+
+
+def _warm_server(mode: str, hide=()):
+    from autograder.sandbox import warm
+    from course import paths
+
+    return warm._servers.get(warm._key(mode, [paths.ROOT, *hide]))
+
+
+def test_a_submission_leaves_nothing_for_the_next_one_in_the_same_warm_sandbox():
+    """Submission A changes torch, modules, seeds, the environment and signals, writes files, leaves
+    a thread, a file open and processes running; B, forked next from the same warm sandbox, sees
+    what B sees in a fresh interpreter (the independent reference), nothing of A's."""
+    import secrets
+
+    token = secrets.token_hex(4)
+    mode = sandbox.isolation(SMALL.memory_bytes)
+    planted = sandbox.run(_job(answer=PLANT.replace("{token}", token), calls=()), SMALL)
+    server = _warm_server(mode)
+    assert planted.warm and planted.results == {"cells": [], "probes": {}}, planted.problem + planted.output
+    assert _sleepers() == [], "the processes A left must end with A"
+    after = sandbox.run(_job(answer=SEEN, calls=("seen",)), SMALL)
+    again = sandbox.run(_job(answer=SEEN, calls=("seen",)), SMALL)
+    assert after.warm and again.warm and _warm_server(mode) is server, "B must be a child of the same warm sandbox"
+    fresh = sandbox.run(_job(answer=SEEN, calls=("seen",)), SMALL, warm=False)
+    assert not fresh.warm
+    for leftover in (Path("/tmp") / f"planted-{token}",):
+        leftover.unlink(missing_ok=True)
+    seen, twice, reference = (
+        outcome.results["probes"]["probe0"]["returned"]["dict"] for outcome in (after, again, fresh)
+    )
+    assert seen["torch"]["list"][:2] == [False, "torch.float32"] and seen["torch"]["list"][3] == 1
+    assert seen["seeded_like_a"] == {"list": [False, False]}
+    if mode in sandbox.HIDES_FILES:
+        assert seen["shm"] == {"list": []}
+    # fresh seeds, as two fresh interpreters draw: torch's, whose first draw then differs too
+    assert seen["torch"]["list"][2] != twice["torch"]["list"][2] and seen["first_draw"] != twice["first_draw"]
+    if mode in modes.OWN_UID:
+        assert len({seen["uid"], twice["uid"], reference["uid"]}) == 3, "each sandbox has a user of its own"
+    for state in (seen, reference):
+        for drawn in ("uid", "first_draw"):
+            state.pop(drawn)
+        state["torch"]["list"].pop(2)
+        # what the namespace modes' shell leaves a fresh sandbox: its PWD and the venv's mount point
+        state["env"]["list"] = [name for name in state["env"]["list"] if name != "PWD"]
+        state["own_folder"]["list"] = [name for name in state["own_folder"]["list"] if name != "venv"]
+    assert seen == reference
+
+
+def test_a_submission_that_kills_its_group_or_fills_memory_costs_the_next_nothing():
+    """What a fresh sandbox reports of each, and the next submission in the same warm sandbox is
+    graded in full."""
+    mode = sandbox.isolation(ROOMY.memory_bytes)
+    killers = (
+        "import os, signal\nos.killpg(0, signal.SIGKILL)\n",
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        "hog = bytearray(4 * 2**30)\n",
+    )
+    for answer in killers:  # as in a fresh sandbox (where, as here, the first process of a pid namespace survives)
+        outcome = sandbox.run(_job(answer=answer, calls=("two",)), ROOMY)
+        fresh = sandbox.run(_job(answer=answer, calls=("two",)), ROOMY, warm=False)
+        assert outcome.warm and outcome.results == fresh.results, (answer, outcome, fresh)
+        assert bool(outcome.problem) == bool(fresh.problem), (answer, outcome, fresh)
+    server = _warm_server(mode)
+    outcome = sandbox.run(_job(answer="def two():\n    return 2\n", calls=("two",)), ROOMY)
+    assert outcome.warm and _warm_server(mode) is server and server.alive
+    assert outcome.results == {"cells": [], "probes": {"probe0": {"returned": 2}}}
+
+
+def test_a_warm_sandbox_that_ends_is_started_again():
+    """In the ``limits`` mode a submission can reach the server (its own user's process): grading goes on."""
+    answer = (
+        "import os, signal\n"
+        "server = int(open(f'/proc/{os.getppid()}/stat').read().split(')')[1].split()[1])\n"
+        "os.kill(server, signal.SIGKILL)\n"
+        "def two():\n    return 2\n"
+    )
+    first = sandbox.run(_job(answer=answer, calls=("two",)), SMALL, mode="limits")
+    assert first.warm and first.results is not None, first.problem
+    killed = _warm_server("limits")
+    killed.process.wait(timeout=30)
+    again = sandbox.run(_job(answer="def two():\n    return 2\n", calls=("two",)), SMALL, mode="limits")
+    assert again.results == {"cells": [], "probes": {"probe0": {"returned": 2}}}
+    assert again.warm and _warm_server("limits") is not killed
+
+
+def test_warm_and_fresh_sandboxes_give_the_same_grades(instructor_notebooks, tmp_path, monkeypatch):
+    """Two chapters' solutions and first planted mistakes, graded by both paths with one seed (the
+    other tests of graded notebooks run on the warm path, against grades written down by hand)."""
+    import importlib
+
+    from autograder import grade
+    from autograder.sandbox import warm
+    from course import paths
+
+    from conftest import _replace_answer
+
+    cases = []
+    for chapter in ("02_lora", "03_quantization"):
+        source = instructor_notebooks[chapter]
+        cases.append(copy_into(source, tmp_path / "solution", f"{chapter}.ipynb"))
+        planted = list(getattr(importlib.import_module(f"test_{paths.slug(source)}"), "PLANTED", {}).values())
+        if planted:
+            notebook = _replace_answer(json.loads(source.read_text()), planted[0].grade_id, planted[0].source)
+            (tmp_path / "planted").mkdir(exist_ok=True)
+            cases.append(tmp_path / "planted" / f"{chapter}.ipynb")
+            cases[-1].write_text(json.dumps(notebook))
+    limits = sandbox.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
+
+    def grades(path):  # the hints' numbers left out: a learner's unseeded draws differ in any two sandboxes
+        report = grade.grade(path, limits, seed=3)
+        return [(t.id, t.points, re.sub(r"[-+.\de]*\d", "#", t.hint)) for t in report.tests], report.messages
+
+    warmed = [grades(path) for path in cases]
+    monkeypatch.setattr(warm, "server", lambda *args: None)
+    fresh = [grades(path) for path in cases]
+    assert warmed == fresh
+    assert any(points == 0 for tests, _ in warmed for _, points, _ in tests), "the planted mistakes must cost points"

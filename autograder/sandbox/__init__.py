@@ -1,5 +1,5 @@
 """The sandbox a submission is graded in: one fresh one per submission, with limits, from which only
-plain data comes back.
+plain data comes back; where the system forks, a child of a warm sandbox that imported torch once.
 
 - ``inside.py``: the program that runs inside it (define the answers, call them, report); it is
   copied into the sandbox with ``wire.py`` and imports only the standard library, numpy and torch;
@@ -9,6 +9,9 @@ plain data comes back.
 - ``memory.py``: the memory watch, from outside, and the memory a process tree holds (``make bench``);
 - ``launch.py``: starts one for a job and reads its output and results, enforcing the wall clock,
   the output cap and the memory limit;
+- ``warm.py``: the warm sandboxes, kept by the grader, and ``serve.py``, their program inside: one
+  interpreter with torch imported, which forks each submission's sandbox with its own namespaces,
+  user, limits and pipes;
 - ``system.py``: what this operating system offers (fork, sessions, resource limits), which the
   modules above ask instead of the system's name.
 
@@ -20,6 +23,7 @@ import importlib
 
 _WHERE = {
     "Outcome": "launch",
+    "end_warm": "launch",
     "hides_files": "launch",
     "isolation": "launch",
     "run": "launch",

@@ -317,9 +317,16 @@ def open_results(where: str):
 
 
 def main() -> None:
-    with open(sys.argv[1]) as handle:
+    run_job(sys.argv[1], sys.argv[2])
+
+
+def run_job(job_path: str, where: str) -> None:
+    """Run the job at ``job_path``, reporting to the result channel ``where`` (see :func:`open_results`);
+    ends the process. A fresh interpreter runs it from :func:`main`, a warm sandbox's child
+    (``serve.py``) directly, with torch already imported."""
+    with open(job_path) as handle:
         job = json.load(handle)
-    results = open_results(sys.argv[2])  # opened before learner code can close it
+    results = open_results(where)  # opened before learner code can close it
     forks = job.get("fork", True)
     import torch
 

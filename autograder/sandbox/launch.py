@@ -27,7 +27,8 @@ from pathlib import Path
 import psutil
 
 from autograder.sandbox import inside, memory, modes, system
-from autograder.sandbox.limits import Limits, preexec
+from autograder.sandbox import warm as _warm
+from autograder.sandbox.limits import Limits, preexec, settings
 from autograder.sandbox.memory import HINT, WATCH_SECONDS, MemoryWatch
 from course import paths
 
@@ -48,6 +49,7 @@ class Outcome:
     seconds: float = 0.0
     isolation: str = ""
     notes: list[str] = field(default_factory=list)
+    warm: bool = False  # run as a warm sandbox's child
 
 
 @functools.cache
@@ -59,7 +61,9 @@ def isolation(memory_bytes: int = Limits.memory_bytes) -> str:
     """
 
     def failure(mode: str) -> str:
-        outcome = run({"setup": [], "answers": [], "probes": []}, Limits(memory_bytes=memory_bytes), mode=mode)
+        outcome = run(
+            {"setup": [], "answers": [], "probes": []}, Limits(memory_bytes=memory_bytes), mode=mode, warm=False
+        )
         if outcome.results is not None:
             return ""
         return outcome.problem + (f"; it printed: {outcome.output[-600:]}" if outcome.output else "")
@@ -72,8 +76,10 @@ def hides_files() -> bool:
     return isolation() in modes.HIDES_FILES
 
 
-def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = None) -> Outcome:
-    """Run ``job`` (see :mod:`autograder.sandbox.inside`) in a fresh sandbox and collect its results.
+def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = None, warm: bool | None = None) -> Outcome:
+    """Run ``job`` (see :mod:`autograder.sandbox.inside`) in a fresh sandbox and collect its results:
+    a child of a warm sandbox (:mod:`autograder.sandbox.warm`) where the system forks and ``warm``
+    is not False, else a new interpreter.
 
     ``mode`` defaults to :func:`isolation`'s choice (which may raise :class:`SandboxUnavailable`).
     """
@@ -85,6 +91,10 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
         "fork": system.FORKS,
     }
     mode = mode or isolation(limits.memory_bytes)
+    hidden = [paths.ROOT, *hide]
+    server = None
+    if system.FORKS and warm is not False:
+        server = _warm.server(mode, hidden, _environment(Path(tempfile.gettempdir())))
     work = Path(tempfile.mkdtemp(prefix="autograder-"))
     started = time.monotonic()
     try:
@@ -92,17 +102,62 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
             shutil.copy(source, work / source.name)
         work.chmod(0o755)
         args = ["-I", str(work / INSIDE.name), str(work / "job.json")]
-        command = modes.command(mode, work, [paths.ROOT, *hide], args)
+        command = modes.command(mode, work, hidden, args)
         watch = MemoryWatch(0, limits.memory_bytes)
-        attempt = Attempt.run(job, command, work, limits, mode, watch, started + limits.wall_seconds)
+        deadline = started + limits.wall_seconds
+        attempt = None
+        if server is not None:
+            attempt = Attempt.run(job, _warm_start(server, work, limits, mode), work, limits, watch, deadline)
+            if attempt.unstarted:  # before any of the learner's code ran: a fresh sandbox instead
+                if not attempt.server_lost:
+                    _warm.give_up(server, attempt.unstarted)
+                attempt, watch = None, MemoryWatch(0, limits.memory_bytes)
+        if attempt is None:
+            attempt = Attempt.run(job, _fresh_start(command, work, limits, mode), work, limits, watch, deadline)
         if not system.FORKS:
-            attempt = _resumed(attempt, job, command, work, limits, mode, watch, started + limits.wall_seconds)
+            attempt = _resumed(attempt, job, command, work, limits, mode, watch, deadline)
         if not attempt.done and not attempt.problem:
             attempt.problem = attempt.ended()
         results = None if attempt.problem else {"cells": attempt.cells, "probes": attempt.probes}
-        return Outcome(results, attempt.problem, attempt.printed, time.monotonic() - started, mode, list(watch.stopped))
+        seconds = time.monotonic() - started
+        return Outcome(results, attempt.problem, attempt.printed, seconds, mode, list(watch.stopped), attempt.warm)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def end_warm(hide: list[Path] = ()) -> None:
+    """End the warm sandboxes that :func:`run` keeps for ``hide`` (a class's folders, once it is graded)."""
+    _warm.close([paths.ROOT, *hide])
+
+
+def _fresh_start(command: list[str], work: Path, limits: Limits, mode: str):
+    """How :meth:`Attempt.run` starts a new interpreter for the sandbox."""
+
+    def start(channel: ResultChannel) -> subprocess.Popen:
+        return subprocess.Popen(
+            command + [channel.argument],
+            cwd=work,
+            env=_environment(work),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=preexec(limits, mode),
+            **channel.popen_options,
+        )
+
+    return start
+
+
+def _warm_start(server: _warm.Server, work: Path, limits: Limits, mode: str):
+    """How :meth:`Attempt.run` has the warm sandbox fork a child for the sandbox: the same
+    environment, limits and user id as :func:`_fresh_start` gives a new interpreter."""
+
+    def start(channel: ResultChannel) -> _warm.Child:
+        uid = modes.sandbox_uid() if mode in modes.OWN_UID else None
+        return server.start(work, _environment(work), settings(limits, mode), uid, channel.write_end)
+
+    start.warm = True
+    return start
 
 
 @dataclass
@@ -119,28 +174,26 @@ class Attempt:
     overtime: bool = False
     printed: str = ""
     code: int | None = None
+    warm: bool = False  # a warm sandbox's child (see autograder.sandbox.warm)
+    unstarted: str = ""  # why a warm sandbox's child could not set itself up, before any learner code ran
+    started: bool = False  # the child said it set itself up (a warm sandbox's only)
+    server_lost: bool = False  # the warm sandbox itself had ended or did not answer
 
     @classmethod
-    def run(
-        cls, job: dict, command: list[str], work: Path, limits: Limits, mode: str, watch: MemoryWatch, deadline: float
-    ) -> Attempt:
-        """Start the sandbox on ``job`` and read it until it ends or is stopped."""
+    def run(cls, job: dict, start, work: Path, limits: Limits, watch: MemoryWatch, deadline: float) -> Attempt:
+        """Start the sandbox on ``job`` (``start(channel)``: :func:`_fresh_start` or
+        :func:`_warm_start`) and read it until it ends or is stopped."""
         (work / "job.json").write_text(json.dumps(job))
         for item in work.iterdir():
             item.chmod(0o644)
-        attempt, by_id = cls(), {p["id"]: p for p in job["probes"]}
+        attempt, by_id = cls(warm=getattr(start, "warm", False)), {p["id"]: p for p in job["probes"]}
         channel = ResultChannel(work)
         try:
-            process = subprocess.Popen(
-                command + [channel.argument],
-                cwd=work,
-                env=_environment(work),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                preexec_fn=preexec(limits, mode),
-                **channel.popen_options,
-            )
+            process = start(channel)
+        except _warm.WarmUnavailable as error:
+            channel.close()
+            attempt.unstarted, attempt.server_lost = str(error), True
+            return attempt
         except OSError as error:
             channel.close()
             attempt.problem = f"the sandbox could not start: {error}"
@@ -167,11 +220,13 @@ class Attempt:
         """Read output and results until the process ends, enforcing the wall clock, the output cap,
         the memory limit and, where calls do not fork, each call's own time limit."""
         next_watch = 0.0
-        while not (printed.ended and (results.ended or results.follows_process) and process.poll() is not None):
+        while not (printed.ended and (results.ended or results.follows_process) and _finished(process)):
             wake.wait(WATCH_SECONDS)
             wake.clear()
             self.take(results, by_id)
             now = time.monotonic()
+            if self.unstarted:
+                return
             if now >= deadline:
                 self.problem = f"stopped after the time limit of {limits.wall_seconds:.0f} s (an endless loop?)"
                 return
@@ -193,6 +248,10 @@ class Attempt:
     def take(self, results: Reader, by_id: dict) -> None:
         """The complete lines that arrived since the last call."""
         for line in results.lines():
+            if self.warm and not self.started and not self.cells:  # the child's own, before the learner's code
+                self.started = bool(line.get("started"))
+                self.unstarted = "" if self.started else str(line.get("unstarted", "no word from the child"))
+                continue
             if "cells" in line:
                 self.cells = line["cells"]
             elif "start" in line:
@@ -215,6 +274,11 @@ class Attempt:
         return problem
 
 
+def _finished(process) -> bool:
+    """Whether the sandbox's first process has ended (a warm sandbox's child may end unreaped)."""
+    return process.finished() if isinstance(process, _warm.Child) else process.poll() is not None
+
+
 def _resumed(attempt: Attempt, job, command, work, limits: Limits, mode, watch, deadline) -> Attempt:
     """Where calls do not fork: while the sandbox ends during a call (its own exit or crash, the
     memory limit, a hang), that call gets what a forked call would have reported, and the sandbox
@@ -235,7 +299,9 @@ def _resumed(attempt: Attempt, job, command, work, limits: Limits, mode, watch, 
         if not pending:
             attempt = Attempt(done=True, printed=attempt.printed)
             break
-        attempt = Attempt.run({**job, "probes": pending}, command, work, limits, mode, watch, deadline)
+        attempt = Attempt.run(
+            {**job, "probes": pending}, _fresh_start(command, work, limits, mode), work, limits, watch, deadline
+        )
         probes.update(attempt.probes)
     attempt.probes, attempt.cells = probes, cells  # the cells as the first start ran them: each start runs them alike
     return attempt

@@ -40,6 +40,20 @@ def _own_processes() -> int:
     return count
 
 
+def settings(limits: Limits, mode: str) -> list[tuple[str, int]]:
+    """The ``resource`` limits a sandbox in ``mode`` starts with, by name: what :func:`preexec` sets,
+    and what a warm sandbox's child sets for itself (``serve.py``)."""
+    # a uid of its own: the count is the sandbox's alone; sharing our uid: on top of what we already run
+    processes = limits.processes if mode in OWN_UID else _own_processes() + limits.processes
+    return [
+        ("RLIMIT_CPU", int(limits.wall_seconds) + 5),
+        ("RLIMIT_FSIZE", limits.file_bytes),
+        ("RLIMIT_NOFILE", 256),
+        ("RLIMIT_CORE", 0),
+        ("RLIMIT_NPROC", processes),
+    ]
+
+
 def preexec(limits: Limits, mode: str):
     """The function the sandbox's first process runs before Python starts: a session of its own,
     then the limits; None where the system starts processes without one (Windows)."""
@@ -47,19 +61,11 @@ def preexec(limits: Limits, mode: str):
         return os.setsid if system.SESSIONS else None
     import resource
 
-    # a uid of its own: the count is the sandbox's alone; sharing our uid: on top of what we already run
-    processes = limits.processes if mode in OWN_UID else _own_processes() + limits.processes
+    chosen = settings(limits, mode)
 
     def apply() -> None:
         os.setsid()
-        settings = [
-            ("RLIMIT_CPU", int(limits.wall_seconds) + 5),
-            ("RLIMIT_FSIZE", limits.file_bytes),
-            ("RLIMIT_NOFILE", 256),
-            ("RLIMIT_CORE", 0),
-            ("RLIMIT_NPROC", processes),
-        ]
-        for name, value in settings:
+        for name, value in chosen:
             resource.setrlimit(getattr(resource, name), (value, value))
 
     return apply

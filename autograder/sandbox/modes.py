@@ -48,6 +48,8 @@ LOCK_AND_DROP = [
 MODES = ("namespace", "user-namespace", "unprivileged", "limits")
 HIDES_FILES = ("namespace", "user-namespace")
 OWN_UID = ("namespace", "unprivileged")  # the modes whose sandbox runs as a user of its own
+# what a warm sandbox (serve.py) keeps to give each child a user of its own, and namespaces
+SERVER_CAPABILITIES = {"namespace": "+setuid,+setgid,+sys_admin", "unprivileged": "+setuid,+setgid"}
 _next_uid = itertools.count()
 _uid_lock = threading.Lock()
 
@@ -140,6 +142,25 @@ def command(mode: str, work: Path, hide: list[Path], args: list[str]) -> list[st
     if mode == "unprivileged":
         return _drop(sandbox_uid()) + [sys.executable, *args]
     return [sys.executable, *args]
+
+
+def server_command(mode: str, work: Path, hide: list[Path], args: list[str]) -> list[str]:
+    """The command that starts a warm sandbox (``serve.py``) in ``mode``: :func:`command`'s mount
+    and network namespaces and covered folders, but no pid namespace, which the server's children
+    make each for themselves. In the modes with a user of the sandbox's own, the server runs as
+    one too (so that its Python finds the files a sandbox's user can read, as a fresh sandbox's
+    does), keeping only what its children need to become theirs: :data:`SERVER_CAPABILITIES`."""
+    python = str(_python_in(work)) if mode in HIDES_FILES else sys.executable
+    if mode in OWN_UID:
+        uid, caps = sandbox_uid(), SERVER_CAPABILITIES[mode]
+        python_args = [*_drop(uid)[:-2], f"--inh-caps={caps}", f"--ambient-caps={caps}", "--", python, *args]
+    else:
+        python_args = [python, *args]
+    if mode in HIDES_FILES:
+        script = _hide_script(Path(sys.prefix).resolve(), outermost(hide)) + '\nexec "$@"'
+        users = ["--user", "--map-root-user"] if mode == "user-namespace" else []
+        return ["unshare", *users, "--mount", "--net", "--", "sh", "-c", script, "sandbox", *python_args]
+    return python_args
 
 
 def outermost(folders) -> list[Path]:

@@ -1,0 +1,243 @@
+"""Warm sandboxes: one server per isolation mode and set of hidden folders, with torch imported
+once (``serve.py``), that forks a fresh sandbox for each submission.
+
+:func:`server` starts one on first use and keeps it for the grader's process (:func:`close` ends
+those of one class); :meth:`Server.start` asks it for a child and returns a :class:`Child`, which
+:mod:`autograder.sandbox.launch` reads, watches and kills as it does a fresh sandbox's process: its
+pid is this process's view of it (the server has no pid namespace of its own), it leads its own
+session, and its output and result pipes are the grader's. A server that cannot start, or whose
+child cannot set itself up, is not used again in this process: grading goes on in fresh sandboxes.
+Not handled: systems without ``fork`` (see :data:`system.FORKS`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from autograder.sandbox import modes
+
+SERVE = Path(__file__).resolve().with_name("serve.py")
+START_SECONDS = 120.0  # for the server's imports, on a busy machine
+REPLY_SECONDS = 30.0  # for the pid of a child the server forks
+
+
+class WarmUnavailable(OSError):
+    """The warm sandbox did not start or went away: the caller starts a fresh one instead."""
+
+
+class Child:
+    """A submission's sandbox forked by a server, with what ``launch.Attempt`` asks of a process."""
+
+    def __init__(self, pid: int, stdout):
+        self.pid, self.stdout = pid, stdout
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def ended(self, status: int | None) -> None:
+        """Its exit status as the server reaped it (None: the server went away first)."""
+        if status is not None:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        self._ended.set()
+
+    def finished(self) -> bool:
+        """Whether it has ended: as the server said, or, once the server has gone, as the system shows."""
+        if not self._ended.is_set():
+            return False
+        if self.returncode is not None:
+            return True
+        try:
+            return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
+
+    def poll(self) -> int | None:
+        """Its exit code, as ``Popen.poll`` gives it; None while it runs, and where it ended unreaped."""
+        return self.returncode if self.finished() else None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.finished():
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"sandbox {self.pid}", timeout)
+            self._ended.wait(0.05)
+            if self._ended.is_set():
+                time.sleep(0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class Server:
+    """One warm sandbox and the grader's end of its two channels."""
+
+    def __init__(self, mode: str, hide: list[Path], env: dict):
+        self.mode, self.broken = mode, ""
+        self.work = Path(tempfile.mkdtemp(prefix="autograder-warm-"))
+        for source in (SERVE, SERVE.with_name("inside.py"), SERVE.parent.parent / "wire.py"):
+            shutil.copy(source, self.work / source.name)
+            (self.work / source.name).chmod(0o644)
+        self.work.chmod(0o755)
+        self.requests, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        read_end, write_end = os.pipe()
+        args = ["-I", str(self.work / SERVE.name), mode, str(theirs.fileno()), str(write_end)]
+        self.log = self.work / "server.log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                modes.server_command(mode, self.work, hide, args),
+                cwd=self.work,
+                env={**env, "HOME": str(self.work), "WORK": str(self.work)},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(theirs.fileno(), write_end),
+                start_new_session=True,
+            )
+        theirs.close()
+        os.close(write_end)
+        self.lock, self.count = threading.Lock(), 0
+        self.waiting: dict[int, queue.Queue] = {}
+        self.children: dict[int, Child] = {}
+        self.ready = threading.Event()
+        self.alive = True
+        self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end, "rb"),), daemon=True)
+        self.reader.start()
+        if not self.ready.wait(START_SECONDS) or not self.alive:
+            problem = self.problem()
+            self.close()
+            raise WarmUnavailable(f"the warm sandbox did not start: {problem}")
+
+    def problem(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-600:] or f"exit code {self.process.poll()}"
+        except OSError:
+            return f"exit code {self.process.poll()}"
+
+    def _read(self, replies) -> None:
+        for raw in replies:
+            line = json.loads(raw)
+            if line.get("ready"):
+                self.ready.set()
+            elif "pid" in line:
+                with self.lock:
+                    waiter = self.waiting.pop(line["id"])
+                    child = self.children[line["pid"]] = Child(line["pid"], None)
+                waiter.put(child)
+            elif "exited" in line:
+                with self.lock:
+                    child = self.children.pop(line["exited"], None)
+                if child:
+                    child.ended(line["status"])
+        with self.lock:  # the server went away: nothing more will come
+            self.alive = False
+            for waiter in self.waiting.values():
+                waiter.put(None)
+            for child in self.children.values():
+                child.ended(None)
+            self.waiting.clear()
+            self.children.clear()
+        self.ready.set()
+
+    def start(self, work: Path, env: dict, rlimits: list, uid: int | None, results_end: int) -> Child:
+        """Fork a child for the job in ``work``; WarmUnavailable when the server has gone away."""
+        read_end, write_end = os.pipe()
+        answer: queue.Queue = queue.Queue()
+        request = {"work": str(work), "env": env, "rlimits": rlimits, "uid": uid}
+        try:
+            with self.lock:
+                if not self.alive:
+                    raise WarmUnavailable("the warm sandbox has ended")
+                self.count += 1
+                request["id"] = self.count
+                self.waiting[self.count] = answer
+                socket.send_fds(self.requests, [json.dumps(request).encode()], [write_end, results_end])
+            child = answer.get(timeout=REPLY_SECONDS)
+        except (OSError, queue.Empty) as error:
+            os.close(read_end)
+            raise WarmUnavailable(f"the warm sandbox did not answer: {error}") from None
+        finally:
+            os.close(write_end)
+        if child is None:
+            os.close(read_end)
+            raise WarmUnavailable("the warm sandbox has ended")
+        child.stdout = os.fdopen(read_end, "rb", buffering=0)
+        return child
+
+    def close(self) -> None:
+        try:
+            self.requests.send(json.dumps({"quit": True}).encode())
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.requests.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+_servers: dict[tuple, Server | None] = {}
+_lock = threading.Lock()
+
+
+def _key(mode: str, hide: list[Path]) -> tuple:
+    return mode, tuple(modes.outermost(hide))
+
+
+def server(mode: str, hide: list[Path], env: dict) -> Server | None:
+    """The warm sandbox for ``mode`` and ``hide``, started now if there is none (or it ended);
+    None where it cannot start or has failed to set up a child in this process (said once, on stderr)."""
+    key = _key(mode, hide)
+    with _lock:
+        found = _servers.get(key, False)
+        if found is None:
+            return None
+        if found and found.alive:
+            return found
+        try:
+            _servers[key] = Server(mode, hide, env)
+        except WarmUnavailable as error:
+            _servers[key] = None
+            print(f"grading in a fresh sandbox per submission: {error}", file=sys.stderr)
+        return _servers[key]
+
+
+def give_up(found: Server, why: str) -> None:
+    """A child of ``found`` could not set itself up: fresh sandboxes from now on (said on stderr)."""
+    with _lock:
+        for key, value in list(_servers.items()):
+            if value is found:
+                _servers[key] = None
+    print(f"grading in a fresh sandbox per submission: the warm sandbox's child: {why}", file=sys.stderr)
+    found.close()
+
+
+def close(hide: list[Path] | None = None) -> None:
+    """End the warm sandboxes started for ``hide`` (every one, with None)."""
+    with _lock:
+        chosen = [k for k in _servers if hide is None or k[1] == tuple(modes.outermost(hide))]
+        ended = [_servers.pop(k) for k in chosen]
+    for found in ended:
+        if found:
+            found.close()
+
+
+atexit.register(close)
