@@ -14,8 +14,8 @@
   and ``feedback/`` are the instructor's alone), with the course's ``nbgrader_config.py``;
 * the exchange, mode 1777 (nbgrader's own modes inside it keep learners from reading each other's
   submissions);
-* ``COURSE/jupyterhub_config.py``: the lines for the hub's own configuration (the single-user
-  command of this environment and its ``PATH``).
+* ``COURSE/jupyterhub_config.py``: a hub's configuration (the single-user command of this
+  environment and its ``PATH``, learners' home folders made private before their servers start).
 
 Run by the instructor rather than the environment's owner, it writes the instructor's part and
 names the command the owner must run for the rest. Not handled: a course directory shared by
@@ -140,14 +140,47 @@ def instructor_files(home: Path, course: Path, course_id: str, exchange: Path) -
     }
 
 
-def hub_lines(prefix: Path) -> str:
-    """The lines of ``jupyterhub_config.py`` that start learners' servers in this environment."""
+HUB_CONFIG = """\
+# JupyterHub for the course, as `python -m autograder hub-setup` wrote it. Start the hub with
+#   {bin_dir}/jupyterhub -f /etc/jupyterhub/jupyterhub_config.py
+# from the folder where it keeps its database and cookie secret (/srv/jupyterhub, say), with
+# configurable-http-proxy on PATH (npm install -g configurable-http-proxy); or copy the course's
+# part below into a hub's existing configuration.
+c = get_config()  # noqa: F821 (JupyterHub defines get_config when it reads this file)
+
+# --- the hub's own choices: change them for yours ---
+c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # put TLS and a public address in front of it
+c.Authenticator.admin_users = {{{instructor!r}}}
+c.Authenticator.allowed_users = {{{instructor!r}}}  # add every learner's user name
+
+# --- the course's part ---
+c.Spawner.cmd = [{singleuser!r}]  # learners' servers run in the course's environment
+c.Spawner.environment = {{"PATH": {path!r}}}  # its nbgrader first, in terminals too
+c.Spawner.default_url = "/lab"
+c.Spawner.http_timeout = 120  # a first server took 24-32 s on 2 busy cores; the default is 30 s
+
+
+def private_home(spawner):
+    \"\"\"Each user's home folder, mode 0700, before their server starts: Debian and Ubuntu make
+    homes 0755, where learners read each other's fetched notebooks and feedback.\"\"\"
+    import os
+    import pwd
+
+    os.chmod(pwd.getpwnam(spawner.user.name).pw_dir, 0o700)
+
+
+c.Spawner.pre_spawn_hook = private_home
+"""
+
+
+def hub_config(prefix: Path, instructor: str) -> str:
+    """A ``jupyterhub_config.py`` that starts learners' servers in the environment at ``prefix``."""
     bin_dir = prefix / "bin"
-    return (
-        "# The course's lines for jupyterhub_config.py (written by python -m autograder hub-setup).\n"
-        f"c.Spawner.cmd = [{str(bin_dir / 'jupyterhub-singleuser')!r}]\n"
-        f"c.Spawner.environment = {{'PATH': {str(bin_dir) + ':/usr/local/bin:/usr/bin:/bin'!r}}}\n"
-        "c.Spawner.default_url = '/lab'\n"
+    return HUB_CONFIG.format(
+        bin_dir=bin_dir,
+        instructor=instructor,
+        singleuser=str(bin_dir / "jupyterhub-singleuser"),
+        path=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
     )
 
 
@@ -185,7 +218,7 @@ def plan(
     config = course / "nbgrader_config.py"
     existing = config.read_text() if config.is_file() else nbgrader_course.CONFIG.read_text()
     result.files[config] = with_settings(existing, nbgrader_settings(course_id, exchange))
-    result.files[course / "jupyterhub_config.py"] = hub_lines(prefix)
+    result.files[course / "jupyterhub_config.py"] = hub_config(prefix, user.pw_name)
     result.files.update(instructor_files(home, course, course_id, exchange))
     result.owned = [course, *result.files, home / ".jupyter"]
     shared = environment_files(prefix, course_id, exchange)

@@ -212,6 +212,11 @@ class LearnerFeedback(NbGraderPreprocessor):
     """Released feedback as learners may see it: each grade cell's source without its hidden tests,
     and its output as :func:`learner_view` wrote it at grading (formgrader keeps the full one)."""
 
+    # configurable, as in nbgrader's GetGrades: the feedback page's exporter sets it for every step
+    display_data_priority = List(NbGraderPreprocessor.class_traits()["display_data_priority"].default()).tag(
+        config=True
+    )
+
     def preprocess_cell(self, cell, resources, cell_index):
         if utils.is_grade(cell) and cell.cell_type == "code":
             cell.source = without_hidden_tests(cell.source)

@@ -7,8 +7,8 @@ instructor releases, collects, grades in the sandbox and releases the feedback, 
 ``hub-setup`` wrote. The learners run this environment's interpreter, which may lie in root's
 home: they get one capability for that (reading and searching any folder, ``CAP_DAC_READ_SEARCH``),
 and none for the checks of what they can read, which run plain ``ls`` and ``cat`` under their ids.
-nbgrader names a learner by the system's user database, so the two are system users
-(``hub-alice``, ``hub-bob``: no home, no login shell), made once and kept for later runs.
+nbgrader names a learner by the system's user database, so the two are system users of this run
+alone (``hub-alice-PID``, ``hub-bob-PID``: a home in the run's folder, no login shell), removed after.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ pytest.importorskip("nbgrader")
 
 CHAPTER = "05_flash_attention"
 COURSE_ID = "llm-efficiency"
-LEARNER_NAMES = ("hub-alice", "hub-bob")
+LEARNERS = ("alice", "bob")
 BIN = Path(sys.executable).parent
 
 
@@ -92,8 +92,10 @@ def test_hub_setup_turns_the_assignments_tab_on_for_learners_and_formgrader_for_
         assert "@jupyter/nbgrader" not in seen["lab_off"]  # the Assignments tab and validate button
         assert {f"@jupyter/nbgrader:{p}" for p in hub.LAB_LEARNERS_OFF} <= set(seen["lab_off"])
     assert f"c.CourseDirectory.root = {str(course)!r}" in (home / ".jupyter" / "nbgrader_config.py").read_text()
-    lines = (course / "jupyterhub_config.py").read_text()
-    assert str(prefix / "bin" / "jupyterhub-singleuser") in lines and str(prefix / "bin") + ":" in lines
+    hub_config = _hub_config(course)
+    assert hub_config.Spawner.cmd == [str(prefix / "bin" / "jupyterhub-singleuser")]
+    assert hub_config.Spawner.environment["PATH"].startswith(f"{prefix / 'bin'}:")
+    assert callable(hub_config.Spawner.pre_spawn_hook)
 
     hub.apply(hub.plan(course, COURSE_ID, exchange, prefix=prefix, home=home))  # again: the same settings once
     assert (course / "nbgrader_config.py").read_text().count(hub.MARK) == 1
@@ -106,6 +108,26 @@ def open_tmp():
     root.chmod(0o755)
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _hub_config(course: Path):
+    """The hub's configuration hub-setup wrote, read as JupyterHub reads it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return PyFileConfigLoader("jupyterhub_config.py", path=str(course)).load_config()
+
+
+def _spawns(hub_config, name: str) -> None:
+    """What the hub does before it starts ``name``'s server: its pre-spawn hook."""
+
+    class User:
+        pass
+
+    class Spawner:
+        user = User()
+
+    Spawner.user.name = name
+    hub_config.Spawner.pre_spawn_hook(Spawner())
 
 
 def test_hub_setup_refuses_an_interpreter_other_users_cannot_run(open_tmp):
@@ -148,19 +170,21 @@ def test_the_converted_model_is_read_from_the_environment_before_the_users_cache
 # --- a class through nbgrader's exchange, as separate Unix users ----------------------------------
 
 
-def _learners() -> dict[str, int]:
-    """The learners' user ids, making the users the first time."""
-    for name in LEARNER_NAMES:
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            made = subprocess.run(
-                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                capture_output=True,
-                text=True,
-            )
-            assert made.returncode == 0 or "already exists" in made.stderr, made.stderr
-    return {name: pwd.getpwnam(name).pw_uid for name in LEARNER_NAMES}
+def _make_learners(root: Path, request) -> dict[str, int]:
+    """Two Unix users of this run, with homes in ``root`` made as ``useradd -m`` makes them on
+    Debian (mode 0755), removed when the tests that use them are done; their user ids by name."""
+    ids = {}
+    for learner in LEARNERS:
+        name, home = f"hub-{learner}-{os.getpid()}", root / learner
+        command = ["useradd", "--system", "--home-dir", str(home), "--no-create-home", "--shell", "/usr/sbin/nologin"]
+        made = subprocess.run([*command, name], capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+        request.addfinalizer(lambda name=name: subprocess.run(["userdel", name], capture_output=True))
+        ids[name] = pwd.getpwnam(name).pw_uid
+        home.mkdir()
+        home.chmod(0o755)
+        os.chown(home, ids[name], ids[name])
+    return ids
 
 
 def _as(uid: int | None, command: list[str], cwd: Path, env: dict, reach: bool = True):
@@ -173,15 +197,17 @@ def _as(uid: int | None, command: list[str], cwd: Path, env: dict, reach: bool =
 
 
 @pytest.fixture(scope="module")
-def hub_class():
+def hub_class(request):
     if os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("useradd"):
         pytest.skip("needs root, setpriv and useradd: the learners are other Unix users")
-    learners = _learners()
     root = Path(tempfile.mkdtemp(prefix="hub-class-", dir="/tmp"))
     root.chmod(0o755)  # as on a hub: learners can reach the exchange, not the course
+    request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))
+    learners = _make_learners(root, request)
     prefix = _environment(root)
     course, exchange, instructor = root / "course", root / "exchange", root / "instructor"
     hub.apply(hub.plan(course, COURSE_ID, exchange, prefix=prefix, home=instructor))
+    hub_config = _hub_config(course)
     nbgrader_course.write_source(course, "ps1", [CHAPTER])
     path = f"{BIN}{os.pathsep}{os.environ['PATH']}"
     teacher = {**os.environ, "PATH": path, "HOME": str(instructor), "JUPYTER_CONFIG_DIR": str(instructor / ".jupyter")}
@@ -216,15 +242,14 @@ def hub_class():
         if c["metadata"].get("nbgrader", {}).get("solution")
     }
     homes = {}
-    for name, uid in learners.items():
-        home = homes[name] = root / name
-        home.mkdir()
-        os.chown(home, uid, uid)
-        home.chmod(0o700)
+    for name in learners:
+        home = homes[name] = Path(pwd.getpwnam(name).pw_dir)
+        _spawns(hub_config, name)
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700
         learner_runs(name, nbgrader, "fetch_assignment", "ps1", home=home)
         fetched = home / "ps1" / f"{CHAPTER}.ipynb"
         notebook = json.loads(fetched.read_text())
-        if name == "hub-alice":
+        if name.startswith("hub-alice-"):
             for cell in notebook["cells"]:
                 grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
                 if grade_id in solution and cell["metadata"]["nbgrader"].get("solution"):
@@ -240,7 +265,10 @@ def hub_class():
         learner_runs(name, nbgrader, "fetch_feedback", "ps1", home=homes[name])
         (page,) = (homes[name] / "ps1" / "feedback").glob(f"*/{CHAPTER}.html")
         feedback[name] = page.read_text()
+    alice, bob = learners
     yield {
+        "alice": alice,
+        "bob": bob,
         "learners": learners,
         "root": root,
         "course": course,
@@ -249,7 +277,6 @@ def hub_class():
         "feedback": feedback,
         "log": log,
     }
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _scores(course: Path) -> dict[str, float]:
@@ -262,10 +289,11 @@ def _scores(course: Path) -> dict[str, float]:
 def test_the_class_goes_through_the_exchange_and_grades_as_earned(hub_class):
     exercises = CHAPTERS[CHAPTER]
     full = sum(c.points for e in exercises for c in e.checks)
-    assert _scores(hub_class["course"]) == {"hub-alice": full, "hub-bob": 0}
+    assert _scores(hub_class["course"]) == {hub_class["alice"]: full, hub_class["bob"]: 0}
     printed = "\n".join(hub_class["log"])
     assert "Attribute 'checksum'" not in printed  # nbgrader's false alarm for cells with hidden tests
     assert "SAWarning" not in printed and "not in session" not in printed
+    assert "not recognized" not in printed  # a config option the feedback's step would not take
 
 
 def test_released_feedback_holds_no_hidden_test_and_needs_no_internet(hub_class):
@@ -278,22 +306,23 @@ def test_released_feedback_holds_no_hidden_test_and_needs_no_internet(hub_class)
         assert "hidden checks: " in page, name
         assert not re.search(r"<(script|link)[^>]+(src|href)=\"https?://", page), name  # nothing fetched
         assert "MathJax.Hub" not in page, name
-    assert all(what in hub_class["feedback"]["hub-alice"] for what in visible)
-    blank = hub_class["feedback"]["hub-bob"]
+    assert all(what in hub_class["feedback"][hub_class["alice"]] for what in visible)
+    blank = hub_class["feedback"][hub_class["bob"]]
     assert blank.count("<li>") >= 2  # the comment's hints, one list item each, not a run-on paragraph
 
 
 def test_learners_cannot_read_the_course_or_each_others_work(hub_class):
     course, exchange = hub_class["course"], hub_class["exchange"]
-    bob = hub_class["homes"]["hub-bob"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(hub_class["homes"]["hub-alice"])}
-    alice = hub_class["learners"]["hub-alice"]
+    bob = hub_class["homes"][hub_class["bob"]]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(hub_class["homes"][hub_class["alice"]])}
+    alice = hub_class["learners"][hub_class["alice"]]
     for target in (
         course / "source" / "ps1" / f"{CHAPTER}.ipynb",
         course / "gradebook.db",
-        course / "submitted" / "hub-bob" / "ps1" / f"{CHAPTER}.ipynb",
-        course / "autograded" / "hub-bob" / "ps1" / f"{CHAPTER}.ipynb",
-        bob / "ps1" / f"{CHAPTER}.ipynb",
+        course / "submitted" / hub_class["bob"] / "ps1" / f"{CHAPTER}.ipynb",
+        course / "autograded" / hub_class["bob"] / "ps1" / f"{CHAPTER}.ipynb",
+        bob / "ps1" / f"{CHAPTER}.ipynb",  # the notebook bob fetched and submitted, in his home
+        next((bob / "ps1" / "feedback").glob(f"*/{CHAPTER}.html")),  # and his feedback
     ):
         done = _as(alice, ["cat", str(target)], hub_class["root"], env, reach=False)
         assert done.returncode != 0 and "Permission denied" in done.stderr, target
