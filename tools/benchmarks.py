@@ -344,9 +344,12 @@ class PeakMemory:
         self._thread.join()
 
 
-def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
+def grading_throughput(n: int, shard_count: int, baseline: bool = True) -> dict[str, float]:
     """Grade ``n`` generated submissions in one run, then as ``shard_count`` shards merged; check
-    that every honest submission kept its grade and that the merge equals the single run."""
+    that every honest submission kept its grade and that the merge equals the single run. With
+    ``baseline``, the same class first with a fresh interpreter per submission (``AUTOGRADER_WARM=0``,
+    the path where the system cannot fork), the rate to compare with, and its grades with the
+    warm sandbox's."""
     import os
     import resource
     import subprocess
@@ -359,12 +362,14 @@ def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
     cores = timing.usable_cpus()
     print(f"\n== grading a class: {n} generated submissions, {cores} worker(s), one per usable CPU ==")
     print(f"load average before: {os.getloadavg()[0]:.1f} (other work on this machine slows every figure below)")
-    results = {}
+    results = {"load_average_before": round(os.getloadavg()[0], 1)}
     with tempfile.TemporaryDirectory(prefix="class-") as work:
         folder, out = Path(work) / "submissions", Path(work) / "feedback"
         made = generated_class(folder, n)
         mix = {kind: sum(k == kind for k, _ in made.values()) for kind in ("solution", "blank", "planted", "hostile")}
         print("mix: " + ", ".join(f"{count} {kind}" for kind, count in mix.items()))
+        if baseline:
+            results.update(_fresh_baseline(folder, Path(work) / "fresh", n, cores))
         started = time.perf_counter()
         with PeakMemory() as memory:
             reports = grade.grade_folder(folder, out, workers=cores, seed=1)
@@ -377,8 +382,17 @@ def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
         biggest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB
         print(
             f"{wall:.0f} s for {n}: {n / (wall / 60):.1f} submissions per minute, {per_core:.1f} per minute per core; "
-            f"median {statistics.median(r.seconds for r in reports):.1f} s a submission"
+            f"median {statistics.median(r.seconds for r in reports):.1f} s a submission (a warm sandbox's children)"
         )
+        if baseline:
+            grades, notes = compare_gradebooks(Path(work) / "fresh", out)
+            speedup = per_core / results["fresh_per_minute_per_core"]
+            print(
+                f"against a fresh interpreter per submission: {speedup:.1f}x; grades, Canvas file and similarity "
+                + ("report identical" if grades else "report DIFFER")
+                + (f"; {notes} notes differ (a resource limit reached another way)" if notes else "")
+            )
+            results.update(warm_speedup=round(speedup, 2), warm_equals_fresh=grades, warm_notes_differing=notes)
         kind, detail = made[slowest]
         what = f"{kind} ({detail})" if kind == "hostile" else kind
         print(f"slowest: {slowest}, {what}, {by_path[slowest].seconds:.1f} s")
@@ -441,6 +455,28 @@ def grading_throughput(n: int, shard_count: int) -> dict[str, float]:
             )
     results.update(similarity_scale(5000))
     return results
+
+
+def _fresh_baseline(folder, out, n: int, cores: int) -> dict[str, float]:
+    """The class graded with a fresh interpreter per submission, as before the warm sandbox."""
+    import os
+
+    from autograder import grade
+
+    os.environ["AUTOGRADER_WARM"] = "0"
+    try:
+        started = time.perf_counter()
+        reports = grade.grade_folder(folder, out, workers=cores, seed=1)
+        wall = time.perf_counter() - started
+    finally:
+        del os.environ["AUTOGRADER_WARM"]
+    per_core = n / (wall / 60) / cores
+    median = statistics.median(r.seconds for r in reports)
+    print(
+        f"a fresh interpreter per submission (AUTOGRADER_WARM=0): {wall:.0f} s for {n}, {per_core:.1f} per minute "
+        f"per core; median {median:.1f} s a submission"
+    )
+    return {"fresh_wall_seconds": round(wall, 1), "fresh_per_minute_per_core": round(per_core, 2)}
 
 
 def compare_gradebooks(one, other) -> tuple[bool, int]:
@@ -523,6 +559,11 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=60, help="size of the generated class to grade")
     parser.add_argument("--shards", type=int, default=4, help="shards to grade the same class in (1: none)")
     parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip grading the class first with a fresh interpreter per submission (long for a large class)",
+    )
+    parser.add_argument(
         "--only",
         choices=["grading", "sliders", *benchmarks],
         default=None,
@@ -536,7 +577,7 @@ def main() -> None:
     if args.only != "grading":
         measurements(benchmarks, args.only)
     if args.submissions > 0 and args.only in (None, "grading"):
-        record("grading", grading_throughput(args.submissions, args.shards))
+        record("grading", grading_throughput(args.submissions, args.shards, not args.no_baseline))
 
 
 def measurements(benchmarks: dict[str, object], only: str | None = None) -> None:

@@ -4,6 +4,8 @@ The job (see :mod:`autograder.sandbox.inside`) runs in the mode :func:`isolation
 :class:`~autograder.sandbox.limits.Limits`; while it runs, its output and its results are read
 here (by a thread per stream, which every system allows), with a wall clock on the whole sandbox,
 a cap on what it may print, a cap on what it sends back, and the memory watch. Where the system
+forks, the sandbox is a child of a warm sandbox (:mod:`autograder.sandbox.warm`), read, watched and
+killed here as a new interpreter is (``AUTOGRADER_WARM=0``: a new interpreter). Where the system
 cannot fork a process per call (Windows), a call that ends the sandbox (an exit, a crash, the
 memory limit, a hang that ignores its timer) costs that call only: it is reported as on the other
 systems, and the sandbox starts again with the calls after it. Not handled: a sandbox that cannot
@@ -78,8 +80,8 @@ def hides_files() -> bool:
 
 def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = None, warm: bool | None = None) -> Outcome:
     """Run ``job`` (see :mod:`autograder.sandbox.inside`) in a fresh sandbox and collect its results:
-    a child of a warm sandbox (:mod:`autograder.sandbox.warm`) where the system forks and ``warm``
-    is not False, else a new interpreter.
+    a child of a warm sandbox (:mod:`autograder.sandbox.warm`) where the system forks, unless
+    ``warm`` is False (by default: unless ``AUTOGRADER_WARM=0``), else a new interpreter.
 
     ``mode`` defaults to :func:`isolation`'s choice (which may raise :class:`SandboxUnavailable`).
     """
@@ -93,7 +95,9 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
     mode = mode or isolation(limits.memory_bytes)
     hidden = [paths.ROOT, *hide]
     server = None
-    if system.FORKS and warm is not False:
+    if warm is None:
+        warm = os.environ.get("AUTOGRADER_WARM") != "0"
+    if system.FORKS and warm:
         server = _warm.server(mode, hidden, _environment(Path(tempfile.gettempdir())))
     work = Path(tempfile.mkdtemp(prefix="autograder-"))
     started = time.monotonic()

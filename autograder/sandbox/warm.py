@@ -195,6 +195,7 @@ class Server:
 
 
 _servers: dict[tuple, Server | None] = {}
+_retired: list[tuple[tuple, Server]] = []  # no longer given work; ended with the others (children may still run)
 _lock = threading.Lock()
 
 
@@ -212,6 +213,8 @@ def server(mode: str, hide: list[Path], env: dict) -> Server | None:
             return None
         if found and found.alive:
             return found
+        if found:
+            _retired.append((key, found))
         try:
             _servers[key] = Server(mode, hide, env)
         except WarmUnavailable as error:
@@ -226,15 +229,17 @@ def give_up(found: Server, why: str) -> None:
         for key, value in list(_servers.items()):
             if value is found:
                 _servers[key] = None
+                _retired.append((key, found))
     print(f"grading in a fresh sandbox per submission: the warm sandbox's child: {why}", file=sys.stderr)
-    found.close()
 
 
 def close(hide: list[Path] | None = None) -> None:
-    """End the warm sandboxes started for ``hide`` (every one, with None)."""
+    """End the warm sandboxes started for ``hide`` (every one, with None), once their children are done."""
     with _lock:
         chosen = [k for k in _servers if hide is None or k[1] == tuple(modes.outermost(hide))]
         ended = [_servers.pop(k) for k in chosen]
+        ended += [found for key, found in _retired if hide is None or key[1] == tuple(modes.outermost(hide))]
+        _retired[:] = [(key, found) for key, found in _retired if found not in ended]
     for found in ended:
         if found:
             found.close()
