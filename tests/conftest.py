@@ -22,6 +22,55 @@ KERNEL = "course"
 GENEROUS = sandbox.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
 
 
+# pytest-xdist (`make test`: two workers). A test file runs on one worker, so that its module's
+# fixtures (a graded batch, regenerated numbers) are made once; files that share a session fixture run
+# on one worker too (TOGETHER: file -> the fixture). The files of SPREAD share nothing costly: their
+# tests go one by one to whichever worker is free, last, so that both workers finish together; the
+# files that take longest go first (LONGEST, the slowest first).
+TOGETHER = {"test_grader": "copies_graded", "test_platforms": "copies_graded"}
+SPREAD = {"test_notebooks"}
+LONGEST = (
+    "test_platforms",
+    "test_grader",
+    "test_choosing_a_technique",
+    "test_quantization",
+    "test_in_practice",
+    "test_class_grading",
+    "test_hostile",
+    "test_reference",
+    "test_browser",
+    "test_nbgrader",
+    "test_speculative_decoding",
+    "test_layout",
+)
+
+
+def _module(nodeid: str) -> str:
+    return Path(nodeid.split("::")[0]).stem
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        name = _module(item.nodeid)
+        return len(LONGEST) + 1 if name in SPREAD else LONGEST.index(name) if name in LONGEST else len(LONGEST)
+
+    items.sort(key=rank)  # stable: a file's own order stays
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scheduler of whole scopes, in collection order, with the scopes said above."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFixture(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            name = _module(nodeid)
+            return nodeid if name in SPREAD else TOGETHER.get(name, name)
+
+    config.option.loadscopereorder = False  # xdist would sort the scopes by their number of tests
+    return ByFixture(config, log)
+
+
 def load_tool(name: str):
     """A script of ``tools/`` as a module (they are not a package: they run before the course is installed)."""
     import importlib.util

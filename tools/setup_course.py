@@ -39,6 +39,9 @@ DEFAULTS = {
     # a hub starts learners' servers with the environment's jupyterhub-singleuser: the hub's version
     "JUPYTERHUB_SPEC": "jupyterhub==6.1.1",
 }
+# CI's two cores; more workers would also multiply the grader's sandboxes, each allowed its memory limit
+TEST_WORKERS = 2
+TEST_REPORT = Path("test-artifacts") / "junit.xml"  # under the repository, where the commands run
 NBGRADER_SERVER_EXTENSIONS = ("formgrader", "validate_assignment", "assignment_list", "course_list")
 KERNEL_NAME = "Python 3 (course)"
 COLAB_WIDGETS = ("ipywidgets==7.7.1", "ipython_genutils==0.2.0")  # Colab's, for the widget test
@@ -134,8 +137,16 @@ def lab_command(where: Layout, port: int, root: bool) -> list[str]:
 
 
 def test_commands(where: Layout) -> list[list[str]]:
+    """The linter, the formatter's check, then pytest on TEST_WORKERS workers (pytest-xdist; each
+    file's shared fixtures stay on one worker, tests/conftest.py's scheduler says which), writing the JUnit report
+    whose times `make bench` records (tools/suite_time.py)."""
     ruff = str(where.tool("ruff"))
-    return [[ruff, "check", "."], [ruff, "format", "--check", "."], [str(where.python), "-m", "pytest", "-q"]]
+    workers = ["-n", str(TEST_WORKERS)]
+    return [
+        [ruff, "check", "."],
+        [ruff, "format", "--check", "."],
+        [str(where.python), "-m", "pytest", "-q", *workers, f"--junitxml={TEST_REPORT}"],
+    ]
 
 
 def is_root() -> bool:
