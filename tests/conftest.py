@@ -156,6 +156,38 @@ def copy_into(path: Path, folder: Path, name: str | None = None) -> Path:
     return Path(shutil.copy(path, folder / (name or path.name)))
 
 
+COPIES_SEED = 7
+
+
+@pytest.fixture(scope="session")
+def copies_graded(instructor_notebooks, tmp_path_factory) -> tuple[dict, Path]:
+    """Every chapter's solution and blank copy, chapter 3's solution as an editor that drops metadata
+    saves it, and a file that is not JSON, graded on this system in one batch (seed ``COPIES_SEED``):
+    ``solution/<chapter>``, ``blank/<chapter>``, ``stripped``, ``broken`` -> report, and the feedback
+    folder. tests/test_grader.py checks them; tests/test_platforms.py compares the simulated systems'
+    blanks with these (TOGETHER keeps the two files on one worker)."""
+    folder = tmp_path_factory.mktemp("submissions")
+    for chapter, path in instructor_notebooks.items():
+        copy_into(path, folder / "solution", f"{chapter}.ipynb")
+        copy_into(paths.NOTEBOOKS / f"{chapter}.ipynb", folder / "blank")
+    stripped = json.loads(instructor_notebooks["03_quantization"].read_text())
+    stripped["metadata"] = {}
+    for cell in stripped["cells"]:
+        cell["metadata"] = {}
+    (folder / "stripped").mkdir()
+    (folder / "stripped" / "chapter3.ipynb").write_text(json.dumps(stripped))
+    (folder / "broken").mkdir()
+    (folder / "broken" / "03_quantization.ipynb").write_text('{"cells": [')
+    out = tmp_path_factory.mktemp("feedback")
+    reports = grade.grade_folder(folder, out, GENEROUS, seed=COPIES_SEED)
+    files = sorted(p for p in folder.rglob("*.ipynb"))
+    by_learner = {}
+    for path, report in zip(files, reports, strict=True):
+        learner = grade._learner(folder, path)
+        by_learner[learner if learner not in ("solution", "blank") else f"{learner}/{path.stem}"] = report
+    return by_learner, out
+
+
 @dataclass(frozen=True)
 class Planted:
     """A plausible wrong answer, and how the grader must answer it.

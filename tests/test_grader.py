@@ -21,30 +21,10 @@ from conftest import GENEROUS, chapter_cases, copy_into
 
 
 @pytest.fixture(scope="module")
-def batch(instructor_notebooks, tmp_path_factory):
-    """Grade every chapter's solution and blank copy, and broken files, in one batch."""
-    folder = tmp_path_factory.mktemp("submissions")
-    for chapter, path in instructor_notebooks.items():
-        copy_into(path, folder / "solution", f"{chapter}.ipynb")
-        copy_into(paths.NOTEBOOKS / f"{chapter}.ipynb", folder / "blank")
-    stripped = json.loads(
-        instructor_notebooks["03_quantization"].read_text()
-    )  # as an editor that drops metadata saves it
-    stripped["metadata"] = {}
-    for cell in stripped["cells"]:
-        cell["metadata"] = {}
-    (folder / "stripped").mkdir()
-    (folder / "stripped" / "chapter3.ipynb").write_text(json.dumps(stripped))
-    (folder / "broken").mkdir()
-    (folder / "broken" / "03_quantization.ipynb").write_text('{"cells": [')
-    out = tmp_path_factory.mktemp("feedback")
-    reports = grade.grade_folder(folder, out, GENEROUS, seed=7)
-    files = sorted(p for p in folder.rglob("*.ipynb"))
-    by_learner = {}
-    for path, report in zip(files, reports, strict=True):
-        learner = grade._learner(folder, path)
-        by_learner[learner if learner not in ("solution", "blank") else f"{learner}/{path.stem}"] = report
-    return by_learner, out
+def batch(copies_graded):
+    """Every chapter's solution and blank copy, and broken files, graded in one batch (conftest's
+    ``copies_graded``)."""
+    return copies_graded
 
 
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))

@@ -15,6 +15,7 @@ import datetime
 import json
 import shutil
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import test_flash_attention
@@ -22,6 +23,7 @@ import test_flash_attention
 from autograder import check, grade, nbgrader_course, shards
 from autograder.__main__ import main
 from autograder.chapters import CHAPTERS
+from course import timing
 
 pytest.importorskip("nbgrader")
 
@@ -111,10 +113,15 @@ def bridged(course, tmp_path_factory):
 
 def test_the_gradebook_holds_the_graders_scores_and_the_cheat_gets_nothing(bridged):
     scores = _scores(bridged)
-    for student, cells in scores.items():
+
+    def graded(student: str) -> grade.Report:
         path = bridged / "submitted" / student / "ps1" / NAME
-        report = grade.grade(path, seed=shards.submission_seed(SEED, f"{student}/{NAME}"))
-        assert cells == _by_cell(report), student
+        return grade.grade(path, seed=shards.submission_seed(SEED, f"{student}/{NAME}"))
+
+    with ThreadPoolExecutor(max_workers=timing.usable_cpus()) as pool:  # each in a sandbox of its own
+        reports = dict(zip(scores, pool.map(graded, scores), strict=True))
+    for student, cells in scores.items():
+        assert cells == _by_cell(reports[student]), student
     full = {f"test_{e.grade_id}": float(e.points) for e in CHAPTERS[CHAPTER]}
     assert scores["solution"] == scores["warns"] == full
     assert sum(scores["blank"].values()) == sum(scores["cheat"].values()) == 0

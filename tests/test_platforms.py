@@ -24,12 +24,12 @@ from autograder import grade, release
 from autograder.chapters import exercise_by_id
 from course import paths
 
-from conftest import GENEROUS, _replace_answer, chapter_cases
+from conftest import COPIES_SEED, GENEROUS, _replace_answer, chapter_cases
 
 HERE = Path(__file__).resolve().parent
 SIMULATED = ("windows", "macos")
 KINDS = ("solution", "blank", "mistake")
-SEED = 7
+SEED = COPIES_SEED  # the blanks' Linux reports are conftest's copies_graded
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
@@ -120,9 +120,10 @@ def check_cells(cases, artifacts) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def grades(cases, tmp_path_factory, artifacts) -> dict[str, dict]:
+def grades(cases, copies_graded, tmp_path_factory, artifacts) -> dict[str, dict]:
     """system -> "kind/chapter" -> the report as JSON, every kind graded in one run per system (Linux:
-    the blanks and mistakes, in this process); the scores also go to ``test-artifacts/platforms-grades.json``."""
+    the mistakes, in this process, and the blanks of conftest's ``copies_graded``, graded there with
+    the same seed and the same paths); the scores also go to ``test-artifacts/platforms-grades.json``."""
     folder, found = cases["folder"], {}
     for system in SIMULATED:
         out = tmp_path_factory.mktemp(f"graded-{system}")
@@ -132,11 +133,11 @@ def grades(cases, tmp_path_factory, artifacts) -> dict[str, dict]:
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         found[system] = _reports(out)
     linux = tmp_path_factory.mktemp("linux-cases")
-    for kind in ("blank", "mistake"):
-        shutil.copytree(folder / kind, linux / kind)
+    shutil.copytree(folder / "mistake", linux / "mistake")
     out = tmp_path_factory.mktemp("graded-linux")
     grade.grade_folder(linux, out, GENEROUS, seed=SEED)
-    found["linux"] = _reports(out)
+    blanks = {key: report.as_json() for key, report in copies_graded[0].items() if key.startswith("blank/")}
+    found["linux"] = _reports(out) | blanks
     scores = {
         system: {key: [r["score"], r["max_score"], r["isolation"]] for key, r in sorted(reports.items())}
         for system, reports in found.items()
