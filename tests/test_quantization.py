@@ -1304,6 +1304,7 @@ def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
         notes = helper_notes(exercise_by_id("awq_quantize"), namespace)
         assert ("calls your quantize_dequantize, which fails its own checks" in notes) == bool(wrong), notes
 
+
 # The course's own answer to the exercise a scenario drives (gptq_on_a_copy), for test_grader's
 # check that scenarios run on their own.
 SCENARIO_ANSWERS = {"gptq_quantize": quantization.gptq_quantize}
