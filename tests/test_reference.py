@@ -2,12 +2,22 @@
 
 import functools
 import json
+import subprocess
+import sys
 
 import pytest
 
 from course import paths, reference
 
-regenerated = functools.cache(reference.generate)  # once per topic: the model-level figures take minutes
+
+@functools.cache  # once per topic: the model-level figures take minutes
+def regenerated(topic: str) -> dict[str, dict]:
+    """``topic``'s numbers as ``make reference`` makes them: in a fresh interpreter, so that nothing
+    another test left in this one (a cached model, torch's settings) reaches them."""
+    code = "import json, sys\nfrom course import reference\njson.dump(reference.generate(sys.argv[1]), sys.stdout)"
+    done = subprocess.run([sys.executable, "-c", code, topic], capture_output=True, text=True, cwd=paths.ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("topic", reference.topics())
