@@ -36,8 +36,8 @@ SMOLLM2_TOKENS = 8  # tokens per timed generation of SmolLM2
 # %%
 import torch
 
+from course import advice, learner_server, smollm2_timing, stored_weights, timing
 from course import choosing_a_technique as technique
-from course import timing
 from course.device import best_device, describe
 from course.plots import choosing_a_technique as plots
 
@@ -112,12 +112,12 @@ check("fine_tuning_advice", hidden=True)
 # beside the rule's:
 
 # %%
-for scenario in technique.SCENARIOS:
+for scenario in advice.SCENARIOS:
     try:
         yours = fine_tuning_advice(scenario.need, scenario.changes_often, scenario.tried_prompting)
     except NotImplementedError:
         yours = "(not written yet)"
-    rule = technique.fine_tuning_advice(scenario.need, scenario.changes_often, scenario.tried_prompting)
+    rule = advice.fine_tuning_advice(scenario.need, scenario.changes_often, scenario.tried_prompting)
     print(f"- {scenario.text}")
     print(
         f"    need {scenario.need}, changes often: {scenario.changes_often}, prompting tried: "
@@ -295,7 +295,7 @@ check("int4_linear", hidden=True)
 # %% [markdown]
 # The target stored in each format, its bytes counted from the tensors a checkpoint of it would
 # hold (the tied embedding, which is also the output layer, and the norms stay in float32 in every
-# format), and its loss on held-out text (`course.choosing_a_technique.StoredLinear` stores the
+# format), and its loss on held-out text (`course.stored_weights.StoredLinear` stores the
 # other formats the same way, codes and scales only):
 
 # %%
@@ -466,7 +466,7 @@ served = technique.Configuration(
     chosen.draft_length if chosen.draft != "none" else 2,
     chosen.calibration if chosen.weights == "int4" else "none",
 )
-server = technique.LearnerServer(
+server = learner_server.LearnerServer(
     Int4Linear, speculative_greedy, served.group_size, served.draft, served.draft_length, served.calibration
 )
 print(f"your server: {served.label()}")
@@ -476,7 +476,7 @@ server_threads, tried = timing.choose_threads(server.baseline(TIMED_TOKENS), dev
 print(timing.describe_threads(server_threads, tried))
 with timing.threads(server_threads):
     server_times = server.time(TIMED_TOKENS)
-print(technique.server_reading(server_times, TIMED_TOKENS))
+print(learner_server.server_reading(server_times, TIMED_TOKENS))
 
 # %% [markdown]
 # The course's target is small: at a few hundred kilobytes a layer, every product's fixed costs
@@ -489,15 +489,15 @@ from course import pretrained
 
 try:
     with timing.threads(server_threads):
-        smollm2_times = technique.smollm2_time(
-            technique.course_int4_layer if "Int4Linear" in server.stand_ins else Int4Linear,
+        smollm2_times = smollm2_timing.smollm2_time(
+            stored_weights.course_int4_layer if "Int4Linear" in server.stand_ins else Int4Linear,
             served.group_size or 64,
             SMOLLM2_TOKENS,
         )
 except pretrained.MissingPackage as missing:
     print(f"SmolLM2 is not installed here, so this part is left out: {missing}")
 else:
-    print(technique.server_reading(smollm2_times, SMOLLM2_TOKENS, record=False))
+    print(learner_server.server_reading(smollm2_times, SMOLLM2_TOKENS, record=False))
 
 # %% [markdown]
 # How to read it. Speculative decoding saves target calls: each call verifies several tokens for

@@ -11,9 +11,19 @@ import pytest
 import torch
 from torch import nn
 
-from autograder import grade
+from autograder import grade, leaderboard
 from autograder.chapters import choosing_a_technique as checks
-from course import checkpoints, lora, quantization, speculative_decoding
+from course import (
+    advice,
+    checkpoints,
+    drafts,
+    learner_server,
+    lora,
+    quantization,
+    smollm2_timing,
+    speculative_decoding,
+    stored_weights,
+)
 from course import choosing_a_technique as technique
 from course.kernels import int4
 from course.plots import choosing_a_technique as plots
@@ -25,29 +35,29 @@ from conftest import Planted, assert_named
 
 
 def test_advice_follows_the_notes():
-    advice = technique.fine_tuning_advice
+    rule = advice.fine_tuning_advice
     for changes, tried in itertools.product((False, True), repeat=2):
-        assert advice("knowledge", changes, tried) == "retrieval"  # documents: retrieval, never fine-tuning
-        assert advice("instructions", changes, tried) == "prompting"
+        assert rule("knowledge", changes, tried) == "retrieval"  # documents: retrieval, never fine-tuning
+        assert rule("instructions", changes, tried) == "prompting"
     for need in ("format", "tone", "narrow_task"):
-        assert advice(need, False, True) == "fine-tuning"  # the rule's cases, once prompting was tried
-        assert advice(need, True, True) == "prompting"  # every change would mean training again
-        assert advice(need, False, False) == "prompting"  # prompting has not been tried
+        assert rule(need, False, True) == "fine-tuning"  # the rule's cases, once prompting was tried
+        assert rule(need, True, True) == "prompting"  # every change would mean training again
+        assert rule(need, False, False) == "prompting"  # prompting has not been tried
     with pytest.raises(ValueError, match="knowledge"):
-        advice("vibes", False, True)
+        rule("vibes", False, True)
 
 
 def test_scenarios_end_as_the_chapter_says():
-    verdicts = [technique.fine_tuning_advice(s.need, s.changes_often, s.tried_prompting) for s in technique.SCENARIOS]
+    verdicts = [advice.fine_tuning_advice(s.need, s.changes_often, s.tried_prompting) for s in advice.SCENARIOS]
     assert len(verdicts) == 8 and verdicts.count("fine-tuning") == 3  # "only three of the eight"
-    assert set(verdicts) == set(technique.ADVICE)
+    assert set(verdicts) == set(advice.ADVICE)
 
 
 def test_advice_labels_forgive_spelling():
-    assert technique.advice_label(" Fine tuning ") == "fine-tuning"
-    assert technique.advice_label("RAG") == "retrieval"
-    assert technique.advice_label("Prompting") == "prompting"
-    assert technique.advice_label("train it") is None and technique.advice_label(3) is None
+    assert advice.advice_label(" Fine tuning ") == "fine-tuning"
+    assert advice.advice_label("RAG") == "retrieval"
+    assert advice.advice_label("Prompting") == "prompting"
+    assert advice.advice_label("train it") is None and advice.advice_label(3) is None
 
 
 # --- the guide --------------------------------------------------------------------------------------
@@ -74,29 +84,29 @@ def test_advice_labels_forgive_spelling():
     ],
 )
 def test_guide_answers(problem, params, gpu, first_done, technique_words):
-    advice = technique.recommend(problem, params, gpu, first_done)
-    assert technique_words in advice.technique
-    assert advice.why and advice.changes_behaviour and "chapter" in advice.chapter
+    answer = advice.recommend(problem, params, gpu, first_done)
+    assert technique_words in answer.technique
+    assert answer.why and answer.changes_behaviour and "chapter" in answer.chapter
 
 
-@pytest.mark.parametrize("problem", list(technique.PROBLEMS))
+@pytest.mark.parametrize("problem", list(advice.PROBLEMS))
 def test_the_guide_never_repeats_its_first_try(problem):
     """ "Done that; still not enough" moves on, unless the first try was already the last resort."""
     for params in (1, 7, 13, 34, 70, 180, 405):
         for gpu in (16, 24, 48, 80):
-            first = technique.recommend(problem, params, gpu).technique
+            first = advice.recommend(problem, params, gpu).technique
             if not first.startswith("Several GPUs"):
-                assert technique.recommend(problem, params, gpu, first_done=True).technique != first, (params, gpu)
+                assert advice.recommend(problem, params, gpu, first_done=True).technique != first, (params, gpu)
 
 
 def test_guide_memory_is_chapter_1_and_2_arithmetic():
-    assert technique.weights_gib(7, 16) == pytest.approx(7e9 * 2 / 2**30)
-    advice = technique.recommend("adapt", 13, 24)
-    assert f"{lora.finetune_memory_gib(13e9, 'lora'):.1f} GiB" in advice.why
-    assert f"{lora.finetune_memory_gib(13e9, 'qlora'):.1f} GiB" in advice.why
-    assert "fits in 16 bits" in technique.recommend("serve", 7, 24).why  # 13 GiB of 24: quantized for speed
+    assert advice.weights_gib(7, 16) == pytest.approx(7e9 * 2 / 2**30)
+    answer = advice.recommend("adapt", 13, 24)
+    assert f"{lora.finetune_memory_gib(13e9, 'lora'):.1f} GiB" in answer.why
+    assert f"{lora.finetune_memory_gib(13e9, 'qlora'):.1f} GiB" in answer.why
+    assert "fits in 16 bits" in advice.recommend("serve", 7, 24).why  # 13 GiB of 24: quantized for speed
     with pytest.raises(ValueError, match="problem must be one of"):
-        technique.recommend("slow", 7, 24)
+        advice.recommend("slow", 7, 24)
 
 
 def test_the_chapters_memory_example_is_the_guides():
@@ -104,15 +114,12 @@ def test_the_chapters_memory_example_is_the_guides():
     the 80% of a 48 GiB GPU that the guide leaves to the weights, and not that of a 40 GiB one."""
     from course import paths, quiz
 
-    w4, w16 = f"{technique.weights_gib(70, 4):.1f} GiB", f"{technique.weights_gib(8, 16):.1f} GiB"
-    room = f"{technique.HEADROOM * 48:.1f} GiB"
-    fits, too_big = technique.recommend("serve", 70, 48), technique.recommend("serve", 70, 40)
+    w4, w16 = f"{advice.weights_gib(70, 4):.1f} GiB", f"{advice.weights_gib(8, 16):.1f} GiB"
+    room = f"{advice.HEADROOM * 48:.1f} GiB"
+    fits, too_big = advice.recommend("serve", 70, 48), advice.recommend("serve", 70, 40)
     assert fits.technique.startswith("4-bit") and w4 in fits.why and room in fits.why
     assert too_big.technique.startswith("Several GPUs") and w4 in too_big.why
-    assert (
-        technique.recommend("serve", 8, 48).technique == "8-bit weights"
-        and w16 in technique.recommend("serve", 8, 48).why
-    )
+    assert advice.recommend("serve", 8, 48).technique == "8-bit weights" and w16 in advice.recommend("serve", 8, 48).why
     prose = " ".join((paths.ROOT / "solutions" / "09_choosing_a_technique.py").read_text().replace("# ", " ").split())
     assert f"A 48 GiB GPU holds the weights of a 70B model in 4 bits (35 GB, which is {w4})" in prose
     assert f"an 8B model in 16 bits (16 GB, {w16})" in prose and f"({room};" in prose
@@ -124,26 +131,26 @@ def test_the_chapters_memory_example_is_the_guides():
 
 
 def test_every_row_of_the_table_says_whether_it_changes_behaviour():
-    exact = {row.problem for row in technique.TABLE if row.changes.startswith("No")}
+    exact = {row.problem for row in advice.TABLE if row.changes.startswith("No")}
     assert exact == {"long", "decode"}
-    assert [row.problem for row in technique.TABLE] == list(technique.PROBLEMS)
+    assert [row.problem for row in advice.TABLE] == list(advice.PROBLEMS)
 
 
 # --- codes, packed and stored ---------------------------------------------------------------------------
 
 
 def test_pack_int4_against_the_bit_formula():
-    assert technique.pack_int4(torch.tensor([[-7, 7]])).tolist() == [[0x1F]]
+    assert quantization.pack_int4(torch.tensor([[-7, 7]])).tolist() == [[0x1F]]
     codes = torch.randint(-8, 8, (6, 40), generator=torch.Generator().manual_seed(0))
-    packed = technique.pack_int4(codes)
+    packed = quantization.pack_int4(codes)
     assert packed.dtype == torch.uint8 and packed.shape == (6, 20)
     expected = [[(a + 8) * 16 + (b + 8) for a, b in zip(row[0::2], row[1::2], strict=True)] for row in codes.tolist()]
     assert packed.tolist() == expected
-    assert torch.equal(technique.unpack_int4(packed), codes)
+    assert torch.equal(quantization.unpack_int4(packed), codes)
     with pytest.raises(ValueError, match="columns"):
-        technique.pack_int4(torch.zeros(2, 3, dtype=torch.int64))
+        quantization.pack_int4(torch.zeros(2, 3, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"\[-8, 7\]"):
-        technique.pack_int4(torch.full((1, 2), 8))
+        quantization.pack_int4(torch.full((1, 2), 8))
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
@@ -166,7 +173,7 @@ def _linear(out_features=48, in_features=128, seed=0):
 )
 def test_stored_layer_keeps_codes_and_fp16_scales_only(weights, group, bits):
     layer = _linear()
-    stored = technique.StoredLinear(layer, weights, group)
+    stored = stored_weights.StoredLinear(layer, weights, group)
     state = stored.state_dict()
     groups = 128 // (group or 128)
     assert set(state) == {"codes", "scale"}
@@ -190,12 +197,12 @@ def test_stored_layer_keeps_codes_and_fp16_scales_only(weights, group, bits):
 
 def test_stored_fp16_and_errors():
     layer = _linear()
-    stored = technique.StoredLinear(layer, "fp16")
+    stored = stored_weights.StoredLinear(layer, "fp16")
     assert list(stored.state_dict()) == ["weight16"] and torch.equal(stored.weight(), layer.weight.half().float())
     with pytest.raises(ValueError, match="bias-free"):
-        technique.StoredLinear(nn.Linear(4, 4), "int8")
+        stored_weights.StoredLinear(nn.Linear(4, 4), "int8")
     with pytest.raises(ValueError, match="weights must be one of"):
-        technique.StoredLinear(layer, "int3")
+        stored_weights.StoredLinear(layer, "int3")
 
 
 @pytest.mark.parametrize("weights, group", technique.ALTERNATIVES)
@@ -203,12 +210,12 @@ def test_bytes_of_the_stored_target_are_counted_from_its_tensors(weights, group)
     target = checkpoints.load("target")
     linears = [m for m in target.modules() if isinstance(m, nn.Linear)]
     kept = 4 * (target.num_parameters() - sum(m.weight.numel() for m in linears))  # embedding and norms: fp32
-    bits = technique.FORMAT_BITS[weights]
+    bits = stored_weights.FORMAT_BITS[weights]
     scales = sum(m.out_features * (m.in_features // (group or m.in_features)) * 2 for m in linears)
     codes = sum(m.weight.numel() * bits // 8 for m in linears)
-    expected = kept + codes + (scales if weights in technique.GROUPED else 0)
-    assert technique.weight_bytes(technique.stored_target(weights, group)) == expected
-    assert technique.weight_bytes(target) == 4 * target.num_parameters()
+    expected = kept + codes + (scales if weights in stored_weights.GROUPED else 0)
+    assert stored_weights.weight_bytes(technique.stored_target(weights, group)) == expected
+    assert stored_weights.weight_bytes(target) == 4 * target.num_parameters()
 
 
 # --- the capstone ------------------------------------------------------------------------------------------
@@ -386,12 +393,12 @@ def test_greedy_speculative_is_the_targets_greedy_decoding(draft, k):
 
     target, drafter = checkpoints.load("target"), checkpoints.load(draft)
     prompt = technique.prompts()[1]
-    assert technique.greedy_speculative(target, drafter, prompt, k, 40) == generate(target, prompt, 40)[0].tolist()
+    assert drafts.greedy_speculative(target, drafter, prompt, k, 40) == generate(target, prompt, 40)[0].tolist()
 
 
 def test_int4_layer_buffers_against_chapter_3():
     weight = quantization.gaussian_matrix(16, 128, seed=4)
-    packed, scale = technique.int4_layer_buffers(weight, 32)
+    packed, scale = stored_weights.int4_layer_buffers(weight, 32)
     codes, expected_scale = quantization.quantize(weight, 4, 32)
     assert packed.dtype == torch.uint8 and packed.shape == (16, 64) and scale.dtype == torch.float16
     assert scale.shape == (16, 4) and torch.equal(scale, expected_scale.half())
@@ -400,15 +407,19 @@ def test_int4_layer_buffers_against_chapter_3():
 
 
 def test_the_sandbox_model_is_the_course_model():
-    """The scenario rebuilds the course's model without the course: its greedy tokens through the
-    course's loop, and its held-out loss, equal the course model's own."""
+    """The scenario runs the text of course/model.py, which imports nothing of the course, defined
+    from its own source alone as the sandbox defines it: its greedy tokens through the course's
+    loop, its calls, and its held-out loss equal the course model's own."""
+    from autograder.checks import scenario_source
+    from autograder.sandbox import inside
     from course.model import generate
 
+    assert "from course" not in checks.model_source() and "import course" not in checks.model_source()
+    on_course_model = inside.scenario(scenario_source(checks.on_course_model))
     prompt = technique.prompts()[2]
     inputs = {"prompt": prompt, "k": 3, "new_tokens": 24}
-    run = checks.on_course_model(
-        technique.greedy_speculative, "speculate", checks.model_spec("target"), checks.model_spec("draft"), inputs
-    )
+    specs = checks.model_source(), checks.model_spec("target"), checks.model_spec("draft")
+    run = on_course_model(drafts.greedy_speculative, "speculate", *specs, inputs)
     assert run["tokens"] == generate(checkpoints.load("target"), prompt, 24)[0].tolist()
     _, rounds = speculative_decoding.speculative_generate(
         checkpoints.load("target"), checkpoints.load("draft"), prompt, 3, 24, temperature=0
@@ -425,22 +436,24 @@ def test_the_sandbox_model_is_the_course_model():
             return x @ self.weight.T
 
     inputs = {"group_size": 64, "windows": checks._loss_windows()}
-    loss = checks.on_course_model(Float, "loss", checks.model_spec("target"), None, inputs)
+    loss = on_course_model(Float, "loss", *specs[:2], None, inputs)
     assert loss["layers"] == 42 and loss["loss"] == pytest.approx(checks._course_loss(checks.FP32), abs=1e-5)
 
 
 def test_mistaken_loops_differ_from_greedy():
-    target, drafter = checkpoints.load("target"), checkpoints.load("distilled")
+    """Each planted mistake is the course's loop with one part changed: the target's cache not rolled
+    back overflows it, one position too many gives other tokens."""
     greedy = checks._loop_expected("distilled", 0, 4)["greedy"]
-    for mistake in checks.LOOP_MISTAKES:
-        assert (
-            checks._mistaken_loop(target, drafter, technique.prompts()[0], 4, checks.LOOP_NEW_TOKENS, mistake) != greedy
-        )
+    assert checks._mistake_outcome("distilled", 0, 4, "target_cache") == "ValueError"
+    tokens = checks._mistake_outcome("distilled", 0, 4, "one_more")
+    assert isinstance(tokens, list) and len(tokens) == len(greedy) and tokens != greedy
 
 
 def test_replace_layers_and_the_course_layer():
     target = checkpoints.load("target")
-    replaced = technique.replace_layers(target, nn.Linear, lambda layer: technique.course_int4_layer(layer.weight, 64))
+    replaced = stored_weights.replace_layers(
+        target, nn.Linear, lambda layer: stored_weights.course_int4_layer(layer.weight, 64)
+    )
     assert sum(isinstance(m, int4.Int4Linear) for m in replaced.modules()) == 42
     assert sum(isinstance(m, nn.Linear) for m in target.modules()) == 42  # the original is untouched
 
@@ -449,15 +462,15 @@ def test_learner_server_times_and_reads(monkeypatch):
     def not_written(*args):
         raise NotImplementedError
 
-    server = technique.LearnerServer(not_written, not_written)
+    server = learner_server.LearnerServer(not_written, not_written)
     assert server.stand_ins == ["Int4Linear", "speculative_greedy"]
     results = server.time(8, repeats=1)
     assert list(results) == ["fp32 target alone", "your server", "your codes, fused int4 product"]
-    text = technique.server_reading(results, 8)
+    text = learner_server.server_reading(results, 8)
     assert text.count("x fp32 target alone") == 3 and "differ from fp32 target alone's" in text
-    assert technique.read_speedups(text).keys() == {"your server", "your codes, fused int4 product"}
+    assert learner_server.read_speedups(text).keys() == {"your server", "your codes, fused int4 product"}
     assert results["your server"]["tokens"] == results["your codes, fused int4 product"]["tokens"]
-    assert technique.SPEEDUP_LINE not in technique.server_reading(results, 8, record=False)
+    assert learner_server.SPEEDUP_LINE not in learner_server.server_reading(results, 8, record=False)
     fp32, yours = results["fp32 target alone"]["tokens"], results["your server"]["tokens"]
     assert fp32[:-8] == yours[:-8]  # the prompt, which the reading must not count
     differ = sum(a != b for a, b in zip(fp32[-8:], yours[-8:], strict=True))
@@ -470,20 +483,20 @@ def test_server_reading_gives_a_reason_only_for_tokens_that_differ():
         return {"tokens": tokens, "seconds": [1.0, 1.1, 0.9]}
 
     same = {"fp32 target alone": timed([7, 1, 2, 3]), "your server": timed([7, 1, 2, 3])}
-    text = technique.server_reading(same, 3, record=False)
+    text = learner_server.server_reading(same, 3, record=False)
     assert text.endswith("0 of the 3 new tokens differ from fp32 target alone's") and "another model" not in text
     other = {**same, "your server": timed([7, 1, 5, 3])}
-    text = technique.server_reading(other, 3, record=False)
+    text = learner_server.server_reading(other, 3, record=False)
     assert text.endswith("1 of the 3 new tokens differ from fp32 target alone's (int4 weights are another model)")
 
 
 def test_shared_products_compute_the_same_numbers_in_fewer_calls():
     """q, k and v (and gate and up) as one int4 product: the outputs are the separate layers', bit for bit."""
-    stored = technique.learner_layers(checkpoints.load("target"), technique.course_int4_layer, None, "gptq")
-    shared = technique.share_products(copy.deepcopy(stored))
-    assert sum(isinstance(m, technique.SharedProduct) for m in shared.modules()) == 12  # 6 blocks x (qkv, gate-up)
+    stored = learner_server.learner_layers(checkpoints.load("target"), stored_weights.course_int4_layer, None, "gptq")
+    shared = learner_server.share_products(copy.deepcopy(stored))
+    assert sum(isinstance(m, learner_server.SharedProduct) for m in shared.modules()) == 12  # 6 blocks x (qkv, gate-up)
     x = torch.randn(1, 5, 256, generator=torch.Generator().manual_seed(3))
-    for part, names in technique.SHARED_INPUTS:
+    for part, names in learner_server.SHARED_INPUTS:
         for name in names:
             separate = getattr(getattr(stored.blocks[2], part), name)(x)
             assert torch.equal(getattr(getattr(shared.blocks[2], part), name)(x), separate)
@@ -494,23 +507,23 @@ def test_shared_products_compute_the_same_numbers_in_fewer_calls():
 def test_smollm2_through_the_learners_layer():
     from course import in_practice, pretrained
 
-    results = technique.smollm2_time(technique.course_int4_layer, 64, new_tokens=2, repeats=1)
+    results = smollm2_timing.smollm2_time(stored_weights.course_int4_layer, 64, new_tokens=2, repeats=1)
     assert list(results) == ["fp32 SmolLM2", "your codes in SmolLM2, fused int4"]
     model, tokenizer = pretrained.load()
-    prompt = in_practice.chat_prompt(tokenizer, technique.SMOLLM2_PROMPT)
+    prompt = in_practice.chat_prompt(tokenizer, smollm2_timing.SMOLLM2_PROMPT)
     with torch.no_grad():
         fp32 = model.generate(prompt, max_new_tokens=2, do_sample=False)[0].tolist()
         with in_practice.int4_linears(model, 64, output_layer=True):  # the course's layer, the same codes
             expected = model.generate(prompt, max_new_tokens=2, do_sample=False)[0].tolist()
     assert results["fp32 SmolLM2"]["tokens"] == fp32
     assert results["your codes in SmolLM2, fused int4"]["tokens"] == expected
-    assert technique.SPEEDUP_LINE not in technique.server_reading(results, 2, record=False)
+    assert learner_server.SPEEDUP_LINE not in learner_server.server_reading(results, 2, record=False)
 
 
 # --- figures ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("problem", list(technique.PROBLEMS))
+@pytest.mark.parametrize("problem", list(advice.PROBLEMS))
 def test_guide_figure_renders(problem):
     assert figure_png(plots.plot_guide(problem, 13, 24, problem == "decode")).startswith(b"\x89PNG")
 
@@ -543,7 +556,7 @@ def test_leaderboard_ranks_the_budget_first_then_the_measured_speedup(tmp_path):
         ("di", _report(None)),  # another chapter, or no configuration
         ("ed", _report(figures(technique.REFERENCE))),  # within, but nothing measured reported
     ]
-    path = checks.write_class_files(tmp_path, graded)
+    path = leaderboard.write_class_files(tmp_path, graded)
     rows = list(csv.DictReader(path.open()))
     assert [r["learner"] for r in rows] == ["cy", "ada", "ed", "bo"]
     assert [r["rank"] for r in rows] == ["1", "2", "3", "4"] and rows[3]["within_budget"] == "False"
@@ -551,17 +564,17 @@ def test_leaderboard_ranks_the_budget_first_then_the_measured_speedup(tmp_path):
     table = (tmp_path / "leaderboard.md").read_text()
     assert "| 2 | ada | int4 per row GPTQ + distilled k=4 | yes | 1.40x |" in table
     assert "| 3 | ed | int4 per row GPTQ + distilled k=4 | yes | none reported |" in table
-    assert checks.write_class_files(tmp_path / "none", [("di", _report(None))]) is None
+    assert leaderboard.write_class_files(tmp_path / "none", [("di", _report(None))]) is None
 
 
 def test_the_measured_speedup_is_read_from_the_saved_outputs():
-    line = technique.speedup_line({"your server": 1.25, "your codes, fused int4 product": 2.5})
+    line = learner_server.speedup_line({"your server": 1.25, "your codes, fused int4 product": 2.5})
     cell = {"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout", "text": ["x\n", line + "\n"]}]}
     expected = {"your server": 1.25, "your codes, fused int4 product": 2.5}
-    assert checks.reported({"cells": [cell]}) == {"measured_speedups": expected}
-    assert checks.reported({"cells": [{"cell_type": "code", "outputs": [{"text": "nothing"}]}]}) == {}
-    hostile = {"cells": [{"cell_type": "code", "outputs": [{"text": technique.SPEEDUP_LINE + " a nanx; b 1e9x"}]}]}
-    assert checks.reported(hostile) == {}
+    assert leaderboard.reported({"cells": [cell]}) == {"measured_speedups": expected}
+    assert leaderboard.reported({"cells": [{"cell_type": "code", "outputs": [{"text": "nothing"}]}]}) == {}
+    hostile = {"cells": [{"cell_type": "code", "outputs": [{"text": learner_server.SPEEDUP_LINE + " a nanx; b 1e9x"}]}]}
+    assert leaderboard.reported(hostile) == {}
     from autograder.chapters import reported_figures
 
     assert reported_figures("09_choosing_a_technique", {"cells": "not a list"}) == {}
@@ -758,14 +771,14 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
 
 
 def test_the_leaderboard_gets_the_graded_figures(planted_reports):
-    rows = checks.leaderboard_entries(list(planted_reports.items()))
+    rows = leaderboard.leaderboard_entries(list(planted_reports.items()))
     assert {r["learner"] for r in rows} == set(PLANTED) - {"capstone_misspelt", "capstone_calibrated_nf4"}
     assert all(r["configuration"] for r in rows)
 
 
 def test_mistake_rules_differ_from_the_course_rule():
     """Each recomputed mistake is a different rule, so that the hint it gives can be told apart."""
-    course = [technique.fine_tuning_advice(*case) for case in checks.ALL_CASES]
+    course = [advice.fine_tuning_advice(*case) for case in checks.ALL_CASES]
     outputs = [tuple(rule(*case) for case in checks.ALL_CASES) for _, rule in checks.ADVICE_MISTAKES]
     assert len(set(outputs)) == len(outputs) and tuple(course) not in outputs
 
@@ -784,9 +797,9 @@ FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
 
 # the course's answers to the exercises its checks drive with a scenario
 SCENARIO_ANSWERS = {
-    "fine_tuning_advice": technique.fine_tuning_advice,
-    "Int4Linear": technique.course_int4_layer,
-    "speculative_greedy": technique.greedy_speculative,
+    "fine_tuning_advice": advice.fine_tuning_advice,
+    "Int4Linear": stored_weights.course_int4_layer,
+    "speculative_greedy": drafts.greedy_speculative,
 }
 
 PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each

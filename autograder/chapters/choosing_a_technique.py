@@ -1,17 +1,17 @@
 """Chapter 9's exercises: fine_tuning_advice (the rule for when to fine-tune), pack_int4 (two 4-bit
 codes to a byte), Int4Linear and speculative_greedy (the learner's server, run on the course's
 models in the sandbox) and capstone_configuration (a configuration within the budget, measured here by
-the course's own code: the learner's function only names the configuration); and the class
-leaderboard of the capstone that grading a class writes beside the gradebook."""
+the course's own code: the learner's function only names the configuration). The class
+leaderboard that grading a class writes beside the gradebook is ``autograder.leaderboard``.
+The sandbox runs the course's model from the text of ``course/model.py`` (:func:`on_course_model`)."""
 
 from __future__ import annotations
 
 import copy
-import csv
 import functools
+import inspect
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,14 +28,16 @@ from autograder.checks import (
     judges_value,
     outcome,
 )
-from course import checkpoints, corpus, quantization, speculative_decoding
+from autograder.leaderboard import reported, write_class_files  # noqa: F401 (what grading a class calls)
+from course import advice, checkpoints, corpus, drafts, quantization, speculative_decoding, stored_weights
 from course import choosing_a_technique as technique
+from course import model as course_model
 from course.kernels import int4
 from course.model import generate
 
 # --- fine_tuning_advice -------------------------------------------------------------------------------
 
-ALL_CASES = [list(case) for case in itertools.product(technique.NEEDS, (False, True), (False, True))]
+ALL_CASES = [list(case) for case in itertools.product(advice.NEEDS, (False, True), (False, True))]
 # the notes' three cases without fine-tuning, and the rule's case for it
 NOTES_CASES = [["knowledge", False, True], ["format", True, True], ["tone", False, False], ["format", False, True]]
 
@@ -105,21 +107,21 @@ def _judge_advice(probe, got):
     cases = probe["args"][0]
     if not isinstance(got, list) or len(got) != len(cases):
         return Verdict(False, f"expected one answer per case, got {got!r}"[:200])
-    labels = [technique.advice_label(value) for value in got]
+    labels = [advice.advice_label(value) for value in got]
     for case, value, label in zip(cases, got, labels, strict=True):
         if label is None:
             return Verdict(
                 False,
                 f"fine_tuning_advice{tuple(case)} returned {value!r}; return one of "
-                + ", ".join(repr(a) for a in technique.ADVICE),
+                + ", ".join(repr(a) for a in advice.ADVICE),
             )
         if value != label:  # the right idea, spelled otherwise: the prompt asks for the exact strings
             return Verdict(
                 False,
                 f"fine_tuning_advice{tuple(case)} returned {value!r}, which means {label!r}: return exactly "
-                + ", ".join(repr(a) for a in technique.ADVICE),
+                + ", ".join(repr(a) for a in advice.ADVICE),
             )
-    expected = [technique.fine_tuning_advice(*case) for case in cases]
+    expected = [advice.fine_tuning_advice(*case) for case in cases]
     wrong = [i for i, (a, b) in enumerate(zip(labels, expected, strict=True)) if a != b]
     if not wrong:
         return Verdict(True)
@@ -220,7 +222,7 @@ def _judge_pack(probe, got):
     codes = probe["args"][0]
     if not isinstance(got, torch.Tensor):
         return Verdict(False, f"returned {type(got).__name__}; pack_int4 should return a torch.Tensor of dtype uint8")
-    expected = technique.pack_int4(codes)
+    expected = quantization.pack_int4(codes)
     if tuple(got.shape) != tuple(expected.shape):
         return Verdict(
             False,
@@ -268,12 +270,12 @@ PACK = Exercise(
 # --- the server: Int4Linear and speculative_greedy, run on the course's models in the sandbox ---------
 
 
-def on_course_model(answer, job, target, draft, inputs) -> dict:
-    """The scenario (run in the sandbox, see checks.scenario_source): the course's model rebuilt from
-    its state dict and configuration (``target``, ``draft``: ``{"state": ..., "config": ...}``), the
-    forward pass of ``course.model.LanguageModel`` written out here because the course cannot be
-    imported in the sandbox: tied embedding, rotary positions, grouped-query attention with a KV
-    cache of ``length`` positions, SwiGLU, RMSNorm. Then the learner's ``answer`` drives it:
+def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): the course's model, defined
+    by ``model_source`` (the text of ``course/model.py``, which imports only torch, since the
+    course itself cannot be imported in the sandbox) and rebuilt from its state dict and
+    configuration (``target``, ``draft``: ``{"state": ..., "config": ...}``). Then the learner's
+    ``answer`` drives it:
 
     * ``job == "loss"``: ``answer`` is the learner's int4 layer class; every linear layer of the
       target becomes ``answer(weight, group_size)`` (``group_size`` None: the layer's input width,
@@ -281,100 +283,68 @@ def on_course_model(answer, job, target, draft, inputs) -> dict:
       ``inputs["codes"]`` gives the layer's (codes, scale) by name (GPTQ's); reports the mean next-byte loss over the
       windows ``inputs["windows"]`` (B, T + 1) computed through those layers, and the bytes of
       every layer's own tensors (its state dict).
-    * ``job == "speculate"``: ``answer`` is the learner's loop; reports the tokens of
-      ``answer(target, draft, prompt, k, new_tokens)``, the target's and the draft's calls counted,
-      and the positions each was fed.
+    * ``job == "speculate"``: ``answer`` is the learner's loop, given the models behind the course
+      model's interface only (``model(tokens, cache)``, ``model.new_cache(1, max_len)``); reports
+      the tokens of ``answer(target, draft, prompt, k, new_tokens)``, the target's and the
+      draft's calls counted, and the positions each was fed.
     """
+    import sys
     import types
 
     import torch
     import torch.nn.functional as F
 
-    class Cache:
-        def __init__(self, config, max_len):
-            shape = (config.n_layers, config.n_kv_heads, max_len, config.d_model // config.n_heads)
-            self.k, self.v, self.length, self.max_len = torch.zeros(shape), torch.zeros(shape), 0, max_len
+    course_model = types.ModuleType("course_model_in_the_sandbox")
+    sys.modules[course_model.__name__] = course_model  # dataclasses look their module up while defined
+    try:
+        exec(compile(model_source, "course/model.py", "exec"), course_model.__dict__)
+    finally:
+        del sys.modules[course_model.__name__]
 
-    class Model:
-        def __init__(self, spec, make_linear=None):
-            self.state, self.config = spec["state"], types.SimpleNamespace(**spec["config"])
-            c = self.config
-            self.linear = {
-                name: make_linear(name, weight) if make_linear else (lambda x, w=weight: F.linear(x, w))
-                for name, weight in self.state.items()
-                if weight.dim() == 2 and name != "embed.weight"
-            }
-            half = c.d_model // c.n_heads // 2
-            inverse = c.rope_base ** (-torch.arange(half, dtype=torch.float32) / half)
-            angles = torch.outer(torch.arange(c.max_seq_len, dtype=torch.float32), inverse)
-            angles = torch.cat([angles, angles], dim=-1)
-            self.cos, self.sin = angles.cos(), angles.sin()
-            self.calls, self.fed = 0, 0
+    def build(spec):
+        model = course_model.LanguageModel(course_model.ModelConfig(**spec["config"]))
+        model.load_state_dict(spec["state"])
+        return model.eval()
+
+    class Served:
+        """The model behind its interface, its calls and the positions fed counted."""
+
+        def __init__(self, model):
+            self.model, self.calls, self.fed = model, 0, 0
 
         def new_cache(self, batch=1, max_len=None):
             if batch != 1:
                 raise ValueError("this model serves one sequence: new_cache(1, max_len)")
-            return Cache(self.config, max_len or self.config.max_seq_len)
-
-        def norm(self, x, name):
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.config.norm_eps) * self.state[name]
-
-        def rotate(self, x, cos, sin):
-            first, second = x.chunk(2, dim=-1)
-            return x * cos + torch.cat([-second, first], dim=-1) * sin
+            return self.model.new_cache(1, max_len)
 
         def __call__(self, tokens, cache=None):
-            c, (B, T) = self.config, tokens.shape
-            self.calls, self.fed = self.calls + 1, self.fed + T
-            past = cache.length if cache is not None else 0
-            if cache is not None and past + T > cache.max_len:
+            self.calls, self.fed = self.calls + 1, self.fed + tokens.shape[1]
+            if cache is not None and cache.length + tokens.shape[1] > cache.max_len:
                 raise ValueError(
-                    f"the KV cache holds {cache.max_len} positions, {past + T} needed: was it rolled back to the "
-                    "positions kept after a rejection?"
+                    f"the KV cache holds {cache.max_len} positions, {cache.length + tokens.shape[1]} needed: was it "
+                    "rolled back to the positions kept after a rejection?"
                 )
-            cos, sin = self.cos[past : past + T], self.sin[past : past + T]
-            d = c.d_model // c.n_heads
-            x = self.state["embed.weight"][tokens]
-            for i in range(c.n_layers):
-                p = f"blocks.{i}."
-                h = self.norm(x, p + "attn_norm.weight")
-                q = self.linear[p + "attn.q_proj.weight"](h).view(B, T, c.n_heads, d).transpose(1, 2)
-                k = self.linear[p + "attn.k_proj.weight"](h).view(B, T, c.n_kv_heads, d).transpose(1, 2)
-                v = self.linear[p + "attn.v_proj.weight"](h).view(B, T, c.n_kv_heads, d).transpose(1, 2)
-                q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
-                if cache is not None:
-                    cache.k[i, :, past : past + T], cache.v[i, :, past : past + T] = k[0], v[0]
-                    k, v = cache.k[i, :, : past + T][None], cache.v[i, :, : past + T][None]
-                k = k.repeat_interleave(c.n_heads // c.n_kv_heads, dim=1)
-                v = v.repeat_interleave(c.n_heads // c.n_kv_heads, dim=1)
-                mask = torch.ones(T, past + T, dtype=torch.bool).tril(past) if T > 1 else None
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, T, -1)
-                x = x + self.linear[p + "attn.o_proj.weight"](out)
-                h = self.norm(x, p + "mlp_norm.weight")
-                gate, up = self.linear[p + "mlp.gate_proj.weight"](h), self.linear[p + "mlp.up_proj.weight"](h)
-                x = x + self.linear[p + "mlp.down_proj.weight"](F.silu(gate) * up)
-            if cache is not None:
-                cache.length = past + T
-            return F.linear(self.norm(x, "norm.weight"), self.state["embed.weight"])
+            return self.model(tokens, cache)
 
     with torch.no_grad():
         if job == "loss":
-            layers = []
-
-            def make_linear(name, weight):
-                group, given = inputs["group_size"] or weight.shape[1], inputs.get("codes", {}).get(name)
-                if given is None:
-                    layers.append(answer(weight, group))
-                else:
-                    layers.append(answer(weight, group, codes=given[0], scale=given[1]))
-                return layers[-1]
-
-            model, windows = Model(target, make_linear), inputs["windows"]
-            logits = model(windows[:, :-1])
+            served, layers = build(target), []
+            for name, module in list(served.named_modules()):
+                if isinstance(module, torch.nn.Linear):
+                    weight, given = module.weight.detach(), inputs.get("codes", {}).get(name + ".weight")
+                    group = inputs["group_size"] or weight.shape[1]
+                    if given is None:
+                        layers.append(answer(weight, group))
+                    else:
+                        layers.append(answer(weight, group, codes=given[0], scale=given[1]))
+                    parent, _, leaf = name.rpartition(".")
+                    setattr(served.get_submodule(parent), leaf, layers[-1])
+            windows = inputs["windows"]
+            logits = served(windows[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
             stored = sum(t.numel() * t.element_size() for layer in layers for t in layer.state_dict().values())
             return {"loss": float(loss), "layer_bytes": int(stored), "layers": len(layers)}
-        served, drafter = Model(target), Model(draft)
+        served, drafter = Served(build(target)), Served(build(draft))
         tokens = answer(served, drafter, inputs["prompt"], inputs["k"], inputs["new_tokens"])
         tokens = tokens.flatten().tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
         return {
@@ -385,10 +355,16 @@ def on_course_model(answer, job, target, draft, inputs) -> dict:
         }
 
 
+@functools.cache
+def model_source() -> str:
+    """The text of ``course/model.py``, which the scenario runs: the course's model, written once."""
+    return inspect.getsource(course_model)
+
+
 def model_spec(name: str) -> dict:
     """A course model as the scenario rebuilds it: its state dict and configuration."""
-    model = checkpoints.load(name)
-    return {"state": dict(model.state_dict()), "config": model.config.to_dict()}
+    loaded = checkpoints.load(name)
+    return {"state": dict(loaded.state_dict()), "config": loaded.config.to_dict()}
 
 
 # --- Int4Linear -----------------------------------------------------------------------------------------
@@ -433,7 +409,7 @@ def _stored(tensors) -> tuple[torch.Tensor, torch.Tensor, str]:
 
 def _codes_mistakes(weight, group) -> list[tuple[str, torch.Tensor | None, torch.Tensor | None]]:
     codes, scale = quantization.quantize(weight.float(), 4, group)
-    packed = technique.pack_int4(codes)
+    packed = quantization.pack_int4(codes)
     rows = quantization.quantize(weight.float(), 4, None)
     wide = (
         torch.round(
@@ -446,16 +422,20 @@ def _codes_mistakes(weight, group) -> list[tuple[str, torch.Tensor | None, torch
     return [
         (
             "wrong nibble order: the first code of each pair goes into the high four bits, (c0 + 8) * 16 + (c1 + 8)",
-            technique.pack_int4(torch.stack([codes[:, 1::2], codes[:, 0::2]], -1).reshape(codes.shape)),
+            quantization.pack_int4(torch.stack([codes[:, 1::2], codes[:, 0::2]], -1).reshape(codes.shape)),
             None,
         ),
         (
             "scales per row instead of per group: keep one scale per group_size columns, shape "
             "(out_features, in_features // group_size)",
-            technique.pack_int4(rows[0]),
+            quantization.pack_int4(rows[0]),
             rows[1].half(),
         ),
-        ("the scale is absmax / 7 (the largest symmetric 4-bit code), not absmax / 8", technique.pack_int4(wide), None),
+        (
+            "the scale is absmax / 7 (the largest symmetric 4-bit code), not absmax / 8",
+            quantization.pack_int4(wide),
+            None,
+        ),
         ("the scales are stored in float32: keep them in float16 (two bytes each)", packed, scale.float()),
     ]
 
@@ -468,7 +448,7 @@ def _judge_layer_tensors(probe, got):
     codes, scale, problem = _stored(got["tensors"])
     if problem:
         return Verdict(False, problem)
-    expected_codes, expected_scale = technique.int4_layer_buffers(weight, group)
+    expected_codes, expected_scale = stored_weights.int4_layer_buffers(weight, group)
     for hint, wrong_codes, wrong_scale in _codes_mistakes(weight, group):
         if (
             (wrong_scale is None or (scale.dtype == wrong_scale.dtype and torch.equal(scale, wrong_scale)))
@@ -491,7 +471,7 @@ def _judge_layer_tensors(probe, got):
     if not torch.equal(scale, expected_scale):
         return Verdict(False, "the scales differ from absmax / 7 of each group (chapter 3's symmetric 4-bit codes)")
     # the codes of the float16 scale are as good as those of the float32 one
-    alternative = technique.pack_int4(
+    alternative = quantization.pack_int4(
         torch.round(weight / expected_scale.float().repeat_interleave(group, dim=1)).clamp(-8, 7).to(torch.int32)
     )
     if torch.equal(codes, expected_codes) or torch.equal(codes, alternative):
@@ -509,7 +489,7 @@ def _judge_layer_output(probe, got):
     if problem:
         return Verdict(False, problem)
     try:  # the learner's own codes and scales, rebuilt by the course
-        rebuilt = quantization.dequantize(technique.unpack_int4(codes), scale.float())
+        rebuilt = quantization.dequantize(quantization.unpack_int4(codes), scale.float())
     except (ValueError, RuntimeError) as error:
         return Verdict(False, f"the codes and scales cannot be unpacked: {error}")
     output = got["output"].double()
@@ -523,7 +503,7 @@ def _judge_layer_output(probe, got):
     error = close_to(rebuilt)
     if error <= int4.TOLERANCE:
         return Verdict(True)
-    swapped = technique.unpack_int4(codes).reshape(len(codes), -1, 2).flip(-1).reshape(len(codes), -1)
+    swapped = quantization.unpack_int4(codes).reshape(len(codes), -1, 2).flip(-1).reshape(len(codes), -1)
     if close_to(quantization.dequantize(swapped, scale.float())) <= int4.TOLERANCE:
         return Verdict(False, "wrong nibble order in forward: the high four bits hold the first code of each pair")
     shape = f"shape {tuple(output.shape)}, expected {(*x.shape[:-1], len(codes))}; " if math.isinf(error) else ""
@@ -581,10 +561,12 @@ def _course_loss(group: int | None | str, mistake: str = "", calibration: str = 
             if isinstance(module, nn.Linear):
                 if name + ".weight" in codes:
                     signed, scale = codes[name + ".weight"]
-                    packed, scale = technique.pack_int4(signed), scale.half()
+                    packed, scale = quantization.pack_int4(signed), scale.half()
                 else:
-                    packed, scale = technique.int4_layer_buffers(module.weight, None if mistake == "rows" else group)
-                module.weight.data = quantization.dequantize(technique.unpack_int4(packed), scale.float())
+                    packed, scale = stored_weights.int4_layer_buffers(
+                        module.weight, None if mistake == "rows" else group
+                    )
+                module.weight.data = quantization.dequantize(quantization.unpack_int4(packed), scale.float())
     windows = _loss_windows()
     logits = model(windows[:, :-1])
     return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)))
@@ -593,10 +575,10 @@ def _course_loss(group: int | None | str, mistake: str = "", calibration: str = 
 @functools.cache
 def _gptq_inputs(group: int | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """GPTQ's signed codes and float32 scales for each of the target's linear layers, by state-dict
-    name: what a calibrated int4 layer is given (``course.choosing_a_technique.gptq_codes``)."""
+    name: what a calibrated int4 layer is given (``course.stored_weights.gptq_codes``)."""
     target, hessians = checkpoints.load("target"), technique.calibration_hessians()
     return {
-        name + ".weight": technique.gptq_codes(module.weight, hessians[name], group or module.in_features)
+        name + ".weight": stored_weights.gptq_codes(module.weight, hessians[name], group or module.in_features)
         for name, module in target.named_modules()
         if isinstance(module, nn.Linear)
     }
@@ -615,7 +597,7 @@ def _loss_probe(group: int | None, calibration: str = "none"):
         return {
             "call": "Int4Linear",
             "scenario": on_course_model,
-            "args": ["loss", model_spec("target"), None, inputs],
+            "args": ["loss", model_source(), model_spec("target"), None, inputs],
             "expected": (group, calibration),
         }
 
@@ -749,36 +731,17 @@ INT4_LAYER = Exercise(
 LOOP_NEW_TOKENS = 32
 
 
-def _mistaken_loop(target, draft, prompt, k, new_tokens, mistake):
-    """Greedy speculation with one planted mistake: "target_cache" (the target's cache not rolled
-    back after a rejection), "one_more" (its cache rolled back to one position too many: the
-    target's own token counted as cached before it was fed)."""
-    tokens = prompt[0].tolist()
-    goal = len(tokens) + new_tokens
-    target_cache, draft_cache = target.new_cache(1), draft.new_cache(1)
-    with torch.no_grad():
-        while len(tokens) < goal and target_cache.length + 2 * k + 2 < target_cache.max_len:
-            n, proposed, fresh = len(tokens), [], tokens[draft_cache.length :]
-            for _ in range(k):
-                proposed.append(int(draft(torch.tensor([fresh]), draft_cache)[0, -1].argmax()))
-                fresh = proposed[-1:]
-            feed = tokens[target_cache.length :] + proposed
-            choices = target(torch.tensor([feed]), target_cache)[0, -(k + 1) :].argmax(-1).tolist()
-            accepted = 0
-            while accepted < k and proposed[accepted] == choices[accepted]:
-                accepted += 1
-            tokens += proposed[:accepted] + [choices[accepted]]  # IndexError, as the learner's loop would raise
-            if mistake != "target_cache":
-                target_cache.length = n + accepted + (mistake == "one_more")
-            draft_cache.length = min(draft_cache.length, n + accepted)
-    return tokens[:goal]
-
-
-LOOP_MISTAKES = {
-    "target_cache": "the target's KV cache was not rolled back after a rejection: set its length to the positions "
-    "kept (the tokens so far plus the accepted guesses)",
-    "one_more": "off by one in the positions kept: the target's cache keeps the tokens so far plus the accepted "
-    "guesses; the target's own token after them has not been fed yet",
+LOOP_MISTAKES = {  # each planted mistake: its hint, and the course's loop with that part changed
+    "target_cache": (
+        "the target's KV cache was not rolled back after a rejection: set its length to the positions kept (the "
+        "tokens so far plus the accepted guesses)",
+        {"roll_back_target": False},
+    ),
+    "one_more": (
+        "off by one in the positions kept: the target's cache keeps the tokens so far plus the accepted guesses; "
+        "the target's own token after them has not been fed yet",
+        {"kept_extra": 1},
+    ),
 }
 
 
@@ -795,10 +758,13 @@ def _loop_expected(draft: str, start: int, k: int) -> dict:
 
 @functools.cache
 def _mistake_outcome(draft: str, start: int, k: int, mistake: str) -> list[int] | str:
-    """The tokens of :func:`_mistaken_loop` on one prompt, or the name of the exception it raises."""
-    target, drafter = checkpoints.load("target"), checkpoints.load(draft)
+    """The tokens of the course's loop with ``mistake`` planted (:data:`LOOP_MISTAKES`) on one
+    prompt, or the name of the exception it raises."""
+    target, drafter = technique.target(), drafts.draft_model(draft)
     try:
-        return _mistaken_loop(target, drafter, technique.prompts()[start], k, LOOP_NEW_TOKENS, mistake)
+        return drafts.greedy_speculative(
+            target, drafter, technique.prompts()[start], k, LOOP_NEW_TOKENS, **LOOP_MISTAKES[mistake][1]
+        )
     except (IndexError, ValueError, RuntimeError) as error:
         return type(error).__name__
 
@@ -809,7 +775,7 @@ def _loop_probe(draft, start, k):
         return {
             "call": "speculative_greedy",
             "scenario": on_course_model,
-            "args": ["speculate", model_spec("target"), model_spec(draft), inputs],
+            "args": ["speculate", model_source(), model_spec("target"), model_spec(draft), inputs],
             "expected": (draft, start, k),
         }
 
@@ -819,7 +785,7 @@ def _loop_probe(draft, start, k):
 def _loop_verdict(probe, got, part) -> Verdict:
     draft, start, k = probe["expected"]
     if isinstance(got, dict) and "raised" in got:  # the learner's loop raised: a mistake that ends this way?
-        for mistake, hint in LOOP_MISTAKES.items():
+        for mistake, (hint, _) in LOOP_MISTAKES.items():
             if _mistake_outcome(draft, start, k, mistake) == got["raised"]:
                 return Verdict(False, f"raised {got['raised']}: {got.get('message', '')}"[:200] + f"; {hint}")
         return outcome(got)[1]
@@ -828,7 +794,7 @@ def _loop_verdict(probe, got, part) -> Verdict:
     expected = _loop_expected(draft, start, k)
     prompt_length = expected["prompt"].shape[1]
     if got["tokens"] != expected["greedy"]:
-        for mistake, hint in LOOP_MISTAKES.items():
+        for mistake, (hint, _) in LOOP_MISTAKES.items():
             if got["tokens"] == _mistake_outcome(draft, start, k, mistake):
                 return Verdict(False, hint)
         if got["tokens"][:prompt_length] != expected["greedy"][:prompt_length]:
@@ -970,112 +936,3 @@ CAPSTONE = Exercise(
 )
 
 EXERCISES = [ADVICE, PACK, INT4_LAYER, SPECULATIVE, CAPSTONE]
-
-
-# --- the class leaderboard of the capstone -------------------------------------------------------------
-# Each submission's configuration and its graded figures (bytes of weights, held-out loss, tokens per
-# target call, modelled speed-up), and beside them the speed-up the learner's own machine measured, read
-# from the saved notebook's outputs (reported, never graded: the file can say anything). Ranked:
-# configurations within the budget first; then the measured speed-up (the fastest first, none last),
-# then the modelled speed-up, the fewest bytes, the lowest loss.
-# Not handled: several submissions of one learner (each is a row of its own), machines of different
-# speeds (a measured speed-up is a ratio against the float32 target on the same machine, nothing more).
-
-LEADERBOARD_COLUMNS = (
-    "rank",
-    "learner",
-    "configuration",
-    "within_budget",
-    "measured_speedup",
-    "weight_bytes",
-    "weights_share",
-    "loss",
-    "loss_gap",
-    "tokens_per_call",
-    "modelled_speedup",
-)
-
-
-def _output_text(cell: dict) -> str:
-    """The printed text of a code cell's saved outputs (streams and plain-text results)."""
-    texts = []
-    for output in cell.get("outputs") or []:
-        if not isinstance(output, dict):
-            continue
-        text = output.get("text") or (output.get("data") or {}).get("text/plain") or ""
-        texts.append("".join(text) if isinstance(text, list) else str(text))
-    return "".join(t for t in texts if isinstance(t, str))
-
-
-def reported(submitted: dict) -> dict:
-    """The speed-ups the submitted notebook's outputs show (``technique.speedup_line``, printed by the
-    cell that times the learner's server): ``{"measured_speedups": {name: ratio}}``, or {}."""
-    cells = [c for c in submitted.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
-    speedups = technique.read_speedups("\n".join(_output_text(c)[-20_000:] for c in cells))
-    return {"measured_speedups": speedups} if speedups else {}
-
-
-def leaderboard_entries(graded) -> list[dict]:
-    """The ranked rows for ``graded``, pairs of (learner, report); submissions without capstone
-    figures (other chapters, an unanswered or invalid configuration) have none. The measured
-    speed-up is the best of those the notebook reports (the learner's layer, or its codes through
-    the fused product), None where it reports none."""
-    rows = []
-    for learner, report in graded:
-        data = next((t.data for t in report.tests if t.data and "modelled_speedup" in t.data), None)
-        if data is not None:
-            measured = (getattr(report, "reported", None) or {}).get("measured_speedups") or {}
-            best = max(measured.values()) if measured else None
-            rows.append(
-                {"learner": learner, "measured_speedup": best}
-                | {key: data[key] for key in LEADERBOARD_COLUMNS[2:] if key != "measured_speedup"}
-            )
-    rows.sort(
-        key=lambda r: (
-            not r["within_budget"],
-            r["measured_speedup"] is None,
-            -(r["measured_speedup"] or 0.0),
-            -r["modelled_speedup"],
-            r["weight_bytes"],
-            r["loss"],
-        )
-    )
-    return [{"rank": rank, **row} for rank, row in enumerate(rows, start=1)]
-
-
-def leaderboard_markdown(rows: list[dict]) -> str:
-    """The leaderboard as a Markdown table, figures rounded for reading."""
-    lines = [
-        "# Capstone leaderboard",
-        "",
-        "Within the budget first, then the speed-up each learner's machine measured (reported by the notebook, "
-        "never graded; none last), then the modelled speed-up, fewest bytes, lowest loss.",
-        "",
-        "| rank | learner | configuration | within budget | measured speed-up | weights (MB) | share of fp32 "
-        "| held-out loss | vs fp32 | tokens per call | modelled speed-up |",
-        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in rows:
-        measured = f"{r['measured_speedup']:.2f}x" if r["measured_speedup"] is not None else "none reported"
-        lines.append(
-            f"| {r['rank']} | {r['learner']} | {r['configuration']} | {'yes' if r['within_budget'] else 'no'} "
-            f"| {measured} | {r['weight_bytes'] / 1e6:.2f} | {100 * r['weights_share']:.1f}% | {r['loss']:.4f} "
-            f"| {r['loss_gap']:+.4f} | {r['tokens_per_call']:.2f} | {r['modelled_speedup']:.2f}x |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def write_class_files(out: Path, graded) -> Path | None:
-    """The class leaderboard, written beside the gradebook (``grade.write_class_files`` calls this
-    for the chapter's submissions): ``leaderboard.csv`` and ``leaderboard.md`` in ``out`` when any
-    submission has capstone figures; return the CSV's path (None when there was nothing to rank)."""
-    rows = leaderboard_entries(graded)
-    if not rows:
-        return None
-    path = Path(out) / "leaderboard.csv"
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=LEADERBOARD_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    (Path(out) / "leaderboard.md").write_text(leaderboard_markdown(rows))
-    return path

@@ -8,18 +8,11 @@ import statistics
 import torch
 
 from course import timing
-from course.choosing_a_technique import (
-    REFERENCE,
-    Configuration,
-    LearnerServer,
-    course_int4_layer,
-    generation,
-    greedy_speculative,
-    measure,
-    server_reading,
-    smollm2_time,
-    time_generation,
-)
+from course.choosing_a_technique import REFERENCE, Configuration, generation, measure, time_generation
+from course.drafts import greedy_speculative
+from course.learner_server import LearnerServer, server_reading
+from course.smollm2_timing import smollm2_time
+from course.stored_weights import course_int4_layer
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:

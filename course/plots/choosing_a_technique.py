@@ -9,6 +9,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from course import choosing_a_technique as technique
+from course import lora
+from course.advice import HEADROOM, TABLE, recommend, weights_gib
+from course.drafts import DRAFTS, draft_model
 from course.plots._widgets import (
     BLUE,
     GREY,
@@ -22,6 +25,7 @@ from course.plots._widgets import (
     plain_log_ticks,
     slider,
 )
+from course.stored_weights import CALIBRATED, FORMAT_BITS, GROUPED, weight_bytes
 
 GREEN = "#2ca02c"
 PARAMS = [1, 3, 7, 13, 34, 70, 180, 405]  # billions, the sizes people serve
@@ -48,7 +52,7 @@ class GuideChart(Chart):
         columns = [(0.0, "problem", 24), (0.3, "first thing to try", 34), (0.72, "changes behaviour?", 22)]
         for x, title, _ in columns:
             ax.text(x + 0.01, 0.97, title, fontsize=9, fontweight="bold", va="top")
-        for index, row in enumerate(technique.TABLE):
+        for index, row in enumerate(TABLE):
             for (x, _, width), text in zip(columns, (row.label, row.first, row.changes), strict=True):
                 ax.text(x + 0.01, 0.89 - index * self.ROW, _wrap(text, width), fontsize=8, va="top")
         self.highlight = self.moving(ax.add_patch(Rectangle((0, 0), 1, self.ROW - 0.01, color=BLUE, alpha=0.15, lw=0)))
@@ -69,16 +73,16 @@ class GuideChart(Chart):
     def update(
         self, problem: str = "serve", params_billion: float = 70, gpu_gib: float = 80, first_done: bool = False
     ) -> GuideChart:
-        advice = technique.recommend(problem, params_billion, gpu_gib, first_done)
-        row = next(i for i, r in enumerate(technique.TABLE) if r.problem == problem)
+        advice = recommend(problem, params_billion, gpu_gib, first_done)
+        row = next(i for i, r in enumerate(TABLE) if r.problem == problem)
         self.highlight.set_y(0.9 - (row + 1) * self.ROW + 0.005)
         self.answer.set_text(f"First try: {advice.technique}" if not first_done else f"Then: {advice.technique}")
         self.why.set_text(_wrap(advice.why, 110))
         self.where.set_text(f"Changes behaviour: {advice.changes_behaviour}.  Measured in {advice.chapter}.")
         params = params_billion * 1e9
-        needs = [technique.weights_gib(params_billion, bits) for bits in (16, 8, 4)]
-        needs += [technique.lora.finetune_memory_gib(params, kind) for kind in ("full", "lora", "qlora")]
-        room = technique.HEADROOM * gpu_gib
+        needs = [weights_gib(params_billion, bits) for bits in (16, 8, 4)]
+        needs += [lora.finetune_memory_gib(params, kind) for kind in ("full", "lora", "qlora")]
+        room = HEADROOM * gpu_gib
         for i, (bar, gib) in enumerate(zip(self.bars, needs, strict=True)):
             bar.set_height(gib)
             bar.set_color(GREY if gib > room else BLUE if i < 3 else ORANGE)
@@ -86,7 +90,7 @@ class GuideChart(Chart):
         self.room.set_ydata([room, room])
         labels = self.legend.get_texts()
         labels[0].set_text(f"GPU: {gpu_gib:g} GiB")
-        labels[1].set_text(f"{technique.HEADROOM:.0%} of it for weights")
+        labels[1].set_text(f"{HEADROOM:.0%} of it for weights")
         self.ax_m.set_ylim(*decades(min(needs) / 2, max(max(needs), gpu_gib) * 2))
         self.ax_m.set_title(f"memory of a {params_billion:g}B model")
         return self
@@ -100,7 +104,7 @@ def plot_guide(
 
 
 def widget_guide() -> None:
-    problems = [(row.label, row.problem) for row in technique.TABLE]
+    problems = [(row.label, row.problem) for row in TABLE]
     controls = {
         "problem": slider("Dropdown", options=problems, value="serve", description="problem"),
         "params_billion": slider("SelectionSlider", options=PARAMS, value=70, description="parameters (B)"),
@@ -150,9 +154,9 @@ class CapstoneChart(Chart):
             title="bytes against quality (shaded: the budget)",
         )
         self.ks = list(technique.DRAFT_LENGTHS)
-        models = [name for name, draft in technique.DRAFTS.items() if draft.checkpoint is not None]
+        models = [name for name, draft in DRAFTS.items() if draft.checkpoint is not None]
         self.curves = {
-            name: self.moving(*self.ax_t.plot([], [], "o-", color=colour, ms=4, label=technique.DRAFTS[name].short))
+            name: self.moving(*self.ax_t.plot([], [], "o-", color=colour, ms=4, label=DRAFTS[name].short))
             for name, colour in zip(models, (GREY, BLUE), strict=False)
         }
         self.ax_t.axhline(1, color="black", lw=0.8, label="no draft: 1")
@@ -177,7 +181,7 @@ class CapstoneChart(Chart):
         calibration: str = "none",
     ) -> CapstoneChart:
         config = technique.Configuration(weights, group_size, draft, draft_length, calibration)
-        draft_bytes = technique.weight_bytes(technique.draft_model(draft))
+        draft_bytes = weight_bytes(draft_model(draft))
         for line, row in zip(self.formats, self.table, strict=False):
             line.set_data([(row["bytes"] + draft_bytes) / 1e6], [min(row["loss_gap"], self.TOP)])
         n_bytes, loss = technique.format_figures(*config.format)
@@ -222,21 +226,21 @@ class _FormatChoice(CapstoneChart):
     def update(
         self, fmt=("int4", 64), calibration: str = "none", draft: str = "distilled", draft_length: int = 4
     ) -> CapstoneChart:
-        calibrated = calibration if fmt[0] in technique.CALIBRATED else "none"
+        calibrated = calibration if fmt[0] in CALIBRATED else "none"
         super().update(fmt[0], fmt[1], draft, draft_length, calibrated)
         if calibrated != calibration:
-            self.verdict.set_text(self.verdict.get_text() + f" (GPTQ calibrates {', '.join(technique.CALIBRATED)})")
+            self.verdict.set_text(self.verdict.get_text() + f" (GPTQ calibrates {', '.join(CALIBRATED)})")
         return self
 
 
 def widget_capstone() -> None:
-    formats = [(technique.format_label(w, g), (w, g)) for w in technique.FORMAT_BITS for g in _groups(w)]
+    formats = [(technique.format_label(w, g), (w, g)) for w in FORMAT_BITS for g in _groups(w)]
     controls = {
         "fmt": slider("Dropdown", options=formats, value=("int4", 64), description="weights"),
         "calibration": slider(
             "Dropdown", options=list(technique.CALIBRATIONS), value="none", description="calibration"
         ),
-        "draft": slider("Dropdown", options=list(technique.DRAFTS), value="distilled", description="draft"),
+        "draft": slider("Dropdown", options=list(DRAFTS), value="distilled", description="draft"),
         "draft_length": slider("IntSlider", min=1, max=8, value=4, description="k"),
     }
     interactive(
@@ -247,7 +251,7 @@ def widget_capstone() -> None:
 
 
 def _groups(weights: str) -> tuple:
-    return technique.GROUP_SIZES if weights in technique.GROUPED else (None,)
+    return technique.GROUP_SIZES if weights in GROUPED else (None,)
 
 
 def plot_speedups(speedups: dict[str, float]) -> Figure:

@@ -1,0 +1,212 @@
+"""The learner's server, ready to time: the course's target with every linear layer the learner's
+``Int4Linear`` and the learner's greedy loop, the same codes also through torch's fused int4
+product (the layers that read one input sharing one product), and the reading of what the clock
+measured, with the line the class leaderboard reads back from a saved notebook.
+
+Not handled: other devices (the learner's loop makes its tensors on the CPU), other weight formats,
+sampling (greedy only).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+from course import timing
+from course.choosing_a_technique import calibration_hessians, prompts, target
+from course.drafts import draft_model, greedy_speculative
+from course.kernels import int4
+from course.model import generate
+from course.quantization import unpack_int4
+from course.stored_weights import course_int4_layer, gptq_codes, replace_layers
+
+
+def learner_layers(model: nn.Module, layer_class, group_size: int | None, calibration: str = "none") -> nn.Module:
+    """A copy of ``model`` whose linear layers are the learner's ``layer_class(weight, group_size)``
+    (``group_size`` None: one scale per row, given as the layer's input width), or with GPTQ's
+    codes and scales given, ``layer_class(weight, group_size, codes=..., scale=...)``."""
+    hessians = calibration_hessians() if calibration == "gptq" else None
+
+    def make(layer: nn.Linear, path: str) -> nn.Module:
+        weight, group = layer.weight.detach(), group_size or layer.in_features
+        if hessians is None:
+            return layer_class(weight, group)
+        codes, scale = gptq_codes(weight, hessians[path], group)
+        return layer_class(weight, group, codes=codes, scale=scale)
+
+    return replace_layers(model, nn.Linear, make)
+
+
+class SharedProduct(nn.Module):
+    """One int4 product for the layers that read the same input (attention's q, k and v projections;
+    SwiGLU's gate and up): their codes and scales stacked into one :class:`course.kernels.int4.Int4Linear`,
+    computed once per input tensor; each layer becomes a :class:`ProductSlice` of it. Serving engines
+    call this fused QKV: the outputs are the same numbers (the kernel computes each output from the
+    same inputs), in one kernel call instead of three, which on small layers is mostly per-call
+    overhead saved. Not handled: an input changed in place between the slices' calls."""
+
+    def __init__(self, layers: list[int4.Int4Linear]):
+        super().__init__()
+        self.layer = int4.Int4Linear(
+            unpack_int4(torch.cat([layer.codes for layer in layers])), torch.cat([layer.scale for layer in layers])
+        )
+        self._input, self._output = None, None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x is not self._input:  # a new input: one product for every slice
+            self._input, self._output = x, self.layer(x)
+        return self._output
+
+
+class ProductSlice(nn.Module):
+    """Outputs ``start:stop`` of a :class:`SharedProduct`: what one of its layers computes."""
+
+    def __init__(self, shared: SharedProduct, start: int, stop: int):
+        super().__init__()
+        self.shared, self.start, self.stop = shared, start, stop
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.shared(x)[..., self.start : self.stop]
+
+
+SHARED_INPUTS = (("attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+def share_products(model: nn.Module) -> nn.Module:
+    """``model`` (changed in place, and returned) with the int4 layers of each block that read the same
+    input computed as one :class:`SharedProduct`, where they share input width and group size."""
+    for block in getattr(model, "blocks", []):
+        for part, names in SHARED_INPUTS:
+            owner = getattr(block, part)
+            layers = [getattr(owner, name) for name in names]
+            if not all(isinstance(layer, int4.Int4Linear) for layer in layers):
+                continue
+            if len({(layer.in_features, layer.group_size) for layer in layers}) != 1:
+                continue
+            shared, start = SharedProduct(layers), 0
+            for name, layer in zip(names, layers, strict=True):
+                setattr(owner, name, ProductSlice(shared, start, start + layer.out_features))
+                start += layer.out_features
+    return model
+
+
+class LearnerServer:
+    """The learner's server, ready to time: the course's target with every linear layer an instance of
+    the learner's ``layer_class(weight, group_size)`` (given GPTQ's codes with ``calibration``
+    "gptq", :func:`learner_layers`) and the learner's greedy ``loop(target, draft, prompt, k,
+    new_tokens)`` with ``draft``; the same codes and scales also through torch's fused int4 product
+    (``course.kernels.int4``). On the CPU, the first held-out prompt. Not handled: other devices
+    (the learner's loop makes its tensors on the CPU), other weight formats."""
+
+    def __init__(
+        self,
+        layer_class,
+        loop,
+        group_size: int | None = 64,
+        draft: str = "distilled",
+        k: int = 4,
+        calibration: str = "none",
+    ):
+        self.stand_ins = []  # what is not written yet, and the course's own version used instead
+        try:
+            layer_class(torch.zeros(16, 2 * (group_size or 64)), group_size or 128)
+        except NotImplementedError:
+            layer_class = course_int4_layer
+            self.stand_ins.append("Int4Linear")
+        self.loop, self.k, self.draft = loop, k, draft_model(draft)
+        try:
+            loop(target(), self.draft, prompts()[0], k, 1)
+        except NotImplementedError:
+            self.loop = greedy_speculative
+            self.stand_ins.append("speculative_greedy")
+        self.stored = learner_layers(target(), layer_class, group_size, calibration)
+        self.fused = share_products(
+            replace_layers(
+                self.stored,
+                lambda module: isinstance(getattr(module, "codes", None), torch.Tensor),
+                lambda layer: int4.Int4Linear(unpack_int4(layer.codes), layer.scale),
+            )
+        )
+
+    def baseline(self, new_tokens: int):
+        """A call that generates ``new_tokens`` with the float32 target alone: the baseline."""
+        return lambda: generate(target(), prompts()[0], new_tokens)[0].tolist()
+
+    def generations(self, new_tokens: int) -> dict:
+        """name -> a call that generates ``new_tokens`` after the first prompt."""
+        prompt = prompts()[0]
+        return {
+            "fp32 target alone": self.baseline(new_tokens),
+            "your server": lambda: list(self.loop(self.stored, self.draft, prompt, self.k, new_tokens)),
+            "your codes, fused int4 product": lambda: list(
+                self.loop(self.fused, self.draft, prompt, self.k, new_tokens)
+            ),
+        }
+
+    def time(self, new_tokens: int, repeats: int = 3) -> dict[str, dict]:
+        """name -> ``{"seconds": [...], "tokens": [...]}``, each generation timed ``repeats`` times
+        after one untimed call, at the thread count in force."""
+        results = {}
+        for name, run in self.generations(new_tokens).items():
+            results[name] = {"tokens": run(), "seconds": timing.repeat_seconds(run, warmup=0, repeats=repeats)}
+        return results
+
+
+def server_reading(results: dict[str, dict], new_tokens: int, record: bool = True) -> str:
+    """What :meth:`LearnerServer.time` measured, one line each: tokens per second, the spread of the
+    repeats, the speed-up over the first (the baseline), and whether the tokens are its own; with
+    ``record``, the line the class leaderboard reads (:func:`speedup_line`)."""
+    import statistics
+
+    names = list(results)
+    base = statistics.median(results[names[0]]["seconds"])
+    lines = []
+    for name in names:
+        times = results[name]["seconds"]
+        seconds = statistics.median(times)
+        lines.append(
+            f"{name:32s} {new_tokens / seconds:7.0f} tokens/s (spread {100 * timing.spread(times):.0f}%), "
+            f"{base / seconds:.2f}x {names[0]}"
+        )
+    if record:
+        lines.append(speedup_line({name: base / statistics.median(results[name]["seconds"]) for name in names[1:]}))
+    same = results[names[1]]["tokens"] == results[names[-1]]["tokens"]
+    fp32, yours = (results[name]["tokens"][-new_tokens:] for name in names[:2])  # the new tokens, not the prompt
+    differ = sum(a != b for a, b in zip(fp32, yours, strict=True))
+    lines.append(
+        (
+            f"your server's tokens {'equal' if same else 'differ from'} those through the fused product"
+            f"{'' if same else ' (bfloat16 products can flip a close greedy choice)'}; "
+            if len(names) > 2
+            else ""
+        )
+        + f"{differ} of the {new_tokens} new tokens differ from {names[0]}'s"
+        + (" (int4 weights are another model)" if differ else "")
+    )
+    return "\n".join(lines)
+
+
+SPEEDUP_LINE = "measured speed-up over the fp32 target:"
+
+
+def speedup_line(speedups: dict[str, float]) -> str:
+    """The line the class leaderboard reads from a saved notebook (:func:`read_speedups`)."""
+    return f"{SPEEDUP_LINE} " + "; ".join(f"{name} {ratio:.3f}x" for name, ratio in speedups.items())
+
+
+def read_speedups(text: str) -> dict[str, float]:
+    """The speed-ups of the last :func:`speedup_line` in ``text`` (a cell's output), or {}: what a
+    learner's machine measured, reported beside the graded figures and never graded (the file can
+    say anything). Anything unreadable is left out."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(SPEEDUP_LINE):
+            found = {}
+            for part in line[len(SPEEDUP_LINE) :].split(";"):
+                name, _, ratio = part.strip().rpartition(" ")
+                number = re.fullmatch(r"(\d{1,4}(?:\.\d+)?)x", ratio)
+                if name and number:
+                    found[name[:60]] = float(number.group(1))
+    return found
