@@ -1,7 +1,8 @@
 """The learner's server, ready to time: the course's target with every linear layer the learner's
 ``Int4Linear`` and the learner's greedy loop, the same codes also through torch's fused int4
 product (the layers that read one input sharing one product), and the reading of what the clock
-measured, with the line the class leaderboard reads back from a saved notebook.
+measured, with the line the class leaderboard reads back from a saved notebook, and the reading of
+why the learner's server and the fused product of its codes differ (:func:`gap_reading`).
 
 Not handled: other devices (the learner's loop makes its tensors on the CPU), other weight formats,
 sampling (greedy only).
@@ -10,6 +11,7 @@ sampling (greedy only).
 from __future__ import annotations
 
 import re
+import statistics
 
 import torch
 from torch import nn
@@ -153,13 +155,80 @@ class LearnerServer:
             results[name] = {"tokens": run(), "seconds": timing.repeat_seconds(run, warmup=0, repeats=repeats)}
         return results
 
+    def layer_seconds(self, repeats: int = 7) -> dict[str, float]:
+        """Median seconds of one token through every linear layer of the target once (one decode
+        step's products, without the rest of the model), three ways: ``"float32"`` (the target's
+        ``nn.Linear``), ``"yours"`` (the learner's layers) and ``"fused"`` (the same codes and scales
+        through the fused int4 product, a layer at a time); ``"layers"`` counts them and
+        ``"rebuilt_bytes"`` is the float32 their weights take: what a forward that rebuilds its
+        matrix writes on every step. At the thread count in force."""
+        fp32 = target()
+        stored = {
+            path: module
+            for path, module in self.stored.named_modules()
+            if path and isinstance(getattr(module, "codes", None), torch.Tensor)
+        }
+        plain = [fp32.get_submodule(path) for path in stored]
+        ways = {
+            "float32": plain,
+            "yours": list(stored.values()),
+            "fused": [int4.Int4Linear(unpack_int4(layer.codes), layer.scale) for layer in stored.values()],
+        }
+        generator = torch.Generator().manual_seed(0)
+        inputs = [torch.randn(1, 1, layer.in_features, generator=generator) for layer in plain]  # (B, T, in)
+
+        def step(modules):
+            def run():
+                for module, x in zip(modules, inputs, strict=True):
+                    module(x)
+
+            return run
+
+        with torch.no_grad():
+            seconds = {
+                name: statistics.median(timing.repeat_seconds(step(modules), repeats=repeats))
+                for name, modules in ways.items()
+            }
+        return seconds | {"layers": len(plain), "rebuilt_bytes": sum(4 * layer.weight.numel() for layer in plain)}
+
+
+def gap_reading(results: dict[str, dict], layers: dict[str, float], stand_ins: list[str]) -> str:
+    """Why the learner's server (the second of :meth:`LearnerServer.time`'s results) and the same
+    codes and loop through the fused product (the third) differ, read off their speed-ups and
+    :meth:`LearnerServer.layer_seconds`: the learner's layer against the fused product, per step."""
+    names = list(results)
+    base = statistics.median(results[names[0]]["seconds"])
+    yours, fused = (base / statistics.median(results[name]["seconds"]) for name in names[1:3])
+    figures = f"your server {yours:.2f}x {names[0]}, your codes and loop through the fused product {fused:.2f}x"
+    if "Int4Linear" in stand_ins:
+        return (
+            f"{figures}: Int4Linear is not written yet, and the course's stand-in is the fused product itself, so "
+            "both figures time the fused path; once yours is written, what its forward costs shows in the first"
+        )
+    per_step = (
+        f"one token through the {layers['layers']:.0f} linear layers (one target step's products) takes "
+        f"{1e3 * layers['yours']:.2f} ms in your Int4Linear, {1e3 * layers['fused']:.2f} ms through the fused product "
+        f"of the same codes, {1e3 * layers['float32']:.2f} ms in float32"
+    )
+    ratio = layers["yours"] / layers["fused"]
+    if ratio > 1.2:
+        return (
+            f"{figures} (the course's stand-in layer is that fused product). Why: {per_step}. Your layers take "
+            f"{ratio:.1f}x the fused product's time: your forward rebuilds its float32 matrix from codes and scales "
+            f"on every call ({layers['rebuilt_bytes'] / 1e6:.1f} MB of float32 written on each step and read "
+            "back by the product; the float32 target only reads them), while the fused product reads the codes "
+            "four bits at a time inside the product"
+        )
+    return (
+        f"{figures}. {per_step}: your layers take {ratio:.2f}x the fused product's time, so they pay no float32 "
+        "rebuild here, and the servers' gap is not the layer's (the spreads above say how much of it is noise)"
+    )
+
 
 def server_reading(results: dict[str, dict], new_tokens: int, record: bool = True) -> str:
     """What :meth:`LearnerServer.time` measured, one line each: tokens per second, the spread of the
     repeats, the speed-up over the first (the baseline), and whether the tokens are its own; with
     ``record``, the line the class leaderboard reads (:func:`speedup_line`)."""
-    import statistics
-
     names = list(results)
     base = statistics.median(results[names[0]]["seconds"])
     lines = []

@@ -476,6 +476,39 @@ def test_learner_server_times_and_reads(monkeypatch):
     differ = sum(a != b for a, b in zip(fp32[-8:], yours[-8:], strict=True))
     assert f"{differ} of the 8 new tokens differ" in text
     assert ("(int4 weights are another model)" in text) == (differ > 0)  # the reason only where some differ
+    layers = server.layer_seconds(repeats=1)
+    assert layers["layers"] == 42 and layers["rebuilt_bytes"] == 4 * 4_227_072
+    assert "not written yet" in learner_server.gap_reading(results, layers, server.stand_ins)
+
+
+def test_gap_reading_names_the_rebuild_only_where_the_layer_is_slower():
+    def timed(seconds):
+        return {"tokens": [1], "seconds": [seconds]}
+
+    results = {
+        "fp32 target alone": timed(1.0),
+        "your server": timed(1.25),
+        "your codes, fused int4 product": timed(0.5),
+    }
+    slow = {"float32": 0.001, "yours": 0.004, "fused": 0.001, "layers": 42, "rebuilt_bytes": 16_908_288}
+    text = learner_server.gap_reading(results, slow, [])
+    assert "your server 0.80x" in text and "fused product 2.00x" in text
+    assert "4.0x the fused product's time" in text and "rebuilds its float32" in text and "16.9 MB" in text
+    even = learner_server.gap_reading(results, slow | {"yours": 0.0011}, [])
+    assert "1.10x the fused product's time" in even and "no float32 rebuild" in even
+    assert "not written yet" in learner_server.gap_reading(results, slow, ["Int4Linear"])
+
+
+def test_the_bench_runs_the_solutions_own_layer_and_loop():
+    from course.benchmarks import choosing_a_technique as bench
+
+    learner = bench.solution_answers()
+    layer = learner["Int4Linear"](quantization.gaussian_matrix(16, 128, seed=4), 64)
+    packed, scale = stored_weights.int4_layer_buffers(quantization.gaussian_matrix(16, 128, seed=4), 64)
+    assert torch.equal(layer.codes, packed) and torch.equal(layer.scale, scale)
+    assert learner["speculative_greedy"] is not drafts.greedy_speculative
+    with pytest.raises(KeyError, match="no cell with grade id 'nowhere'"):
+        bench.solution_answers(("nowhere",))
 
 
 def test_server_reading_gives_a_reason_only_for_tokens_that_differ():

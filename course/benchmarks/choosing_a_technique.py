@@ -1,25 +1,54 @@
-"""Chapter 9's measurements for ``make bench``: the capstone's reference configuration, its parts, and
-the reference server built as the exercises build it."""
+"""Chapter 9's measurements for ``make bench``: the capstone's reference configuration, its parts, the
+reference server built as the exercises build it, and the learner's server with the solution's own
+``Int4Linear`` and ``speculative_greedy`` (its codes and loop, as a learner who wrote them runs them).
+
+Not handled: another chapter's solution cells (:func:`solution_answers` reads chapter 9's).
+"""
 
 from __future__ import annotations
 
+import re
 import statistics
 
 import torch
 
-from course import timing
+from course import paths, timing
 from course.choosing_a_technique import REFERENCE, Configuration, generation, measure, time_generation
 from course.drafts import greedy_speculative
-from course.learner_server import LearnerServer, server_reading
+from course.learner_server import LearnerServer, gap_reading, server_reading
 from course.smollm2_timing import smollm2_time
 from course.stored_weights import course_int4_layer
+
+SOLUTION = "09_choosing_a_technique.py"
+LEARNERS_CODE = ("imports", "pack_int4", "int4_linear", "speculative_greedy")  # the grade ids the server runs
+
+
+def solution_answers(grade_ids=LEARNERS_CODE) -> dict:
+    """The namespace of this chapter's solution cells ``grade_ids`` (percent-format cells of
+    ``solutions/09_choosing_a_technique.py``, found by the grade id in their header), run in order in
+    a fresh namespace: the learner's code as the solution writes it. KeyError names a grade id
+    that has no cell."""
+    source = paths.require(paths.SOLUTIONS / SOLUTION).read_text()
+    cells = {}
+    for cell in re.split(r"^# %%", source, flags=re.M)[1:]:
+        header, _, body = cell.partition("\n")
+        found = re.search(r'"grade_id": "([^"]+)"', header)
+        if found:
+            cells[found.group(1)] = body
+    namespace: dict = {"__name__": "solution"}
+    for grade_id in grade_ids:
+        if grade_id not in cells:
+            raise KeyError(f"{SOLUTION} has no cell with grade id {grade_id!r}")
+        exec(compile(cells[grade_id], f"{SOLUTION}:{grade_id}", "exec"), namespace)
+    return namespace
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:
     """``make bench``'s measurements of this chapter on ``device`` (printed; ratios returned for
     ``data/performance.json``): the reference configuration and each of its parts against the fp32
     target alone, with the memory bound ``bound`` (GB/s); then the reference server built as the
-    exercises build it."""
+    exercises build it, the learner's server (the solution's layer and loop, and its codes through the
+    fused product), and SmolLM2 with the course's int4 codes."""
     print("\n== chapter 9: the capstone's reference configuration ==")
     baseline, parts, new = Configuration(), REFERENCE.parts(), 128
     chosen, tried = timing.choose_threads(generation(baseline, device, new), device)
@@ -55,6 +84,30 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
     ratios["capstone_speedup_reference_server"] = times["fp32 target alone"] / times["your server"]
     ratios["capstone_speedup_reference_server_shared"] = (
         times["fp32 target alone"] / times["your codes, fused int4 product"]
+    )
+    # the learner's server: the solution's own layer (a float32 rebuild per call) and loop
+    learner = solution_answers()
+    server = LearnerServer(
+        learner["Int4Linear"],
+        learner["speculative_greedy"],
+        REFERENCE.group_size,
+        REFERENCE.draft,
+        REFERENCE.draft_length,
+        REFERENCE.calibration,
+    )
+    with timing.threads(chosen):
+        results, layers = server.time(new), server.layer_seconds()
+    print(f"the learner's server (the solution's Int4Linear and speculative_greedy), {chosen} CPU thread(s):")
+    print(server_reading(results, new, record=False))
+    print(gap_reading(results, layers, server.stand_ins))
+    times = {name: statistics.median(result["seconds"]) for name, result in results.items()}
+    ratios["capstone_speedup_learner_server"] = times["fp32 target alone"] / times["your server"]
+    ratios["capstone_speedup_learner_server_fused"] = (
+        times["fp32 target alone"] / times["your codes, fused int4 product"]
+    )
+    print(
+        f"learner's codes and loop, fused product: {ratios['capstone_speedup_learner_server_fused']:.2f}x the fp32 "
+        f"target timed in the same run, {chosen} CPU thread(s)"
     )
     # the same layer in chapter 8's SmolLM2 (its layers large enough for fewer bytes to pay)
     with timing.threads(chosen):
