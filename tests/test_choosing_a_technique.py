@@ -568,6 +568,27 @@ def test_capstone_figures_render():
     assert figure_png(plots.plot_speedups({"a": 0.4, "b": 1.3})).startswith(b"\x89PNG")
 
 
+def test_the_capstone_inset_tells_apart_bytes_at_the_budgets_line():
+    """On the log axis 3.68 and 3.78 MB share a few pixels; in the linear inset they stand apart,
+    on either side of the budget's line."""
+    chart = plots.CapstoneChart().update("int4", 64, "distilled", 4)
+    chart.figure.canvas.draw()
+    limit = technique.BUDGET["weight_bytes"] / 1e6
+    served = {
+        technique.format_label(row["weights"], row["group_size"]): line.get_xdata()[0]
+        for line, row in zip(chart.zoom_formats, chart.table, strict=False)
+    }
+    per_row, g64 = served["int4 per row"], served["int4 g64"]
+    assert per_row < limit < g64
+    pixels = chart.zoom.transData.transform([(per_row, 0), (limit, 0), (g64, 0)])[:, 0]
+    assert min(pixels[1] - pixels[0], pixels[2] - pixels[1]) > 5
+
+
+def test_the_capstone_widget_starts_far_from_the_answer():
+    chart = plots._FormatChoice().update()
+    assert chart.verdict.get_text().startswith(technique.Configuration().label())  # fp32, no draft
+
+
 # --- the leaderboard ---------------------------------------------------------------------------------------
 
 

@@ -121,6 +121,7 @@ class CapstoneChart(Chart):
     marker under it shows) is the configuration; the title says which budget parts it meets."""
 
     TOP = 0.015  # losses above this gap are drawn at the top edge, their value in the legend
+    ZOOM = 0.25  # MB either side of the bytes budget in the linear inset
 
     def __init__(self):
         super().__init__(11, 4.0, left=0.09, wspace=0.3, top=0.85)
@@ -144,7 +145,22 @@ class CapstoneChart(Chart):
             *self.ax_l.plot([], [], "*", color=RED, ms=20, mfc="none", mew=1.6, zorder=5, label="your choice")
         )
         self.ax_l.legend(fontsize=7, ncol=2, loc="upper right")
-        self.ax_l.axvline(budget["weight_bytes"] / 1e6, color=GREEN, ls="--", lw=1)
+        # at the budget's line the log axis puts 3.68 and 3.7 MB on one pixel: a linear inset, zoomed
+        limit = budget["weight_bytes"] / 1e6
+        self.zoom = self.ax_l.inset_axes([0.06, 0.3, 0.36, 0.42])
+        self.zoom.add_patch(Rectangle((0, -1), limit, 1 + budget["loss_gap"], color=GREEN, alpha=0.12, lw=0))
+        self.zoom_formats = [
+            self.moving(*self.zoom.plot([], [], line.get_marker(), color=BLUE, ms=6, mfc="none", mew=1.1))
+            for line in self.formats
+        ]
+        self.zoom_star = self.moving(*self.zoom.plot([], [], "*", color=RED, ms=14, mfc="none", mew=1.4, zorder=5))
+        self.zoom.axvline(limit, color=GREEN, ls="--", lw=1)
+        self.zoom.axhline(budget["loss_gap"], color=GREEN, ls="--", lw=1)
+        self.zoom.set_xlim(limit - self.ZOOM, limit + self.ZOOM)
+        self.zoom.set_ylim(-0.002, self.TOP + 0.002)
+        self.zoom.tick_params(labelsize=6)
+        self.zoom.set_title(f"zoomed: {limit - self.ZOOM:.2f} to {limit + self.ZOOM:.2f} MB, linear", fontsize=6)
+        self.ax_l.axvline(limit, color=GREEN, ls="--", lw=1)
         self.ax_l.axhline(budget["loss_gap"], color=GREEN, ls="--", lw=1)
         self.ax_l.set(
             xscale="log",
@@ -182,10 +198,12 @@ class CapstoneChart(Chart):
     ) -> CapstoneChart:
         config = technique.Configuration(weights, group_size, draft, draft_length, calibration)
         draft_bytes = weight_bytes(draft_model(draft))
-        for line, row in zip(self.formats, self.table, strict=False):
-            line.set_data([(row["bytes"] + draft_bytes) / 1e6], [min(row["loss_gap"], self.TOP)])
+        for lines, row in zip(zip(self.formats, self.zoom_formats, strict=True), self.table, strict=False):
+            for line in lines:
+                line.set_data([(row["bytes"] + draft_bytes) / 1e6], [min(row["loss_gap"], self.TOP)])
         n_bytes, loss = technique.format_figures(*config.format)
-        self.star_l.set_data([(n_bytes + draft_bytes) / 1e6], [min(loss - self.fp32_loss, self.TOP)])
+        for star in (self.star_l, self.zoom_star):
+            star.set_data([(n_bytes + draft_bytes) / 1e6], [min(loss - self.fp32_loss, self.TOP)])
         self.ax_l.set_xlabel(f"weights served, MB (target and draft: {draft})")
         self.layout = draft  # the axis label above is drawn with the fixed parts
         curves = {
@@ -224,7 +242,7 @@ class _FormatChoice(CapstoneChart):
     and one for the calibration (a format GPTQ cannot calibrate is drawn rounded to nearest, and says so)."""
 
     def update(
-        self, fmt=("int4", 64), calibration: str = "none", draft: str = "distilled", draft_length: int = 4
+        self, fmt=("fp32", None), calibration: str = "none", draft: str = "none", draft_length: int = 1
     ) -> CapstoneChart:
         calibrated = calibration if fmt[0] in CALIBRATED else "none"
         super().update(fmt[0], fmt[1], draft, draft_length, calibrated)
@@ -236,12 +254,12 @@ class _FormatChoice(CapstoneChart):
 def widget_capstone() -> None:
     formats = [(technique.format_label(w, g), (w, g)) for w in FORMAT_BITS for g in _groups(w)]
     controls = {
-        "fmt": slider("Dropdown", options=formats, value=("int4", 64), description="weights"),
+        "fmt": slider("Dropdown", options=formats, value=("fp32", None), description="weights"),  # neutral start
         "calibration": slider(
             "Dropdown", options=list(technique.CALIBRATIONS), value="none", description="calibration"
         ),
-        "draft": slider("Dropdown", options=list(DRAFTS), value="distilled", description="draft"),
-        "draft_length": slider("IntSlider", min=1, max=8, value=4, description="k"),
+        "draft": slider("Dropdown", options=list(DRAFTS), value="none", description="draft"),
+        "draft_length": slider("IntSlider", min=1, max=8, value=1, description="k"),
     }
     interactive(
         _FormatChoice(),
