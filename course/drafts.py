@@ -60,7 +60,14 @@ def draft_model(name: str) -> nn.Module | None:
 
 @torch.no_grad()
 def greedy_speculative(
-    target, draft, prompt: torch.Tensor, k: int, new_tokens: int, roll_back_target: bool = True, kept_extra: int = 0
+    target,
+    draft,
+    prompt: torch.Tensor,
+    k: int,
+    new_tokens: int,
+    roll_back_target: bool = True,
+    kept_extra: int = 0,
+    roll_back_draft: bool = True,
 ) -> list[int]:
     """Greedy speculative decoding with a KV cache in each model: the draft proposes ``k`` tokens
     one at a time from its cache, the target scores them all in one call from its cache, the
@@ -73,7 +80,8 @@ def greedy_speculative(
     planted mistakes are this loop with one part changed: ``roll_back_target`` False leaves the
     target's cache as the call left it after a rejection (it overflows, a ValueError);
     ``kept_extra`` 1 keeps one position too many (the target's own token counted as cached before
-    it was fed). Not handled: sampling (chapter 6's rule at temperature above 0), batches of
+    it was fed); ``roll_back_draft`` False leaves the draft's cache past the tokens kept (it is fed
+    nothing next round: an error). Not handled: sampling (chapter 6's rule at temperature above 0), batches of
     several sequences.
     """
     tokens = prompt[0].tolist()
@@ -94,5 +102,6 @@ def greedy_speculative(
         tokens += proposed[:accepted] + [choices[accepted]]
         if roll_back_target:
             target_cache.length = n + accepted + kept_extra  # the target's token after them is fed next round
-        draft_cache.length = min(draft_cache.length, n + accepted)
+        if roll_back_draft:
+            draft_cache.length = min(draft_cache.length, n + accepted)
     return tokens[:goal]

@@ -447,6 +447,16 @@ def test_mistaken_loops_differ_from_greedy():
     assert checks._mistake_outcome("distilled", 0, 4, "target_cache") == "ValueError"
     tokens = checks._mistake_outcome("distilled", 0, 4, "one_more")
     assert isinstance(tokens, list) and len(tokens) == len(greedy) and tokens != greedy
+    assert checks._mistake_outcome("distilled", 0, 4, "draft_cache") == "RuntimeError"  # the draft is fed nothing
+
+
+def test_the_grader_leaves_the_models_it_keeps_as_loaded():
+    """The grader's cached target and state dicts are shared by every probe: its recomputed losses
+    change weights of a copy only (a worker's state must not change a later submission's figures)."""
+    checks._course_loss(64, "swapped", "gptq"), checks._course_loss(64, "rows")
+    fresh = checkpoints.load("target").state_dict()
+    kept, spec = technique.target().state_dict(), checks.model_spec("target")["state"]
+    assert all(torch.equal(kept[name], t) and torch.equal(spec[name], t) for name, t in fresh.items())
 
 
 def test_replace_layers_and_the_course_layer():
@@ -738,6 +748,28 @@ PLANTED = {
         {"speculative_greedy.caches"},
         "keep a KV cache",
     ),
+    "layer_unpacks_low_nibble_first": Planted(  # codes packed right, unpacked in the other order
+        "int4_linear",
+        LAYER_SOLUTION.replace("torch.stack([high, low]", "torch.stack([low, high]"),
+        {"int4_linear.forward", "int4_linear.model", "int4_linear.calibrated"},
+        "nibble order in forward",
+    ),
+    "loop_one_target_call_per_token": Planted(  # the target's greedy tokens, without the draft's guesses
+        "speculative_greedy",
+        "@torch.no_grad()\ndef speculative_greedy(target, draft, prompt, k, new_tokens):\n"
+        "    tokens = prompt[0].tolist()\n    goal = len(tokens) + new_tokens\n"
+        "    cache = target.new_cache(1, goal + 1)\n    while len(tokens) < goal:\n"
+        "        logits = target(torch.tensor([tokens[cache.length :]]), cache)[0, -1]\n"
+        "        tokens.append(int(logits.argmax()))\n    return tokens\n",
+        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "k1", "k7")},
+        "one target call per round verifies its k guesses",
+    ),
+    "loop_draft_cache_not_rolled_back": Planted(  # relayed as "cannot reshape tensor of 0 elements" alone
+        "speculative_greedy",
+        LOOP_SOLUTION.replace("        draft_cache.length = min(draft_cache.length, n + accepted)\n", ""),
+        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k7")},  # k = 1 keeps no extra
+        "the draft's KV cache was not rolled back",
+    ),
     "layer_ignores_given_codes": Planted(  # rounds the weight even when GPTQ's codes are given
         "int4_linear",
         LAYER_SOLUTION.replace("if codes is None:", "if True:"),
@@ -822,6 +854,24 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     if planted.grade_id in ("int4_linear", "capstone_configuration"):  # the checks the budget's redesign changed
         lost = {t.id for t in planted_reports[name].tests if not t.passed and t.id.startswith(planted.grade_id)}
         assert lost == planted.must_fail  # exactly its checks, no more, in its own exercise
+
+
+VISIBLY_CAUGHT = (
+    "layer_unpacks_low_nibble_first",
+    "loop_one_target_call_per_token",
+    "loop_draft_cache_not_rolled_back",
+)
+
+
+@pytest.mark.parametrize("name", VISIBLY_CAUGHT)
+def test_the_check_cell_names_each_mistake_the_chapter_stresses(name, capsys):
+    """Unpacking the nibbles in the other order, one target call per token and a draft cache never
+    rolled back each fail a visible check with their hint, before grading."""
+    from test_quantization import check_cell
+
+    planted = PLANTED[name]
+    printed = check_cell(planted.grade_id, _solution_answer("pack_int4") + planted.source, capsys)
+    assert "FAIL" in printed and planted.words in printed, printed
 
 
 def test_the_leaderboard_gets_the_graded_figures(planted_reports):
