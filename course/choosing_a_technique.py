@@ -252,6 +252,7 @@ def calibration_hessians() -> dict[str, torch.Tensor]:
 
 
 @functools.cache
+@_on_one_thread  # GPTQ's codes depend on the thread count: the same codes whoever asks first
 def stored_target(
     weights: str, group_size: int | None, calibration: str = "none", fused: bool = False
 ) -> LanguageModel:

@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,15 +100,22 @@ def usable_cpus() -> int:
     return max(1, min(count, math.floor(quota))) if quota else count
 
 
+_THREAD_COUNT = threading.RLock()  # torch's thread count is the process's: one block sets it at a time
+
+
 @contextlib.contextmanager
 def threads(n: int):
-    """Run the block with torch on ``n`` CPU threads, then restore the previous count."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+    """Run the block with torch on ``n`` CPU threads, then restore the previous count. The count is
+    the whole process's, so blocks in other Python threads (the grader judges several notebooks at
+    once) wait for this one: a block pinned to one thread is never run partly on more, and its
+    figures come out the same however the process is busy."""
+    with _THREAD_COUNT:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
 
 
 def choose_threads(fn: Callable[[], object], device: torch.device | None = None) -> tuple[int, dict[int, float]]:
