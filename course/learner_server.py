@@ -192,13 +192,19 @@ class LearnerServer:
         return seconds | {"layers": len(plain), "rebuilt_bytes": sum(4 * layer.weight.numel() for layer in plain)}
 
 
+def speedups(results: dict[str, dict]) -> dict[str, float]:
+    """Each of :meth:`LearnerServer.time`'s results (or :func:`course.smollm2_timing.smollm2_time`'s)
+    as a speed-up over the first, the baseline: the ratio of their median seconds."""
+    base = statistics.median(next(iter(results.values()))["seconds"])
+    return {name: base / statistics.median(result["seconds"]) for name, result in results.items()}
+
+
 def gap_reading(results: dict[str, dict], layers: dict[str, float], stand_ins: list[str]) -> str:
     """Why the learner's server (the second of :meth:`LearnerServer.time`'s results) and the same
     codes and loop through the fused product (the third) differ, read off their speed-ups and
     :meth:`LearnerServer.layer_seconds`: the learner's layer against the fused product, per step."""
-    names = list(results)
-    base = statistics.median(results[names[0]]["seconds"])
-    yours, fused = (base / statistics.median(results[name]["seconds"]) for name in names[1:3])
+    names, ratio = list(results), speedups(results)
+    yours, fused = (ratio[name] for name in names[1:3])
     figures = f"your server {yours:.2f}x {names[0]}, your codes and loop through the fused product {fused:.2f}x"
     if "Int4Linear" in stand_ins:
         return (
@@ -229,18 +235,16 @@ def server_reading(results: dict[str, dict], new_tokens: int, record: bool = Tru
     """What :meth:`LearnerServer.time` measured, one line each: tokens per second, the spread of the
     repeats, the speed-up over the first (the baseline), and whether the tokens are its own; with
     ``record``, the line the class leaderboard reads (:func:`speedup_line`)."""
-    names = list(results)
-    base = statistics.median(results[names[0]]["seconds"])
+    names, ratio = list(results), speedups(results)
     lines = []
     for name in names:
         times = results[name]["seconds"]
-        seconds = statistics.median(times)
         lines.append(
-            f"{name:32s} {new_tokens / seconds:7.0f} tokens/s (spread {100 * timing.spread(times):.0f}%), "
-            f"{base / seconds:.2f}x {names[0]}"
+            f"{name:32s} {new_tokens / statistics.median(times):7.0f} tokens/s (spread "
+            f"{100 * timing.spread(times):.0f}%), {ratio[name]:.2f}x {names[0]}"
         )
     if record:
-        lines.append(speedup_line({name: base / statistics.median(results[name]["seconds"]) for name in names[1:]}))
+        lines.append(speedup_line({name: ratio[name] for name in names[1:]}))
     same = results[names[1]]["tokens"] == results[names[-1]]["tokens"]
     fp32, yours = (results[name]["tokens"][-new_tokens:] for name in names[:2])  # the new tokens, not the prompt
     differ = sum(a != b for a, b in zip(fp32, yours, strict=True))

@@ -649,13 +649,9 @@ def test_the_measured_speedup_is_read_from_the_saved_outputs():
 
 def _solution_answer(grade_id: str) -> str:
     """The solution's answer cell ``grade_id``, its solution markers dropped: the base of a planted mistake."""
-    import jupytext
+    from course.benchmarks import choosing_a_technique as bench
 
-    from course import paths
-
-    notebook = jupytext.read(paths.ROOT / "solutions" / "09_choosing_a_technique.py")
-    cell = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    return "\n".join(line for line in cell.source.splitlines() if "### " not in line) + "\n"
+    return "\n".join(line for line in bench.answer_cells()[grade_id].splitlines() if "### " not in line) + "\n"
 
 
 LAYER_SOLUTION = _solution_answer("int4_linear")

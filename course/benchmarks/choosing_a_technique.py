@@ -7,15 +7,12 @@ Not handled: another chapter's solution cells (:func:`solution_answers` reads ch
 
 from __future__ import annotations
 
-import re
-import statistics
-
 import torch
 
 from course import paths, timing
 from course.choosing_a_technique import REFERENCE, Configuration, generation, measure, time_generation
 from course.drafts import greedy_speculative
-from course.learner_server import LearnerServer, gap_reading, server_reading
+from course.learner_server import LearnerServer, gap_reading, server_reading, speedups
 from course.smollm2_timing import smollm2_time
 from course.stored_weights import course_int4_layer
 
@@ -23,24 +20,37 @@ SOLUTION = "09_choosing_a_technique.py"
 LEARNERS_CODE = ("imports", "pack_int4", "int4_linear", "speculative_greedy")  # the grade ids the server runs
 
 
+def answer_cells() -> dict[str, str]:
+    """The source of each cell of ``solutions/09_choosing_a_technique.py`` that has an nbgrader
+    grade id, by that id (read with jupytext, as ``make release`` reads it; markers included)."""
+    import jupytext
+
+    notebook = jupytext.read(paths.require(paths.SOLUTIONS / SOLUTION))
+    return {
+        cell.metadata["nbgrader"]["grade_id"]: cell.source
+        for cell in notebook.cells
+        if cell.metadata.get("nbgrader", {}).get("grade_id")
+    }
+
+
 def solution_answers(grade_ids=LEARNERS_CODE) -> dict:
-    """The namespace of this chapter's solution cells ``grade_ids`` (percent-format cells of
-    ``solutions/09_choosing_a_technique.py``, found by the grade id in their header), run in order in
-    a fresh namespace: the learner's code as the solution writes it. KeyError names a grade id
-    that has no cell."""
-    source = paths.require(paths.SOLUTIONS / SOLUTION).read_text()
-    cells = {}
-    for cell in re.split(r"^# %%", source, flags=re.M)[1:]:
-        header, _, body = cell.partition("\n")
-        found = re.search(r'"grade_id": "([^"]+)"', header)
-        if found:
-            cells[found.group(1)] = body
+    """The namespace of this chapter's solution cells ``grade_ids`` (:func:`answer_cells`), run in
+    order in a fresh namespace: the learner's code as the solution writes it. KeyError names a
+    grade id that has no cell."""
+    cells = answer_cells()
     namespace: dict = {"__name__": "solution"}
     for grade_id in grade_ids:
         if grade_id not in cells:
             raise KeyError(f"{SOLUTION} has no cell with grade id {grade_id!r}")
         exec(compile(cells[grade_id], f"{SOLUTION}:{grade_id}", "exec"), namespace)
     return namespace
+
+
+def _reference_configuration_server(layer, loop) -> LearnerServer:
+    """The learner's server of the reference configuration, with ``layer`` and ``loop``."""
+    return LearnerServer(
+        layer, loop, REFERENCE.group_size, REFERENCE.draft, REFERENCE.draft_length, REFERENCE.calibration
+    )
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:
@@ -68,43 +78,25 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
         for name, config in parts.items()
     }
     # the server the learner builds, with the course's layer (fused int4 product) and loop
-    server = LearnerServer(
-        course_int4_layer,
-        greedy_speculative,
-        REFERENCE.group_size,
-        REFERENCE.draft,
-        REFERENCE.draft_length,
-        REFERENCE.calibration,
-    )
+    server = _reference_configuration_server(course_int4_layer, greedy_speculative)
     with timing.threads(chosen):
         results = server.time(new)
     print("the reference server, built as the chapter's exercises build it (the course's layer and loop):")
     print(server_reading(results, new))
-    times = {name: statistics.median(result["seconds"]) for name, result in results.items()}
-    ratios["capstone_speedup_reference_server"] = times["fp32 target alone"] / times["your server"]
-    ratios["capstone_speedup_reference_server_shared"] = (
-        times["fp32 target alone"] / times["your codes, fused int4 product"]
-    )
+    speedup = speedups(results)
+    ratios["capstone_speedup_reference_server"] = speedup["your server"]
+    ratios["capstone_speedup_reference_server_shared"] = speedup["your codes, fused int4 product"]
     # the learner's server: the solution's own layer (a float32 rebuild per call) and loop
     learner = solution_answers()
-    server = LearnerServer(
-        learner["Int4Linear"],
-        learner["speculative_greedy"],
-        REFERENCE.group_size,
-        REFERENCE.draft,
-        REFERENCE.draft_length,
-        REFERENCE.calibration,
-    )
+    server = _reference_configuration_server(learner["Int4Linear"], learner["speculative_greedy"])
     with timing.threads(chosen):
         results, layers = server.time(new), server.layer_seconds()
     print(f"the learner's server (the solution's Int4Linear and speculative_greedy), {chosen} CPU thread(s):")
     print(server_reading(results, new, record=False))
     print(gap_reading(results, layers, server.stand_ins))
-    times = {name: statistics.median(result["seconds"]) for name, result in results.items()}
-    ratios["capstone_speedup_learner_server"] = times["fp32 target alone"] / times["your server"]
-    ratios["capstone_speedup_learner_server_fused"] = (
-        times["fp32 target alone"] / times["your codes, fused int4 product"]
-    )
+    speedup = speedups(results)
+    ratios["capstone_speedup_learner_server"] = speedup["your server"]
+    ratios["capstone_speedup_learner_server_fused"] = speedup["your codes, fused int4 product"]
     print(
         f"learner's codes and loop, fused product: {ratios['capstone_speedup_learner_server_fused']:.2f}x the fp32 "
         f"target timed in the same run, {chosen} CPU thread(s)"
@@ -114,6 +106,5 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
         smollm2 = smollm2_time(course_int4_layer, 64, new_tokens=32)
     print("SmolLM2-135M with the course's int4 codes (groups of 64), through the fused product:")
     print(server_reading(smollm2, 32, record=False))
-    times = {name: statistics.median(result["seconds"]) for name, result in smollm2.items()}
-    ratios["capstone_speedup_smollm2_int4"] = times["fp32 SmolLM2"] / times["your codes in SmolLM2, fused int4"]
+    ratios["capstone_speedup_smollm2_int4"] = speedups(smollm2)["your codes in SmolLM2, fused int4"]
     return ratios
