@@ -10,6 +10,7 @@ The grader runs probes in a sandbox and judges here, out of the learner's reach.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -22,6 +23,7 @@ import torch
 
 from autograder import wire
 from autograder.sandbox.memory import HINT as MEMORY_HINT
+from course import withheld
 
 
 @dataclass
@@ -81,6 +83,7 @@ class Exercise:
     checks: list[Check] = field(default_factory=list)
     requirements: list[Requirement] = field(default_factory=list)
     builds_on: tuple[str, ...] = ()  # grade_ids of earlier exercises whose answers this one may call
+    hidden_checks: int = 0  # in the learners' copy, which holds the visible checks only: how many were left out
 
     def __post_init__(self):
         self.checks = [replace(c, exercise=self.grade_id) for c in self.checks]
@@ -242,7 +245,13 @@ def diagnose(
 
 
 def _matching_mistake(got, expected, mistakes, tolerances) -> str:
-    """The hint of the first mistake whose output ``got`` matches ("" when none does)."""
+    """The hint of the first mistake whose output ``got`` matches ("" when none does). While the
+    learners' copy's release records (:mod:`course.withheld`), every mistake is computed, so that
+    the copy can name any of them."""
+    if withheld.is_recording():
+        for _, make in mistakes:
+            with contextlib.suppress(ValueError, RuntimeError, ZeroDivisionError):
+                make()
     for hint, make in mistakes:
         try:
             wrong = make()

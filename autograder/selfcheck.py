@@ -107,7 +107,7 @@ def _run(exercise: str, hidden: bool, namespace: dict) -> tuple[float, int, int]
         last_hint = verdict.hint if not verdict.passed else last_hint
         failures += not verdict.passed
         earned += item.points if verdict.passed else 0
-    hidden_count = len(found.checks) - len(chosen)
+    hidden_count = len(found.checks) - len(chosen) + found.hidden_checks
     if hidden_count:
         print(f"     ({hidden_count} more checks run when your notebook is graded)")
     return earned, failures, len(chosen)

@@ -21,6 +21,7 @@ import math
 import torch
 
 from course.model import attention_reference, causal_mask
+from course.withheld import withheld
 
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int | None = None) -> None:
@@ -50,6 +51,7 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return attention_reference(q, k, v, mask)  # (..., N_q, D)
 
 
+@withheld
 def online_softmax_update(
     m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, scores: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -66,6 +68,7 @@ def online_softmax_update(
     return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
 
 
+@withheld
 def blockwise_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False
 ) -> torch.Tensor:

@@ -28,8 +28,9 @@ def require(path: Path) -> Path:
 
 def chapter_sources() -> list[Path]:
     """The chapters' sources, ``solutions/NN_<slug>.py``, in course order: the one list that the
-    release, the grader's registry and the reference numbers are all read from."""
-    return sorted(SOLUTIONS.glob("[0-9][0-9]_*.py"))
+    release, the grader's registry and the reference numbers are all read from. The learners' copy
+    has no ``solutions/``: there the list is read off its notebooks, ``notebooks/NN_<slug>.ipynb``."""
+    return sorted(SOLUTIONS.glob("[0-9][0-9]_*.py")) or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
 def slug(chapter: str | Path) -> str:

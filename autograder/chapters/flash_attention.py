@@ -22,12 +22,14 @@ from autograder.checks import (
     judges_value,
 )
 from course import flash_attention
+from course.withheld import withheld
 
 
 def _randn(rng, *shape, scale=1.0):
     return torch.from_numpy((rng.normal(0, 1, size=shape) * scale).astype(np.float32))
 
 
+@withheld
 def _variant(q, k, v, block, rescale=True, subtract_max=True, scale=True, normalise_each=False):
     """Blockwise attention with one thing changed, for naming a learner's mistake."""
     s = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
@@ -84,6 +86,7 @@ def _mistakes(q, k, v, block):
     ]
 
 
+@withheld
 def _variant_l(q, k, block):
     """The final running normaliser l (n_q, 1) of exact blockwise attention."""
     scores = q @ k.T / math.sqrt(q.shape[-1])
@@ -358,6 +361,7 @@ def _update_probe(first: bool, larger: bool):
     return make
 
 
+@withheld
 def _update_variants(m, l, o, scores, v) -> list[tuple[str, tuple]]:
     """(m, l, o) as the common wrong updates give them, each with the hint that names it."""
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))

@@ -1,0 +1,360 @@
+"""The learners' copy: ``python -m autograder.learners_copy`` (``make student-release``) writes
+``dist/student/`` and ``dist/student.zip``, what an instructor gives learners for credit.
+
+It holds the student notebooks, the ``course`` package, the grader's modules that the check cells
+import, the data the chapters read and the install files. It holds no ``solutions/``, no hidden
+check and no reference implementation: every function marked ``@withheld`` (``course/withheld.py``)
+keeps only its docstring and a ``raise``, and answers from recordings made here, while every
+visible check runs on the solution, the blank copy and each planted mistake
+(``autograder/planted``). The chapters' checks modules lose their hidden checks and the code only
+those reach. :func:`answers_in` is the audit that the tests run on the result.
+
+The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
+answers. Not handled: the quizzes' answer keys, which ship (the quiz answers each click at once,
+so its key is one click from any learner anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import io
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from course import paths, withheld
+
+OUT = paths.ROOT / "dist" / "student"
+STUB = 'raise NotImplementedError("withheld from the learners\' copy: the recorded results answer its calls")'
+COPIED_DATA = ("models", "quizzes", "reference", "performance.json")
+INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
+
+
+# --- the sources, with what learners must not read taken out -----------------------------------------
+
+
+def _is_withheld(node: ast.AST) -> bool:
+    decorators = getattr(node, "decorator_list", [])
+    return any(
+        (isinstance(d, ast.Name) and d.id == "withheld") or (isinstance(d, ast.Attribute) and d.attr == "withheld")
+        for d in decorators
+    )
+
+
+def _docstring_node(node) -> ast.AST | None:
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first
+    return None
+
+
+def _withhold(source: str, tree: ast.Module) -> list[tuple[int, int, str]]:
+    """Line edits (first, last, replacement) that leave each withheld function its docstring and a raise."""
+    edits = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_withheld(node):
+            edits.append(_stub(node))
+        elif isinstance(node, ast.ClassDef) and _is_withheld(node):
+            docstring = _docstring_node(node)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    edits.append(_stub(item))
+                elif item is not docstring:
+                    edits.append((item.lineno, item.end_lineno, None))
+    return edits
+
+
+def _stub(node) -> tuple[int, int, str]:
+    """The edit that leaves the function ``node`` its signature, its docstring and a raise."""
+    docstring = _docstring_node(node)
+    first = docstring.end_lineno + 1 if docstring else node.body[0].lineno
+    return first, node.end_lineno, f"{' ' * node.body[0].col_offset}{STUB}\n"
+
+
+def _hidden_checks(tree: ast.Module) -> list[tuple[int, int, str]]:
+    """Line edits removing every ``Check(...)`` without ``visible=True`` from an ``Exercise(...)``'s
+    list, and telling the exercise how many were removed (``hidden_checks=N``)."""
+    edits = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Exercise"):
+            continue
+        listed = next((a for a in node.args if isinstance(a, ast.List)), None)
+        if listed is None:
+            continue
+        hidden = [item for item in listed.elts if isinstance(item, ast.Call) and not _visible(item)]
+        for item in hidden:
+            edits.append((item.lineno, item.end_lineno, None))
+        if hidden:  # the keyword goes right after the list's comma (positional arguments never follow it)
+            edits.append((listed.end_lineno, listed.end_col_offset, f"__HIDDEN__{len(hidden)}"))
+    return edits
+
+
+def _visible(check: ast.Call) -> bool:
+    return any(
+        k.arg == "visible" and isinstance(k.value, ast.Constant) and k.value.value is True for k in check.keywords
+    )
+
+
+def _apply(source: str, edits: list) -> str:
+    lines = source.splitlines(keepends=True)
+    for first, last, replacement in sorted(edits, key=lambda e: e[0], reverse=True):
+        if isinstance(replacement, str) and replacement.startswith("__HIDDEN__"):
+            line, column = lines[first - 1], last + 1  # here ``last`` is the list's end column
+            if line[column - 1 : column] != ",":
+                raise ValueError(f"cannot add hidden_checks after line {first}: {line!r}")
+            lines[first - 1] = f"{line[:column]} hidden_checks={replacement.removeprefix('__HIDDEN__')},{line[column:]}"
+            continue
+        lines[first - 1 : last] = [replacement] if replacement else []
+    return "".join(lines)
+
+
+def _unused_private(source: str) -> str:
+    """``source`` without its module-level private functions, classes and constants that nothing
+    else in it names, repeated until none is left (what only the hidden checks used)."""
+    while True:
+        tree = ast.parse(source)
+        named = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
+        named += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
+        unused = []
+        for node in tree.body:
+            names = _binds(node)
+            if names and all(n.startswith("_") and named.count(n) == 0 for n in names):
+                unused.append(node)
+        if not unused:
+            return source
+        start = lambda node: min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])  # noqa: E731
+        source = _apply(source, [(start(n), n.end_lineno, None) for n in unused])
+
+
+def _binds(node: ast.AST) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+        return [t.id for t in node.targets]
+    return []
+
+
+def learners_source(source: str, checks_module: bool) -> str:
+    """A module of the package as the learners' copy has it: withheld bodies taken out, and for a
+    chapter's checks module, its hidden checks and the code only they use."""
+    tree = ast.parse(source)
+    edits = _withhold(source, tree) + (_hidden_checks(tree) if checks_module else [])
+    result = _apply(source, edits)
+    return _unused_private(result) if checks_module else result
+
+
+# --- the recordings -------------------------------------------------------------------------------
+
+
+def _namespaces(chapter: str) -> dict[str, dict]:
+    """Label -> the answer cells' sources by grade_id: the solution, the blank copy and each planted mistake."""
+    from autograder import notebook, release
+
+    try:
+        from autograder.planted import planted
+    except ImportError:  # TODO(lead): autograder/planted lands from its branch
+        planted = lambda slug: {}  # noqa: E731
+
+    released = notebook.released(chapter)
+    exercises = _exercises(chapter)
+    solution = notebook.answers(release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py"), exercises, released)
+    blank = notebook.answers(released, exercises, released)
+    found = {"solution": dict(solution.sources), "blank": dict(blank.sources)}
+    for name, mistake in planted(paths.slug(chapter)).items():
+        found[f"planted/{name}"] = {**solution.sources, mistake.grade_id: mistake.source}
+    return found
+
+
+def _exercises(chapter: str):
+    from autograder.chapters import CHAPTERS
+
+    return CHAPTERS[chapter]
+
+
+def visible_lines(chapter: str, answers: dict[str, str]) -> dict[str, list[str]]:
+    """Each exercise's check-cell lines (``ok``/``FAIL`` and hints) for ``answers``, run as a check
+    cell runs them: the setup cells, then each answer cell and its exercise's visible checks."""
+    from autograder import notebook, selfcheck
+
+    namespace: dict = {"__name__": "__main__"}
+    for setup in notebook.setup_sources(notebook.released(chapter)):
+        exec(setup, namespace)
+    lines = {}
+    for exercise in _exercises(chapter):
+        if exercise.grade_id in answers:
+            with contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    exec(compile(answers[exercise.grade_id], f"<{exercise.grade_id}>", "exec"), namespace)
+                except Exception:
+                    pass
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            try:
+                selfcheck._run(exercise.grade_id, False, namespace)
+            except Exception as error:  # noqa: BLE001 the check cell's own failure is a line like the others
+                print(f"raised {type(error).__name__}: {error}")
+        lines[exercise.grade_id] = printed.getvalue().splitlines()
+    return lines
+
+
+def record(chapters: list[str]) -> tuple[dict, dict]:
+    """Run every visible check on every chapter's solution, blank copy and planted mistakes, with
+    the withheld calls recorded: (recordings, chapter -> label -> exercise -> lines)."""
+    seen = {}
+    with withheld.recording() as recordings:
+        for chapter in chapters:
+            seen[chapter] = {label: visible_lines(chapter, answers) for label, answers in _namespaces(chapter).items()}
+    return recordings, seen
+
+
+# --- the copy -------------------------------------------------------------------------------------
+
+
+def _modules_the_checks_import() -> list[str]:
+    """The grader's modules that ``check(...)`` and every chapter's checks import, read off a fresh interpreter."""
+    code = (
+        "import sys, autograder.selfcheck, autograder.chapters as c, importlib\n"
+        "[importlib.import_module(f'autograder.chapters.{n}') for n in {__import__('course.paths').paths.slug(k) "
+        "for k in c.CHAPTERS}]\n"
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] == 'autograder')))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=paths.ROOT)
+    return [m for m in found.stdout.split() if m != "autograder.planted" and not m.startswith("autograder.planted.")]
+
+
+def _module_file(module: str) -> Path:
+    path = paths.ROOT.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def build(out: Path = OUT, chapters: list[str] | None = None) -> dict:
+    """Write the learners' copy into ``out`` (emptied first) and its zip beside it; return what
+    the visible checks printed while recording (see :func:`record`)."""
+    chapters = chapters or [source.stem for source in paths.chapter_sources()]
+    recordings, seen = record(chapters)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for path in sorted((paths.ROOT / "course").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            _write(out / path.relative_to(paths.ROOT), path, checks_module=False)
+    for module in _modules_the_checks_import():
+        path = _module_file(module)
+        _write(out / path.relative_to(paths.ROOT), path, checks_module=module.startswith("autograder.chapters."))
+    for name in COPIED_DATA:
+        source = paths.DATA / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, out / "data" / name)
+    withheld.write(recordings, out / withheld.RECORDINGS.relative_to(paths.ROOT) / "checks.json.gz")
+    shutil.copytree(paths.NOTEBOOKS, out / "notebooks")
+    for name in INSTALL_FILES:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(paths.ROOT / name, out / name)
+    (out / "README.md").write_text(README, encoding="utf-8")
+    (out / "Makefile").write_text(MAKEFILE, encoding="utf-8")
+    _zip(out)
+    return seen
+
+
+def _write(target: Path, source: Path, checks_module: bool) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.suffix == ".py":
+        target.write_text(learners_source(source.read_text(encoding="utf-8"), checks_module), encoding="utf-8")
+    else:
+        shutil.copy(source, target)
+
+
+def _zip(out: Path) -> Path:
+    archive = out.with_suffix(".zip")
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        for path in sorted(out.rglob("*")):
+            if path.is_file():
+                handle.write(path, Path(out.name) / path.relative_to(out))
+    return archive
+
+
+# --- the audit ------------------------------------------------------------------------------------
+
+
+def graded_names() -> set[str]:
+    from autograder.chapters import CHAPTERS
+
+    return {name for exercises in CHAPTERS.values() for e in exercises for name in e.defines}
+
+
+def _only_docstring_and_raise(node) -> bool:
+    body = [n for n in node.body if n is not _docstring_node(node)]
+    if isinstance(node, ast.ClassDef):
+        return all(
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _only_docstring_and_raise(n) for n in body
+        )
+    return len(body) == 1 and isinstance(body[0], ast.Raise)
+
+
+def answers_in(folder: Path) -> list[str]:
+    """Where ``folder``'s Python files hold an exercise's reference: a function or class of a
+    graded name with more than a docstring and a raise, or a withheld function that kept its body."""
+    names = graded_names()
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if (node.name in names or _is_withheld(node)) and not _only_docstring_and_raise(node):
+                found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno} {node.name}")
+    return found
+
+
+README = """\
+# Making large language models cheaper and faster: the learners' copy
+
+Your instructor gave you this folder. It holds the chapters (`notebooks/`), the `course` package
+they import and the check cells' checks. The exercises' answers are not in it: the check cells
+compare what your functions return with reference numbers recorded from the course's own code.
+When your notebook is graded, more checks run on fresh inputs.
+
+- **Set up and open the course:** `make lab` (Linux, macOS) or `py -3.11 tools\\setup_course.py lab`
+  (Windows). Python 3.11 is all it needs; the first run installs the course into `.venv`.
+- **On a JupyterHub** your instructor installed the course for you: open `notebooks/` there.
+- **In Colab:** upload this folder as a zip to the Files pane and run a notebook's first cell.
+
+Each chapter tells you which cells are exercises. Run a check cell after an answer: `ok` lines are
+checks passed, `FAIL` lines say what looks wrong. Until you write an exercise, the chapter's
+figures use the recorded reference numbers, and say so.
+"""
+
+MAKEFILE = """\
+# The learners' copy: `make lab` sets up the course in .venv, then opens it in JupyterLab.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+PORT ?= 8888
+
+.PHONY: lab install
+
+lab:
+\t$(PYTHON) tools/setup_course.py lab --port $(PORT)
+
+install:
+\t$(PYTHON) tools/setup_course.py install
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    build(args.out)
+    found = answers_in(args.out)
+    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
+    print(f"wrote {args.out} ({size / 1e6:.1f} MB) and {args.out.with_suffix('.zip').name}")
+    if found:
+        print("answers found in the learners' copy:\n  " + "\n  ".join(found))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
