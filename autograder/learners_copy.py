@@ -20,17 +20,20 @@ import argparse
 import ast
 import contextlib
 import io
+import json
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+from autograder import colab
 from course import paths, withheld
 
 OUT = paths.ROOT / "dist" / "student"
 STUB = 'raise NotImplementedError("withheld from the learners\' copy: the recorded results answer its calls")'
 COPIED_DATA = ("models", "quizzes", "reference", "performance.json")
+LEFT_OUT = ("course/kernels/flash_attention.py",)  # chapter 5's answer in Triton; course.kernels falls back to torch
 INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
 
 
@@ -240,7 +243,11 @@ def build(out: Path = OUT, chapters: list[str] | None = None) -> dict:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for path in sorted((paths.ROOT / "course").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
+        if (
+            path.is_file()
+            and "__pycache__" not in path.parts
+            and path.relative_to(paths.ROOT).as_posix() not in LEFT_OUT
+        ):
             _write(out / path.relative_to(paths.ROOT), path, checks_module=False)
     for module in _modules_the_checks_import():
         path = _module_file(module)
@@ -249,14 +256,30 @@ def build(out: Path = OUT, chapters: list[str] | None = None) -> dict:
         source = paths.DATA / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, out / "data" / name)
     withheld.write(recordings, out / withheld.RECORDINGS.relative_to(paths.ROOT) / "checks.json.gz")
-    shutil.copytree(paths.NOTEBOOKS, out / "notebooks")
+    _notebooks(out / "notebooks", chapters)
     for name in INSTALL_FILES:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(paths.ROOT / name, out / name)
-    (out / "README.md").write_text(README, encoding="utf-8")
+    address = colab.repository("Learners")
+    (out / "README.md").write_text(README + "\n" + colab.readme_block(chapters, address) + "\n", encoding="utf-8")
     (out / "Makefile").write_text(MAKEFILE, encoding="utf-8")
     _zip(out)
     return seen
+
+
+def _notebooks(out: Path, chapters: list[str]) -> None:
+    """The student notebooks, their Colab cell cloning the learners' copy's address instead of the repository's."""
+    out.mkdir(parents=True)
+    for chapter in chapters:
+        notebook = json.loads((paths.NOTEBOOKS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        first = notebook["cells"][0]
+        if colab.TAG not in first.get("metadata", {}).get("tags", []):
+            raise ValueError(f"notebooks/{chapter}.ipynb does not start with the Colab cell: run `make release`")
+        header = "".join(first["source"]).split("\n", 1)[0]
+        first["source"] = f"{header}\n{colab.source(colab.repository('Learners'))}"
+        (out / f"{chapter}.ipynb").write_text(
+            json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
 
 
 def _write(target: Path, source: Path, checks_module: bool) -> None:
