@@ -27,7 +27,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from autograder import colab
+from autograder import colab, notebook
 from course import paths, withheld
 
 OUT = paths.ROOT / "dist" / "student"
@@ -155,7 +155,7 @@ def learners_source(source: str, checks_module: bool) -> str:
 
 def _namespaces(chapter: str) -> dict[str, dict]:
     """Label -> the answer cells' sources by grade_id: the solution, the blank copy and each planted mistake."""
-    from autograder import notebook, release
+    from autograder import release
 
     try:
         from autograder.planted import planted
@@ -181,7 +181,7 @@ def _exercises(chapter: str):
 def visible_lines(chapter: str, answers: dict[str, str]) -> dict[str, list[str]]:
     """Each exercise's check-cell lines (``ok``/``FAIL`` and hints) for ``answers``, run as a check
     cell runs them: the setup cells, then each answer cell and its exercise's visible checks."""
-    from autograder import notebook, selfcheck
+    from autograder import selfcheck
 
     namespace: dict = {"__name__": "__main__"}
     for setup in notebook.setup_sources(notebook.released(chapter)):
@@ -271,15 +271,14 @@ def _notebooks(out: Path, chapters: list[str]) -> None:
     """The student notebooks, their Colab cell cloning the learners' copy's address instead of the repository's."""
     out.mkdir(parents=True)
     for chapter in chapters:
-        notebook = json.loads((paths.NOTEBOOKS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
-        first = notebook["cells"][0]
+        copy = json.loads((paths.NOTEBOOKS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        first = copy["cells"][0]
         if colab.TAG not in first.get("metadata", {}).get("tags", []):
             raise ValueError(f"notebooks/{chapter}.ipynb does not start with the Colab cell: run `make release`")
+        copy.setdefault("metadata", {}).setdefault("course", {})["release"] = notebook.release_digest(copy)
         header = "".join(first["source"]).split("\n", 1)[0]
         first["source"] = f"{header}\n{colab.source(colab.repository('Learners'))}"
-        (out / f"{chapter}.ipynb").write_text(
-            json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        (out / f"{chapter}.ipynb").write_text(json.dumps(copy, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _write(target: Path, source: Path, checks_module: bool) -> None:
