@@ -77,6 +77,22 @@ def test_the_learners_copy_says_what_the_instructors_copy_says(chapter, learners
 
 def test_the_learners_copy_holds_no_answer(learners_copy_folder):
     assert learners_copy.answers_in(learners_copy_folder) == []
+    similar, too_short = learners_copy.similar_code_in(learners_copy_folder)
+    assert similar == []
+    assert "gptq_quantize" not in too_short and "weight_memory_gb" in too_short  # the scan can see an answer
+
+
+def test_the_scan_finds_an_answer_under_another_name(tmp_path):
+    """The solution's blockwise_attention, renamed and with its variables renamed, is found."""
+    from autograder import similarity
+
+    source = similarity.chapter_material("05_flash_attention")["references"]["blockwise_attention"]
+    solution = source["solutions/05_flash_attention.py"].replace("blockwise_attention", "tiles")
+    renamed = solution.replace("scores", "s_").replace("block", "width")
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "helpers.py").write_text(renamed)
+    found, _ = learners_copy.similar_code_in(tmp_path)
+    assert [f for f in found if f.startswith("course/helpers.py:") and "blockwise_attention" in f], found
 
 
 def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(learners_copy_folder):
