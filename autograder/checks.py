@@ -228,9 +228,14 @@ def diagnose(
     **tolerances,
 ) -> Verdict:
     """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference
-    (prefixed by ``what``, the name of the compared value, when given). An answer of all zeros is
+    (prefixed by ``what``, the name of the compared value, when given). While the learners' copy's
+    release records (:mod:`course.withheld`), every mistake is computed, whatever ``got`` is. An answer of all zeros is
     told so first: with the mistake it matches when one gives zeros on this input too, else as
     the work never done or never returned."""
+    if withheld.is_recording():  # every mistake, so that the learners' copy can name any of them
+        for _, make in mistakes:
+            with contextlib.suppress(ValueError, RuntimeError, ZeroDivisionError):
+                make()
     same, difference = compare_tensors(got, expected, **tolerances)
     if same:
         return Verdict(True)
@@ -244,13 +249,7 @@ def diagnose(
 
 
 def _matching_mistake(got, expected, mistakes, tolerances) -> str:
-    """The hint of the first mistake whose output ``got`` matches ("" when none does). While the
-    learners' copy's release records (:mod:`course.withheld`), every mistake is computed, so that
-    the copy can name any of them."""
-    if withheld.is_recording():
-        for _, make in mistakes:
-            with contextlib.suppress(ValueError, RuntimeError, ZeroDivisionError):
-                make()
+    """The hint of the first mistake whose output ``got`` matches ("" when none does)."""
     for hint, make in mistakes:
         try:
             wrong = make()

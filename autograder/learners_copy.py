@@ -33,7 +33,10 @@ from course import paths, withheld
 OUT = paths.ROOT / "dist" / "student"
 STUB = 'raise NotImplementedError("withheld from the learners\' copy: the recorded results answer its calls")'
 COPIED_DATA = ("models", "quizzes", "reference", "performance.json")
-LEFT_OUT = ("course/kernels/flash_attention.py",)  # chapter 5's answer in Triton; course.kernels falls back to torch
+LEFT_OUT = (
+    "course/kernels/flash_attention.py",  # chapter 5's answer in Triton; course.kernels falls back to torch
+    "course/benchmarks/",  # `make bench`'s, which times the references
+)
 INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
 
 
@@ -204,13 +207,43 @@ def visible_lines(chapter: str, answers: dict[str, str]) -> dict[str, list[str]]
     return lines
 
 
+RUNS_WITHOUT_ANSWERS = ("05_flash_attention",)  # chapters whose cells get their numbers as the copy can give them
+
+
+def run_chapter(chapter: str) -> None:
+    """Execute the instructor's notebook of ``chapter`` in this process, its output discarded, so
+    that the withheld calls of its cells are recorded; then the chapter's plots module's
+    ``withheld_calls()``, what its widgets can ask for beyond their first view."""
+    import importlib
+
+    import matplotlib
+
+    from autograder import release
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    instructor = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
+    namespace: dict = {"__name__": "__main__"}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for index, cell in enumerate(c for c in instructor.cells if c.cell_type == "code"):
+            exec(compile(notebook.without_magics(cell.source), f"<{chapter} cell {index}>", "exec"), namespace)
+            plt.close("all")
+    plots = importlib.import_module(f"course.plots.{paths.slug(chapter)}")
+    if hasattr(plots, "withheld_calls"):
+        plots.withheld_calls()
+
+
 def record(chapters: list[str]) -> tuple[dict, dict]:
-    """Run every visible check on every chapter's solution, blank copy and planted mistakes, with
-    the withheld calls recorded: (recordings, chapter -> label -> exercise -> lines)."""
+    """Run every visible check on every chapter's solution, blank copy and planted mistakes, and the
+    cells of the chapters that run without the answers, with the withheld calls recorded:
+    (recordings, chapter -> label -> exercise -> lines)."""
     seen = {}
     with withheld.recording() as recordings:
         for chapter in chapters:
             seen[chapter] = {label: visible_lines(chapter, answers) for label, answers in _namespaces(chapter).items()}
+            if chapter in RUNS_WITHOUT_ANSWERS:
+                run_chapter(chapter)
     return recordings, seen
 
 

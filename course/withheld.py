@@ -92,6 +92,19 @@ def is_recording() -> bool:
     return _recording is not None
 
 
+def written(namespace: dict, name: str, *args) -> bool:
+    """Whether the notebook's ``name`` is written: it exists and returns on ``args`` rather than
+    raising NotImplementedError (any other error is the learner's to see, and raises)."""
+    own = namespace.get(name)
+    if not callable(own):
+        return False
+    try:
+        own(*args)
+    except NotImplementedError:
+        return False
+    return True
+
+
 def write(recordings: dict, path: Path) -> None:
     """Write ``recordings`` (from :func:`recording`) as gzipped JSON, one entry per distinct call."""
     unique = {}
