@@ -6,6 +6,8 @@
 #   make lint       ruff: the linter and the formatter's check, as `make test` runs them
 #   make format     ruff: fix what can be fixed, then format the tree
 #   make release    rebuild the student notebooks in notebooks/ from solutions/
+#   make student-release   the learners' copy, for credit: dist/student/ and dist/student.zip (the
+#                   notebooks, the package and reference numbers; no solutions, hidden checks or answers)
 #   make chapter SLUG=pruning N=10   write a new chapter's files from tools/chapter_template/
 #   make autograde  grade every notebook under submissions/ into feedback/: gradebook, Canvas CSV,
 #                   HTML feedback, similar answers (ROSTER=canvas-export.csv names learners)
@@ -40,7 +42,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test hub-env lint format release chapter autograde reference bench gpu-check model clean
+.PHONY: lab test hub-env lint format release student-release chapter autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	$(NEEDS_PYTHON)
@@ -71,6 +73,9 @@ format: $(BIN)/.installed-dev
 
 release: $(BIN)/.installed-dev
 	$(BIN)/python -m autograder.release
+
+student-release: $(BIN)/.installed-dev
+	$(BIN)/python -m autograder.learners_copy
 
 chapter: $(BIN)/.installed-base
 	@test -n "$(SLUG)" -a -n "$(N)" || { echo "usage: make chapter SLUG=pruning N=10"; exit 2; }

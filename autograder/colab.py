@@ -56,22 +56,23 @@ if "google.colab" in sys.modules:
     output.enable_custom_widget_manager()"""
 
 
-def repository() -> str:
-    """The course's repository, as ``pyproject.toml`` gives it."""
+def repository(entry: str = "Repository") -> str:
+    """The course's repository, as ``pyproject.toml``'s ``[project.urls]`` gives it: the
+    instructor's (``Repository``) or the learners' copy's (``Learners``)."""
     project = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
-    return project["urls"]["Repository"]
+    return project["urls"][entry]
 
 
-def source() -> str:
-    """The cell's code, with this repository filled in."""
-    return TEMPLATE.format(repository=repository())
+def source(url: str | None = None) -> str:
+    """The cell's code, with this repository (or ``url``) filled in."""
+    return TEMPLATE.format(repository=url or repository())
 
 
-def cell():
+def cell(url: str | None = None):
     """The cell as an nbformat code cell, tagged ``colab``."""
     import nbformat
 
-    return nbformat.v4.new_code_cell(source(), metadata={"tags": [TAG]})
+    return nbformat.v4.new_code_cell(source(url), metadata={"tags": [TAG]})
 
 
 def notebook_url(chapter: str, url: str | None = None) -> str | None:
@@ -85,15 +86,17 @@ def notebook_url(chapter: str, url: str | None = None) -> str | None:
     )
 
 
-def readme_block(chapters: list[str]) -> str:
+def readme_block(chapters: list[str], url: str | None = None) -> str:
     """The README's Colab block: one badge per chapter, between the markers."""
     lines = [README_START, ""]
-    links = [(chapter, notebook_url(chapter)) for chapter in chapters]
+    links = [(chapter, notebook_url(chapter, url)) for chapter in chapters]
     if all(link for _, link in links):
         lines += ["| chapter | |", "| --- | --- |"]
         lines += [f"| {chapter} | [![Open {chapter} in Colab]({BADGE})]({link}) |" for chapter, link in links]
     else:
-        lines.append(f"The repository ({repository()}) is not on GitHub, so Colab cannot open its notebooks directly.")
+        lines.append(
+            f"The repository ({url or repository()}) is not on GitHub, so Colab cannot open its notebooks directly."
+        )
     lines += ["", README_END]
     return "\n".join(lines)
 

@@ -53,6 +53,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_hostile",
             "test_install_torch",
             "test_layout",
+            "test_learners_copy",
             "test_model",
             "test_nbgrader",
             "test_notebooks",

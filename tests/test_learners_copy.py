@@ -1,0 +1,146 @@
+"""The learners' copy (``make student-release``): no answer in it, no hidden check, and its check
+cells print what the instructor's copy prints, line for line, on every chapter's solution, blank
+copy and planted mistakes. Each copy runs in its own interpreter (``tests/_check_cells.py``), with
+its own folder first on the path.
+
+``LEARNERS_COPY_CHAPTERS=05_flash_attention,...`` builds and compares those chapters only (for
+working on one chapter); the full run builds them all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import learners_copy, release
+from course import paths
+
+HARNESS = Path(__file__).with_name("_check_cells.py")
+CHAPTERS = [s.stem for s in release.chapters()]
+CHOSEN = [c for c in os.environ.get("LEARNERS_COPY_CHAPTERS", "").split(",") if c] or CHAPTERS
+
+
+@pytest.fixture(scope="session")
+def learners_copy_folder(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist") / "student"
+    learners_copy.build(out, CHOSEN)
+    return out
+
+
+def _plans(chapter: str, folder: Path) -> dict:
+    """The solution, the blank copy and each planted mistake as check-cell plans for ``tests/_check_cells.py``."""
+    import nbformat
+
+    from autograder.planted import planted
+
+    solution = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
+    solution_path = folder / "solution.ipynb"
+    nbformat.write(solution, solution_path)
+    notebook = f"notebooks/{chapter}.ipynb"
+    plans = {"solution": {"notebook": notebook, "answers": str(solution_path)}, "blank": {"notebook": notebook}}
+    for name, mistake in planted(paths.slug(chapter)).items():
+        copy = nbformat.from_dict(json.loads(json.dumps(solution)))
+        for cell in copy.cells:
+            if cell.metadata.get("nbgrader", {}).get("grade_id") == mistake.grade_id:
+                cell.source = mistake.source
+        path = folder / f"{name}.ipynb"
+        nbformat.write(copy, path)
+        plans[name] = {"notebook": notebook, "answers": str(path)}
+    return plans
+
+
+def _check_cells(root: Path, plan_path: Path) -> dict:
+    environment = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, str(HARNESS), str(plan_path)], cwd=root, env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("chapter", CHOSEN)
+def test_the_learners_copy_says_what_the_instructors_copy_says(chapter, learners_copy_folder, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(_plans(chapter, tmp_path)))
+    instructor = _check_cells(paths.ROOT, plan_path)
+    learners = _check_cells(learners_copy_folder, plan_path)
+    assert instructor.keys() == learners.keys()
+    for label in instructor:
+        assert learners[label] == instructor[label], f"{chapter}, {label}: the copies' check cells differ"
+    solved = instructor["solution"]
+    assert all(cell["fail"] == 0 and cell["raised"] is None for cell in solved.values()), solved
+
+
+def test_the_learners_copy_holds_no_answer(learners_copy_folder):
+    assert learners_copy.answers_in(learners_copy_folder) == []
+    similar, too_short = learners_copy.similar_code_in(learners_copy_folder)
+    assert similar == []
+    assert "gptq_quantize" not in too_short and "weight_memory_gb" in too_short  # the scan can see an answer
+
+
+def test_the_scan_finds_an_answer_under_another_name(tmp_path):
+    """The solution's blockwise_attention, renamed and with its variables renamed, is found."""
+    from autograder import similarity
+
+    source = similarity.chapter_material("05_flash_attention")["references"]["blockwise_attention"]
+    solution = source["solutions/05_flash_attention.py"].replace("blockwise_attention", "tiles")
+    renamed = solution.replace("scores", "s_").replace("block", "width")
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "helpers.py").write_text(renamed)
+    found, _ = learners_copy.similar_code_in(tmp_path)
+    assert [f for f in found if f.startswith("course/helpers.py:") and "blockwise_attention" in f], found
+
+
+def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(learners_copy_folder):
+    files = {p.relative_to(learners_copy_folder).as_posix() for p in learners_copy_folder.rglob("*") if p.is_file()}
+    assert not [f for f in files if f.startswith(("solutions/", "tests/", "autograder/planted"))]
+    code = (
+        "from autograder.chapters import CHAPTERS\n"
+        "print(sum(not c.visible for exercises in CHAPTERS.values() for e in exercises for c in e.checks))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=learners_copy_folder,
+        env={**os.environ, "PYTHONPATH": str(learners_copy_folder)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.stdout.strip() == "0", done.stderr[-2000:]
+    assert learners_copy_folder.with_suffix(".zip").stat().st_size > 0
+
+
+def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(learners_copy_folder, tmp_path):
+    """A learners' copy notebook with the solution's answers in it gets full marks from the
+    instructor's grader, with no note; one that says it comes from another release is graded the
+    same, and the report says so."""
+    import nbformat
+
+    from autograder import grade
+
+    from conftest import GENEROUS
+
+    chapter = CHOSEN[0]
+    solution = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in solution.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    copy = nbformat.read(learners_copy_folder / "notebooks" / f"{chapter}.ipynb", as_version=4)
+    for cell in copy.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    for name, digest in (("ours", copy.metadata["course"]["release"]), ("other", "0123456789ab")):
+        copy.metadata["course"]["release"] = digest
+        (tmp_path / name).mkdir()
+        nbformat.write(copy, tmp_path / name / f"{chapter}.ipynb")
+    ours, other = (grade.grade(tmp_path / name / f"{chapter}.ipynb", GENEROUS, seed=7) for name in ("ours", "other"))
+    assert ours.score == ours.max_score > 0, ours.text()
+    assert not [m for m in ours.messages if "another release" in m], ours.messages
+    assert other.score == ours.score
+    assert [m for m in other.messages if "another release of the learners' copy (release 0123456789ab" in m]
