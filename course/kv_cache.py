@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from course import readings
+from course import prefill_decode, readings
 from course.device import synchronize
 from course.model import attention_reference
+from course.withheld import withheld
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ PUBLISHED = {
 }
 
 
+@withheld
 def kv_cache_bytes(
     n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1, bytes_per_element: float = 2
 ) -> int:
@@ -74,9 +76,10 @@ def cache_bytes(arch: Architecture, seq_len: int, batch: int = 1, bytes_per_elem
 def crossover_tokens(arch: Architecture, batch: int = 1, bytes_per_element: float = 2, weight_bits: int = 16) -> int:
     """Total cached tokens (all sequences of the batch) at which the cache outweighs the weights."""
     per_token = cache_bytes(arch, 1, 1, bytes_per_element)
-    return math.ceil(arch.params * weight_bits / 8 / per_token / batch)
+    return math.ceil(prefill_decode.weight_bytes(arch.params, weight_bits) / per_token / batch)
 
 
+@withheld
 def attention_step(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -91,6 +94,7 @@ def attention_step(
     return attention_reference(q[None], cache_k, cache_v)[0], cache_k, cache_v
 
 
+@withheld
 def pages_needed(lengths, page_size: int) -> int:
     """Pages of ``page_size`` tokens that sequences of ``lengths`` tokens occupy: each its own."""
     if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
@@ -153,7 +157,7 @@ def simulate_allocation(
     unit = page_size or max_len
 
     def reservation(tokens: int) -> int:
-        return max_len if page_size is None else math.ceil(tokens / page_size) * page_size
+        return max_len if page_size is None else pages_needed([tokens], page_size) * page_size
 
     while queue or running:
         while queue:  # admit in order while the first waiting request fits

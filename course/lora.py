@@ -16,6 +16,8 @@ import math
 import torch
 from torch import nn
 
+from course.withheld import withheld
+
 GiB = 2**30
 
 
@@ -25,18 +27,17 @@ def _positive_int(**values: int) -> None:
             raise ValueError(f"{name} must be a positive whole number, got {value!r}")
 
 
+@withheld
 def lora_parameters(d_in: int, d_out: int, rank: int) -> int:
-    """Trainable numbers of a rank-``rank`` adapter on a ``d_in`` -> ``d_out`` layer: r (d_in + d_out)."""
+    """Trainable numbers of a rank-``rank`` adapter on a ``d_in`` -> ``d_out`` layer."""
     _positive_int(d_in=d_in, d_out=d_out, rank=rank)
     return rank * (d_in + d_out)
 
 
+@withheld
 def best_low_rank_error(delta: torch.Tensor, rank: int) -> float:
-    """Relative error ||delta - best rank-r approximation|| / ||delta|| (Frobenius).
-
-    The truncated SVD is the best rank-r approximation (Eckart-Young), so no adapter of this rank
-    can do better on this change. Computed from the singular values alone.
-    """
+    """Relative error ||delta - best rank-r approximation|| / ||delta|| (Frobenius): no adapter of
+    this rank can do better on this change."""
     if not isinstance(delta, torch.Tensor) or delta.dim() != 2:
         raise ValueError(f"delta must be a 2-D torch.Tensor, got {getattr(delta, 'shape', type(delta).__name__)}")
     _positive_int(rank=rank)
@@ -58,6 +59,7 @@ def low_rank_change(d_out: int, d_in: int, true_rank: int, noise: float = 0.0, s
     return change + noise * spread * change.norm() / spread.norm()
 
 
+@withheld
 class LoRALinear(nn.Module):
     """A frozen ``nn.Linear`` plus a trainable low-rank update scaled by ``alpha / rank``.
 
@@ -108,6 +110,7 @@ class LoRALinear(nn.Module):
         return merged
 
 
+@withheld
 def finetune_memory_gib(params: float, method: str) -> float:
     """GiB for the weights and training state of a fine-tune (activations and overheads extra).
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from course.withheld import withheld
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -44,21 +46,29 @@ def _positive(**values: float) -> None:
             raise ValueError(f"{name} must be positive, got {value!r}")
 
 
+@withheld
 def weight_bytes(params: float, bits: float) -> float:
-    """Bytes of the weights: params * bits / 8 (70e9 at 16/8/4 bits: 140/70/35 GB)."""
+    """Bytes of ``params`` weights stored at ``bits`` each (the chapter's exercise ``weight_memory_gb`` in bytes)."""
     _positive(params=params, bits=bits)
     return params * bits / 8
 
 
+@withheld
 def prefill_flops(params: float, tokens: float) -> float:
-    """About 2 FLOPs per weight per prompt token (one multiply, one add)."""
+    """The FLOPs of one forward pass over a prompt of ``tokens`` (the chapter's exercise)."""
     _positive(params=params, tokens=tokens)
     return 2 * params * tokens
 
 
 def roofline_time(flops: float, n_bytes: float, hardware: Hardware) -> float:
-    """Seconds for work that needs ``flops`` and moves ``n_bytes``: the slower of the two limits."""
-    return max(flops / hardware.peak_flops, n_bytes / hardware.bandwidth)
+    """Seconds for work that needs ``flops`` and moves ``n_bytes`` on ``hardware``, by the roofline."""
+    return roofline_seconds(flops, n_bytes, hardware.peak_flops, hardware.bandwidth)
+
+
+@withheld
+def roofline_seconds(flops: float, n_bytes: float, peak_flops: float, bandwidth: float) -> float:
+    """:func:`roofline_time` of plain numbers (the chapter's exercise ``roofline_step_time``)."""
+    return max(flops / peak_flops, n_bytes / bandwidth)
 
 
 def decode_step_time(params: float, bits: float, batch: int, hardware: Hardware) -> float:
@@ -79,8 +89,14 @@ def decode_intensity(batch: int, bits: float) -> float:
 
 
 def critical_batch(hardware: Hardware, bits: float = 16) -> float:
-    """The batch where decode turns compute-bound: ridge * bytes_per_weight / 2."""
-    return hardware.ridge * (bits / 8) / 2
+    """The batch where decode of ``bits``-bit weights turns compute-bound on ``hardware``."""
+    return critical_batch_of(hardware.peak_flops, hardware.bandwidth, bits)
+
+
+@withheld
+def critical_batch_of(peak_flops: float, bandwidth: float, bits: float) -> float:
+    """:func:`critical_batch` of plain numbers (the chapter's exercise ``critical_batch_size``, in bits)."""
+    return peak_flops / bandwidth * (bits / 8) / 2
 
 
 # --- serving a trace of requests: static against continuous batching ---------------------------

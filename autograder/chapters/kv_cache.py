@@ -20,15 +20,14 @@ from autograder.checks import (
     judges_value,
 )
 from course import kv_cache
+from course.withheld import withheld
 
 # --- kv_cache_bytes --------------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_bytes(probe, got):
-    n_layers, n_kv_heads, head_dim, seq_len = probe["args"]
-    batch = probe["kwargs"].get("batch", 1)
-    element = probe["kwargs"].get("bytes_per_element", 2)
+@withheld
+def _bytes_numbers(n_layers, n_kv_heads, head_dim, seq_len, batch, element) -> tuple[float, list[tuple[str, float]]]:
+    """The cache's bytes, and the common mistakes' numbers with their hints."""
     one = n_layers * n_kv_heads * head_dim * seq_len * batch * element
     mistakes = [
         ("the factor 2 is missing: the cache holds a key and a value per head", one),
@@ -40,7 +39,14 @@ def _judge_bytes(probe, got):
         ("returned GiB: return the bytes themselves", 2 * one / 2**30),
         ("returned MiB: return the bytes themselves", 2 * one / 2**20),
     ]
-    return judge_number(got, 2 * one, mistakes, "the cache size in bytes")
+    return 2 * one, mistakes
+
+
+@judges_value
+def _judge_bytes(probe, got):
+    batch = probe["kwargs"].get("batch", 1)
+    element = probe["kwargs"].get("bytes_per_element", 2)
+    return judge_number(got, *_bytes_numbers(*probe["args"], batch, element), "the cache size in bytes")
 
 
 def _bytes_probe(fixed=None):
@@ -107,18 +113,45 @@ def _step_probe(t, d, large=False):
     return make
 
 
+@withheld
 def _attend(q, keys, values, scale=True):
+    """Single-head attention of ``q`` over ``keys`` and ``values``, with or without the 1 / sqrt(D) scale."""
     scores = keys @ q / (math.sqrt(q.shape[-1]) if scale else 1.0)
     return torch.softmax(scores, dim=0) @ values
 
 
+@withheld
+def _step_reference(q, k, v, cache_k, cache_v) -> dict:
+    """The probe's caches after appending (``keys``, ``values``), the output (``expected``), the
+    attention ``weights`` and the common mistakes' outputs (``mistakes``, with their hints), in float64."""
+    q, k, v, cache_k, cache_v = (a.double() for a in (q, k, v, cache_k, cache_v))
+    keys, values = torch.cat([cache_k, k[None]]), torch.cat([cache_v, v[None]])
+    mistakes = [
+        (
+            "the new token did not attend to itself: append k and v before computing the scores",
+            _attend(q, cache_k, cache_v),
+        ),
+        ("the scores were not divided by sqrt(D)", _attend(q, keys, values, scale=False)),
+        ("attended to the new token only: the point of the cache is to attend to every earlier token too", v),
+        ("the softmax is over the wrong axis or missing", (keys @ q / math.sqrt(q.shape[-1])) @ values),
+    ]
+    return {
+        "keys": keys,
+        "values": values,
+        "expected": _attend(q, keys, values),
+        "weights": torch.softmax(keys @ q / math.sqrt(q.shape[-1]), dim=0),
+        "mistakes": mistakes,
+    }
+
+
 @judges_value
 def _judge_step(probe, got):
-    q, k, v, cache_k, cache_v = (a.double() for a in probe["args"])
+    cache_k = probe["args"][3].double()
+    reference = _step_reference(*probe["args"])
+    keys, values, weights = reference["keys"], reference["values"], reference["weights"]
     if not isinstance(got, tuple) or len(got) != 3:
         return Verdict(False, f"return a tuple (output, cache_k, cache_v); got {type(got).__name__}")
     out, new_k, new_v = got
-    keys, values = torch.cat([cache_k, k[None]]), torch.cat([cache_v, v[None]])
     for name, value, expected, other in (("cache_k", new_k, keys, values), ("cache_v", new_v, values, keys)):
         tensor, problem = as_tensor(value, name)
         if problem:
@@ -138,8 +171,7 @@ def _judge_step(probe, got):
     output, problem = as_tensor(out, "the output")
     if problem:
         return Verdict(False, problem)
-    expected = _attend(q, keys, values)
-    weights = torch.softmax(keys @ q / math.sqrt(q.shape[-1]), dim=0)
+    expected = reference["expected"]
     if tuple(output.shape) == tuple(weights.shape) != tuple(expected.shape):
         if compare_tensors(output, weights, rtol=1e-4, atol=1e-5)[0]:
             return Verdict(False, "returned the attention weights: multiply them by the values, weights @ cache_v")
@@ -148,15 +180,7 @@ def _judge_step(probe, got):
         return Verdict(
             False, f"NaN or inf for large scores: torch.softmax is stable, exp(scores) alone is not ({difference})"
         )
-    mistakes = [
-        (
-            "the new token did not attend to itself: append k and v before computing the scores",
-            lambda: _attend(q, cache_k, cache_v),
-        ),
-        ("the scores were not divided by sqrt(D)", lambda: _attend(q, keys, values, scale=False)),
-        ("attended to the new token only: the point of the cache is to attend to every earlier token too", lambda: v),
-        ("the softmax is over the wrong axis or missing", lambda: (keys @ q / math.sqrt(q.shape[-1])) @ values),
-    ]
+    mistakes = [(hint, lambda wrong=wrong: wrong) for hint, wrong in reference["mistakes"]]
     return diagnose(output, expected, mistakes, what="the output", rtol=1e-4, atol=1e-5)
 
 
@@ -181,9 +205,9 @@ ATTENTION_STEP = Exercise(
 # --- pages_needed --------------------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_pages(probe, got):
-    lengths, page = probe["args"]
+@withheld
+def _pages_numbers(lengths, page) -> tuple[int, list[tuple[str, float]]]:
+    """The pages that ``lengths`` occupy, and the common mistakes' numbers with their hints."""
     mistakes = [
         (
             "rounded down: a sequence that fills part of a page still needs the whole page (ceil)",
@@ -199,7 +223,12 @@ def _judge_pages(probe, got):
         ),
         ("returned tokens, not pages", sum(math.ceil(n / page) * page for n in lengths)),
     ]
-    return judge_number(got, kv_cache.pages_needed(lengths, page), mistakes, "the number of pages")
+    return kv_cache.pages_needed(lengths, page), mistakes
+
+
+@judges_value
+def _judge_pages(probe, got):
+    return judge_number(got, *_pages_numbers(*probe["args"]), "the number of pages")
 
 
 def _pages_probe(fixed=None):

@@ -19,13 +19,14 @@ from autograder.checks import (
     judges_value,
 )
 from course import lora
+from course.withheld import withheld
 
 # --- lora_parameters ------------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_parameters(probe, got):
-    d_in, d_out, rank = probe["args"]
+@withheld
+def _parameters_numbers(d_in, d_out, rank) -> tuple[int, list[tuple[str, int]]]:
+    """The adapter's trainable numbers, and the common mistakes' numbers with their hints."""
     mistakes = [
         ("counted the full matrix: the adapter is A (r x d_in) plus B (d_out x r)", d_in * d_out),
         ("multiplied by the rank twice or squared it: r (d_in + d_out)", rank * rank * (d_in + d_out)),
@@ -33,7 +34,12 @@ def _judge_parameters(probe, got):
         ("counted B only: A (r x d_in) trains too", rank * d_out),
         ("multiplied d_in by d_out: the two factors are added, r (d_in + d_out)", rank * d_in * d_out),
     ]
-    return judge_number(got, rank * (d_in + d_out), mistakes, "the number of trainable parameters")
+    return rank * (d_in + d_out), mistakes
+
+
+@judges_value
+def _judge_parameters(probe, got):
+    return judge_number(got, *_parameters_numbers(*probe["args"]), "the number of trainable parameters")
 
 
 def _sizes(fixed=None):
@@ -65,11 +71,13 @@ LORA_PARAMETERS = Exercise(
 # --- best_low_rank_error --------------------------------------------------------------------------
 
 
-def _error_mistakes(delta: torch.Tensor, rank: int) -> list[tuple[str, float]]:
+@withheld
+def _error_numbers(delta: torch.Tensor, rank: int) -> tuple[float, list[tuple[str, float]]]:
+    """The best rank-``rank`` relative error of ``delta``, and the common mistakes' numbers with their hints."""
     s = torch.linalg.svdvals(delta.double())
     total = s.square().sum()
     kept = lambda r: math.sqrt((s[r:].square().sum() / total).item())  # noqa: E731
-    return [
+    return lora.best_low_rank_error(delta, rank), [
         ("the singular values were not squared: ||.||_F^2 is the sum of sigma_i^2", (s[rank:].sum() / s.sum()).item()),
         ("returned the squared relative error: take the square root", kept(rank) ** 2),
         ("returned the absolute error: divide by ||delta||", math.sqrt(s[rank:].square().sum().item())),
@@ -92,12 +100,9 @@ def _error_mistakes(delta: torch.Tensor, rank: int) -> list[tuple[str, float]]:
 
 @judges_value
 def _judge_error(probe, got):
-    delta, rank = probe["args"]
-    expected = lora.best_low_rank_error(delta, rank)
     return judge_number(
         got,
-        expected,
-        _error_mistakes(delta, rank),
+        *_error_numbers(*probe["args"]),
         "the relative error",
         rel=1e-4,
         abs_tol=1e-5,
@@ -153,80 +158,85 @@ def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
     ``weight`` and ``bias`` in the learner's ``cls`` and report, step by step, the output before
     training, which parameters train, the output once A and B are set, the merged layer's output
     and type, and what two optimiser steps on a fresh adapter do (the gradient each factor gets,
-    whether the output moves). A failing step is reported and the others still run."""
+    whether the output moves). A failing step is reported and the others still run. The global
+    random generator is seeded inside (and restored after), so that a random initialisation, and
+    a hint quoting its outputs, is the same in every run."""
     import torch
     from torch import nn
 
-    def attempt(key: str, make) -> None:
-        try:
-            report[key] = make()
-        except Exception as error:
-            report[key] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+    with torch.random.fork_rng(devices=[]):  # the learner's random initialisation, the same in every run
+        torch.manual_seed(0)
 
-    def linear():
-        made = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-        with torch.no_grad():
-            made.weight.copy_(weight)
-            if bias is not None:
-                made.bias.copy_(bias)
-        return made
+        def attempt(key: str, make) -> None:
+            try:
+                report[key] = make()
+            except Exception as error:
+                report[key] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
 
-    def adapter(wrapped):
-        return cls(wrapped, rank) if alpha is None else cls(wrapped, rank, alpha)
-
-    base = linear()
-    original = base.weight.detach().clone()
-    report: dict = {}
-    layer = adapter(base)
-    attempt("initial", lambda: layer(x).detach())
-    attempt("trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
-    attempt("base_kept", lambda: getattr(layer, "base", None) is base)
-    attempt("shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
-
-    def training():
-        fresh = linear()
-        trained = adapter(fresh)
-        factors = {"lora_A": trained.lora_A, "lora_B": trained.lora_B}
-        zero_at_start = {name: bool((f.detach() == 0).all()) for name, f in factors.items()}
-        goal = fresh(x).detach() + 1.0  # an output the adapter must move towards
-        before = trained(x).detach()
-        trainable = [p for p in trained.parameters() if p.requires_grad]
-        steps = []
-        for _ in range(2):  # plain gradient descent (torch.optim's first optimiser takes seconds to set up)
-            for parameter in trainable:
-                parameter.grad = None
-            (trained(x) - goal).square().mean().backward()
-            steps.append({n: None if f.grad is None else float(f.grad.abs().max()) for n, f in factors.items()})
+        def linear():
+            made = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
             with torch.no_grad():
+                made.weight.copy_(weight)
+                if bias is not None:
+                    made.bias.copy_(bias)
+            return made
+
+        def adapter(wrapped):
+            return cls(wrapped, rank) if alpha is None else cls(wrapped, rank, alpha)
+
+        base = linear()
+        original = base.weight.detach().clone()
+        report: dict = {}
+        layer = adapter(base)
+        attempt("initial", lambda: layer(x).detach())
+        attempt("trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
+        attempt("base_kept", lambda: getattr(layer, "base", None) is base)
+        attempt("shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
+
+        def training():
+            fresh = linear()
+            trained = adapter(fresh)
+            factors = {"lora_A": trained.lora_A, "lora_B": trained.lora_B}
+            zero_at_start = {name: bool((f.detach() == 0).all()) for name, f in factors.items()}
+            goal = fresh(x).detach() + 1.0  # an output the adapter must move towards
+            before = trained(x).detach()
+            trainable = [p for p in trained.parameters() if p.requires_grad]
+            steps = []
+            for _ in range(2):  # plain gradient descent (torch.optim's first optimiser takes seconds to set up)
                 for parameter in trainable:
-                    if parameter.grad is not None:
-                        parameter -= 0.5 * parameter.grad
-        return {
-            "zero_at_start": zero_at_start,
-            "gradients": steps,
-            "moved": float((trained(x).detach() - before).abs().max()),
-        }
+                    parameter.grad = None
+                (trained(x) - goal).square().mean().backward()
+                steps.append({n: None if f.grad is None else float(f.grad.abs().max()) for n, f in factors.items()})
+                with torch.no_grad():
+                    for parameter in trainable:
+                        if parameter.grad is not None:
+                            parameter -= 0.5 * parameter.grad
+            return {
+                "zero_at_start": zero_at_start,
+                "gradients": steps,
+                "moved": float((trained(x).detach() - before).abs().max()),
+            }
 
-    attempt("training", training)
+        attempt("training", training)
 
-    def set_factors():
-        with torch.no_grad():
-            layer.lora_A.copy_(lora_A)
-            layer.lora_B.copy_(lora_B)
-        return layer(x).detach()
+        def set_factors():
+            with torch.no_grad():
+                layer.lora_A.copy_(lora_A)
+                layer.lora_B.copy_(lora_B)
+            return layer(x).detach()
 
-    attempt("output", set_factors)
+        attempt("output", set_factors)
 
-    def merged():
-        plain = layer.merge()
-        return {
-            "type": type(plain).__name__,
-            "output": plain(x).detach(),
-            "base_unchanged": bool(torch.equal(base.weight.detach(), original)),
-        }
+        def merged():
+            plain = layer.merge()
+            return {
+                "type": type(plain).__name__,
+                "output": plain(x).detach(),
+                "base_unchanged": bool(torch.equal(base.weight.detach(), original)),
+            }
 
-    attempt("merged", merged)
-    return report
+        attempt("merged", merged)
+        return report
 
 
 def _layer_probe(d_in, d_out, rank, alpha, bias, batch=(5,)):
@@ -249,16 +259,40 @@ def _layer_probe(d_in, d_out, rank, alpha, bias, batch=(5,)):
     return make
 
 
-def _expected(probe) -> dict:
-    weight, bias, rank, alpha, x, a, b = probe["args"]
+@withheld
+def _layer_outputs(weight, bias, rank, alpha, x, a, b) -> dict:
+    """In float64, for the probe's layer and factors: the base layer's output (``base``), the
+    adapted layer's (``adapted``), and the outputs of the common mistakes of forward and of merge
+    (``forward``, ``merge``: lists of (hint, output))."""
     base = x.double() @ weight.double().T + (0 if bias is None else bias.double())
     scale = (rank if alpha is None else alpha) / rank
-    return {
-        "base": base,
-        "adapted": base + scale * (x.double() @ a.double().T @ b.double().T),
-        "update": x.double() @ a.double().T @ b.double().T,
-        "scale": scale,
-    }
+    update = x.double() @ a.double().T @ b.double().T
+    adapted = base + scale * (x.double() @ a.double().T @ b.double().T)
+    alpha_value = rank if alpha is None else alpha
+    forward = [
+        (
+            "alpha defaults to the rank (scale 1): with alpha=None, use alpha = rank, not 1",
+            base + update / rank if alpha is None else adapted,
+        ),
+        ("the update was not divided by the rank: scale it by alpha / rank", base + alpha_value * update),
+        ("the update was not scaled: multiply it by alpha / rank", base + update),
+        ("the scale is upside down: alpha / rank, not rank / alpha", base + rank / alpha_value * update),
+        ("the base layer's output is missing: return base(x) plus the scaled update", adapted - base),
+    ]
+    merge = [
+        ("the merged weight was not scaled: weight + (alpha / rank) * lora_B @ lora_A", base + update),
+        (
+            "the merged layer lost the base's bias: copy base.bias into it",
+            adapted - (0 if bias is None else bias.double()),
+        ),
+        ("the merged layer is the base alone: add (alpha / rank) * lora_B @ lora_A to its weight", base),
+    ]
+    return {"base": base, "adapted": adapted, "forward": forward, "merge": merge}
+
+
+def _known(mistakes: list[tuple[str, torch.Tensor]]) -> list[tuple[str, object]]:
+    """Recorded mistakes' outputs as :func:`autograder.checks.diagnose` takes them."""
+    return [(hint, lambda wrong=wrong: wrong) for hint, wrong in mistakes]
 
 
 def _part(report, key: str):
@@ -285,7 +319,7 @@ def _judge_start(probe, report):
     initial, failed = _part(report, "initial")
     if failed:
         return failed
-    verdict = _tensor_verdict(initial, _expected(probe)["base"], "before training, the output")
+    verdict = _tensor_verdict(initial, _layer_outputs(*probe["args"])["base"], "before training, the output")
     if not verdict.passed:
         return Verdict(
             False,
@@ -312,26 +346,10 @@ def _judge_forward(probe, report):
         return failed
     if not isinstance(output, torch.Tensor):
         return Verdict(False, f"the output with A and B set is a {type(output).__name__}, not a torch.Tensor")
-    e = _expected(probe)
-    rank, alpha = probe["args"][2], probe["args"][3]
-    alpha_value = rank if alpha is None else alpha
-    mistakes = [
-        (
-            "alpha defaults to the rank (scale 1): with alpha=None, use alpha = rank, not 1",
-            lambda: e["base"] + e["update"] / rank if alpha is None else e["adapted"],
-        ),
-        (
-            "the update was not divided by the rank: scale it by alpha / rank",
-            lambda: e["base"] + alpha_value * e["update"],
-        ),
-        ("the update was not scaled: multiply it by alpha / rank", lambda: e["base"] + e["update"]),
-        (
-            "the scale is upside down: alpha / rank, not rank / alpha",
-            lambda: e["base"] + rank / alpha_value * e["update"],
-        ),
-        ("the base layer's output is missing: return base(x) plus the scaled update", lambda: e["adapted"] - e["base"]),
-    ]
-    return diagnose(output, e["adapted"], mistakes, what="the output with A and B set", rtol=1e-4, atol=1e-5)
+    e = _layer_outputs(*probe["args"])
+    return diagnose(
+        output, e["adapted"], _known(e["forward"]), what="the output with A and B set", rtol=1e-4, atol=1e-5
+    )
 
 
 @judges_value
@@ -393,23 +411,11 @@ def _judge_merge(probe, report):
         return failed
     if merged.get("type") != "Linear":
         return Verdict(False, f"merge() returned a {merged.get('type')}; it should return an nn.Linear")
-    e = _expected(probe)
-    bias = probe["args"][1]
+    e = _layer_outputs(*probe["args"])
     output = merged.get("output")
     if not isinstance(output, torch.Tensor):
         return Verdict(False, f"the merged layer's output is a {type(output).__name__}, not a torch.Tensor")
-    mistakes = [
-        (
-            "the merged weight was not scaled: weight + (alpha / rank) * lora_B @ lora_A",
-            lambda: e["base"] + e["update"],
-        ),
-        (
-            "the merged layer lost the base's bias: copy base.bias into it",
-            lambda: e["adapted"] - (0 if bias is None else bias.double()),
-        ),
-        ("the merged layer is the base alone: add (alpha / rank) * lora_B @ lora_A to its weight", lambda: e["base"]),
-    ]
-    verdict = diagnose(output, e["adapted"], mistakes, what="the merged layer's output", rtol=1e-4, atol=1e-5)
+    verdict = diagnose(output, e["adapted"], _known(e["merge"]), what="the merged layer's output", rtol=1e-4, atol=1e-5)
     if not verdict.passed and verdict.hint.startswith("the merged layer's output"):
         return Verdict(
             False,
@@ -501,9 +507,9 @@ LORA_LINEAR = Exercise(
 # --- finetune_memory_gib ----------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_memory(probe, got):
-    params, method = probe["args"]
+@withheld
+def _memory_numbers(params, method) -> tuple[float, list[tuple[str, float]]]:
+    """The fine-tune's GiB by ``method``, and the common mistakes' numbers with their hints."""
     expected = lora.finetune_memory_gib(params, method)
     per = {"full": 16, "lora": 2, "qlora": 0.5}[method]
     mistakes = [
@@ -514,7 +520,13 @@ def _judge_memory(probe, got):
         ("counted the NF4 weights as 1 byte: 4 bits is half a byte", params * 1 / lora.GiB),
         ("counted the frozen weights in fp32: LoRA keeps them in bf16", params * 4 / lora.GiB),
     ]
-    return judge_number(got, expected, mistakes, f"the memory of {method}", rel=1e-6)
+    return expected, mistakes
+
+
+@judges_value
+def _judge_memory(probe, got):
+    method = probe["args"][1]
+    return judge_number(got, *_memory_numbers(*probe["args"]), f"the memory of {method}", rel=1e-6)
 
 
 def _memory(method, params=None):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from autograder.checks import Check, Exercise, Requirement, judge_number, judges_value
+from course.withheld import withheld
 
 
 def _numbers(call: str, pick):
@@ -18,9 +19,9 @@ def _numbers(call: str, pick):
 # --- weight_memory_gb --------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_memory(probe, got):
-    params, bits = probe["args"]
+@withheld
+def _memory_numbers(params, bits) -> tuple[float, list[tuple[str, float]]]:
+    """The weight memory in GB for ``params`` at ``bits``, and the common mistakes' numbers with their hints."""
     expected = params * bits / 8 / 1e9
     mistakes = [
         ("bits were not divided by 8: a byte holds 8 bits", params * bits / 1e9),
@@ -29,7 +30,12 @@ def _judge_memory(probe, got):
         ("multiplied by bits / 8 the wrong way round: bytes = params * bits / 8", params * 8 / bits / 1e9),
         ("counted 2 bytes per weight whatever the bits: use bits / 8 bytes", params * 2 / 1e9),
     ]
-    return judge_number(got, expected, mistakes, "the weight memory in GB")
+    return expected, mistakes
+
+
+@judges_value
+def _judge_memory(probe, got):
+    return judge_number(got, *_memory_numbers(*probe["args"]), "the weight memory in GB")
 
 
 WEIGHT_MEMORY = Exercise(
@@ -63,9 +69,9 @@ WEIGHT_MEMORY = Exercise(
 # --- prefill_flops ------------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_prefill(probe, got):
-    params, tokens = probe["args"]
+@withheld
+def _prefill_numbers(params, tokens) -> tuple[float, list[tuple[str, float]]]:
+    """The prefill FLOPs of ``params`` over ``tokens``, and the common mistakes' numbers with their hints."""
     mistakes = [
         ("the factor 2 is missing: each weight is one multiply and one add", params * tokens),
         ("tokens were squared: the 2 * params * tokens term is linear in the prompt", 2 * params * tokens**2),
@@ -75,7 +81,12 @@ def _judge_prefill(probe, got):
             6 * params * tokens,
         ),
     ]
-    return judge_number(got, 2 * params * tokens, mistakes, "the FLOPs")
+    return 2 * params * tokens, mistakes
+
+
+@judges_value
+def _judge_prefill(probe, got):
+    return judge_number(got, *_prefill_numbers(*probe["args"]), "the FLOPs")
 
 
 PREFILL = Exercise(
@@ -107,9 +118,9 @@ PREFILL = Exercise(
 # --- roofline_step_time -------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_roofline(probe, got):
-    flops, n_bytes, peak, bandwidth = probe["args"]
+@withheld
+def _roofline_numbers(flops, n_bytes, peak, bandwidth) -> tuple[float, list[tuple[str, float]]]:
+    """The roofline's step time in seconds, and the common mistakes' numbers with their hints."""
     compute, memory = flops / peak, n_bytes / bandwidth
     mistakes = [
         ("added the two times: the roofline takes the larger (compute and memory traffic overlap)", compute + memory),
@@ -121,7 +132,12 @@ def _judge_roofline(probe, got):
             max(flops * peak, n_bytes * bandwidth),
         ),
     ]
-    return judge_number(got, max(compute, memory), mistakes, "the step time in seconds")
+    return max(compute, memory), mistakes
+
+
+@judges_value
+def _judge_roofline(probe, got):
+    return judge_number(got, *_roofline_numbers(*probe["args"]), "the step time in seconds")
 
 
 def _roofline_args(memory_bound: bool):
@@ -165,9 +181,9 @@ ROOFLINE = Exercise(
 # --- critical_batch_size ------------------------------------------------------------------------
 
 
-@judges_value
-def _judge_critical(probe, got):
-    peak, bandwidth, bytes_per_param = probe["args"]
+@withheld
+def _critical_numbers(peak, bandwidth, bytes_per_param) -> tuple[float, list[tuple[str, float]]]:
+    """The critical batch size, and the common mistakes' numbers with their hints."""
     ridge = peak / bandwidth
     mistakes = [
         ("the division by 2 is missing: each weight read gives 2 FLOPs per sequence", ridge * bytes_per_param),
@@ -178,7 +194,12 @@ def _judge_critical(probe, got):
             ridge / bytes_per_param / 2,
         ),
     ]
-    return judge_number(got, ridge * bytes_per_param / 2, mistakes, "the batch size")
+    return ridge * bytes_per_param / 2, mistakes
+
+
+@judges_value
+def _judge_critical(probe, got):
+    return judge_number(got, *_critical_numbers(*probe["args"]), "the batch size")
 
 
 CRITICAL = Exercise(
@@ -214,14 +235,16 @@ CRITICAL = Exercise(
 # --- static_batch_throughput --------------------------------------------------------------------
 
 
+@withheld
 def _static_seconds(outputs, batch, step):
+    """Seconds that static batches of ``batch`` take to serve ``outputs``, ``step`` seconds a decode step."""
     chunks = [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
     return sum(max(c) for c in chunks) * step
 
 
-@judges_value
-def _judge_static(probe, got):
-    outputs, batch, step = probe["args"]
+@withheld
+def _static_numbers(outputs, batch, step) -> tuple[float, list[tuple[str, float]]]:
+    """The static batches' throughput in tokens per second, and the common mistakes' numbers with their hints."""
     chunks = [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
     tokens = sum(outputs)
     expected = tokens / _static_seconds(outputs, batch, step)
@@ -250,7 +273,12 @@ def _judge_static(probe, got):
             / max(_static_seconds(outputs[: len(outputs) // batch * batch], batch, step), 1e-300),
         ),
     ]
-    return judge_number(got, expected, mistakes, "the throughput in tokens per second")
+    return expected, mistakes
+
+
+@judges_value
+def _judge_static(probe, got):
+    return judge_number(got, *_static_numbers(*probe["args"]), "the throughput in tokens per second")
 
 
 STATIC = Exercise(
