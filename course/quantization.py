@@ -31,6 +31,7 @@ import numbers
 import torch
 
 from course import timing
+from course.withheld import withheld
 
 MIN_BITS, MAX_BITS = 2, 16
 
@@ -93,6 +94,7 @@ def _group_columns(weight: torch.Tensor, group_size: int | None) -> int:
     return group_size
 
 
+@withheld
 def quantize(
     weight: torch.Tensor, bits: int, group_size: int | None = None, *, levels: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,6 +142,7 @@ def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (grouped * scale.unsqueeze(-1)).reshape(rows, cols)
 
 
+@withheld
 def quantize_dequantize(weight: torch.Tensor, bits: int, group_size: int | None = None) -> torch.Tensor:
     """Round-trip ``weight`` through ``bits``-bit symmetric absmax codes (per row, or per group).
 
@@ -158,6 +161,7 @@ def quantize_dequantize_per_tensor(weight: torch.Tensor, bits: int) -> torch.Ten
     return quantize_dequantize(flat, bits).reshape(weight.shape)
 
 
+@withheld
 def relative_error(weight: torch.Tensor, approx: torch.Tensor) -> float:
     """Frobenius-norm ratio ||W - W_hat|| / ||W||.
 
@@ -175,12 +179,14 @@ def relative_error(weight: torch.Tensor, approx: torch.Tensor) -> float:
     return ((weight.float() - approx.float()).norm() / norm).item()
 
 
+@withheld
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row symmetric int8: codes in [-127, 127] as torch.int8 and a (rows, 1) float32 scale."""
     codes, scale = quantize(weight, 8)
     return codes.to(torch.int8), scale.float()  # scale: (rows, 1)
 
 
+@withheld
 def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Map int8 codes back to float32 with their per-row scale.
 
@@ -200,6 +206,7 @@ def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return codes.float() * scale.float().reshape(-1, 1)  # scale: (rows,) or (rows, 1)
 
 
+@withheld
 def effective_bits(bits: int, group_size: int | None, scale_bits: int = 16, cols: int | None = None) -> float:
     """Bits stored per weight, the scales included: bits + scale_bits / group_size.
 
@@ -247,6 +254,7 @@ def _check_codes(values: torch.Tensor, low: int, high: int, per_byte: int, what:
         raise ValueError(f"{what} must lie in [{low}, {high}], got [{int(values.min())}, {int(values.max())}]")
 
 
+@withheld
 def pack_codes(values: torch.Tensor, bits: int) -> torch.Tensor:
     """Unsigned ``bits``-bit values (rows, cols) packed ``8 // bits`` to a byte, the first of each
     run in the highest bits (bitsandbytes' order): (rows, cols * bits // 8) uint8."""
@@ -266,6 +274,7 @@ def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.stack(parts, dim=-1).reshape(packed.shape[0], -1)  # (rows, bytes, per_byte) -> (rows, cols)
 
 
+@withheld
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     """Signed 4-bit codes in [-8, 7] (rows, cols) stored as ``code + 8``, two to a byte, the first
     code of each pair in the high nibble: (rows, cols // 2) uint8. ``[[-7, 7]]`` -> ``[[0x1F]]``."""
@@ -393,6 +402,7 @@ def hessian(inputs: torch.Tensor) -> torch.Tensor:
     return flat.T @ flat / flat.shape[0]
 
 
+@withheld
 def gptq_quantize(
     weight: torch.Tensor,
     hessian: torch.Tensor,
@@ -580,6 +590,7 @@ AWQ_SHARED_INPUTS = (  # the course model's linears that read the same input, so
 )
 
 
+@withheld
 def awq_scales(mean_abs: torch.Tensor, alpha: float, *, clamp_first: bool = False) -> torch.Tensor:
     """AWQ's per-input-channel scales: s = mean|x|^alpha (at least 1e-4), divided by sqrt(max s * min s)
     so that they sit around 1. ``alpha`` 0 gives all ones (round to nearest); 1 scales each
@@ -590,6 +601,7 @@ def awq_scales(mean_abs: torch.Tensor, alpha: float, *, clamp_first: bool = Fals
     return s / (s.max() * s.min()).sqrt()
 
 
+@withheld
 def awq_quantize_dequantize(
     weight: torch.Tensor,
     scales: torch.Tensor,
@@ -620,6 +632,7 @@ def awq_quantize_dequantize(
     return (rounded / s if unscale else rounded).to(weight.dtype)
 
 
+@withheld
 def _awq_sweep(
     weights,
     hessian,
@@ -670,6 +683,7 @@ def awq_search(
     return alpha, errors
 
 
+@withheld
 def awq_quantize(
     weight: torch.Tensor,
     hessian: torch.Tensor,

@@ -3,6 +3,8 @@ effective_bits, gptq_quantize, awq_quantize. Each check names the mistakes it ca
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -21,7 +23,7 @@ from autograder.checks import (
     number,
     outcome,
 )
-from course import quantization, reference
+from course import quantization, reference, withheld
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -40,24 +42,28 @@ def _with_outlier_columns(rng: np.random.Generator, rows: int, cols: int, n: int
 # --- the common mistakes, recomputed on the learner's inputs ----------------------------------------
 
 
-def _grouped_round_trip(
-    weight, bits, group, levels=None, rounding=torch.round, dequantize=True, high=None, magnitude=torch.abs
-):
+ROUNDINGS = {"round": torch.round, "trunc": torch.trunc, "floor": torch.floor}
+
+
+@withheld.withheld
+def _grouped_round_trip(weight, bits, group, levels=None, rounding="round", dequantize=True, high=None, signed=False):
     """The round trip with one thing changed. Computed in the input's precision, as learners do:
     truncation is discontinuous at the integers, where float32 and float64 can land apart.
-    Codes are clamped to [-levels, high] (``high`` is levels unless given); ``magnitude`` is what
-    the scale's maximum is taken of (the absolute value unless given)."""
+    Codes are clamped to [-levels, high] (``high`` is levels unless given); ``rounding`` names a
+    function of :data:`ROUNDINGS`; ``signed`` takes the scale's maximum of the values themselves,
+    not of their absolute values."""
     rows, cols = weight.shape
     group = cols if group is None else group
     levels = quantization.absmax_levels(bits) if levels is None else levels
     grouped = weight.reshape(rows, cols // group, group)  # (rows, groups, group)
-    scale = magnitude(grouped).amax(dim=-1, keepdim=True) / levels
+    scale = (grouped if signed else grouped.abs()).amax(dim=-1, keepdim=True) / levels
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # only the named mistake differs
-    codes = rounding(grouped / scale).clamp(-levels, levels if high is None else high)
+    codes = ROUNDINGS[rounding](grouped / scale).clamp(-levels, levels if high is None else high)
     out = codes * scale if dequantize else codes
     return out.reshape(rows, cols)
 
 
+@withheld.withheld
 def _asymmetric_round_trip(weight, bits, group):
     """Min-max quantization with a zero point: what learners who know the asymmetric scheme write."""
     rows, cols = weight.shape
@@ -95,7 +101,7 @@ def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
         ),
         (
             "the scale came from the largest value, not the largest magnitude: take .abs().amax()",
-            lambda: _grouped_round_trip(weight, bits, group, magnitude=lambda t: t),
+            lambda: _grouped_round_trip(weight, bits, group, signed=True),
         ),
         (
             "every value rounded to 0, as when the scale is multiplied by the number of levels (a step larger "
@@ -109,11 +115,11 @@ def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
         ),
         (
             "values were truncated toward zero: round to the nearest code with torch.round",
-            lambda: _grouped_round_trip(weight, bits, group, rounding=torch.trunc),
+            lambda: _grouped_round_trip(weight, bits, group, rounding="trunc"),
         ),
         (
             "values were floored: round to the nearest code with torch.round",
-            lambda: _grouped_round_trip(weight, bits, group, rounding=torch.floor),
+            lambda: _grouped_round_trip(weight, bits, group, rounding="floor"),
         ),
         (
             "returned the integer codes: multiply them back by the scale",
@@ -138,6 +144,17 @@ def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
     return mistakes
 
 
+def _every_mistake_recorded(mistakes: list) -> list:
+    """``mistakes`` as given; while the learners' copy's release records (:mod:`course.withheld`),
+    each is computed first, so that the copy can name any of them where the solution passes
+    (``diagnose`` then computes none)."""
+    if withheld.is_recording():
+        for _, make in mistakes:
+            with contextlib.suppress(ValueError, RuntimeError, ZeroDivisionError):
+                make()
+    return mistakes
+
+
 ZERO_GROUP_HINT = (
     "an all-zero group has scale 0 and 0/0 gives NaN: give such groups scale 1 "
     "(torch.where(scale > 0, scale, 1)) or clamp the scale to a tiny minimum"
@@ -151,7 +168,7 @@ def _round_trip_verdict(probe: dict, got: torch.Tensor) -> Verdict:
     step = 2 * quantization.half_step(weight.double(), bits, group)
     if torch.isnan(got).any():
         return Verdict(False, ZERO_GROUP_HINT)
-    return diagnose(got, expected, quantize_mistakes(weight, bits, group), step=step)
+    return diagnose(got, expected, _every_mistake_recorded(quantize_mistakes(weight, bits, group)), step=step)
 
 
 _judge_round_trip = judges_tensor("the dequantized matrix")(_round_trip_verdict)
@@ -286,12 +303,11 @@ def _probe_relative_error(rows, cols, zeros_in_approx=False):
     return make
 
 
-@judges_value
-def _judge_relative_error(probe, got):
-    weight, approx = (a.double() for a in probe["args"])
-    expected = quantization.relative_error(weight, approx)
+@withheld.withheld
+def _relative_error_mistakes(weight: torch.Tensor, approx: torch.Tensor) -> list[tuple[str, float]]:
+    """(hint, the value that mistake gives) for ``weight`` and ``approx`` (float64)."""
     diff, norm_w, norm_a = (weight - approx).norm().item(), weight.norm().item(), approx.norm().item()
-    mistakes = [
+    return [
         (
             "the squared norms were divided: take the square root (torch.linalg.norm / .norm() does)",
             diff**2 / norm_w**2,
@@ -311,6 +327,13 @@ def _judge_relative_error(probe, got):
             ((weight - approx).abs().mean() / weight.abs().mean()).item(),
         ),
     ]
+
+
+@judges_value
+def _judge_relative_error(probe, got):
+    weight, approx = (a.double() for a in probe["args"])
+    expected = quantization.relative_error(weight, approx)
+    mistakes = _relative_error_mistakes(weight, approx)
     return judge_number(got, expected, mistakes, "the relative error", rel=1e-4, python_float=probe["python_float"])
 
 
@@ -393,7 +416,7 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
         ),
         (
             "codes were truncated toward zero: round first, then convert to int8",
-            lambda: _grouped_round_trip(weight, 8, None, rounding=torch.trunc, dequantize=False),
+            lambda: _grouped_round_trip(weight, 8, None, rounding="trunc", dequantize=False),
         ),
         (
             "one scale for the whole matrix: one scale per row",
@@ -401,7 +424,12 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
         ),
     ]
     verdict = diagnose(
-        codes, ref_codes.double(), mistakes, atol=0.0, rtol=0.0, step=torch.ones_like(ref_codes.double())
+        codes,
+        ref_codes.double(),
+        _every_mistake_recorded(mistakes),
+        atol=0.0,
+        rtol=0.0,
+        step=torch.ones_like(ref_codes.double()),
     )
     if not verdict.passed:
         return Verdict(False, f"codes: {verdict.hint}")
@@ -414,14 +442,20 @@ def _probe_dequantize(rng):
     return {"call": "dequantize_int8", "args": [codes, scale]}
 
 
+@withheld.withheld
+def _dequantize_int8_mistakes(codes: torch.Tensor, scale: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """(hint, the matrix that mistake gives) for ``codes`` and ``scale``."""
+    return [
+        ("divided by the scale: multiply the codes by it", codes.double() / scale.double()),
+        ("returned the codes unchanged: multiply them by the scale", codes.double()),
+    ]
+
+
 @judges_tensor("the dequantized matrix")
 def _judge_dequantize(probe, got):
     codes, scale = probe["args"]
     expected = quantization.dequantize_int8(codes, scale)
-    mistakes = [
-        ("divided by the scale: multiply the codes by it", lambda: codes.double() / scale.double()),
-        ("returned the codes unchanged: multiply them by the scale", lambda: codes.double()),
-    ]
+    mistakes = [(hint, lambda wrong=wrong: wrong) for hint, wrong in _dequantize_int8_mistakes(codes, scale)]
     return diagnose(got, expected, mistakes)
 
 
@@ -465,16 +499,22 @@ def _probe_bits(bits, group, scale_bits=None):
     return make
 
 
-@judges_value
-def _judge_bits(probe, got):
-    bits, group = probe["args"]
-    scale_bits = probe["kwargs"].get("scale_bits", 16)
-    mistakes = [
+@withheld.withheld
+def _bits_mistakes(bits, group, scale_bits) -> list[tuple[str, float]]:
+    """(hint, the bits per weight that mistake gives)."""
+    return [
         ("the scales were left out: each group also stores one scale", float(bits)),
         ("the fraction is upside down: scale_bits / group_size bits per weight", bits + group / scale_bits),
         ("the scale was counted per weight: divide its bits by the group size", float(bits + scale_bits)),
         ("scale bits were multiplied by the group size: divide instead", float(bits + scale_bits * group)),
     ]
+
+
+@judges_value
+def _judge_bits(probe, got):
+    bits, group = probe["args"]
+    scale_bits = probe["kwargs"].get("scale_bits", 16)
+    mistakes = _bits_mistakes(bits, group, scale_bits)
     return judge_number(got, quantization.effective_bits(bits, group, scale_bits), mistakes, "the bits per weight")
 
 
@@ -617,7 +657,7 @@ def _judge_gptq_codes(codes, scale, weight, hessian, bits, group):
     """Codes exactly the reference's (float64 inputs: no rounding ties to forgive), scales close."""
     ref_codes, ref_scale = quantization.gptq_quantize(weight.double(), hessian.double(), bits, group)
     mistakes = [(hint, lambda make=make: make()[0]) for hint, make in gptq_mistakes(weight, hessian, bits, group)]
-    verdict = diagnose(codes, ref_codes.double(), mistakes, atol=0.0, rtol=0.0)
+    verdict = diagnose(codes, ref_codes.double(), _every_mistake_recorded(mistakes), atol=0.0, rtol=0.0)
     if not verdict.passed:
         return Verdict(False, f"codes: {verdict.hint}")
     return diagnose(
@@ -859,6 +899,19 @@ def awq_mistakes(weight, hessian, mean_abs, bits, group, grid) -> list:
     ]
 
 
+@withheld.withheld
+def _awq_mistake_errors(weight, hessian, mean_abs, bits, group, grid) -> list[torch.Tensor | None]:
+    """Each of :func:`awq_mistakes`' errors on these inputs, in its order; None where the mistake
+    raises ValueError (one that makes s infinite has no finite errors)."""
+    errors = []
+    for _, make in awq_mistakes(weight, hessian, mean_abs, bits, group, grid):
+        try:
+            errors.append(make()[2])
+        except ValueError:
+            errors.append(None)
+    return errors
+
+
 DEAD_CHANNEL_HINT = (
     "NaN or infinity in the errors: a channel that never fires has mean |x| 0, so 0 ** alpha is 0 (and 0 ** -alpha "
     "infinite); clamp s = mean|x| ** alpha to at least 1e-4 (s.clamp(min=1e-4)) before dividing by it"
@@ -920,6 +973,8 @@ def _judge_awq(probe, result):
     if failed:
         return failed
     ref_alpha, ref_approx, ref_errors = _awq(weight, hessian, mean_abs, bits, group, grid)
+    if withheld.is_recording():  # so that the learners' copy can name any mistake (see _every_mistake_recorded)
+        _awq_mistake_errors(weight, hessian, mean_abs, bits, group, grid)
     same_errors, difference = compare_tensors(errors, ref_errors, rtol=1e-6, atol=1e-12)
     if not same_errors:
         if not errors.any():
@@ -928,10 +983,9 @@ def _judge_awq(probe, result):
                 "the errors are all zeros: each is tr((W - W_hat) H (W - W_hat)^T) of that exponent's "
                 f"W_hat = Q(W * s) / s (errors: {difference})",
             )
-        for hint, make in awq_mistakes(weight, hessian, mean_abs, bits, group, grid):
-            try:
-                wrong = make()[2]
-            except ValueError:  # a mistake that makes s infinite has no finite errors to match
+        hints = [hint for hint, _ in awq_mistakes(weight, hessian, mean_abs, bits, group, grid)]
+        for hint, wrong in zip(hints, _awq_mistake_errors(weight, hessian, mean_abs, bits, group, grid), strict=True):
+            if wrong is None:  # a mistake that makes s infinite has no finite errors to match
                 continue
             if not torch.allclose(wrong, ref_errors, rtol=1e-6) and compare_tensors(errors, wrong, rtol=1e-6)[0]:
                 return Verdict(False, f"{hint} (errors: {difference})")
