@@ -21,9 +21,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from autograder import wire
 from autograder.sandbox.memory import HINT as MEMORY_HINT
-from course import withheld
+from course import wire, withheld
 
 
 @dataclass

@@ -113,6 +113,7 @@ def grade(
         return ungradable(report, error, chapter, started)
     report.max_score = _max_score(report.chapter)
     release = notebook.released(report.chapter)
+    report.messages += [note for note in [notebook.other_release(submitted, release)] if note]
     answers = extract_answers(submitted, report.chapter, release, report.messages)
     report.reported = reported_figures(report.chapter, submitted)
     report.answers = dict(answers.sources)

@@ -27,7 +27,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from autograder import colab
+from autograder import colab, notebook
 from course import paths, withheld
 
 OUT = paths.ROOT / "dist" / "student"
@@ -155,7 +155,7 @@ def learners_source(source: str, checks_module: bool) -> str:
 
 def _namespaces(chapter: str) -> dict[str, dict]:
     """Label -> the answer cells' sources by grade_id: the solution, the blank copy and each planted mistake."""
-    from autograder import notebook, release
+    from autograder import release
 
     try:
         from autograder.planted import planted
@@ -181,7 +181,7 @@ def _exercises(chapter: str):
 def visible_lines(chapter: str, answers: dict[str, str]) -> dict[str, list[str]]:
     """Each exercise's check-cell lines (``ok``/``FAIL`` and hints) for ``answers``, run as a check
     cell runs them: the setup cells, then each answer cell and its exercise's visible checks."""
-    from autograder import notebook, selfcheck
+    from autograder import selfcheck
 
     namespace: dict = {"__name__": "__main__"}
     for setup in notebook.setup_sources(notebook.released(chapter)):
@@ -271,15 +271,14 @@ def _notebooks(out: Path, chapters: list[str]) -> None:
     """The student notebooks, their Colab cell cloning the learners' copy's address instead of the repository's."""
     out.mkdir(parents=True)
     for chapter in chapters:
-        notebook = json.loads((paths.NOTEBOOKS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
-        first = notebook["cells"][0]
+        copy = json.loads((paths.NOTEBOOKS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        first = copy["cells"][0]
         if colab.TAG not in first.get("metadata", {}).get("tags", []):
             raise ValueError(f"notebooks/{chapter}.ipynb does not start with the Colab cell: run `make release`")
+        copy.setdefault("metadata", {}).setdefault("course", {})["release"] = notebook.release_digest(copy)
         header = "".join(first["source"]).split("\n", 1)[0]
         first["source"] = f"{header}\n{colab.source(colab.repository('Learners'))}"
-        (out / f"{chapter}.ipynb").write_text(
-            json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        (out / f"{chapter}.ipynb").write_text(json.dumps(copy, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _write(target: Path, source: Path, checks_module: bool) -> None:
@@ -332,6 +331,42 @@ def answers_in(folder: Path) -> list[str]:
     return found
 
 
+SIMILAR = 0.5  # share of an answer's passages found in one function of the copy that counts as the same code
+
+
+def similar_code_in(folder: Path) -> tuple[list[str], list[str]]:
+    """The same code under another name: each exercise's solution (its passages less the stub's, as
+    :mod:`autograder.similarity` reads answers) against every function and class in ``folder``'s
+    Python files. Returns the findings (where ``SIMILAR`` of an answer's passages are in one of
+    them) and the exercises too short to compare (fewer than ``MIN_PASSAGES``: one-line
+    formulas, which the chapters' text states anyway)."""
+    from autograder import similarity
+    from autograder.chapters import CHAPTERS
+
+    definitions = []
+    for path in sorted(folder.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                where = f"{path.relative_to(folder).as_posix()}:{node.lineno} {node.name}"
+                definitions.append((where, ast.get_source_segment(text, node) or ""))
+    findings, short = [], []
+    for chapter, exercises in CHAPTERS.items():
+        material = similarity.chapter_material(chapter)
+        for exercise in exercises:
+            solution = material["references"].get(exercise.grade_id, {}).get(f"solutions/{chapter}.py", "")
+            stub = similarity.passages(material["stubs"].get(exercise.grade_id, ""), material["keep"])
+            answer = similarity.passages(solution, material["keep"]) - stub
+            if len(answer) < similarity.MIN_PASSAGES:
+                short.append(exercise.grade_id)
+                continue
+            for where, source in definitions:
+                share = len(answer & similarity.passages(source, material["keep"])) / len(answer)
+                if share >= SIMILAR:
+                    findings.append(f"{where}: {share:.0%} of the solution of {exercise.grade_id}")
+    return findings, short
+
+
 README = """\
 # Making large language models cheaper and faster: the learners' copy
 
@@ -371,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     build(args.out)
     found = answers_in(args.out)
+    similar, short = similar_code_in(args.out)
+    found += similar
+    print(f"{len(short)} exercises too short to compare with the copy's code: {', '.join(short)}")
     size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
     print(f"wrote {args.out} ({size / 1e6:.1f} MB) and {args.out.with_suffix('.zip').name}")
     if found:

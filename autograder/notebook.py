@@ -76,6 +76,32 @@ def released(chapter: str) -> dict:
     return load(paths.require(paths.NOTEBOOKS / f"{chapter}.ipynb"))
 
 
+def release_digest(release: dict) -> str:
+    """A short digest of a release's cells (types, sources, nbgrader metadata), the Colab cell
+    aside: the learners' copy's clone address differs from the repository's, nothing else does.
+    The learners' copy writes it into each notebook's metadata (``course.release``)."""
+    import hashlib
+
+    cells = [
+        [c.get("cell_type"), _source(c), _nbgrader(c)]
+        for c in release["cells"]
+        if "colab" not in (c.get("metadata", {}).get("tags") or [])
+    ]
+    return hashlib.sha256(json.dumps(cells, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+def other_release(submitted: dict, release: dict) -> str:
+    """A note when ``submitted`` says it comes from a learners' copy of another release ("" otherwise)."""
+    meta = submitted.get("metadata") if isinstance(submitted.get("metadata"), dict) else {}
+    claimed = (meta.get("course") or {}).get("release") if isinstance(meta.get("course"), dict) else None
+    if claimed is None or claimed == (ours := release_digest(release)):
+        return ""
+    return (
+        f"this notebook comes from another release of the learners' copy (release {str(claimed)[:40]}; this "
+        f"grader's is {ours}): it was graded against this grader's release, whose locked cells and checks may differ"
+    )
+
+
 def setup_sources(release: dict) -> list[str]:
     """The release's code cells tagged ``grader-setup``, run before the answers."""
     return [

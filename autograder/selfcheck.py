@@ -26,10 +26,11 @@ from collections import Counter
 
 import numpy as np
 
-from autograder import reach, wire
+from autograder import reach
 from autograder.chapters import chapter_of, exercise_by_id
 from autograder.checks import Check, Exercise, Verdict, builds_on_note, encode_probe
 from autograder.sandbox import inside
+from course import wire
 
 VISIBLE_SEED = 2024
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from course import paths
+from course import paths, wire
 
 RECORDINGS = paths.REFERENCE / "withheld"  # one <name>.json.gz per recorded run, in the learners' copy only
 LEARNERS_COPY = RECORDINGS.is_dir()  # only the learners' copy has recordings; there the bodies are withheld
@@ -69,7 +69,7 @@ def withheld(function: Callable) -> Callable:
         finally:
             _depth -= 1
         if _recording is not None and _depth == 0:
-            _recording.setdefault(name, []).append([_encode(args), _encode(kwargs), _encode(result)])
+            _recording.setdefault(name, []).append([wire.encode(args), wire.encode(kwargs), wire.encode(result)])
         return result
 
     call.__withheld__ = True
@@ -113,7 +113,7 @@ def _load() -> dict:
             with gzip.open(path, "rt", encoding="utf-8") as handle:
                 for name, calls in json.load(handle).items():
                     _recordings.setdefault(name, []).extend(
-                        (_decode(args), _decode(kwargs), result) for args, kwargs, result in calls
+                        (wire.decode(args), wire.decode(kwargs), result) for args, kwargs, result in calls
                     )
     return _recordings
 
@@ -122,7 +122,7 @@ def replay(name: str, args: tuple, kwargs: dict):
     """The recorded result of the withheld ``name`` called with ``args`` and ``kwargs``."""
     for recorded_args, recorded_kwargs, result in _load().get(name, ()):
         if _same(recorded_args, list(args)) and _same(recorded_kwargs, kwargs):
-            return _decode(result)
+            return wire.decode(result)
     raise NotRecorded(
         f"{name.rpartition('.')[2]} is withheld from the learners' copy, and no recorded result answers these "
         "inputs: the instructor's grader judges this case"
@@ -154,15 +154,3 @@ def _same(recorded, value) -> bool:
     if isinstance(recorded, float) and isinstance(value, float):
         return recorded == value or abs(recorded - value) <= RTOL * max(abs(recorded), abs(value))
     return type(recorded) is type(value) and recorded == value
-
-
-def _encode(value):
-    from autograder import wire
-
-    return wire.encode(value)
-
-
-def _decode(value):
-    from autograder import wire
-
-    return wire.decode(value)

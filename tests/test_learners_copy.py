@@ -77,6 +77,22 @@ def test_the_learners_copy_says_what_the_instructors_copy_says(chapter, learners
 
 def test_the_learners_copy_holds_no_answer(learners_copy_folder):
     assert learners_copy.answers_in(learners_copy_folder) == []
+    similar, too_short = learners_copy.similar_code_in(learners_copy_folder)
+    assert similar == []
+    assert "gptq_quantize" not in too_short and "weight_memory_gb" in too_short  # the scan can see an answer
+
+
+def test_the_scan_finds_an_answer_under_another_name(tmp_path):
+    """The solution's blockwise_attention, renamed and with its variables renamed, is found."""
+    from autograder import similarity
+
+    source = similarity.chapter_material("05_flash_attention")["references"]["blockwise_attention"]
+    solution = source["solutions/05_flash_attention.py"].replace("blockwise_attention", "tiles")
+    renamed = solution.replace("scores", "s_").replace("block", "width")
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "helpers.py").write_text(renamed)
+    found, _ = learners_copy.similar_code_in(tmp_path)
+    assert [f for f in found if f.startswith("course/helpers.py:") and "blockwise_attention" in f], found
 
 
 def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(learners_copy_folder):
@@ -95,3 +111,36 @@ def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(lea
     )
     assert done.stdout.strip() == "0", done.stderr[-2000:]
     assert learners_copy_folder.with_suffix(".zip").stat().st_size > 0
+
+
+def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(learners_copy_folder, tmp_path):
+    """A learners' copy notebook with the solution's answers in it gets full marks from the
+    instructor's grader, with no note; one that says it comes from another release is graded the
+    same, and the report says so."""
+    import nbformat
+
+    from autograder import grade
+
+    from conftest import GENEROUS
+
+    chapter = CHOSEN[0]
+    solution = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in solution.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    copy = nbformat.read(learners_copy_folder / "notebooks" / f"{chapter}.ipynb", as_version=4)
+    for cell in copy.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    for name, digest in (("ours", copy.metadata["course"]["release"]), ("other", "0123456789ab")):
+        copy.metadata["course"]["release"] = digest
+        (tmp_path / name).mkdir()
+        nbformat.write(copy, tmp_path / name / f"{chapter}.ipynb")
+    ours, other = (grade.grade(tmp_path / name / f"{chapter}.ipynb", GENEROUS, seed=7) for name in ("ours", "other"))
+    assert ours.score == ours.max_score > 0, ours.text()
+    assert not [m for m in ours.messages if "another release" in m], ours.messages
+    assert other.score == ours.score
+    assert [m for m in other.messages if "another release of the learners' copy (release 0123456789ab" in m]

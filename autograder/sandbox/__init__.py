@@ -2,7 +2,7 @@
 plain data comes back; where the system forks, a child of a warm sandbox that imported torch once.
 
 - ``inside.py``: the program that runs inside it (define the answers, call them, report); it is
-  copied into the sandbox with ``wire.py`` and imports only the standard library, numpy and torch;
+  copied into the sandbox with ``course/wire.py`` and imports only the standard library, numpy and torch;
 - ``modes.py``: how it is isolated (namespaces, a user of its own, limits only) and which mode is
   chosen on this machine;
 - ``limits.py``: its resource limits, and those the kernel enforces as it starts;

@@ -91,7 +91,7 @@ class Server:
     def __init__(self, mode: str, hide: list[Path], env: dict):
         self.mode, self.broken = mode, ""
         self.work = Path(tempfile.mkdtemp(prefix="autograder-warm-"))
-        for source in (SERVE, SERVE.with_name("inside.py"), SERVE.parent.parent / "wire.py"):
+        for source in (SERVE, SERVE.with_name("inside.py"), SERVE.parent.parent.parent / "course" / "wire.py"):
             shutil.copy(source, self.work / source.name)
             (self.work / source.name).chmod(0o644)
         self.work.chmod(0o755)

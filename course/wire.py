@@ -6,6 +6,8 @@ pickled, so a hostile object cannot run code in the grader, and an object whose 
 answers True arrives as a string that equals nothing.
 
 This file is copied into the sandbox and must import only the standard library, numpy and torch.
+It is the course's, not the grader's: the learners' copy's recordings (``course/withheld.py``) are
+written in it too.
 """
 
 from __future__ import annotations
