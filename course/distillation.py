@@ -18,13 +18,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from course.withheld import withheld
 
+
+@withheld
 def kl_divergence(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     """KL(p || q) over the last dimension, from log-probabilities: (..., vocab) -> (...). Not
     handled: zeros in p given as -inf (0 * -inf is NaN); log_softmax never gives them."""
     return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
 
 
+@withheld
 def distillation_loss(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
@@ -55,6 +59,7 @@ def soft_target_mix(
     return weight * distillation_loss(student_logits, teacher_logits, temperature) + (1 - weight) * hard
 
 
+@withheld
 def pruned_count(share: float, numel: int) -> int:
     """How many of ``numel`` weights a share prunes, counted as ``torch.nn.utils.prune`` counts a
     float ``amount``: ``round(share * numel)``, Python's rounding of that float, so halves go to the
@@ -62,6 +67,7 @@ def pruned_count(share: float, numel: int) -> int:
     return round(share * numel)
 
 
+@withheld
 def prune_smallest(weight: torch.Tensor, share: float) -> torch.Tensor:
     """A copy of ``weight`` with its ``round(share * weight.numel())`` smallest weights by magnitude,
     ranked over the whole matrix, set to zero (unstructured magnitude pruning, counted like

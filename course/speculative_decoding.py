@@ -29,13 +29,16 @@ import torch
 from course import readings
 from course.device import synchronize
 from course.model import LanguageModel, generate
+from course.withheld import withheld
 
 
+@withheld
 def acceptance_rate(target: torch.Tensor, draft: torch.Tensor) -> float:
     """alpha = sum_x min(p(x), q(x)): the chance that one drafted token is accepted."""
     return torch.minimum(target, draft).sum().item()
 
 
+@withheld
 def expected_tokens_per_call(alpha: float, draft_length: int) -> float:
     """Mean tokens per target call with ``draft_length`` drafted tokens: (1 - alpha^(k+1)) / (1 - alpha).
 
@@ -49,6 +52,7 @@ def expected_tokens_per_call(alpha: float, draft_length: int) -> float:
     return (1 - alpha ** (draft_length + 1)) / (1 - alpha)
 
 
+@withheld
 def speedup(alpha: float, draft_length: int, cost: float) -> float:
     """Wall-clock speed-up over the target alone when a draft step costs ``cost`` target steps:
     (1 - alpha^(k+1)) / ((1 - alpha) (k c + 1)). Assumes verifying k + 1 tokens costs one step."""
@@ -59,17 +63,20 @@ def best_draft_length(alpha: float, cost: float, longest: int = 32) -> int:
     return max(range(1, longest + 1), key=lambda k: speedup(alpha, k, cost))
 
 
+@withheld
 def acceptance_probabilities(target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     """min(1, p(x) / q(x)) for every token x: the chance that a drafted x is kept (0 where q is 0)."""
     return torch.clamp(target / draft, max=1).nan_to_num(0.0)
 
 
+@withheld
 def residual_distribution(target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
     """What a rejection resamples from: max(0, p - q), normalised."""
     leftover = (target - draft).clamp(min=0)
     return leftover / leftover.sum()
 
 
+@withheld
 def verify(target: torch.Tensor, draft: torch.Tensor, x: int, generator: torch.Generator) -> tuple[int, bool]:
     """The rule: keep the drafted token ``x`` with probability min(1, p(x) / q(x)), otherwise draw
     its replacement from :func:`residual_distribution`; (token, whether ``x`` was kept)."""
@@ -78,12 +85,14 @@ def verify(target: torch.Tensor, draft: torch.Tensor, x: int, generator: torch.G
     return int(torch.multinomial(residual_distribution(target, draft), 1, generator=generator)), False
 
 
+@withheld
 def speculative_token(target: torch.Tensor, draft: torch.Tensor, generator: torch.Generator) -> tuple[int, bool]:
     """One position: draw from the draft, verify against the target; (token, whether accepted)."""
     x = int(torch.multinomial(draft, 1, generator=generator))
     return verify(target, draft, x, generator)
 
 
+@withheld
 def simulate_tokens_per_call(
     target: torch.Tensor, draft: torch.Tensor, draft_length: int, calls: int, seed: int = 0
 ) -> float:
@@ -503,6 +512,7 @@ def training_ngram_draft(order: int = 6) -> NGramDraft:
     return NGramDraft(corpus.tokens("train"), order, progress=True)
 
 
+@withheld
 def ngram_draft(text: torch.Tensor, context: list[int], n: int, k: int) -> list[int]:
     """Up to k proposals, each the most frequent token after the last ``n`` tokens of ``context`` in
     ``text`` (ties: the smallest token); each proposal joins the context for the next one. Stops early

@@ -24,6 +24,7 @@ from autograder.checks import (
     number,
 )
 from course import distillation
+from course.withheld import withheld
 
 
 def _logits_probe(temperature, positions=(4, 7), vocab=10, scale=3.0, dtype=np.float32):
@@ -36,13 +37,48 @@ def _logits_probe(temperature, positions=(4, 7), vocab=10, scale=3.0, dtype=np.f
     return make
 
 
-@judges_value
-def _judge_distill(probe, got):
-    student, teacher, t = probe["args"]
+DISTILL_MISTAKES = [
+    "the T^2 factor is missing: multiply by temperature**2 so gradients keep their size",
+    "divided by T^2 instead of multiplying: multiply by temperature**2",
+    "the KL is reversed: KL(teacher || student) sums p_teacher * (log p_teacher - log p_student)",
+    "the temperature was not applied to the logits",
+    "the temperature was applied to the student's logits only: soften both",
+    "the temperature was applied to the teacher's logits only: soften both",
+    "returned the cross-entropy: subtract the teacher's entropy (KL = CE - H)",
+    "summed over positions: average them",
+    'F.kl_div(..., reduction="batchmean") divides by the first dimension only (the batch), not by every '
+    "position: reshape the logits to (-1, vocab) first, or sum over the vocabulary and take the mean",
+    'F.kl_div(..., reduction="mean") averages over the vocabulary too: sum over the vocabulary, then '
+    'average over positions (reduction="batchmean" on (-1, vocab) logits)',
+]
+
+
+@withheld
+def _distill_values(student, teacher, t) -> tuple[float, list[float]]:
+    """The distillation loss of these logits at temperature ``t``, and what each of
+    :data:`DISTILL_MISTAKES` gives, in order."""
     s = torch.log_softmax(student.double() / t, -1)
     te = torch.log_softmax(teacher.double() / t, -1)
     kl = distillation.kl_divergence(te, s)
     expected = distillation.distillation_loss(student.double(), teacher.double(), t).item()
+    wrong = [
+        kl.mean().item(),
+        kl.mean().item() / t**2,
+        (distillation.kl_divergence(s, te).mean() * t * t).item(),
+        distillation.distillation_loss(student.double(), teacher.double(), 1.0).item() * t * t,
+        _kl(student.double() / t, teacher.double()) * t * t,
+        _kl(student.double(), teacher.double() / t) * t * t,
+        (-(te.exp() * s).sum(-1).mean() * t * t).item(),
+        (kl.sum() * t * t).item(),
+        (kl.sum() / student.shape[0] * t * t).item(),
+        (kl.mean() / student.shape[-1] * t * t).item(),
+    ]
+    return expected, wrong
+
+
+@judges_value
+def _judge_distill(probe, got):
+    expected, wrong = _distill_values(*probe["args"])
     value, _ = number(got, "the loss")
     if value is not None and value != value:
         return Verdict(
@@ -50,41 +86,7 @@ def _judge_distill(probe, got):
             "the loss is NaN: a log of a probability that is zero or negative. If you use F.kl_div, its target "
             "must be probabilities (softmax), or pass log_target=True with log-probabilities",
         )
-    mistakes = [
-        ("the T^2 factor is missing: multiply by temperature**2 so gradients keep their size", kl.mean().item()),
-        ("divided by T^2 instead of multiplying: multiply by temperature**2", kl.mean().item() / t**2),
-        (
-            "the KL is reversed: KL(teacher || student) sums p_teacher * (log p_teacher - log p_student)",
-            (distillation.kl_divergence(s, te).mean() * t * t).item(),
-        ),
-        (
-            "the temperature was not applied to the logits",
-            distillation.distillation_loss(student.double(), teacher.double(), 1.0).item() * t * t,
-        ),
-        (
-            "the temperature was applied to the student's logits only: soften both",
-            _kl(student.double() / t, teacher.double()) * t * t,
-        ),
-        (
-            "the temperature was applied to the teacher's logits only: soften both",
-            _kl(student.double(), teacher.double() / t) * t * t,
-        ),
-        (
-            "returned the cross-entropy: subtract the teacher's entropy (KL = CE - H)",
-            (-(te.exp() * s).sum(-1).mean() * t * t).item(),
-        ),
-        ("summed over positions: average them", (kl.sum() * t * t).item()),
-        (
-            'F.kl_div(..., reduction="batchmean") divides by the first dimension only (the batch), not by every '
-            "position: reshape the logits to (-1, vocab) first, or sum over the vocabulary and take the mean",
-            (kl.sum() / student.shape[0] * t * t).item(),
-        ),
-        (
-            'F.kl_div(..., reduction="mean") averages over the vocabulary too: sum over the vocabulary, then '
-            'average over positions (reduction="batchmean" on (-1, vocab) logits)',
-            (kl.mean() / student.shape[-1] * t * t).item(),
-        ),
-    ]
+    mistakes = list(zip(DISTILL_MISTAKES, wrong, strict=True))
     return judge_number(got, expected, mistakes, "the distillation loss", rel=1e-4, abs_tol=1e-6)
 
 
@@ -109,6 +111,7 @@ def _zero_where(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return weight.masked_fill(mask, 0.0)
 
 
+@withheld
 def _prune_mistakes(weight: torch.Tensor, share: float) -> list:
     """(hint, the pruned matrix that mistake gives) for the usual wrong answers, the more specific
     first (a truncated count is also one weight too few)."""

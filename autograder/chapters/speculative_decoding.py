@@ -11,6 +11,7 @@ import torch
 
 from autograder.checks import Check, Exercise, Requirement, Verdict, judge_number, judges_value, outcome
 from course import speculative_decoding
+from course.withheld import withheld
 
 # --- distributions that disagree ----------------------------------------------------------------
 
@@ -25,25 +26,36 @@ FIXED_P = torch.tensor([0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
 FIXED_Q = torch.tensor([0.1, 0.1, 0.2, 0.2, 0.3, 0.1])
 
 
+ALPHA_MISTAKES = [
+    "took the maximum: alpha sums min(p, q)",
+    "summed p * q: alpha sums min(p, q)",
+    "summed min(1, p / q): that is the acceptance probability of each token, not weighted by q",
+    "returned 1 - sum min(p, q): that is the rejection rate",
+    "averaged min(p, q) over the tokens: sum it",
+    "returned 1 - sum |p - q|: the total variation distance is half of sum |p - q|, so "
+    "alpha = 1 - sum |p - q| / 2, which equals sum min(p, q)",
+]
+
+
+@withheld
+def _alpha_values(p, q) -> tuple[float, list[float]]:
+    """The acceptance rate of ``p`` and ``q``, and what each of :data:`ALPHA_MISTAKES` gives, in order."""
+    wrong = [
+        torch.maximum(p, q).sum().item(),
+        (p * q).sum().item(),
+        speculative_decoding.acceptance_probabilities(p, q).sum().item(),
+        1 - torch.minimum(p, q).sum().item(),
+        torch.minimum(p, q).mean().item(),
+        1 - (p - q).abs().sum().item(),
+    ]
+    return torch.minimum(p, q).sum().item(), wrong
+
+
 @judges_value
 def _judge_alpha(probe, got):
     p, q = (a.double() for a in probe["args"])
-    mistakes = [
-        ("took the maximum: alpha sums min(p, q)", torch.maximum(p, q).sum().item()),
-        ("summed p * q: alpha sums min(p, q)", (p * q).sum().item()),
-        (
-            "summed min(1, p / q): that is the acceptance probability of each token, not weighted by q",
-            speculative_decoding.acceptance_probabilities(p, q).sum().item(),
-        ),
-        ("returned 1 - sum min(p, q): that is the rejection rate", 1 - torch.minimum(p, q).sum().item()),
-        ("averaged min(p, q) over the tokens: sum it", torch.minimum(p, q).mean().item()),
-        (
-            "returned 1 - sum |p - q|: the total variation distance is half of sum |p - q|, so "
-            "alpha = 1 - sum |p - q| / 2, which equals sum min(p, q)",
-            1 - (p - q).abs().sum().item(),
-        ),
-    ]
-    expected = torch.minimum(p, q).sum().item()
+    expected, wrong = _alpha_values(p, q)
+    mistakes = list(zip(ALPHA_MISTAKES, wrong, strict=True))
     return judge_number(  # abs_tol: float32 sums of a few numbers near 1 round at about 1e-7
         got, expected, mistakes, "the acceptance rate", rel=1e-5, abs_tol=1e-6, python_float=probe["python_float"]
     )
@@ -74,16 +86,25 @@ ACCEPTANCE = Exercise(
 # --- expected_tokens_per_call -------------------------------------------------------------------------
 
 
+TOKENS_MISTAKES = [
+    "one term short: (1 - alpha^(k+1)) / (1 - alpha) counts the target's own token too",
+    "one term too many: the sum runs over alpha^0 .. alpha^k",
+    "counted the accepted drafts only (k alpha): acceptance stops at the first rejection",
+]
+
+
+@withheld
+def _tokens_values(alpha, k) -> tuple[float, list[float]]:
+    """The expected tokens per call at ``alpha`` and ``k``, and what each of :data:`TOKENS_MISTAKES` gives."""
+    series = lambda n: sum(alpha**i for i in range(n))  # noqa: E731
+    return speculative_decoding.expected_tokens_per_call(alpha, k), [series(k), series(k + 2), k * alpha]
+
+
 @judges_value
 def _judge_tokens(probe, got):
     alpha, k = probe["args"]
-    expected = speculative_decoding.expected_tokens_per_call(alpha, k)
-    series = lambda n: sum(alpha**i for i in range(n))  # noqa: E731
-    mistakes = [
-        ("one term short: (1 - alpha^(k+1)) / (1 - alpha) counts the target's own token too", series(k)),
-        ("one term too many: the sum runs over alpha^0 .. alpha^k", series(k + 2)),
-        ("counted the accepted drafts only (k alpha): acceptance stops at the first rejection", k * alpha),
-    ]
+    expected, wrong = _tokens_values(alpha, k)
+    mistakes = list(zip(TOKENS_MISTAKES, wrong, strict=True))
     return judge_number(got, expected, mistakes, "the expected tokens per call", rel=1e-6)
 
 
@@ -133,6 +154,30 @@ TOKENS = Exercise(
 
 
 # --- speculative_token -------------------------------------------------------------------------------
+
+
+SAMPLING_MISTAKES = [
+    "always accepted the draft's token: accept with probability min(1, p(x) / q(x))",
+    "on rejection it resampled from p: resample from max(0, p - q), normalised",
+    "on rejection it resampled from q: resample from max(0, p - q), normalised",
+    "accepted with probability q(x) / p(x): it is min(1, p(x) / q(x))",
+]
+
+
+@withheld
+def _sampling_values(p, q) -> tuple[float, list[torch.Tensor]]:
+    """The acceptance rate of ``p`` and ``q``, and the token distribution each of
+    :data:`SAMPLING_MISTAKES` gives, in order."""
+    ratio = speculative_decoding.acceptance_probabilities(p, q)
+    wrong = [
+        q,
+        _outcome_distribution(p, q, ratio, p),
+        _outcome_distribution(p, q, ratio, q),
+        _outcome_distribution(
+            p, q, speculative_decoding.acceptance_probabilities(q, p), speculative_decoding.residual_distribution(p, q)
+        ),
+    ]
+    return torch.minimum(p, q).sum().item(), wrong
 
 
 def _outcome_distribution(p, q, accept, resample):
@@ -221,7 +266,7 @@ def _judge_sampling(probe, got):
     if tokens.min() < 0 or tokens.max() >= len(p):
         return Verdict(False, f"returned token {int(tokens.max())}, outside the vocabulary of {len(p)}")
     freq = torch.bincount(tokens, minlength=len(p)).double() / n
-    alpha = torch.minimum(p, q).sum().item()
+    alpha, wrong = _sampling_values(p, q)
 
     def fits(dist):
         spread = (dist * (1 - dist) / n).sqrt()
@@ -236,29 +281,8 @@ def _judge_sampling(probe, got):
                 f"it should be True when the draft's token was kept (alpha = {alpha:.3f})",
             )
         return Verdict(True)
-    ratio = speculative_decoding.acceptance_probabilities(p, q)
-    mistakes = [
-        ("always accepted the draft's token: accept with probability min(1, p(x) / q(x))", q),
-        (
-            "on rejection it resampled from p: resample from max(0, p - q), normalised",
-            _outcome_distribution(p, q, ratio, p),
-        ),
-        (
-            "on rejection it resampled from q: resample from max(0, p - q), normalised",
-            _outcome_distribution(p, q, ratio, q),
-        ),
-        (
-            "accepted with probability q(x) / p(x): it is min(1, p(x) / q(x))",
-            _outcome_distribution(
-                p,
-                q,
-                speculative_decoding.acceptance_probabilities(q, p),
-                speculative_decoding.residual_distribution(p, q),
-            ),
-        ),
-    ]
     worst = int((freq - p).abs().argmax())
-    for hint, dist in mistakes:
+    for hint, dist in zip(SAMPLING_MISTAKES, wrong, strict=True):
         if not torch.allclose(dist, p, atol=1e-3) and fits(dist):
             return Verdict(
                 False, f"{hint} (token {worst}: frequency {freq[worst]:.3f}, target probability {p[worst]:.3f})"
@@ -308,17 +332,27 @@ SPECULATIVE_TOKEN = Exercise(
 # --- speculative_speedup ---------------------------------------------------------------------------
 
 
+SPEEDUP_MISTAKES = [
+    "the draft's cost was left out: divide by (k c + 1)",
+    "the target's own call was left out of the cost: divide by (k c + 1), not k c",
+    "the draft's cost was counted once, not per drafted token: (k c + 1)",
+    "divided the cost by the tokens, upside down: tokens per call / (k c + 1)",
+]
+
+
+@withheld
+def _speedup_values(alpha, k, c) -> tuple[float, list[float]]:
+    """The speed-up at ``alpha``, ``k`` and ``c``, and what each of :data:`SPEEDUP_MISTAKES` gives, in order."""
+    tokens = speculative_decoding.expected_tokens_per_call(alpha, k)
+    wrong = [tokens, tokens / (k * c), tokens / (c + 1), (k * c + 1) / tokens]
+    return speculative_decoding.speedup(alpha, k, c), wrong
+
+
 @judges_value
 def _judge_speedup(probe, got):
-    alpha, k, c = probe["args"]
-    tokens = speculative_decoding.expected_tokens_per_call(alpha, k)
-    mistakes = [
-        ("the draft's cost was left out: divide by (k c + 1)", tokens),
-        ("the target's own call was left out of the cost: divide by (k c + 1), not k c", tokens / (k * c)),
-        ("the draft's cost was counted once, not per drafted token: (k c + 1)", tokens / (c + 1)),
-        ("divided the cost by the tokens, upside down: tokens per call / (k c + 1)", (k * c + 1) / tokens),
-    ]
-    return judge_number(got, speculative_decoding.speedup(alpha, k, c), mistakes, "the speed-up", rel=1e-6)
+    expected, wrong = _speedup_values(*probe["args"])
+    mistakes = list(zip(SPEEDUP_MISTAKES, wrong, strict=True))
+    return judge_number(got, expected, mistakes, "the speed-up", rel=1e-6)
 
 
 def _speedup_probe(fixed=None):
@@ -352,6 +386,7 @@ def _following(text, last):
     return [text[i + width] for i in range(len(text) - width) if text[i : i + width] == last]
 
 
+@withheld
 def _ngram_variant(text, context, n, k, grow=True, width=None, pick="most", tie="smallest", back_off=False):
     """ngram_draft as written, or with one of the usual mistakes: the context not grown by the
     proposals, ``width`` tokens of context instead of n, the first or last continuation instead of
@@ -383,9 +418,9 @@ def _ngram_variant(text, context, n, k, grow=True, width=None, pick="most", tie=
 TIES = {"largest": "the largest token", "first": "the one found first in the text"}
 
 
-def _tie_hint(text, context, n, k, tokens) -> str:
-    """The hint for a wrong tie-break, naming each rule that gives ``tokens`` (or "")."""
-    rules = [TIES[rule] for rule in TIES if _ngram_variant(text, context, n, k, tie=rule) == tokens]
+def _tie_hint(ties: dict[str, list[int]], tokens) -> str:
+    """The hint for a wrong tie-break, naming each rule whose proposals (``ties``) are ``tokens`` (or "")."""
+    rules = [TIES[rule] for rule in TIES if ties[rule] == tokens]
     if not rules:
         return ""
     took = rules[0] if len(rules) == 1 else f"{rules[0]} (here also {rules[1]})"
@@ -399,6 +434,27 @@ NGRAM_MISTAKES = [
     ("took the first continuation found in the text: count them all and take the most frequent", {"pick": "first"}),
     ("took the last continuation found in the text: count them all and take the most frequent", {"pick": "last"}),
 ]
+
+
+@withheld
+def _ngram_values(text, context, n, k) -> dict:
+    """What ``ngram_draft`` proposes for these inputs (``expected``), and what the mistakes do:
+    each wrong tie-break of :data:`TIES` (``ties``), backing off (``back_off``), and each of
+    :data:`NGRAM_MISTAKES` in order (``mistakes``; None where its context would be empty)."""
+    mistakes = []
+    for _, change in NGRAM_MISTAKES:
+        if "width" in change:
+            change = {"width": n + change["width"]}
+            if change["width"] < 1:
+                mistakes.append(None)
+                continue
+        mistakes.append(_ngram_variant(text, context, n, k, **change))
+    return {
+        "expected": speculative_decoding.ngram_draft(text, context, n, k),
+        "ties": {rule: _ngram_variant(text, context, n, k, tie=rule) for rule in TIES},
+        "back_off": _ngram_variant(text, context, n, k, back_off=True),
+        "mistakes": mistakes,
+    }
 
 
 def _as_token_list(value):
@@ -415,14 +471,15 @@ def _judge_ngram(probe, got):
     tokens, problem = _as_token_list(got)
     if problem:
         return Verdict(False, problem)
-    expected = speculative_decoding.ngram_draft(text, context, n, k)
+    values = _ngram_values(text, context, n, k)
+    expected = values["expected"]
     if tokens == expected:
         return Verdict(True)
     difference = f"expected {expected}, got {tokens}"
-    tie = _tie_hint(text, context, n, k, tokens)  # first: it differs from the right answer only where counts tie
+    tie = _tie_hint(values["ties"], tokens)  # first: it differs from the right answer only where counts tie
     if tie:
         return Verdict(False, f"{tie} ({difference})")
-    if _ngram_variant(text, context, n, k, back_off=True) == tokens:
+    if values["back_off"] == tokens:
         return Verdict(
             False,
             f"backed off to a shorter context when the last {n} tokens never occur in the text (as the chapter's "
@@ -434,12 +491,8 @@ def _judge_ngram(probe, got):
             f"kept proposing after a context that never occurs in the text: stop there and return what you have "
             f"({difference})",
         )
-    for hint, change in NGRAM_MISTAKES:
-        if "width" in change:
-            change = {"width": n + change["width"]}
-            if change["width"] < 1:
-                continue
-        if _ngram_variant(text, context, n, k, **change) == tokens:
+    for (hint, _), wrong in zip(NGRAM_MISTAKES, values["mistakes"], strict=True):
+        if wrong is not None and wrong == tokens:
             return Verdict(False, f"{hint} ({difference})")
     return Verdict(False, difference)
 
