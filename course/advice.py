@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from course import lora
+from course.withheld import withheld
 
 GiB = 2**30
 
@@ -30,6 +31,7 @@ ADVICE = ("retrieval", "prompting", "fine-tuning")
 _SYNONYMS = {"rag": "retrieval", "prompt": "prompting", "finetuning": "fine-tuning", "fine-tune": "fine-tuning"}
 
 
+@withheld
 def fine_tuning_advice(need: str, changes_often: bool, tried_prompting: bool) -> str:
     """The first thing to do for ``need`` (a key of :data:`NEEDS`): ``"retrieval"``, ``"prompting"``
     or ``"fine-tuning"``.

@@ -16,6 +16,7 @@ from torch import nn
 
 from course import checkpoints, speculative_decoding
 from course.model import LanguageModel, generate
+from course.withheld import withheld
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ def draft_model(name: str) -> nn.Module | None:
     return DRAFTS[name].load("cpu")
 
 
+@withheld
 @torch.no_grad()
 def greedy_speculative(
     target,

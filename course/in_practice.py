@@ -28,6 +28,7 @@ from torch import nn
 
 from course import flash_attention, lora, quantization, readings
 from course.model import repeat_kv
+from course.withheld import withheld
 
 # --- the course model's interface over a transformers model ---------------------------------------
 
@@ -128,6 +129,7 @@ def head_dim(config: dict) -> int:
     return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
 
 
+@withheld
 def kv_cache_bytes_from_config(config: dict, seq_len: int, batch: int = 1, bytes_per_element: int = 2) -> int:
     """Chapter 4's formula with the numbers read off a transformers config (as a dict)."""
     return int(
@@ -156,6 +158,7 @@ def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
     }
 
 
+@withheld
 def lora_trainable_parameters(config: dict, target_modules: Iterable[str], r: int) -> int:
     """Numbers peft trains for rank-``r`` adapters on ``target_modules`` of every layer."""
     shapes = linear_shapes(config)
@@ -278,6 +281,7 @@ def distinct_per_block(weight: torch.Tensor, block: int = 32) -> torch.Tensor:
     return (rows.diff(dim=1) != 0).sum(dim=1) + 1
 
 
+@withheld
 def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
     """Two 4-bit codes per byte, the first in the high nibble (bitsandbytes' layout): (n,) -> (n/2,) uint8."""
     flat = codes.flatten().to(torch.uint8)
@@ -286,6 +290,7 @@ def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
     return quantization.pack_codes(flat.reshape(1, -1), 4).flatten()
 
 
+@withheld
 def unpack_nf4(packed: torch.Tensor) -> torch.Tensor:
     """The inverse of :func:`pack_nf4`: (n/2,) bytes -> (n,) codes 0..15."""
     return quantization.unpack_codes(packed.reshape(1, -1), 4).flatten()

@@ -22,6 +22,7 @@ from course import quantization
 from course.kernels import int4
 from course.model import LanguageModel
 from course.quantization import pack_codes, pack_int4, unpack_codes
+from course.withheld import withheld
 
 FORMAT_BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "nf4": 4, "int2": 2}
 GROUPED = ("int8", "int4", "nf4", "int2")  # formats with codes and scales
@@ -158,6 +159,7 @@ def weight_bytes(model: nn.Module | None) -> int:
     return sum(t.numel() * t.element_size() for t in model.state_dict().values())
 
 
+@withheld
 def int4_layer_buffers(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """What a stored int4 layer keeps for ``weight`` (out, in): codes packed two to a byte
     (:func:`pack_int4`, from chapter 3's symmetric absmax codes of the float32 scale) and the scales

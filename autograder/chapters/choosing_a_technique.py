@@ -8,6 +8,7 @@ The sandbox runs the course's model from the text of ``course/model.py`` (:func:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -34,6 +35,7 @@ from course import choosing_a_technique as technique
 from course import model as course_model
 from course.kernels import int4
 from course.model import generate
+from course.withheld import withheld
 
 # --- fine_tuning_advice -------------------------------------------------------------------------------
 
@@ -79,29 +81,6 @@ def _variant(knowledge=None, instructions="prompting", changes=True, prompting_f
     return rule
 
 
-ADVICE_MISTAKES = [
-    (
-        "need 'knowledge' is retrieval's job whatever else holds: documents go into the prompt through retrieval, "
-        "not into the weights",
-        _variant(knowledge="fine-tuning"),
-    ),
-    (
-        "knowledge that changes often is still retrieval's job: retrieval reads the current documents",
-        _variant(knowledge_moving="prompting"),
-    ),
-    ("instructions belong in the prompt: need 'instructions' is 'prompting'", _variant(instructions="fine-tuning")),
-    (
-        "when what the model must learn changes often, every change would mean training again: that is "
-        "'prompting', not 'fine-tuning'",
-        _variant(changes=False),
-    ),
-    (
-        "prompting comes first: until it has seriously been tried (tried_prompting False), the advice is 'prompting'",
-        _variant(prompting_first=False),
-    ),
-]
-
-
 @judges_value
 def _judge_advice(probe, got):
     cases = probe["args"][0]
@@ -125,8 +104,8 @@ def _judge_advice(probe, got):
     wrong = [i for i, (a, b) in enumerate(zip(labels, expected, strict=True)) if a != b]
     if not wrong:
         return Verdict(True)
-    for hint, rule in ADVICE_MISTAKES:
-        if labels == [rule(*case) for case in cases]:
+    for hint, answers in _advice_mistakes(cases):
+        if labels == answers:
             return Verdict(False, hint)
     first = wrong[0]
     return Verdict(
@@ -134,6 +113,34 @@ def _judge_advice(probe, got):
         f"{len(wrong)} of {len(cases)} cases differ; for example fine_tuning_advice{tuple(cases[first])} gave "
         f"{labels[first]!r}, expected {expected[first]!r}",
     )
+
+
+@withheld
+def _advice_mistakes(cases: list) -> list[tuple[str, list[str]]]:
+    """Each plausible wrong rule's advice for ``cases``, with the hint that names it."""
+    mistakes = [
+        (
+            "need 'knowledge' is retrieval's job whatever else holds: documents go into the prompt through retrieval, "
+            "not into the weights",
+            _variant(knowledge="fine-tuning"),
+        ),
+        (
+            "knowledge that changes often is still retrieval's job: retrieval reads the current documents",
+            _variant(knowledge_moving="prompting"),
+        ),
+        ("instructions belong in the prompt: need 'instructions' is 'prompting'", _variant(instructions="fine-tuning")),
+        (
+            "when what the model must learn changes often, every change would mean training again: that is "
+            "'prompting', not 'fine-tuning'",
+            _variant(changes=False),
+        ),
+        (
+            "prompting comes first: until it has seriously been tried (tried_prompting False), the advice is "
+            "'prompting'",
+            _variant(prompting_first=False),
+        ),
+    ]
+    return [(hint, [rule(*case) for case in cases]) for hint, rule in mistakes]
 
 
 def _judge_unknown_need(probe, result):
@@ -194,6 +201,7 @@ def _codes_probe(rows=None, cols=None, fixed=None):
     return make
 
 
+@withheld
 def _pack_mistakes(codes: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     c = codes.to(torch.int64)
     high, low = c[:, 0::2], c[:, 1::2]
@@ -408,6 +416,7 @@ def _stored(tensors) -> tuple[torch.Tensor, torch.Tensor, str]:
     return tensors["codes"], tensors["scale"], ""
 
 
+@withheld
 def _codes_mistakes(weight, group) -> list[tuple[str, torch.Tensor | None, torch.Tensor | None]]:
     codes, scale = quantization.quantize(weight.float(), 4, group)
     packed = quantization.pack_int4(codes)
@@ -472,13 +481,19 @@ def _judge_layer_tensors(probe, got):
     if not torch.equal(scale, expected_scale):
         return Verdict(False, "the scales differ from absmax / 7 of each group (chapter 3's symmetric 4-bit codes)")
     # the codes of the float16 scale are as good as those of the float32 one
-    alternative = quantization.pack_int4(
-        torch.round(weight / expected_scale.float().repeat_interleave(group, dim=1)).clamp(-8, 7).to(torch.int32)
-    )
+    alternative = _codes_of_scale(weight, expected_scale, group)
     if torch.equal(codes, expected_codes) or torch.equal(codes, alternative):
         return Verdict(True)
     wrong = int((codes != expected_codes).sum())
     return Verdict(False, f"{wrong} of {codes.numel()} bytes differ from round(weight / scale) packed with pack_int4")
+
+
+@withheld
+def _codes_of_scale(weight: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
+    """The packed codes of ``weight`` rounded against ``scale`` (the layer's float16 scales)."""
+    return quantization.pack_int4(
+        torch.round(weight / scale.float().repeat_interleave(group, dim=1)).clamp(-8, 7).to(torch.int32)
+    )
 
 
 @judges_value
@@ -549,6 +564,7 @@ LOSS_WINDOWS, LOSS_LENGTH = 8, 256
 FP32 = "fp32"  # _course_loss's group for the float32 target
 
 
+@withheld
 @functools.cache
 @torch.no_grad()
 def _course_loss(group: int | None | str, mistake: str = "", calibration: str = "none") -> float:
@@ -585,6 +601,7 @@ def _probe_hessians() -> dict[str, torch.Tensor]:
     return quantization.calibration_hessians(technique.target(), corpus.tokens("train"), CALIBRATION_PROBE_WINDOWS)
 
 
+@withheld
 @functools.cache
 def _gptq_inputs(group: int | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """GPTQ's signed codes and float32 scales for each of the target's linear layers, by state-dict
@@ -769,6 +786,7 @@ LOOP_MISTAKES = {  # each planted mistake: its hint, and the course's loop with 
 }
 
 
+@withheld
 @functools.cache
 def _loop_expected(draft: str, start: int, k: int) -> dict:
     """The target's greedy tokens (course.model.generate), chapter 6's loop's target calls at
@@ -780,6 +798,7 @@ def _loop_expected(draft: str, start: int, k: int) -> dict:
     return {"greedy": greedy, "calls": calls, "prompt": prompt}
 
 
+@withheld
 @functools.cache
 def _mistake_outcome(draft: str, start: int, k: int, mistake: str) -> list[int] | str:
     """The tokens of the course's loop with ``mistake`` planted (:data:`LOOP_MISTAKES`) on one
@@ -918,7 +937,7 @@ def _capstone(part: str):
             config = technique.Configuration.from_dict(got)
         except (TypeError, ValueError) as error:
             return Verdict(False, f"not a configuration the capstone can serve: {error}")
-        figures = technique.measure(config)
+        figures = technique.Figures(**_capstone_figures(config.as_dict()))
         data = {"configuration": config.label(), **config.as_dict(), **figures.as_dict()}
         if figures.within()[part]:
             return Verdict(True, data=data)
@@ -936,6 +955,12 @@ def _capstone(part: str):
         )
 
     return judge
+
+
+@withheld
+def _capstone_figures(configuration: dict) -> dict:
+    """The capstone's figures (:class:`course.choosing_a_technique.Figures`' fields) for ``configuration``."""
+    return dataclasses.asdict(technique.measure(technique.Configuration.from_dict(configuration)))
 
 
 def _configuration_probe(rng):

@@ -19,6 +19,7 @@ from autograder.checks import (
     outcome,
 )
 from course import in_practice
+from course.withheld import withheld
 
 SMOLLM2 = {  # SmolLM2-135M's config.json, the numbers the exercises use
     "num_hidden_layers": 30,
@@ -72,12 +73,19 @@ def _judge_kv(probe, got):
     batch = probe["kwargs"].get("batch", 1)
     element = probe["kwargs"].get("bytes_per_element", 2)
     expected = in_practice.kv_cache_bytes_from_config(config, seq_len, batch, element)
+    return judge_number(got, expected, _kv_mistakes(config, seq_len, batch, element), "the cache size in bytes")
+
+
+@withheld
+def _kv_mistakes(config: dict, seq_len: int, batch: int, element: int) -> list[tuple[str, float]]:
+    """The cache size each known mistake gives for these inputs, with the hint that names it."""
+    expected = in_practice.kv_cache_bytes_from_config(config, seq_len, batch, element)
 
     def formula(**changes):
         return in_practice.kv_cache_bytes_from_config(_with(config, **changes), seq_len, batch, element)
 
     width_per_head = config["hidden_size"] // config["num_attention_heads"]
-    mistakes = [
+    return [
         (
             "used num_attention_heads: the cache keeps key-value heads only (num_key_value_heads), "
             "which grouped-query attention makes fewer",
@@ -100,7 +108,6 @@ def _judge_kv(probe, got):
         ("left out the batch: every sequence keeps its own cache", expected / batch),
         ("left out bytes_per_element", expected / element),
     ]
-    return judge_number(got, expected, mistakes, "the cache size in bytes")
 
 
 def _kv_probe(config=None, seq_len=None, kwargs=None, with_head_dim=False):
@@ -175,13 +182,20 @@ KV_FROM_CONFIG = Exercise(
 def _judge_lora(probe, got):
     config, targets, r = probe["args"]
     expected = in_practice.lora_trainable_parameters(config, targets, r)
+    return judge_number(got, expected, _lora_mistakes(config, targets, r), "the number of trainable parameters")
+
+
+@withheld
+def _lora_mistakes(config: dict, targets: list, r: int) -> list[tuple[str, float]]:
+    """The count each known mistake gives for these inputs, with the hint that names it."""
+    expected = in_practice.lora_trainable_parameters(config, targets, r)
     layers = config["num_hidden_layers"]
     shapes = in_practice.linear_shapes(config)
 
     def each(count):
         return layers * sum(count(*shapes[name]) for name in set(targets))
 
-    mistakes = [
+    return [
         (
             "k_proj and v_proj sized like q_proj: with grouped-query attention they output "
             "num_key_value_heads * head_dim, fewer than the queries",
@@ -204,7 +218,6 @@ def _judge_lora(probe, got):
         ),
         ("left out the number of layers: peft adds the adapters to every layer", expected / layers),
     ]
-    return judge_number(got, expected, mistakes, "the number of trainable parameters")
 
 
 def _lora_probe(config=None, targets=None, r=None):
@@ -305,8 +318,15 @@ def _judge_pack(probe, result):  # reads the raw result too: the dtype is part o
                 False, f"the values are right but the dtype is {dtype}: bytes are torch.uint8 (.to(torch.uint8))"
             )
         return Verdict(True)
+    mistakes = [(hint, lambda wrong=wrong: wrong) for hint, wrong in _nf4_mistakes(codes)]
+    return diagnose(flat, expected, mistakes, "the bytes", rtol=0, atol=0)
+
+
+@withheld
+def _nf4_mistakes(codes: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """The bytes (as float64) each known packing mistake makes of ``codes``, with the hint that names it."""
     first, second = codes[0::2].double(), codes[1::2].double()
-    mistakes = [
+    return [
         (
             "the second code went into the high nibble: bitsandbytes puts the first code high, the second low",
             second * 16 + first,
@@ -314,9 +334,6 @@ def _judge_pack(probe, result):  # reads the raw result too: the dtype is part o
         ("the first code's bits are lost: shift it by 4 bits (x << 4), a byte holds only 8", second),
         ("shifted by 8 instead of 4 without losing the bits: a byte's high nibble is x << 4", first * 256 + second),
     ]
-    return diagnose(
-        flat, expected, [(hint, lambda wrong=wrong: wrong) for hint, wrong in mistakes], "the bytes", rtol=0, atol=0
-    )
 
 
 def _pack_probe(n=None, fixed=None):

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import quantization
+from course.withheld import withheld
 
 GROUP_SIZES = (32, 64, 128, 256)  # what torch's fused int4 kernels accept
 TOLERANCE = 1e-2  # ||fused - reference|| / ||reference||: bfloat16 activations and scales (measured ~3e-3)
@@ -190,6 +191,7 @@ def prepared_for(module: nn.Module, packed: torch.Tensor, scale: torch.Tensor) -
     return cache[key]
 
 
+@withheld
 class Int4Linear(nn.Module):
     """A bias-free linear layer stored as int4 codes packed two to a byte and one fp16 scale per group.
 
