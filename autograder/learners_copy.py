@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import colab, notebook
@@ -81,13 +82,20 @@ def _stub(node) -> tuple[int, int, str]:
     return first, node.end_lineno, f"{' ' * node.body[0].col_offset}{STUB}\n"
 
 
-def _hidden_checks(tree: ast.Module) -> list[tuple[int, int, str]]:
+def _hidden_checks(tree: ast.Module) -> list:
     """Line edits removing every ``Check(...)`` without ``visible=True`` from an ``Exercise(...)``'s
-    list, and telling the exercise how many were removed (``hidden_checks=N``)."""
+    list, and telling the exercise how many were removed (``hidden_checks=N``); and its
+    ``requirements``, which name the hidden checks (and state what the prompt asks, formulas too)."""
     edits = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Exercise"):
             continue
+        # what the prompt requires, each with its checks, is the instructor's coverage table's
+        for keyword in node.keywords:
+            if keyword.arg == "requirements":
+                if keyword.col_offset != node.args[0].col_offset:  # ruff puts each argument on a line of its own
+                    raise ValueError(f"line {keyword.lineno}: requirements= must start a line of its own")
+                edits.append((keyword.lineno, keyword.end_lineno, None))
         listed = next((a for a in node.args if isinstance(a, ast.List)), None)
         if listed is None:
             continue
@@ -95,7 +103,7 @@ def _hidden_checks(tree: ast.Module) -> list[tuple[int, int, str]]:
         for item in hidden:
             edits.append((item.lineno, item.end_lineno, None))
         if hidden:  # the keyword goes right after the list's comma (positional arguments never follow it)
-            edits.append((listed.end_lineno, listed.end_col_offset, f"__HIDDEN__{len(hidden)}"))
+            edits.append(Insert(listed.end_lineno, listed.end_col_offset, f" hidden_checks={len(hidden)},"))
     return edits
 
 
@@ -105,15 +113,26 @@ def _visible(check: ast.Call) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Insert:
+    """``text`` to insert after the ``,`` that ends at ``column`` of line ``line`` (where an edit
+    given as a tuple (first, last, replacement or None) replaces whole lines)."""
+
+    line: int
+    column: int
+    text: str
+
+
 def _apply(source: str, edits: list) -> str:
     lines = source.splitlines(keepends=True)
-    for first, last, replacement in sorted(edits, key=lambda e: e[0], reverse=True):
-        if isinstance(replacement, str) and replacement.startswith("__HIDDEN__"):
-            line, column = lines[first - 1], last + 1  # here ``last`` is the list's end column
+    for edit in sorted(edits, key=lambda e: e.line if isinstance(e, Insert) else e[0], reverse=True):
+        if isinstance(edit, Insert):
+            line, column = lines[edit.line - 1], edit.column + 1
             if line[column - 1 : column] != ",":
-                raise ValueError(f"cannot add hidden_checks after line {first}: {line!r}")
-            lines[first - 1] = f"{line[:column]} hidden_checks={replacement.removeprefix('__HIDDEN__')},{line[column:]}"
+                raise ValueError(f"cannot insert {edit.text!r} after line {edit.line}: {line!r}")
+            lines[edit.line - 1] = line[:column] + edit.text + line[column:]
             continue
+        first, last, replacement = edit
         lines[first - 1 : last] = [replacement] if replacement else []
     return "".join(lines)
 
@@ -123,7 +142,7 @@ def _unused_private(source: str) -> str:
     else in it names, repeated until none is left (what only the hidden checks used)."""
     while True:
         tree = ast.parse(source)
-        named = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
+        named = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
         named += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
         unused = []
         for node in tree.body:
