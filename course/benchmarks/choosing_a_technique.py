@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from course import paths, timing
-from course.choosing_a_technique import REFERENCE, Configuration, generation, measure, time_generation
+from course.choosing_a_technique import Configuration, generation, measure, reference, time_generation
 from course.drafts import greedy_speculative
 from course.learner_server import LearnerServer, gap_reading, server_reading, speedups
 from course.smollm2_timing import smollm2_time
@@ -48,9 +48,8 @@ def solution_answers(grade_ids=LEARNERS_CODE) -> dict:
 
 def _reference_configuration_server(layer, loop) -> LearnerServer:
     """The learner's server of the reference configuration, with ``layer`` and ``loop``."""
-    return LearnerServer(
-        layer, loop, REFERENCE.group_size, REFERENCE.draft, REFERENCE.draft_length, REFERENCE.calibration
-    )
+    ours = reference()
+    return LearnerServer(layer, loop, ours.group_size, ours.draft, ours.draft_length, ours.calibration)
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:
@@ -60,7 +59,7 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
     exercises build it, the learner's server (the solution's layer and loop, and its codes through the
     fused product), and SmolLM2 with the course's int4 codes."""
     print("\n== chapter 9: the capstone's reference configuration ==")
-    baseline, parts, new = Configuration(), REFERENCE.parts(), 128
+    baseline, parts, new = Configuration(), reference().parts(), 128
     chosen, tried = timing.choose_threads(generation(baseline, device, new), device)
     print(timing.describe_threads(chosen, tried))
     with timing.threads(chosen):
