@@ -461,6 +461,20 @@ def test_the_grader_leaves_the_models_it_keeps_as_loaded():
     assert all(torch.equal(kept[name], t) and torch.equal(spec[name], t) for name, t in fresh.items())
 
 
+def test_calibration_hooks_a_copy_of_the_loaded_target(monkeypatch):
+    """The Hessians' hooks go on a copy: on the one loaded target they would collect the passes
+    other grading threads make through it meanwhile (Hessians 5-15% off, a capstone's loss +0.0032
+    instead of +0.0013), and copies taken of it meanwhile would keep them."""
+    given = []
+    monkeypatch.setattr(quantization, "calibration_hessians", lambda model, *args: given.append(model) or {})
+    technique.calibration_hessians.__wrapped__(2)
+    assert len(given) == 1 and given[0] is not technique.target()
+    windows = []  # the grader's calibrated check takes its Hessians from the same function
+    monkeypatch.setattr(technique, "calibration_hessians", lambda n: windows.append(n) or {})
+    checks._probe_hessians.__wrapped__()
+    assert windows == [checks.CALIBRATION_PROBE_WINDOWS]
+
+
 def test_replace_layers_and_the_course_layer():
     target = checkpoints.load("target")
     replaced = stored_weights.replace_layers(
