@@ -16,6 +16,7 @@ the learner's server is ``course.learner_server``.
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import asdict, dataclass, fields
 
@@ -251,11 +252,14 @@ def prompts() -> list[torch.Tensor]:
 
 
 @functools.cache
-def calibration_hessians() -> dict[str, torch.Tensor]:
+def calibration_hessians(windows: int = quantization.CALIBRATION_WINDOWS) -> dict[str, torch.Tensor]:
     """H = X^T X / n of each of the target's linear layers, from the float32 target reading
-    chapter 3's calibration windows of the training plays (never the held-out ones)."""
+    ``windows`` windows of the training plays (chapter 3's by default; never the held-out ones).
+    A copy of the target reads them: the hooks that collect X would also see the passes other
+    threads make through the one loaded target meanwhile (the grader judges notebooks in threads),
+    and copies taken of it meanwhile would keep them."""
     with timing.threads(1):
-        return quantization.calibration_hessians(target(), corpus.tokens("train"), quantization.CALIBRATION_WINDOWS)
+        return quantization.calibration_hessians(copy.deepcopy(target()), corpus.tokens("train"), windows)
 
 
 @functools.cache
@@ -266,8 +270,6 @@ def stored_target(
     """The target stored in ``weights`` (GPTQ's codes with ``calibration == "gptq"``). ``fused``
     False: every product in float32, what the graded figures use (the same on every machine);
     True: int4 through torch's fused product where it takes a layer, what the clock times."""
-    import copy
-
     if fused:
         model = copy.deepcopy(stored_target(weights, group_size, calibration))
         for module in model.modules():
@@ -419,8 +421,6 @@ def format_table(formats=ALTERNATIVES) -> list[dict]:
 def generation(config: Configuration, device: torch.device | None = None, new_tokens: int = NEW_TOKENS):
     """A call that generates ``new_tokens`` greedily after the first prompt with ``config`` on
     ``device`` (the CPU by default): what the wall-clock measurements time."""
-    import copy
-
     device = device or torch.device("cpu")
     target = stored_target(*config.format, fused=True)
     target = target if device.type == "cpu" else copy.deepcopy(target).to(device)

@@ -1,5 +1,6 @@
 """Shared fixtures: instructor notebooks built from solutions/, papermill, and each chapter's planted
-mistakes graded as one batch (a chapter's test module lists them in ``PLANTED``)."""
+mistakes graded as one batch (a chapter's test module lists them in ``PLANTED``, from
+``autograder/planted/<slug>.py``), and the assertions and helpers the chapters' tests share."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from autograder import grade, headless, release, sandbox
+from autograder.planted import Planted, misjudged
 from course import paths
 
 ARTIFACTS = paths.ROOT / "test-artifacts"
@@ -188,22 +189,6 @@ def copies_graded(instructor_notebooks, tmp_path_factory) -> tuple[dict, Path]:
     return by_learner, out
 
 
-@dataclass(frozen=True)
-class Planted:
-    """A plausible wrong answer, and how the grader must answer it.
-
-    ``source`` replaces the answer cell ``grade_id`` of the solution; every check in ``must_fail``
-    fails with ``words`` in its hint; checks of other exercises keep their points, except those of
-    ``calls_it`` (exercises that call the learner's own answer to this one).
-    """
-
-    grade_id: str
-    source: str
-    must_fail: set[str]
-    words: str
-    calls_it: set[str] = field(default_factory=set)
-
-
 def _replace_answer(notebook: dict, grade_id: str, source: str) -> dict:
     for cell in notebook["cells"]:
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
@@ -231,13 +216,8 @@ def planted_reports(request, instructor_notebooks, tmp_path_factory) -> dict:
 
 def assert_named(report, planted: Planted) -> None:
     """The report fails what ``planted`` must fail, names the mistake, and costs nothing else."""
-    failed = {t.id: t.hint for t in report.tests if not t.passed}
-    assert planted.must_fail <= set(failed), report.text()
-    assert all(planted.words in failed[i] for i in planted.must_fail), report.text()
-    assert report.score < report.max_score
-    touched = {i.split(".")[0] for i in planted.must_fail} | {planted.grade_id} | planted.calls_it
-    others = [t for t in report.tests if t.id.split(".")[0] not in touched]
-    assert all(t.passed for t in others), "a mistake in one exercise must not cost another: " + report.text()
+    wrong = misjudged(report, planted)
+    assert not wrong, "\n".join(wrong) + "\n" + report.text()
 
 
 def verdicts(grade_id: str, source: str, seed: int = 7) -> dict:
@@ -271,6 +251,21 @@ def assert_accepted(grade_id: str, source: str) -> None:
     """In this process: ``source``, a correct answer written its own way, passes every check."""
     found = verdicts(grade_id, source)
     assert all(v.passed for v in found.values()), "\n".join(f"{i}: {v.hint}" for i, v in found.items() if not v.passed)
+
+
+def check_cell(grade_id: str, source: str, capsys) -> str:
+    """What the learner's check cell prints for the answer ``source``: ``check(grade_id)`` in a
+    kernel that ran the chapter's setup cells and ``source`` (the visible checks, seeded as there)."""
+    from autograder import notebook
+    from autograder.chapters import chapter_of
+    from autograder.selfcheck import check
+
+    namespace: dict = {"__name__": "__main__", "In": ["", source]}
+    for cell in [*notebook.setup_sources(notebook.released(chapter_of(grade_id))), source]:
+        exec(cell, namespace)
+    with pytest.raises(AssertionError, match=f"checks of {grade_id} failed"):
+        check(grade_id, namespace=namespace)
+    return capsys.readouterr().out
 
 
 def judged_in_process(mistakes: dict[str, Planted], variants: dict[str, tuple[str, str]]):

@@ -5,11 +5,13 @@ import pytest
 import torch
 from torch.nn.utils import prune as torch_prune
 
+from autograder.planted import Planted, planted
+from autograder.planted.distillation import prune
 from course import checkpoints, corpus, distillation
 from course.plots import distillation as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named, judged_in_process, verdicts
+from conftest import assert_named, judged_in_process, verdicts
 
 
 def test_distillation_loss_against_a_direct_formula():
@@ -112,58 +114,8 @@ def test_prune_smallest_prunes_what_torch_l1_unstructured_prunes(shape, share):
     assert zeros == int((l1_unstructured_mask(tied, share) == 0).sum()), (shape, share)
 
 
-PRUNE = """
-def prune_smallest(weight, share):
-    if not 0 <= share <= 1:
-        raise ValueError("share")
-    pruned = weight.clone()
-    {body}
-    return pruned
-"""
 VALUES = {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.rounding", "prune_smallest.half"}
-
-
-def prune(ranks="weight.abs().flatten().argsort()", extra="", count="round(share * weight.numel())") -> str:
-    """A prune_smallest that zeroes the first ``count`` (+ ``extra``) weights of ``ranks``."""
-    return PRUNE.format(body=f"pruned.view(-1)[{ranks}[: {count}{extra}]] = 0")
-
-
-PLANTED = {
-    "distill_no_t_squared": Planted(
-        "distillation_loss",
-        "def distillation_loss(student_logits, teacher_logits, temperature):\n"
-        "    s = torch.log_softmax(student_logits / temperature, -1)\n"
-        "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
-        "    return (t.exp() * (t - s)).sum(-1).mean()\n",
-        {"distillation_loss.batch_t2", "distillation_loss.t4", "distillation_loss.4d"},
-        "T^2 factor",
-    ),
-    "prune_row_by_row": Planted(
-        "prune_smallest",
-        PRUNE.format(
-            body="keep = int(share * weight.shape[1])\n"
-            "    rows = weight.abs().argsort(dim=1)[:, :keep]\n"
-            "    pruned.scatter_(1, rows, 0.0)"
-        ),
-        {"prune_smallest.whole_matrix"},
-        "the same share of each row",
-    ),
-    "prune_with_kthvalue_at_least_one": Planted(  # the chapter's own first version: max(1, ...) prunes at share 0
-        "prune_smallest",
-        PRUNE.format(
-            body="cutoff = weight.abs().flatten().kthvalue(max(1, int(share * weight.numel()))).values\n"
-            "    pruned[weight.abs() <= cutoff] = 0"
-        ),
-        {"prune_smallest.edges"},
-        "share 0 zeroed 1 weight(s)",
-    ),
-    "prune_truncates": Planted(  # what the chapter asked for before it counted like torch.nn.utils.prune
-        "prune_smallest",
-        prune(count="int(share * weight.numel())"),
-        {"prune_smallest.rounding"},
-        "truncates instead of rounding: int(18.75) = 18 weights",
-    ),
-}
+PLANTED = planted("distillation")
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))

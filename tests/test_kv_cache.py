@@ -4,12 +4,13 @@ paged against contiguous allocation, the chapter's figures, and the grader's hin
 import pytest
 import torch
 
+from autograder.planted import Planted, planted
 from course import kv_cache
 from course.model import attention_reference, causal_mask
 from course.plots import kv_cache as plots
 from course.plots._widgets import figure_png
 
-from conftest import Planted, assert_named, judged_in_process
+from conftest import assert_named, judged_in_process
 
 
 def test_cache_bytes_match_published_figures():
@@ -54,15 +55,7 @@ def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
 
-PLANTED = {
-    "kv_no_factor_2": Planted(
-        "kv_cache_bytes",
-        "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):\n"
-        "    return n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element\n",
-        {"kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
-        "factor 2",
-    ),
-}
+PLANTED = planted("kv_cache")
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))

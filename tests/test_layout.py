@@ -35,7 +35,13 @@ def test_every_chapter_has_all_of_its_parts(chapter):
 
 @pytest.mark.parametrize(
     "folder, prefix",
-    [("course/plots", ""), ("course/benchmarks", ""), ("autograder/chapters", ""), ("tests", "test_")],
+    [
+        ("course/plots", ""),
+        ("course/benchmarks", ""),
+        ("autograder/chapters", ""),
+        ("autograder/planted", ""),
+        ("tests", "test_"),
+    ],
 )
 def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
     """A file in a per-chapter folder is named by a slug (shared ones start with _), so nothing of
@@ -240,6 +246,7 @@ def test_a_new_chapter_is_its_files(tmp_path):
         "course/plots/throwaway.py",
         "course/benchmarks/throwaway.py",
         "autograder/chapters/throwaway.py",
+        "autograder/planted/throwaway.py",
         "tests/test_throwaway.py",
         "data/quizzes/throwaway.toml",
     }

@@ -18,11 +18,12 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import test_flash_attention
 
 from autograder import check, grade, nbgrader_course, shards
 from autograder.__main__ import main
 from autograder.chapters import CHAPTERS
+from autograder.planted import planted
+from autograder.planted.flash_attention import BLOCKWISE
 from course import timing
 
 pytest.importorskip("nbgrader")
@@ -30,7 +31,7 @@ pytest.importorskip("nbgrader")
 CHAPTER = "05_flash_attention"
 NAME = f"{CHAPTER}.ipynb"
 SEED = 2026
-BUG = test_flash_attention.PLANTED["flash_no_rescale"]  # the running output not rescaled
+BUG = planted("flash_attention")["flash_no_rescale"]  # the running output not rescaled
 CHEAT = "import autograder.selfcheck as s\ns.run_in_process = lambda *a, **k: s.Verdict(True)\n"
 WARNS = "    m = torch.tensor(m)  # correct, but torch warns: UserWarning\n"
 
@@ -171,7 +172,7 @@ def _namespace(source: str) -> dict:
 
 
 def test_check_returns_the_points_under_autograde_and_prints_warnings_on_stdout(monkeypatch, capsys):
-    right = test_flash_attention.BLOCKWISE.format(correction="torch.exp(m - m_new)", shift="m_new")
+    right = BLOCKWISE.format(correction="torch.exp(m - m_new)", shift="m_new")
     warning = right.replace("    m_new =", "    warnings.warn('deprecated', UserWarning)\n    m_new =", 1)
     with pytest.raises(AssertionError):
         check("online_softmax_update", hidden=True, namespace=_namespace(BUG.source))

@@ -3,9 +3,9 @@ not): the check cells and the grader give them what they give a Linux learner, o
 solution, its blank copy and one of its planted mistakes: the same verdicts, and hints in the same
 words.
 
-A chapter's planted mistake is the first of its test module's ``PLANTED``, put into the blank
-student copy (with the solution's answers to the exercises it builds on), so that only that
-exercise's checks cost time. Linux runs the same blanks and mistakes here, unsimulated, to compare
+A chapter's planted mistake is the first of its ``PLANTED`` (``autograder/planted/<slug>.py``), put
+into the blank student copy (with the solution's answers to the exercises it builds on), so that
+only that exercise's checks cost time. Linux runs the same blanks and mistakes here, unsimulated, to compare
 with; a solution must pass every check everywhere.
 """
 
@@ -22,9 +22,10 @@ import pytest
 
 from autograder import grade, release
 from autograder.chapters import exercise_by_id
+from autograder.planted import planted
 from course import paths
 
-from conftest import COPIES_SEED, GENEROUS, _replace_answer, chapter_cases
+from conftest import COPIES_SEED, GENEROUS, _replace_answer
 
 HERE = Path(__file__).resolve().parent
 SIMULATED = ("windows", "macos")
@@ -51,14 +52,13 @@ def cases(instructor_notebooks, tmp_path_factory) -> dict:
     """The submissions, a folder per kind (``solution/``, ``blank/``, ``mistake/``), and what the
     check cells run on: label -> the plan entry of ``tests/_check_cells.py``."""
     folder = tmp_path_factory.mktemp("platforms")
-    planted = {slug: next(iter(mistakes.values())) for slug, mistakes in chapter_cases("PLANTED").items() if mistakes}
     plan = {}
     for source in release.chapters():
         chapter, slug = source.stem, paths.slug(source)
         student = paths.NOTEBOOKS / f"{chapter}.ipynb"
         solution = json.loads(instructor_notebooks[chapter].read_text())
         mistake = json.loads(student.read_text())
-        wrong = planted[slug]
+        wrong = next(iter(planted(slug).values()))
         for helper in exercise_by_id(wrong.grade_id).builds_on:
             _replace_answer(mistake, helper, _answer_source(solution, helper))
         _replace_answer(mistake, wrong.grade_id, wrong.source)

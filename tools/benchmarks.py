@@ -234,15 +234,10 @@ HOSTILE = {  # appended to the last answer cell of a solution (no other exercise
 
 
 def _planted() -> dict[str, list]:
-    """Each chapter's planted mistakes, from its test module (``PLANTED`` in ``tests/test_<slug>.py``)."""
-    import sys
+    """Each chapter's planted mistakes (``autograder/planted/<slug>.py``), by chapter."""
+    from autograder.planted import planted
 
-    sys.path.insert(0, str(paths.ROOT / "tests"))
-    found = {}
-    for source in paths.chapter_sources():
-        module = importlib.import_module(f"test_{paths.slug(source)}")
-        found[source.stem] = list(getattr(module, "PLANTED", {}).values())
-    return found
+    return {source.stem: list(planted(paths.slug(source)).values()) for source in paths.chapter_sources()}
 
 
 def generated_class(folder, n: int) -> dict[str, tuple[str, object]]:
@@ -291,11 +286,10 @@ def generated_class(folder, n: int) -> dict[str, tuple[str, object]]:
 
 def kept_their_grades(made: dict, reports: dict) -> list[str]:
     """What went wrong: a solution short of full marks, a blank copy with points, a planted mistake
-    that cost other exercises (``conftest.assert_named``), a hostile answer that cost its
+    misjudged (``autograder.planted.misjudged``), a hostile answer that cost its
     submission's other exercises (one that ends the whole sandbox at definition costs them all)."""
     from autograder.chapters import CHAPTERS
-
-    from conftest import assert_named
+    from autograder.planted import misjudged
 
     wrong = []
     for relative, (kind, detail) in made.items():
@@ -309,11 +303,8 @@ def kept_their_grades(made: dict, reports: dict) -> list[str]:
             wrong.append(f"{relative}: solution got {report.score:g}/{report.max_score:g}")
         elif kind == "blank" and report.score != 0:
             wrong.append(f"{relative}: blank copy got {report.score:g}")
-        elif kind == "planted":
-            try:
-                assert_named(report, detail)
-            except AssertionError as error:
-                wrong.append(f"{relative}: planted {detail.grade_id}: {str(error).splitlines()[0]}")
+        elif kind == "planted" and (misses := misjudged(report, detail)):
+            wrong.append(f"{relative}: planted {detail.grade_id}: {'; '.join(misses)}")
     return wrong
 
 

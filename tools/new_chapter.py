@@ -1,7 +1,7 @@
 """Write a new chapter's files from ``tools/chapter_template/``: ``make chapter SLUG=pruning N=10``.
 
 The template is a small chapter that works as written (one exercise with its checks, a figure, a
-two-question quiz, the tests and a planted mistake), for the author to replace with the chapter's
+two-question quiz, a planted mistake and the tests), for the author to replace with the chapter's
 own. It writes only the chapter's files, each named by its slug (the table below); `make release`
 then writes the grade cells' points, the student copy and the README's rows for it.
 
@@ -23,6 +23,7 @@ FILES = {  # template -> where the chapter's copy goes
     "plots.py.tmpl": "course/plots/{slug}.py",
     "benchmarks.py.tmpl": "course/benchmarks/{slug}.py",
     "checks.py.tmpl": "autograder/chapters/{slug}.py",
+    "planted.py.tmpl": "autograder/planted/{slug}.py",
     "test.py.tmpl": "tests/test_{slug}.py",
     "quiz.toml.tmpl": "data/quizzes/{slug}.toml",
 }

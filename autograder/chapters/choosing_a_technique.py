@@ -598,7 +598,7 @@ CALIBRATION_PROBE_WINDOWS = 8  # of chapter 3's 32: GPTQ's codes still differ fr
 def _probe_hessians() -> dict[str, torch.Tensor]:
     """H = X^T X / n of the target's linear layers on evenly spaced windows of the training plays:
     the calibrated check needs codes that GPTQ chose, not the capstone's own (32 windows)."""
-    return quantization.calibration_hessians(technique.target(), corpus.tokens("train"), CALIBRATION_PROBE_WINDOWS)
+    return technique.calibration_hessians(CALIBRATION_PROBE_WINDOWS)
 
 
 @withheld
