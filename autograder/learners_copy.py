@@ -178,11 +178,7 @@ def learners_source(source: str, checks_module: bool) -> str:
 def _namespaces(chapter: str) -> dict[str, dict]:
     """Label -> the answer cells' sources by grade_id: the solution, the blank copy and each planted mistake."""
     from autograder import release
-
-    try:
-        from autograder.planted import planted
-    except ImportError:  # TODO(lead): autograder/planted lands from its branch
-        planted = lambda slug: {}  # noqa: E731
+    from autograder.planted import planted
 
     released = notebook.released(chapter)
     exercises = _exercises(chapter)
