@@ -137,8 +137,8 @@ def replay(name: str, args: tuple, kwargs: dict):
         if _same(recorded_args, list(args)) and _same(recorded_kwargs, kwargs):
             return wire.decode(result)
     raise NotRecorded(
-        f"{name.rpartition('.')[2]} is withheld from the learners' copy, and no recorded result answers these "
-        "inputs: the instructor's grader judges this case"
+        f"{name.rpartition('.')[2]} is withheld from the learners' copy (it computes an exercise's answer), and "
+        "the results recorded for the copy do not cover these inputs: the instructor's grader judges this case"
     )
 
 
