@@ -175,8 +175,10 @@ def learners_source(source: str, checks_module: bool) -> str:
 # --- the recordings -------------------------------------------------------------------------------
 
 
-def _namespaces(chapter: str) -> dict[str, dict]:
-    """Label -> the answer cells' sources by grade_id: the solution, the blank copy and each planted mistake."""
+def _namespaces(chapter: str) -> dict[str, tuple[dict, set | None]]:
+    """Label -> (the answer cells' sources by grade_id, the exercises whose checks to run, None for
+    all): the solution and the blank copy, all of them; each planted mistake, its own exercise and
+    those that call it (the others are the solution's, already recorded)."""
     from autograder import release
     from autograder.planted import planted
 
@@ -184,9 +186,10 @@ def _namespaces(chapter: str) -> dict[str, dict]:
     exercises = _exercises(chapter)
     solution = notebook.answers(release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py"), exercises, released)
     blank = notebook.answers(released, exercises, released)
-    found = {"solution": dict(solution.sources), "blank": dict(blank.sources)}
+    found = {"solution": (dict(solution.sources), None), "blank": (dict(blank.sources), None)}
     for name, mistake in planted(paths.slug(chapter)).items():
-        found[f"planted/{name}"] = {**solution.sources, mistake.grade_id: mistake.source}
+        answers = {**solution.sources, mistake.grade_id: mistake.source}
+        found[f"planted/{name}"] = (answers, {mistake.grade_id, *mistake.calls_it})
     return found
 
 
@@ -196,9 +199,10 @@ def _exercises(chapter: str):
     return CHAPTERS[chapter]
 
 
-def visible_lines(chapter: str, answers: dict[str, str]) -> dict[str, list[str]]:
+def visible_lines(chapter: str, answers: dict[str, str], only: set | None = None) -> dict[str, list[str]]:
     """Each exercise's check-cell lines (``ok``/``FAIL`` and hints) for ``answers``, run as a check
-    cell runs them: the setup cells, then each answer cell and its exercise's visible checks."""
+    cell runs them: the setup cells, then each answer cell and its exercise's visible checks (of
+    the exercises ``only``, when given)."""
     from autograder import selfcheck
 
     namespace: dict = {"__name__": "__main__"}
@@ -212,6 +216,8 @@ def visible_lines(chapter: str, answers: dict[str, str]) -> dict[str, list[str]]
                     exec(compile(answers[exercise.grade_id], f"<{exercise.grade_id}>", "exec"), namespace)
                 except Exception:
                     pass
+        if only is not None and exercise.grade_id not in only:
+            continue
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             try:
@@ -256,7 +262,9 @@ def record(chapters: list[str]) -> tuple[dict, dict]:
     seen = {}
     with withheld.recording() as recordings:
         for chapter in chapters:
-            seen[chapter] = {label: visible_lines(chapter, answers) for label, answers in _namespaces(chapter).items()}
+            seen[chapter] = {
+                label: visible_lines(chapter, answers, only) for label, (answers, only) in _namespaces(chapter).items()
+            }
             if chapter in RUNS_WITHOUT_ANSWERS:
                 run_chapter(chapter)
     return recordings, seen

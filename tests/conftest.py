@@ -33,6 +33,7 @@ SPREAD = {"test_notebooks"}
 LONGEST = (
     "test_platforms",
     "test_grader",
+    "test_learners_copy",
     "test_choosing_a_technique",
     "test_quantization",
     "test_in_practice",

@@ -32,7 +32,9 @@ def learners_copy_folder(tmp_path_factory) -> Path:
 
 
 def _plans(chapter: str, folder: Path) -> dict:
-    """The solution, the blank copy and each planted mistake as check-cell plans for ``tests/_check_cells.py``."""
+    """The solution, the blank copy and each planted mistake as check-cell plans for
+    ``tests/_check_cells.py``: a planted mistake's plan runs the check cells of its exercise and
+    of those that call it (the others are the solution's)."""
     import nbformat
 
     from autograder.planted import planted
@@ -49,7 +51,11 @@ def _plans(chapter: str, folder: Path) -> dict:
                 cell.source = mistake.source
         path = folder / f"{name}.ipynb"
         nbformat.write(copy, path)
-        plans[name] = {"notebook": notebook, "answers": str(path)}
+        plans[name] = {
+            "notebook": notebook,
+            "answers": str(path),
+            "only": sorted({mistake.grade_id, *mistake.calls_it}),
+        }
     return plans
 
 
