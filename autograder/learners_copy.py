@@ -199,33 +199,23 @@ def _exercises(chapter: str):
     return CHAPTERS[chapter]
 
 
-def visible_lines(chapter: str, answers: dict[str, str], only: set | None = None) -> dict[str, list[str]]:
-    """Each exercise's check-cell lines (``ok``/``FAIL`` and hints) for ``answers``, run as a check
-    cell runs them: the setup cells, then each answer cell and its exercise's visible checks (of
-    the exercises ``only``, when given)."""
+def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None = None) -> None:
+    """Run the visible checks of ``answers`` as check cells run them, their output discarded: the
+    setup cells, then each answer cell and its exercise's checks (of the exercises ``only``, when
+    given). What a check cell raises (its failures) is the check cell's."""
     from autograder import selfcheck
 
     namespace: dict = {"__name__": "__main__"}
     for setup in notebook.setup_sources(notebook.released(chapter)):
         exec(setup, namespace)
-    lines = {}
-    for exercise in _exercises(chapter):
-        if exercise.grade_id in answers:
-            with contextlib.redirect_stdout(io.StringIO()):
-                try:
+    with contextlib.redirect_stdout(io.StringIO()):
+        for exercise in _exercises(chapter):
+            if exercise.grade_id in answers:
+                with contextlib.suppress(Exception):  # a broken answer cell, as a kernel runs on after one
                     exec(compile(answers[exercise.grade_id], f"<{exercise.grade_id}>", "exec"), namespace)
-                except Exception:
-                    pass
-        if only is not None and exercise.grade_id not in only:
-            continue
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            try:
-                selfcheck._run(exercise.grade_id, False, namespace)
-            except Exception as error:  # noqa: BLE001 the check cell's own failure is a line like the others
-                print(f"raised {type(error).__name__}: {error}")
-        lines[exercise.grade_id] = printed.getvalue().splitlines()
-    return lines
+            if only is None or exercise.grade_id in only:
+                with contextlib.suppress(AssertionError):  # the checks that failed
+                    selfcheck.check(exercise.grade_id, namespace=namespace)
 
 
 RUNS_WITHOUT_ANSWERS = ("05_flash_attention",)  # chapters whose cells get their numbers as the copy can give them
@@ -255,19 +245,16 @@ def run_chapter(chapter: str) -> None:
         plots.withheld_calls()
 
 
-def record(chapters: list[str]) -> tuple[dict, dict]:
-    """Run every visible check on every chapter's solution, blank copy and planted mistakes, and the
-    cells of the chapters that run without the answers, with the withheld calls recorded:
-    (recordings, chapter -> label -> exercise -> lines)."""
-    seen = {}
+def record(chapters: list[str]) -> dict:
+    """The withheld calls made by every visible check on every chapter's solution, blank copy and
+    planted mistakes, and by the cells of the chapters that run without the answers."""
     with withheld.recording() as recordings:
         for chapter in chapters:
-            seen[chapter] = {
-                label: visible_lines(chapter, answers, only) for label, (answers, only) in _namespaces(chapter).items()
-            }
+            for answers, only in _namespaces(chapter).values():
+                run_visible_checks(chapter, answers, only)
             if chapter in RUNS_WITHOUT_ANSWERS:
                 run_chapter(chapter)
-    return recordings, seen
+    return recordings
 
 
 # --- the copy -------------------------------------------------------------------------------------
@@ -285,25 +272,25 @@ def _modules_the_checks_import() -> list[str]:
     return [m for m in found.stdout.split() if m != "autograder.planted" and not m.startswith("autograder.planted.")]
 
 
+def _posix(path: Path) -> str:
+    return path.relative_to(paths.ROOT).as_posix()
+
+
 def _module_file(module: str) -> Path:
     path = paths.ROOT.joinpath(*module.split("."))
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def build(out: Path = OUT, chapters: list[str] | None = None) -> dict:
-    """Write the learners' copy into ``out`` (emptied first) and its zip beside it; return what
-    the visible checks printed while recording (see :func:`record`)."""
+def build(out: Path = OUT, chapters: list[str] | None = None) -> Path:
+    """Write the learners' copy of ``chapters`` (all by default) into ``out``, emptied first, and
+    its zip beside it; return the zip's path."""
     chapters = chapters or [source.stem for source in paths.chapter_sources()]
-    recordings, seen = record(chapters)
+    recordings = record(chapters)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for path in sorted((paths.ROOT / "course").rglob("*")):
-        if (
-            path.is_file()
-            and "__pycache__" not in path.parts
-            and path.relative_to(paths.ROOT).as_posix() not in LEFT_OUT
-        ):
+        if path.is_file() and "__pycache__" not in path.parts and not _posix(path).startswith(LEFT_OUT):
             _write(out / path.relative_to(paths.ROOT), path, checks_module=False)
     for module in _modules_the_checks_import():
         path = _module_file(module)
@@ -322,8 +309,8 @@ def build(out: Path = OUT, chapters: list[str] | None = None) -> dict:
     address = colab.repository("Learners")
     (out / "README.md").write_text(README + "\n" + colab.readme_block(chapters, address) + "\n", encoding="utf-8")
     (out / "Makefile").write_text(MAKEFILE, encoding="utf-8")
-    _zip(out)
-    return seen
+    (out / "autograder" / "__main__.py").write_text(MAIN, encoding="utf-8")
+    return _zip(out)
 
 
 def _notebooks(out: Path, chapters: list[str]) -> None:
@@ -335,8 +322,7 @@ def _notebooks(out: Path, chapters: list[str]) -> None:
         if colab.TAG not in first.get("metadata", {}).get("tags", []):
             raise ValueError(f"notebooks/{chapter}.ipynb does not start with the Colab cell: run `make release`")
         copy.setdefault("metadata", {}).setdefault("course", {})["release"] = notebook.release_digest(copy)
-        header = "".join(first["source"]).split("\n", 1)[0]
-        first["source"] = f"{header}\n{colab.source(colab.repository('Learners'))}"
+        first["source"] = f"{HEADER}\n{colab.source(colab.repository('Learners'))}"
         (out / f"{chapter}.ipynb").write_text(json.dumps(copy, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -426,6 +412,17 @@ def similar_code_in(folder: Path) -> tuple[list[str], list[str]]:
     return findings, short
 
 
+HEADER = "# The learners' copy of this chapter: write your answers where it says *Your turn*, then run the check cells."
+MAIN = '''"""``python -m autograder`` in the learners' copy: grading is the instructor's."""
+
+import sys
+
+sys.exit(
+    "The learners' copy has no grader: your instructor grades the notebooks you hand in, with more checks on "
+    "fresh inputs. Here, run each exercise's check cell: it runs the visible checks with the grader's hints."
+)
+'''
+
 README = """\
 # Making large language models cheaper and faster: the learners' copy
 
@@ -440,8 +437,11 @@ When your notebook is graded, more checks run on fresh inputs.
 - **In Colab:** upload this folder as a zip to the Files pane and run a notebook's first cell.
 
 Each chapter tells you which cells are exercises. Run a check cell after an answer: `ok` lines are
-checks passed, `FAIL` lines say what looks wrong. Until you write an exercise, the chapter's
-figures use the recorded reference numbers, and say so.
+checks passed, `FAIL` lines say what looks wrong. Grading is your instructor's: hand in the saved
+notebooks as they ask (`python -m autograder` here only says so). Chapter 5's demonstrations
+use results recorded from the course's own code, and its timing measures your
+`blockwise_attention` once you have written it; in the other chapters, a demonstration that needs
+the course's answer to an exercise stops with "withheld from the learners' copy".
 """
 
 MAKEFILE = """\
