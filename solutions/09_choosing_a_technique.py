@@ -255,8 +255,9 @@ check("pack_int4", hidden=True)
 # any leading shape. Compute rounded codes from the float32 scale, as chapter 3 does, then keep the
 # scale in float16 (codes from the float16 scale are accepted too). The grader builds your layer on
 # random matrices, then serves the course's whole target through it twice: every linear layer an
-# `Int4Linear(weight, 64)`, then one given GPTQ's codes and scales with one scale per row; the
-# held-out loss and the bytes are computed through your layers.
+# `Int4Linear(weight, 64)`, then an `Int4Linear(weight, 64, codes=codes, scale=scale)` given GPTQ's
+# codes and scales, in groups of 64 too; the held-out loss and the bytes are computed through your
+# layers.
 
 
 # %% nbgrader={"grade": false, "grade_id": "int4_linear", "locked": false, "schema_version": 3, "solution": true}

@@ -677,6 +677,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
 
 VISIBLY_CAUGHT = (
     "layer_unpacks_low_nibble_first",
+    "layer_rerounds_given_codes",
     "loop_one_target_call_per_token",
     "loop_draft_cache_not_rolled_back",
 )
@@ -684,8 +685,9 @@ VISIBLY_CAUGHT = (
 
 @pytest.mark.parametrize("name", VISIBLY_CAUGHT)
 def test_the_check_cell_names_each_mistake_the_chapter_stresses(name, capsys):
-    """Unpacking the nibbles in the other order, one target call per token and a draft cache never
-    rolled back each fail a visible check with their hint, before grading."""
+    """Unpacking the nibbles in the other order, GPTQ's codes rounded again, one target call per
+    token and a draft cache never rolled back each fail a visible check with their hint, before
+    grading."""
     planted = PLANTED[name]
     printed = check_cell(planted.grade_id, solution_answer("pack_int4") + planted.source, capsys)
     assert "FAIL" in printed and planted.words in printed, printed

@@ -571,7 +571,8 @@ def _course_loss(group: int | None | str, mistake: str = "", calibration: str = 
     """The held-out loss on :func:`_loss_windows` of the target with int4 weights in groups of
     ``group`` (None: one scale per row; :data:`FP32`: float32 weights), rounded to nearest or with
     GPTQ's codes (``calibration``); ``mistake`` "rows": one scale per row, "swapped": each byte's two
-    codes unpacked in the other order. The course's model computes it."""
+    codes unpacked in the other order, "rerounded": GPTQ's codes and scales turned back into a weight
+    and rounded to nearest again. The course's model computes it."""
     model = copy.deepcopy(technique.target())
     if group != FP32:
         codes = _gptq_inputs(group) if calibration == "gptq" else {}
@@ -579,6 +580,8 @@ def _course_loss(group: int | None | str, mistake: str = "", calibration: str = 
             if isinstance(module, nn.Linear):
                 if name + ".weight" in codes:
                     signed, scale = codes[name + ".weight"]
+                    if mistake == "rerounded":
+                        signed, scale = quantization.quantize(quantization.dequantize(signed, scale), 4, group)
                 else:  # the codes of stored_weights.int4_layer_buffers, before packing (which changes none)
                     signed, scale = quantization.quantize(
                         module.weight.detach().float(), 4, None if mistake == "rows" else group
@@ -674,6 +677,13 @@ def _judge_model_loss(probe, got):
             False,
             "the loss is that of codes rounded to nearest: the codes and scale given (GPTQ's) were ignored; when "
             "codes and scale are passed, pack those codes and keep that scale",
+            data=data,
+        )
+    if calibration == "gptq" and abs(loss - _course_loss(group, "rerounded", calibration)) <= LOSS_TOLERANCE:
+        return Verdict(
+            False,
+            "re-rounded the GPTQ codes: use the codes you are given, packed as they are, and the scale given in "
+            "float16, without rebuilding the weight and rounding it to nearest again (that undoes part of GPTQ's work)",
             data=data,
         )
     if abs(loss - _course_loss(group, "swapped", calibration)) <= LOSS_TOLERANCE:

@@ -129,6 +129,18 @@ PLANTED = {
         {"int4_linear.calibrated"},
         "were ignored",
     ),
+    "layer_rerounds_given_codes": Planted(  # GPTQ's codes and scales made a weight again, then rounded to nearest
+        "int4_linear",
+        LAYER_SOLUTION.replace(
+            "        if codes is None:",
+            "        if codes is not None:  # the weight GPTQ's codes stand for\n"
+            "            grouped = codes.float().reshape(scale.shape[0], scale.shape[1], -1)\n"
+            "            weight = (grouped * scale.float()[..., None]).reshape(codes.shape)\n"
+            "        if True:",
+        ),
+        {"int4_linear.calibrated"},
+        "re-rounded the GPTQ codes: use the codes you are given",
+    ),
     "layer_without_codes_argument": Planted(  # the layer of rounding alone: Int4Linear(weight, group_size)
         "int4_linear",
         LAYER_SOLUTION.replace("group_size=64, codes=None, scale=None", "group_size=64").replace(
