@@ -209,7 +209,7 @@ def gap_reading(results: dict[str, dict], layers: dict[str, float], stand_ins: l
     if "Int4Linear" in stand_ins:
         return (
             f"{figures}: Int4Linear is not written yet, and the course's stand-in is the fused product itself, so "
-            "both figures time the fused path; once yours is written, what its forward costs shows in the first"
+            "both figures time the fused path; once yours is written, the first figure shows what its forward costs"
         )
     per_step = (
         f"one token through the {layers['layers']:.0f} linear layers (one target step's products) takes "

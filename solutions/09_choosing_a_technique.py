@@ -485,8 +485,10 @@ print(learner_server.gap_reading(server_times, layer_times, server.stand_ins))
 # %% [markdown]
 # The course's target is small: at a few hundred kilobytes a layer, every product's fixed costs
 # weigh as much as its bytes. Chapter 8's SmolLM2-135M has layers of up to 28 MB (its output layer).
-# The same codes your `Int4Linear` makes, in every linear layer of its decoder and its output
-# layer, through the fused product, against float32, greedy, at the same thread count:
+# Your `Int4Linear` makes the codes of SmolLM2's own weights here: rounded to nearest (no GPTQ),
+# in your configuration's groups, or groups of 64 where it has one scale per row. They serve every
+# linear layer of its decoder and its output layer, through the fused product, against float32,
+# greedy, at the same thread count:
 
 # %%
 from course import pretrained

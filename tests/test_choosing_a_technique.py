@@ -610,6 +610,18 @@ def test_the_capstone_inset_tells_apart_bytes_at_the_budgets_line():
     assert min(pixels[1] - pixels[0], pixels[2] - pixels[1]) > 5
 
 
+@pytest.mark.parametrize("draft", ["none", "distilled"])
+def test_the_capstone_inset_hides_no_marker_of_the_main_panel(draft):
+    """The inset sits where no format's marker falls, with or without a draft's bytes added (it
+    once covered the int4 formats, which then showed on neither axis)."""
+    chart = plots.CapstoneChart().update("fp32", None, draft, 1)
+    chart.figure.canvas.draw()
+    inset = chart.zoom.get_window_extent()
+    for line in chart.formats:
+        x, y = chart.ax_l.transData.transform((line.get_xdata()[0], line.get_ydata()[0]))
+        assert not inset.contains(x, y), f"{line.get_label()} is under the inset"
+
+
 def test_the_capstone_widget_starts_far_from_the_answer():
     chart = plots._FormatChoice().update()
     assert chart.verdict.get_text().startswith(technique.Configuration().label())  # fp32, no draft

@@ -147,7 +147,7 @@ class CapstoneChart(Chart):
         self.ax_l.legend(fontsize=7, ncol=2, loc="upper right")
         # at the budget's line the log axis puts 3.68 and 3.7 MB on one pixel: a linear inset, zoomed
         limit = budget["weight_bytes"] / 1e6
-        self.zoom = self.ax_l.inset_axes([0.06, 0.3, 0.36, 0.42])
+        self.zoom = self.ax_l.inset_axes([0.54, 0.22, 0.42, 0.42])  # right of every marker above y = 0
         self.zoom.add_patch(Rectangle((0, -1), limit, 1 + budget["loss_gap"], color=GREEN, alpha=0.12, lw=0))
         self.zoom_formats = [
             self.moving(*self.zoom.plot([], [], line.get_marker(), color=BLUE, ms=6, mfc="none", mew=1.1))
