@@ -35,6 +35,7 @@ import traceback
 try:  # in a notebook's own kernel (the visible checks), and where the course is importable
     from course import wire
 except (ImportError, OSError):  # in the sandbox, where the course is hidden: the copy beside this file
+    sys.dont_write_bytecode = True  # no __pycache__ of the grader's in the sandbox's folder, which answers see
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import wire
 
