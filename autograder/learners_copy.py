@@ -59,7 +59,7 @@ def _docstring_node(node) -> ast.AST | None:
     return None
 
 
-def _withhold(source: str, tree: ast.Module) -> list[tuple[int, int, str]]:
+def _withhold(tree: ast.Module) -> list[tuple[int, int, str]]:
     """Line edits (first, last, replacement) that leave each withheld function its docstring and a raise."""
     edits = []
     for node in ast.walk(tree):
@@ -151,8 +151,12 @@ def _unused_private(source: str) -> str:
                 unused.append(node)
         if not unused:
             return source
-        start = lambda node: min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])  # noqa: E731
-        source = _apply(source, [(start(n), n.end_lineno, None) for n in unused])
+        source = _apply(source, [(_first_line(n), n.end_lineno, None) for n in unused])
+
+
+def _first_line(node: ast.AST) -> int:
+    """Where a definition starts: its first decorator's line, or its own."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
 
 
 def _binds(node: ast.AST) -> list[str]:
@@ -167,7 +171,7 @@ def learners_source(source: str, checks_module: bool) -> str:
     """A module of the package as the learners' copy has it: withheld bodies taken out, and for a
     chapter's checks module, its hidden checks and the code only they use."""
     tree = ast.parse(source)
-    edits = _withhold(source, tree) + (_hidden_checks(tree) if checks_module else [])
+    edits = _withhold(tree) + (_hidden_checks(tree) if checks_module else [])
     result = _apply(source, edits)
     return _unused_private(result) if checks_module else result
 
@@ -263,9 +267,12 @@ def record(chapters: list[str]) -> dict:
 def _modules_the_checks_import() -> list[str]:
     """The grader's modules that ``check(...)`` and every chapter's checks import, read off a fresh interpreter."""
     code = (
-        "import sys, autograder.selfcheck, autograder.chapters as c, importlib\n"
-        "[importlib.import_module(f'autograder.chapters.{n}') for n in {__import__('course.paths').paths.slug(k) "
-        "for k in c.CHAPTERS}]\n"
+        "import importlib, sys\n"
+        "import autograder.selfcheck\n"
+        "from autograder.chapters import CHAPTERS\n"
+        "from course import paths\n"
+        "for chapter in CHAPTERS:\n"
+        "    importlib.import_module(f'autograder.chapters.{paths.slug(chapter)}')\n"
         "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] == 'autograder')))"
     )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=paths.ROOT)

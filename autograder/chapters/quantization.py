@@ -3,8 +3,6 @@ effective_bits, gptq_quantize, awq_quantize. Each check names the mistakes it ca
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
@@ -144,17 +142,6 @@ def quantize_mistakes(weight: torch.Tensor, bits: int, group) -> list:
     return mistakes
 
 
-def _every_mistake_recorded(mistakes: list) -> list:
-    """``mistakes`` as given; while the learners' copy's release records (:mod:`course.withheld`),
-    each is computed first, so that the copy can name any of them where the solution passes
-    (``diagnose`` then computes none)."""
-    if withheld.is_recording():
-        for _, make in mistakes:
-            with contextlib.suppress(ValueError, RuntimeError, ZeroDivisionError):
-                make()
-    return mistakes
-
-
 ZERO_GROUP_HINT = (
     "an all-zero group has scale 0 and 0/0 gives NaN: give such groups scale 1 "
     "(torch.where(scale > 0, scale, 1)) or clamp the scale to a tiny minimum"
@@ -168,7 +155,7 @@ def _round_trip_verdict(probe: dict, got: torch.Tensor) -> Verdict:
     step = 2 * quantization.half_step(weight.double(), bits, group)
     if torch.isnan(got).any():
         return Verdict(False, ZERO_GROUP_HINT)
-    return diagnose(got, expected, _every_mistake_recorded(quantize_mistakes(weight, bits, group)), step=step)
+    return diagnose(got, expected, quantize_mistakes(weight, bits, group), step=step)
 
 
 _judge_round_trip = judges_tensor("the dequantized matrix")(_round_trip_verdict)
@@ -426,7 +413,7 @@ def _judge_int8(probe, result):  # reads the raw result too: the codes' dtype is
     verdict = diagnose(
         codes,
         ref_codes.double(),
-        _every_mistake_recorded(mistakes),
+        mistakes,
         atol=0.0,
         rtol=0.0,
         step=torch.ones_like(ref_codes.double()),
@@ -657,7 +644,7 @@ def _judge_gptq_codes(codes, scale, weight, hessian, bits, group):
     """Codes exactly the reference's (float64 inputs: no rounding ties to forgive), scales close."""
     ref_codes, ref_scale = quantization.gptq_quantize(weight.double(), hessian.double(), bits, group)
     mistakes = [(hint, lambda make=make: make()[0]) for hint, make in gptq_mistakes(weight, hessian, bits, group)]
-    verdict = diagnose(codes, ref_codes.double(), _every_mistake_recorded(mistakes), atol=0.0, rtol=0.0)
+    verdict = diagnose(codes, ref_codes.double(), mistakes, atol=0.0, rtol=0.0)
     if not verdict.passed:
         return Verdict(False, f"codes: {verdict.hint}")
     return diagnose(
@@ -973,7 +960,7 @@ def _judge_awq(probe, result):
     if failed:
         return failed
     ref_alpha, ref_approx, ref_errors = _awq(weight, hessian, mean_abs, bits, group, grid)
-    if withheld.is_recording():  # so that the learners' copy can name any mistake (see _every_mistake_recorded)
+    if withheld.is_recording():  # so that the learners' copy can name any mistake, as checks.diagnose does
         _awq_mistake_errors(weight, hessian, mean_abs, bits, group, grid)
     same_errors, difference = compare_tensors(errors, ref_errors, rtol=1e-6, atol=1e-12)
     if not same_errors:
