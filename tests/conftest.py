@@ -143,6 +143,49 @@ def execute(notebook: Path, output: Path, kernel: str, timeout: int = headless.C
     return headless.execute(notebook, output, kernel, cwd=paths.NOTEBOOKS, timeout=timeout)
 
 
+@pytest.fixture(scope="session")
+def executed_solution(instructor_notebooks, kernel, artifacts, tmp_path_factory, worker_id):
+    """``executed_solution(chapter)``: the instructor's notebook of ``chapter`` executed headless, once
+    in a test run whichever test asks first (the workers share it through a lock), and kept in
+    ``test-artifacts/<chapter>.solution.ipynb``."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+
+    def run(chapter: str) -> dict:
+        done = shared / f"{chapter}.solution.ipynb"
+        with FileLock(str(done) + ".lock"):
+            if not done.exists():
+                execute(instructor_notebooks[chapter], artifacts / done.name, kernel)
+                shutil.copy(artifacts / done.name, done)
+        return json.loads(done.read_text())
+
+    return run
+
+
+def printed(executed: dict) -> str:
+    """What the cells of ``executed`` printed, one string."""
+    return "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+
+
+def assert_every_figure_drawn(executed: dict) -> None:
+    """Every cell that calls ``plots.plot_*`` or ``plots.widget_*`` shows a picture (a widget its
+    static view too, for front ends without widgets), and there is at least one."""
+    import re
+
+    drawing = [
+        c
+        for c in executed["cells"]
+        if c["cell_type"] == "code" and re.search(r"\bplots\.(plot|widget)_", "".join(c["source"]))
+    ]
+    assert drawing, "every chapter has figures"
+    for cell in drawing:
+        images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        assert images, f"no figure rendered headless for: {''.join(cell['source'])[:80]}"
+        if re.search(r"\bplots\.widget_", "".join(cell["source"])):
+            assert any("application/vnd.jupyter.widget-view+json" in o["data"] for o in images)
+
+
 def errors(executed: dict) -> list[tuple[int, list[str], str]]:
     """(cell index, tags, error name) for every cell that raised."""
     found = []

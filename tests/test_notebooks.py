@@ -6,14 +6,13 @@ the budget."""
 
 import base64
 import io
-import re
 
 import pytest
 from PIL import Image
 
 from course import paths
 
-from conftest import chapter_names, errors, execute
+from conftest import assert_every_figure_drawn, chapter_names, errors, execute, printed
 
 
 def see_through_pictures(executed: dict) -> list[int]:
@@ -30,14 +29,14 @@ def see_through_pictures(executed: dict) -> list[int]:
 
 
 @pytest.mark.parametrize("chapter", chapter_names())
-def test_solution_executes_without_errors(chapter, instructor_notebooks, kernel, artifacts):
-    executed = execute(instructor_notebooks[chapter], artifacts / f"{chapter}.solution.ipynb", kernel)
-    assert errors(executed) == []
-    assert see_through_pictures(executed) == []
-    printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+def test_solution_executes_without_errors(chapter, executed_solution):
     from autograder.chapters import CHAPTERS
 
-    assert "FAIL" not in printed and printed.count("ok  ") >= sum(len(e.checks) for e in CHAPTERS[chapter])
+    executed = executed_solution(chapter)
+    assert errors(executed) == []
+    assert see_through_pictures(executed) == []
+    said = printed(executed)
+    assert "FAIL" not in said and said.count("ok  ") >= sum(len(e.checks) for e in CHAPTERS[chapter])
 
 
 @pytest.mark.parametrize("chapter", chapter_names())
@@ -46,19 +45,6 @@ def test_student_copy_executes_with_only_its_checks_failing(chapter, kernel, art
     found = errors(executed)
     assert found, "the blank exercises should fail their checks"
     assert all("raises-exception" in tags and name == "AssertionError" for _, tags, name in found), found
-    printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
-    assert "not answered yet" in printed
-    drawing = [
-        c
-        for c in executed["cells"]
-        if c["cell_type"] == "code" and re.search(r"\bplots\.(plot|widget)_", "".join(c["source"]))
-    ]
-    assert drawing, "every chapter has figures"
+    assert "not answered yet" in printed(executed)
+    assert_every_figure_drawn(executed)
     assert see_through_pictures(executed) == []
-    for cell in drawing:
-        images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
-        assert images, f"no figure rendered headless for: {''.join(cell['source'])[:80]}"
-        if re.search(
-            r"\bplots\.widget_", "".join(cell["source"])
-        ):  # the widget's static view, for front ends without widgets
-            assert any("application/vnd.jupyter.widget-view+json" in o["data"] for o in images)
