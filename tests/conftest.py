@@ -144,17 +144,23 @@ def execute(notebook: Path, output: Path, kernel: str, timeout: int = headless.C
 
 
 @pytest.fixture(scope="session")
-def executed_solution(instructor_notebooks, kernel, artifacts, tmp_path_factory, worker_id):
+def executed_solution(request, instructor_notebooks, kernel, artifacts, tmp_path_factory, worker_id):
     """``executed_solution(chapter)``: the instructor's notebook of ``chapter`` executed headless, once
     in a test run whichever test asks first (the workers share it through a lock), and kept in
-    ``test-artifacts/<chapter>.solution.ipynb``."""
+    ``test-artifacts/<chapter>.solution.ipynb``. The learners' copy's build executes the chapters
+    that run without the answers (recording their withheld calls): those are its runs."""
+    from autograder import learners_copy
 
     def run(chapter: str) -> dict:
-        def made(done: Path) -> None:
-            execute(instructor_notebooks[chapter], artifacts / done.name, kernel)
-            shutil.copy(artifacts / done.name, done)
-
-        return json.loads(once_a_run(f"{chapter}.solution.ipynb", made, tmp_path_factory, worker_id).read_text())
+        name = f"{chapter}.solution.ipynb"
+        if chapter in learners_copy.RUNS_WITHOUT_ANSWERS and chapter in learners_copy_chapters():
+            done = request.getfixturevalue("learners_copy_folder").with_name("instructor-executed") / name
+        else:
+            done = once_a_run(
+                name, lambda path: execute(instructor_notebooks[chapter], path, kernel), tmp_path_factory, worker_id
+            )
+        shutil.copy(done, artifacts / name)
+        return json.loads(done.read_text())
 
     return run
 
@@ -186,13 +192,14 @@ def learners_copy_chapters() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def learners_copy_folder(tmp_path_factory, worker_id) -> Path:
+def learners_copy_folder(kernel, tmp_path_factory, worker_id) -> Path:
     """The learners' copy of :func:`learners_copy_chapters` (``make student-release``), built once a
-    test run for every worker."""
+    test run for every worker; beside it, ``instructor-executed/``, the instructor's notebooks that
+    the build executed."""
     from autograder import learners_copy
 
     def made(done: Path) -> None:
-        learners_copy.build(done / "student", learners_copy_chapters())
+        learners_copy.build(done / "student", learners_copy_chapters(), done / "instructor-executed", kernel)
 
     return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "student"
 

@@ -57,6 +57,7 @@ def test_the_learners_copy_runs_headless(
 
     from autograder import headless
 
+    instructor = executed_solution(chapter)  # before the copy is on the path: its kernel is the instructor's
     monkeypatch.setenv("PYTHONPATH", str(learners_copy_folder))
     notebook = learners_copy_folder / "notebooks" / f"{chapter}.ipynb"
     if kind == "solved":
@@ -78,4 +79,4 @@ def test_the_learners_copy_runs_headless(
         assert "not written yet" not in said
         readings = _readings(executed)
         assert any(numbers for _, numbers in readings)  # the chapter prints readings to compare
-        assert readings == _readings(executed_solution(chapter))
+        assert readings == _readings(instructor)
