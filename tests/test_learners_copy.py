@@ -135,3 +135,43 @@ def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(l
     assert not [m for m in ours.messages if "another release" in m], ours.messages
     assert other.score == ours.score
     assert [m for m in other.messages if "another release of the learners' copy (release 0123456789ab" in m]
+
+
+def test_the_learners_copy_installs_with_pip_for_a_hubs_shared_environment(learners_copy_folder, tmp_path):
+    """``pip install -e`` of the copy's folder, as a hub's shared environment installs it: from any
+    working folder, the course, its recordings and the check cells' grader modules are the copy's.
+    The environment borrows this one's packages (a path file to them, read after its own), so that
+    only the copy itself is installed (offline, in seconds); this environment's own install of the
+    course is not read there (its path files are not)."""
+    import shutil
+    import sysconfig
+
+    copy = Path(shutil.copytree(learners_copy_folder, tmp_path / "course"))  # pip writes its metadata there
+    venv = tmp_path / "hub-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    )
+    (Path(own.stdout.strip()) / "zz_borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = [
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-e",
+        copy,
+    ]
+    installed = subprocess.run([sys.executable, *map(str, install)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    code = (
+        "import autograder.selfcheck\nfrom course import paths, withheld\n"
+        "print(paths.ROOT, withheld.LEARNERS_COPY, autograder.selfcheck.__file__.startswith(str(paths.ROOT)))"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    seen = subprocess.run([python, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert seen.stdout.split() == [str(copy.resolve()), "True", "True"], seen.stderr[-2000:]
