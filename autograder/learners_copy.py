@@ -476,10 +476,12 @@ When your notebook is graded, more checks run on fresh inputs.
 
 Each chapter tells you which cells are exercises. Run a check cell after an answer: `ok` lines are
 checks passed, `FAIL` lines say what looks wrong. Grading is your instructor's: hand in the saved
-notebooks as they ask (`python -m autograder` here only says so). Chapter 5's demonstrations
-use results recorded from the course's own code, and its timing measures your
-`blockwise_attention` once you have written it; in the other chapters, a demonstration that needs
-the course's answer to an exercise stops with "withheld from the learners' copy".
+notebooks as they ask (`python -m autograder` here only says so).
+
+Until you write an exercise, the demonstrations, figures and widgets that need it show results
+recorded from the course's own code, or leave it out and say it is "not written yet"; once it is
+written, the cells that time or draw it use yours and say so. Run such a cell again after you
+change your answer.
 """
 
 MAKEFILE = """\
