@@ -223,11 +223,28 @@ def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None =
 
 
 RUNS_WITHOUT_ANSWERS = ("05_flash_attention",)  # chapters whose cells get their numbers as the copy can give them
-# cells put around the instructor's notebook while it runs for the release: its withheld calls are recorded
-_RECORD_FROM_HERE = (  # the context is kept: once collected, it would end the recording
-    "from course import withheld as _withheld\n_recording = _withheld.recording()\n_recorded = _recording.__enter__()"
-)
+# cells put into the instructor's notebook while it runs for the release: its cells' withheld calls
+# are recorded, its check cells' are not (the visible checks are recorded apart, the hidden ones never)
+RECORDING = "release-recording"  # their tag
+_RECORD_FROM_HERE = "from course import withheld as _withheld\n_recorded = _withheld.record_into({})"
+_RECORD = "_withheld.record_into(_recorded)"
+_PAUSE = "_withheld.record_into(None)"
 _WRITE_RECORDED = "import json as _json\nwith open({path!r}, 'w') as _file:\n    _json.dump(_recorded, _file)"
+
+
+def _recording_cells(instructor, calls: Path) -> None:
+    """Put the recording cells into ``instructor``: a start, a pause around each check cell, and
+    the write of the recordings to ``calls``."""
+    import nbformat
+
+    def cell(source: str):
+        return nbformat.v4.new_code_cell(source, metadata={"tags": [RECORDING]})
+
+    cells = [cell(_RECORD_FROM_HERE)]
+    for original in instructor.cells:
+        checks = original.cell_type == "code" and original.metadata.get("nbgrader", {}).get("grade")
+        cells += [cell(_PAUSE), original, cell(_RECORD)] if checks else [original]
+    instructor.cells = [*cells, cell(_WRITE_RECORDED.format(path=str(calls)))]
 
 
 def run_chapter(chapter: str, executed: Path, kernel: str = "course") -> dict:
@@ -247,20 +264,19 @@ def run_chapter(chapter: str, executed: Path, kernel: str = "course") -> dict:
     executed.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         calls = Path(folder) / "calls.json"
-        instructor.cells.insert(0, nbformat.v4.new_code_cell(_RECORD_FROM_HERE))
-        instructor.cells.append(nbformat.v4.new_code_cell(_WRITE_RECORDED.format(path=str(calls))))
+        _recording_cells(instructor, calls)
         source = Path(folder) / f"{chapter}.ipynb"
         nbformat.write(instructor, source)
         ran = headless.execute(source, source, kernel, cwd=paths.NOTEBOOKS)
         failed = [
-            (index, out["ename"], out["evalue"])
-            for index, cell in enumerate(ran["cells"])
+            ("".join(cell["source"]).partition("\n")[0], f"{out['ename']}: {out['evalue']}")
+            for cell in ran["cells"]
             for out in cell.get("outputs", [])
             if out.get("output_type") == "error"
         ]
         if failed:
-            raise RuntimeError(f"{chapter}: the instructor's notebook raised in cells (index, error) {failed}")
-        ran["cells"] = ran["cells"][1:-1]
+            raise RuntimeError(f"{chapter}: the instructor's notebook raised in cells (first line, error) {failed}")
+        ran["cells"] = [c for c in ran["cells"] if RECORDING not in c.get("metadata", {}).get("tags", [])]
         (executed / f"{chapter}.solution.ipynb").write_text(json.dumps(ran, indent=1) + "\n", encoding="utf-8")
         recorded = json.loads(calls.read_text(encoding="utf-8"))
     plots = importlib.import_module(f"course.plots.{paths.slug(chapter)}")

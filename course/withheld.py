@@ -78,12 +78,20 @@ def withheld(function: Callable) -> Callable:
 def recording():
     """Keep every outermost withheld call made inside the block: yields the recordings (key ->
     list of [args, kwargs, result], plain data), filled as the block runs."""
-    global _recording
-    before, _recording = _recording, {} if _recording is None else _recording
+    before = _recording
     try:
-        yield _recording
+        yield record_into({} if before is None else before)
     finally:
-        _recording = before
+        record_into(before)
+
+
+def record_into(recordings: dict | None) -> dict | None:
+    """Keep every outermost withheld call from now on in ``recordings`` (None: keep none); return
+    it. For code that cannot hold a ``with`` block open, as a notebook's cells (the release records
+    a chapter's cells, and stops while its check cells run)."""
+    global _recording
+    _recording = recordings
+    return recordings
 
 
 def is_recording() -> bool:
