@@ -1362,8 +1362,8 @@ def chapter_recordings(eval_windows: int = EVAL_WINDOWS, calibration_windows: in
     """Call every recorded function above as chapter 3's cells call them before the learner's functions
     are written, so that the learners' copy records them (the instructor's notebook, whose functions
     are written, does not call them all)."""
-    recorded_bits_sweep()
-    recorded_int8_error()
+    recorded_bits_sweep(0)  # with the arguments the cells give, as the recordings are matched on them
+    recorded_int8_error(1)
     recorded_llm_int8_example()
     recorded_model_losses(eval_windows)
     recorded_gptq_layer("blocks.0.mlp.down_proj", calibration_windows)
