@@ -222,7 +222,10 @@ def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None =
                     selfcheck.check(exercise.grade_id, namespace=namespace)
 
 
-RUNS_WITHOUT_ANSWERS = ("05_flash_attention",)  # chapters whose cells get their numbers as the copy can give them
+RUNS_WITHOUT_ANSWERS = (  # chapters whose cells get their numbers as the copy can give them
+    "03_quantization",
+    "05_flash_attention",
+)
 # cells put into the instructor's notebook while it runs for the release: its cells' withheld calls
 # are recorded, its check cells' are not (the visible checks are recorded apart, the hidden ones never)
 RECORDING = "release-recording"  # their tag

@@ -349,11 +349,13 @@ def nf4_quantize_dequantize(weight: torch.Tensor, group_size: int = 64) -> torch
 # --- LLM.int8(): outlier features kept in 16 bits ------------------------------------------------
 
 
-def int8_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` with both sides in int8: x per row (token), weight per row (output channel).
+def int8_matmul(x: torch.Tensor, weight: torch.Tensor, quantize_int8=None) -> torch.Tensor:
+    """``x @ weight.T`` with both sides in int8: x per row (token), weight per row (output channel),
+    through :func:`quantize_int8` (or the ``quantize_int8`` given: a notebook's own).
 
     The int32 accumulation is emulated in float64, which is exact for these sizes.
     """
+    quantize_int8 = quantize_int8 or globals()["quantize_int8"]
     x_codes, x_scale = quantize_int8(x)  # (tokens, in), (tokens, 1)
     w_codes, w_scale = quantize_int8(weight)  # (out, in), (out, 1)
     accumulated = x_codes.double() @ w_codes.double().T  # (tokens, out), integer-valued
@@ -361,12 +363,13 @@ def int8_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def int8_matmul_with_outliers(
-    x: torch.Tensor, weight: torch.Tensor, threshold: float = 6.0
+    x: torch.Tensor, weight: torch.Tensor, threshold: float = 6.0, quantize_int8=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """LLM.int8()'s mixed-precision decomposition of ``x @ weight.T``.
 
     Input feature columns where any |x| reaches ``threshold`` are multiplied in floating point;
-    the rest go through :func:`int8_matmul`. Returns the product and the outlier column indices.
+    the rest go through :func:`int8_matmul` (with ``quantize_int8``, when given). Returns the
+    product and the outlier column indices.
     """
     _check_matrix(x, "x")
     _check_matrix(weight)
@@ -377,7 +380,7 @@ def int8_matmul_with_outliers(
     regular = ~outlier
     out = x[:, outlier].float() @ weight[:, outlier].float().T  # (tokens, out) in floating point
     if regular.any():
-        out = out + int8_matmul(x[:, regular], weight[:, regular])
+        out = out + int8_matmul(x[:, regular], weight[:, regular], quantize_int8)
     return out, columns
 
 
@@ -494,14 +497,18 @@ def gptq_quantize_dequantize(
 # --- Whole models -------------------------------------------------------------------------------
 
 
-def quantize_model(model: torch.nn.Module, bits: int | str, group_size: int | None = None) -> torch.nn.Module:
+def quantize_model(
+    model: torch.nn.Module, bits: int | str, group_size: int | None = None, quantize_dequantize=None
+) -> torch.nn.Module:
     """A copy of ``model`` whose linear layers' weights went through a quantization round trip.
 
-    ``bits`` is an int for absmax integer codes or ``"nf4"``. Weight-only: activations and the
+    ``bits`` is an int for absmax integer codes (through :func:`quantize_dequantize`, or the
+    ``quantize_dequantize`` given: a notebook's own) or ``"nf4"``. Weight-only: activations and the
     tied embedding stay in floating point, as in most weight-only schemes.
     """
     import copy
 
+    round_trip = quantize_dequantize or globals()["quantize_dequantize"]
     quantized = copy.deepcopy(model)
     with torch.no_grad():
         for module in quantized.modules():
@@ -510,7 +517,7 @@ def quantize_model(model: torch.nn.Module, bits: int | str, group_size: int | No
                 approx = (
                     nf4_quantize_dequantize(weight, group_size or 64)
                     if bits == "nf4"
-                    else quantize_dequantize(weight, bits, group_size)
+                    else round_trip(weight, bits, group_size)
                 )
                 weight.copy_(approx)
     return quantized
@@ -565,18 +572,28 @@ def calibration_hessians(
 
 
 def gptq_model(
-    model: torch.nn.Module, hessians: dict[str, torch.Tensor], bits: int, group_size: int | None = None
+    model: torch.nn.Module,
+    hessians: dict[str, torch.Tensor],
+    bits: int,
+    group_size: int | None = None,
+    gptq_quantize=None,
 ) -> torch.nn.Module:
     """A copy of ``model`` whose linear layers went through :func:`gptq_quantize_dequantize` with
-    their calibration Hessians (:func:`calibration_hessians`); everything else as in :func:`quantize_model`."""
+    their calibration Hessians (:func:`calibration_hessians`); everything else as in :func:`quantize_model`.
+    With ``gptq_quantize`` (a notebook's own, returning codes and scales) its codes are used instead."""
     import copy
+
+    def round_trip(weight, hessian):
+        if gptq_quantize is None:
+            return gptq_quantize_dequantize(weight, hessian, bits, group_size)
+        return dequantize(*gptq_quantize(weight, hessian, bits, group_size)).to(weight.dtype)
 
     quantized = copy.deepcopy(model)
     with torch.no_grad(), _one_thread_on_cpu(next(model.parameters()).device):
         for name, module in quantized.named_modules():
             if isinstance(module, torch.nn.Linear):
                 weight = module.weight
-                weight.copy_(gptq_quantize_dequantize(weight.float(), hessians[name], bits, group_size))
+                weight.copy_(round_trip(weight.float(), hessians[name]))
     return quantized
 
 
@@ -805,16 +822,19 @@ def gptq_against_rtn(
     bits_list=GPTQ_BITS,
     group_size: int | None = 64,
     windows: int = EVAL_WINDOWS,
+    quantize_dequantize=None,
+    gptq_quantize=None,
 ) -> dict[str, dict[int, float]]:
     """Held-out loss (nats per token) of ``model`` rounded to nearest and through GPTQ at each bit
-    width: ``{"round to nearest": {bits: loss}, "GPTQ": {bits: loss}}``."""
+    width: ``{"round to nearest": {bits: loss}, "GPTQ": {bits: loss}}`` (through a notebook's own
+    ``quantize_dequantize`` and ``gptq_quantize`` when given)."""
     from course import evaluation
 
     losses: dict[str, dict[int, float]] = {"round to nearest": {}, "GPTQ": {}}
     for bits in bits_list:
-        rtn = quantize_model(model, bits, group_size)
+        rtn = quantize_model(model, bits, group_size, quantize_dequantize)
         losses["round to nearest"][bits] = evaluation.text_loss(rtn, held_out, max_windows=windows)
-        gptq = gptq_model(model, hessians, bits, group_size)
+        gptq = gptq_model(model, hessians, bits, group_size, gptq_quantize)
         losses["GPTQ"][bits] = evaluation.text_loss(gptq, held_out, max_windows=windows)
     return losses
 
@@ -967,13 +987,18 @@ def salient_inputs(
     return x
 
 
-def granularity_errors(weight: torch.Tensor, bits_list=(8, 4), groups=(None, 128, 32)) -> dict[str, float]:
-    """Relative error at each bit width and granularity, keyed like ``int4_g32`` or ``int8_row``."""
+def granularity_errors(
+    weight: torch.Tensor, bits_list=(8, 4), groups=(None, 128, 32), quantize_dequantize=None, relative_error=None
+) -> dict[str, float]:
+    """Relative error at each bit width and granularity, keyed like ``int4_g32`` or ``int8_row``
+    (through a notebook's own ``quantize_dequantize`` and ``relative_error`` when given)."""
+    round_trip = quantize_dequantize or globals()["quantize_dequantize"]
+    error = relative_error or globals()["relative_error"]
     errors = {}
     for bits in bits_list:
         for group in groups:
             key = f"int{bits}_{'row' if group is None else f'g{group}'}"
-            errors[key] = relative_error(weight, quantize_dequantize(weight, bits, group))
+            errors[key] = error(weight, round_trip(weight, bits, group))
     return errors
 
 
@@ -1056,3 +1081,289 @@ def half_step(weight: torch.Tensor, bits: int, group_size: int | None = None) ->
     _, scale = quantize(weight, bits, group_size)
     group = _group_columns(weight, group_size)
     return (scale / 2).repeat_interleave(group, dim=1)
+
+
+# --- Chapter 3's demonstrations: drawn by the notebook's own functions once written ---------------
+#
+# The learners' copy holds no answer (course/withheld.py): there, the functions marked @withheld
+# below answer from the results recorded for the copy when it was made, the course's numbers on the
+# chapter's fixed inputs, which the cells show until the learner's own functions are written.
+
+TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it is written yet
+    "quantize_dequantize": (torch.tensor([[0.5, -0.2, 0.1, 0.0]]), 4),
+    "relative_error": (torch.tensor([[0.5, -0.2]]), torch.tensor([[0.5, -0.1]])),
+    "quantize_int8": (torch.tensor([[0.5, -0.2]]),),
+    "dequantize_int8": (torch.tensor([[127, -51]], dtype=torch.int8), torch.tensor([[0.5 / 127]])),
+    "gptq_quantize": (torch.tensor([[0.5, -0.2]]), torch.eye(2), 4),
+}
+
+
+def your_functions(namespace: dict, what: str, *names: str) -> dict | None:
+    """The notebook's own ``names`` (functions of chapter 3's exercises) once all are written, and a
+    line saying that they draw ``what``; None before that, with a line saying which are not
+    written yet and that ``what`` shows the course's recorded numbers meanwhile."""
+    from course import readings, withheld
+
+    missing = [name for name in names if not withheld.written(namespace, name, *TRIED_ON[name])]
+    if missing:
+        listed = readings.listing([f"`{name}`" for name in missing])
+        print(
+            f"Your {listed} {'is' if len(missing) == 1 else 'are'} not written yet: {what} shows the course's "
+            "numbers, recorded on the same inputs (write them, then run this cell again)."
+        )
+        return None
+    verb = "draws" if len(names) == 1 else "draw"
+    print(f"Your {readings.listing([f'`{name}`' for name in names])} {verb} {what}.")
+    return {name: namespace[name] for name in names}
+
+
+def bits_sweep(
+    weight: torch.Tensor, groups=(None, 128, 32), bits_range=range(2, 9), quantize_dequantize=None, relative_error=None
+) -> dict[str, list[float]]:
+    """Relative error at each width of ``bits_range``, one list per granularity ("per row", "group 128", ...)."""
+    round_trip = quantize_dequantize or globals()["quantize_dequantize"]
+    error = relative_error or globals()["relative_error"]
+    return {
+        "per row" if group is None else f"group {group}": [
+            error(weight, round_trip(weight, b, group)) for b in bits_range
+        ]
+        for group in groups
+    }
+
+
+@withheld
+def recorded_bits_sweep(seed: int = 0) -> dict[str, list[float]]:
+    """The course's :func:`bits_sweep` of ``gaussian_matrix(256, 512, seed=seed)``."""
+    return bits_sweep(gaussian_matrix(256, 512, seed=seed))
+
+
+@withheld
+def worst_half_steps(seed: int = 0) -> dict[str, float]:
+    """The largest error of the course's round trip of ``outlier_matrix(256, 512, seed=seed)``, in
+    half-steps of each weight's group, at 8, 4 and 3 bits, per row and in groups of 32."""
+    spiky = outlier_matrix(256, 512, seed=seed)
+    return {
+        f"int{bits} {'per row ' if group is None else 'group 32'}": (
+            (quantize_dequantize(spiky, bits, group) - spiky).abs() / half_step(spiky, bits, group)
+        )
+        .max()
+        .item()
+        for bits in (8, 4, 3)
+        for group in (None, 32)
+    }
+
+
+def stored_granularity_errors(numbers: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`granularity_errors` of ``outlier_matrix`` and ``gaussian_matrix`` (256 x 512, seed 0)
+    as ``make reference`` stored them: (with outliers, without)."""
+    keys = [f"int{bits}_{'row' if group is None else f'g{group}'}" for bits in (8, 4) for group in (None, 128, 32)]
+    return tuple({key: numbers[f"{kind}_{key}"]["value"] for key in keys} for kind in ("outlier", "clean"))
+
+
+QUANTIZATION_VIEW = (128, 512, 0)  # rows, cols and seed of the matrix under chapter 3's sliders
+VIEW_GROUPS = ("tensor", "row", 128, 64, 32, 16)  # the granularities the sliders offer
+
+
+def quantization_view(
+    bits: int, group_size, outlier: float, quantize_dequantize=None, relative_error=None
+) -> dict[str, object]:
+    """What chapter 3's sliders show of ``outlier_matrix(128, 512, magnitude=outlier)`` at ``bits``
+    and ``group_size`` ("tensor", "row" or a number): row 0 after the round trip, the share of all
+    weights rounded to zero, and the relative error of every granularity of :data:`VIEW_GROUPS`."""
+    round_trip = quantize_dequantize or globals()["quantize_dequantize"]
+    error = relative_error or globals()["relative_error"]
+    rows, cols, seed = QUANTIZATION_VIEW
+    weight = outlier_matrix(rows, cols, magnitude=outlier, seed=seed)
+
+    def approx(group):
+        if group == "tensor":  # one scale for the whole matrix: the matrix as one row
+            return round_trip(weight.reshape(1, -1), bits, None).reshape(weight.shape)
+        return round_trip(weight, bits, None if group == "row" else group)
+
+    chosen = approx(group_size)
+    return {
+        "row": chosen[0].float(),
+        "zero_share": (chosen == 0).float().mean().item(),
+        "errors": [error(weight, approx(group)) for group in VIEW_GROUPS],
+    }
+
+
+@withheld
+def recorded_quantization_view(bits: int, group_size, outlier: float) -> dict[str, object]:
+    """The course's :func:`quantization_view`."""
+    return quantization_view(bits, group_size, outlier)
+
+
+@withheld
+def recorded_int8_error(seed: int = 1) -> float:
+    """The relative error of the course's int8 copy of ``gaussian_matrix(1024, 4096, seed=seed)``."""
+    layer = gaussian_matrix(1024, 4096, seed=seed)
+    return relative_error(layer, dequantize_int8(*quantize_int8(layer)))
+
+
+def llm_int8_example(quantize_int8=None, relative_error=None) -> dict[str, float]:
+    """Chapter 3's LLM.int8() example: 64 tokens of 512 features, 3 of them 20x larger, through a
+    256 x 512 layer: the relative error of int8 everywhere and with the outlier features in float."""
+    error = relative_error or globals()["relative_error"]
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 512, generator=generator)  # (tokens, features)
+    x[:, [7, 100, 300]] *= 20.0  # three outlier features, in every token
+    w = gaussian_matrix(256, 512, seed=2)  # (out, in)
+    exact = x @ w.T
+    mixed, columns = int8_matmul_with_outliers(x, w, 6.0, quantize_int8)
+    return {
+        "int8": error(exact, int8_matmul(x, w, quantize_int8)),
+        "mixed": error(exact, mixed),
+        "kept": len(columns),
+        "features": x.shape[1],
+    }
+
+
+@withheld
+def recorded_llm_int8_example() -> dict[str, float]:
+    """The course's :func:`llm_int8_example`."""
+    return llm_int8_example()
+
+
+MODEL_SETTINGS = [(bits, group) for group in (None, 64, 32) for bits in (8, 6, 5, 4, 3, 2)]  # 64, 32 divide every width
+
+
+def model_losses(model, held_out, windows: int = EVAL_WINDOWS, quantize_dequantize=None, progress=None) -> dict:
+    """Held-out loss of ``model`` rounded to nearest at every setting of :data:`MODEL_SETTINGS`:
+    ``{"per row" | "group 64" | "group 32": {bits: loss}}``."""
+    from course import evaluation
+
+    losses: dict[str, dict[int, float]] = {}
+    for bits, group in progress(MODEL_SETTINGS) if progress else MODEL_SETTINGS:
+        quantized = quantize_model(model, bits, group, quantize_dequantize)
+        label = "per row" if group is None else f"group {group}"
+        losses.setdefault(label, {})[bits] = evaluation.text_loss(quantized, held_out, max_windows=windows)
+    return losses
+
+
+@withheld
+def _recorded_model_losses(windows: int) -> dict[str, list[float]]:
+    """The course's :func:`model_losses` of its target, each granularity's losses in the order of
+    :data:`MODEL_SETTINGS`."""
+    target, held_out, _, _ = _calibrated(CALIBRATION_WINDOWS)
+    return {label: list(by_bits.values()) for label, by_bits in model_losses(target, held_out, windows).items()}
+
+
+def recorded_model_losses(windows: int = EVAL_WINDOWS) -> dict[str, dict[int, float]]:
+    """The course's :func:`model_losses` of its target on ``windows`` held-out windows, as recorded."""
+    widths = [bits for bits, group in MODEL_SETTINGS if group is None]
+    return {label: dict(zip(widths, losses, strict=True)) for label, losses in _recorded_model_losses(windows).items()}
+
+
+_CALIBRATED: dict[int, tuple] = {}
+
+
+def _calibrated(windows: int):
+    """:func:`course_model_calibrated` with ``windows`` calibration windows, made once a process."""
+    if windows not in _CALIBRATED:
+        from course import checkpoints, corpus, evaluation
+
+        target = checkpoints.load("target")
+        held_out = corpus.tokens("validation")
+        statistics = calibration_statistics(target, corpus.tokens("train"), windows)
+        _CALIBRATED[windows] = (
+            target,
+            held_out,
+            statistics,
+            evaluation.text_loss(target, held_out, max_windows=EVAL_WINDOWS),
+        )
+    return _CALIBRATED[windows]
+
+
+def gptq_layer(weight, hessian, quantize_dequantize=None, relative_error=None, gptq_quantize=None) -> dict[str, float]:
+    """One layer at 4 bits in groups of 64, rounded to nearest and through GPTQ: each one's output
+    error (:func:`output_error`) and the relative error of its weights."""
+    round_trip = quantize_dequantize or globals()["quantize_dequantize"]
+    error = relative_error or globals()["relative_error"]
+    rtn = round_trip(weight, 4, 64)
+    if gptq_quantize is None:
+        gptq = gptq_quantize_dequantize(weight, hessian, 4, 64)
+    else:
+        gptq = dequantize(*gptq_quantize(weight, hessian, 4, 64)).to(weight.dtype)
+    return {
+        "rtn": output_error(weight, rtn, hessian),
+        "gptq": output_error(weight, gptq, hessian),
+        "rtn_weights": error(weight, rtn),
+        "gptq_weights": error(weight, gptq),
+    }
+
+
+@withheld
+def recorded_gptq_layer(name: str, calibration_windows: int = CALIBRATION_WINDOWS) -> dict[str, float]:
+    """The course's :func:`gptq_layer` of its target's layer ``name``, calibrated on ``calibration_windows``."""
+    target, _, statistics, _ = _calibrated(calibration_windows)
+    return gptq_layer(target.get_submodule(name).weight.detach(), statistics["hessian"][name])
+
+
+def stored_gptq_losses(numbers: dict, bits_list=GPTQ_BITS) -> dict[str, dict[int, float]]:
+    """:func:`gptq_against_rtn`'s losses of the course model as ``make reference`` stored them."""
+    return {
+        label: {bits: numbers[f"model_{key}_g64_{bits}bit_loss"]["value"] for bits in bits_list}
+        for label, key in (("round to nearest", "rtn"), ("GPTQ", "gptq"))
+    }
+
+
+AWQ_STUDIED = (("blocks.5", ("mlp.down_proj",)), ("blocks.3", ("mlp.gate_proj", "mlp.up_proj")))
+
+
+@withheld
+def _recorded_awq_studies(bits: int, calibration_windows: int) -> dict[str, dict]:
+    """The course's :func:`awq_layer_study` of a layer with 3 outlier input channels and of the
+    course model's layers in :data:`AWQ_STUDIED`, each study's errors as a list in the grid's order."""
+    outlier_x = salient_inputs(magnitude=20.0)  # (512 tokens, 256 channels)
+    studies = {
+        "3 outlier channels": awq_layer_study(
+            [gaussian_matrix(256, 256, seed=5)], hessian(outlier_x), outlier_x.abs().mean(dim=0).double(), bits
+        )
+    }
+    target, _, statistics, _ = _calibrated(calibration_windows)
+    for block, roles in AWQ_STUDIED:
+        names = [f"{block}.{role}" for role in roles]
+        weights = [target.get_submodule(name).weight.detach() for name in names]
+        studies[f"{block} {'+'.join(r.split('.')[1] for r in roles)}"] = awq_layer_study(
+            weights, statistics["hessian"][names[0]], statistics["mean_abs"][names[0]], bits
+        )
+    return {label: {**study, "errors": list(study["errors"].values())} for label, study in studies.items()}
+
+
+def recorded_awq_studies(bits: int = 3, calibration_windows: int = CALIBRATION_WINDOWS) -> dict[str, dict]:
+    """The course's AWQ layer studies of chapter 3 (:func:`awq_layer_study`'s dicts), as recorded."""
+    grid = _awq_grid(AWQ_GRID)
+    return {
+        label: {**study, "errors": dict(zip(grid, study["errors"], strict=True))}
+        for label, study in _recorded_awq_studies(bits, calibration_windows).items()
+    }
+
+
+@withheld
+def _recorded_awq_losses(bits_list: tuple, windows: int, calibration_windows: int) -> dict[str, dict]:
+    """The course's :func:`awq_against_rtn` of its target, keyed by the bit width as a string."""
+    target, held_out, statistics, _ = _calibrated(calibration_windows)
+    return {
+        str(bits): measured
+        for bits, measured in awq_against_rtn(target, statistics, held_out, bits_list, 64, windows).items()
+    }
+
+
+def recorded_awq_losses(
+    bits_list=AWQ_BITS, windows: int = EVAL_WINDOWS, calibration_windows: int = CALIBRATION_WINDOWS
+) -> dict[int, dict]:
+    """The course's :func:`awq_against_rtn` of its target at ``bits_list``, groups of 64, as recorded."""
+    measured = _recorded_awq_losses(tuple(bits_list), windows, calibration_windows)
+    return {int(bits): value for bits, value in measured.items()}
+
+
+def chapter_recordings(eval_windows: int = EVAL_WINDOWS, calibration_windows: int = CALIBRATION_WINDOWS) -> None:
+    """Call every recorded function above as chapter 3's cells call them before the learner's functions
+    are written, so that the learners' copy records them (the instructor's notebook, whose functions
+    are written, does not call them all)."""
+    recorded_bits_sweep(0)  # with the arguments the cells give, as the recordings are matched on them
+    recorded_int8_error(1)
+    recorded_llm_int8_example()
+    recorded_model_losses(eval_windows)
+    recorded_gptq_layer("blocks.0.mlp.down_proj", calibration_windows)

@@ -293,6 +293,32 @@ def test_reference_numbers_agree_with_hand_arithmetic():
     assert 12 < ratio < 20
 
 
+# --- the chapter's demonstrations, drawn by the learner's functions once written ----------------------
+
+
+def test_the_demonstrations_wait_for_the_learners_functions_and_then_use_them(capsys):
+    """Before an exercise is written a cell says so and shows the course's numbers; once written, the
+    learner's function draws it, and the course's functions given as the learner's draw the same."""
+
+    def blank(weight, bits, group_size=None):
+        raise NotImplementedError
+
+    assert quantization.your_functions({"quantize_dequantize": blank}, "the chart", "quantize_dequantize") is None
+    assert "`quantize_dequantize` is not written yet" in capsys.readouterr().out
+    course = {"quantize_dequantize": quantization.quantize_dequantize, "relative_error": quantization.relative_error}
+    yours = quantization.your_functions(course, "the chart", *course)
+    assert yours == course and "draw the chart" in capsys.readouterr().out
+    weight = quantization.gaussian_matrix(256, 512, seed=0)
+    assert quantization.bits_sweep(weight, **yours) == quantization.recorded_bits_sweep(0)
+    view, recorded = (
+        quantization.quantization_view(3, 32, 20.0, **yours),
+        quantization.recorded_quantization_view(3, 32, 20.0),
+    )
+    assert view["errors"] == recorded["errors"] and torch.equal(view["row"], recorded["row"])
+    example = quantization.llm_int8_example(quantization.quantize_int8, quantization.relative_error)
+    assert example == quantization.recorded_llm_int8_example() and example["kept"] == 3
+
+
 # --- figures --------------------------------------------------------------------------------------
 
 

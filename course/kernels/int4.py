@@ -247,6 +247,7 @@ def stored_bytes(out_features: int, in_features: int, group_size: int) -> int:
     return out_features * in_features // 2 + 4 * out_features * (in_features // group_size)
 
 
+@withheld  # it builds the Int4Linear of chapter 9's exercise; the learners' copy leaves the layer out
 def speedup(
     out_features: int,
     in_features: int,
@@ -308,3 +309,33 @@ def crossover_reading(rows: list[dict]) -> str:
     if share > 1:
         reach += "; above the bound, so float32 read its weight below full bandwidth here (noise, or caches)"
     return f"{where}; {reach}"
+
+
+# --- chapter 3's section 12, each withheld: they build the Int4Linear of chapter 9's exercise --------
+
+
+@withheld
+def agreement(size: int = 1024, group_size: int = 64, device_type: str = "cpu", seed: int = 4) -> dict:
+    """One token through the int4 layer of ``gaussian_matrix(size, size, seed=seed)`` on
+    ``device_type``, fused against dequantize-then-multiply: ``{"layer": its description, "path",
+    "why": why the reference runs (or None), "difference": the relative difference of the outputs}``."""
+    device = torch.device(device_type)
+    layer = Int4Linear(*quantization.quantize(quantization.gaussian_matrix(size, size, seed=seed), 4, group_size))
+    layer = layer.to(device)
+    x = torch.randn(1, size, generator=torch.Generator().manual_seed(seed + 1)).to(device)
+    fused = layer(x)
+    reference = reference_linear(x, layer.codes, layer.scale)
+    difference = quantization.relative_error(reference, fused)
+    return {"layer": str(layer), "path": layer.path, "why": layer.why_reference(), "difference": difference}
+
+
+@withheld
+def pin_threads(size: int, group_size: int = 64) -> str:
+    """``course.timing.pin_threads`` on one token through a ``size`` x ``size`` int4 layer on the CPU:
+    the thread count it chose for what follows, and its message."""
+    from course import timing
+
+    weight = quantization.gaussian_matrix(size, size)
+    layer = Int4Linear(*quantization.quantize(weight, 4, group_size))
+    x = torch.randn(1, size)
+    return timing.pin_threads(lambda: layer(x), torch.device("cpu"))

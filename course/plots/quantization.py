@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
-from course import quantization
+from course import quantization, withheld
 from course.plots._widgets import BLUE, GREY, ORANGE, PURPLE, RED, Chart, interactive, new_figure, nice_ceiling, slider
 
 GROUP_CHOICES = (  # (label, group_size): "row" is one scale per row (group_size None), "tensor" one in all
@@ -26,24 +25,26 @@ def _group(group_size):
     return "row" if group_size is None else group_size
 
 
-def _round_trip(weight: torch.Tensor, bits: int, group) -> torch.Tensor:
-    if group == "tensor":
-        return quantization.quantize_dequantize_per_tensor(weight, bits)
-    return quantization.quantize_dequantize(weight, bits, None if group == "row" else group)
-
-
 def _group_label(group) -> str:
     return next(label for label, value in GROUP_CHOICES if value == _group(group))
 
 
 class QuantizationChart(Chart):
-    """One matrix with outlier columns, quantized: row 0 against its quantized values, the integer
-    codes in use, and the relative error of every granularity at this bit width."""
+    """One matrix with outlier columns, quantized: row 0 against its quantized values, the values
+    row 0 comes back as, and the relative error of every granularity at this bit width.
 
-    def __init__(self, seed: int = 0, rows: int = 128, cols: int = 512):
+    Drawn by ``quantize_dequantize`` and ``relative_error`` when given (a notebook's own), else by
+    the course's (in the learners' copy: its recorded views, those of :func:`withheld_calls`)."""
+
+    def __init__(self, seed: int = 0, rows: int = 128, cols: int = 512, quantize_dequantize=None, relative_error=None):
         super().__init__(11, 3.2, left=0.07)
         self.seed, self.shape = seed, (rows, cols)
-        self.ax_row, self.ax_codes, self.ax_err = self.figure.subplots(1, 3)
+        self.yours = {"quantize_dequantize": quantize_dequantize, "relative_error": relative_error}
+        if not all(self.yours.values()) and (rows, cols, seed) != quantization.QUANTIZATION_VIEW:
+            raise ValueError(
+                f"the course's views are of a matrix of {quantization.QUANTIZATION_VIEW}: (rows, cols, seed)"
+            )
+        self.ax_row, self.ax_values, self.ax_err = self.figure.subplots(1, 3)
         ordinary = quantization.outlier_matrix(rows, cols, magnitude=1.0, seed=seed)[0].numpy()
         lim = float(np.quantile(np.abs(ordinary), 0.98)) * 1.2  # zoom on the ordinary weights
         self.ax_row.plot([-lim, lim], [-lim, lim], color=GREY, lw=0.8, ls="--")
@@ -52,10 +53,9 @@ class QuantizationChart(Chart):
         self.row_points = self.moving(*self.ax_row.plot([], [], "o", ms=2.5, color=BLUE))
         self.moving(self.ax_row.title)
 
-        self.codes = self.moving(self.ax_codes.stairs([0], [0, 1], fill=True, color=BLUE))
-        self.ax_codes.set(xlabel="integer code", ylabel="share of weights")
-        self.ax_codes.xaxis.set_major_locator(MaxNLocator(nbins=7, integer=True))
-        self.moving(self.ax_codes.title)
+        self.values = self.moving(self.ax_values.vlines([], 0, [], color=BLUE, lw=2))
+        self.ax_values.set(xlim=(-lim, lim), xlabel="value after quantization", ylabel="weights of row 0")
+        self.moving(self.ax_values.title)
 
         labels = [label.replace("group ", "g").replace("per ", "") for label, _ in GROUP_CHOICES]
         self.bars = self.ax_err.bar(range(len(labels)), [0] * len(labels), color=BLUE)
@@ -68,28 +68,44 @@ class QuantizationChart(Chart):
         self.ax_err.set_ylabel("relative error (%)")
         self.moving(self.ax_err.title)
 
+    def _view(self, bits: int, group_size, outlier: float) -> dict:
+        if all(self.yours.values()):
+            rows, cols = self.shape
+            weight = quantization.outlier_matrix(rows, cols, magnitude=outlier, seed=self.seed)
+            round_trip, error = self.yours["quantize_dequantize"], self.yours["relative_error"]
+
+            def approx(group):
+                if group == "tensor":
+                    return round_trip(weight.reshape(1, -1), bits, None).reshape(weight.shape)
+                return round_trip(weight, bits, None if group == "row" else group)
+
+            chosen = approx(group_size)
+            errors = [error(weight, approx(group)) for group in quantization.VIEW_GROUPS]
+            return {"row": chosen[0], "zero_share": (chosen == 0).float().mean().item(), "errors": errors}
+        try:
+            return quantization.recorded_quantization_view(bits, group_size, float(outlier))
+        except withheld.NotRecorded:
+            raise ValueError(
+                f"the course's views were recorded for this copy at outliers x{RECORDED_OUTLIERS[0]:g} and "
+                f"x{RECORDED_OUTLIERS[1]:g} only: write quantize_dequantize and relative_error to see x{outlier:g}"
+            ) from None
+
     def update(self, bits: int = 4, group_size=None, outlier: float = 20.0) -> QuantizationChart:
         group_size = _group(group_size)
         weight = quantization.outlier_matrix(*self.shape, magnitude=outlier, seed=self.seed)
-        levels = quantization.absmax_levels(bits)
-
-        approx = _round_trip(weight, bits, group_size)
-        self.row_points.set_data(weight[0].numpy(), approx[0].numpy())
+        view = self._view(bits, group_size, outlier)
+        row = torch.as_tensor(view["row"]).float()
+        self.row_points.set_data(weight[0].numpy(), row.numpy())
         self.ax_row.set_title(f"row 0, int{bits}, {_group_label(group_size)}")
 
-        if group_size == "tensor":
-            codes, _ = quantization.quantize(weight.reshape(1, -1), bits)
-        else:
-            codes, _ = quantization.quantize(weight, bits, None if group_size == "row" else group_size)
-        counts = torch.bincount((codes.flatten() + levels).long(), minlength=2 * levels + 1).numpy()
-        share = counts / counts.sum()
-        self.codes.set_data(share, np.arange(-levels, levels + 2) - 0.5)
-        self.ax_codes.set_xlim(-levels - 0.5, levels + 0.5)
-        self.ax_codes.set_ylim(0, nice_ceiling(share.max() * 1.05))
-        used = f"{(counts > 0).sum()} of {2 * levels + 1} used"
-        self.ax_codes.set_title(f"{share[levels]:.0%} of weights at code 0; {used}")
+        values, counts = np.unique(row.numpy(), return_counts=True)
+        self.values.set_segments([[(v, 0), (v, c)] for v, c in zip(values, counts, strict=True)])
+        self.ax_values.set_ylim(0, nice_ceiling(counts.max() * 1.05))
+        self.ax_values.set_title(
+            f"{view['zero_share']:.0%} of weights at 0; row 0 takes {len(values)} values", fontsize=10
+        )
 
-        errors = [100 * quantization.relative_error(weight, _round_trip(weight, bits, g)) for _, g in GROUP_CHOICES]
+        errors = [100 * e for e in view["errors"]]
         top = nice_ceiling(max(errors) * 1.15)  # room for the value labels above the bars
         for bar, label, error, (_, group) in zip(self.bars, self.bar_values, errors, GROUP_CHOICES, strict=True):
             bar.set_height(error)
@@ -105,20 +121,38 @@ def plot_quantization(bits: int = 4, group_size=None, outlier: float = 20.0, see
     """One matrix with outlier columns, quantized at ``bits`` with ``group_size`` (None or "row": one
     scale per row; "tensor": one for the whole matrix; a number: that many columns per scale).
 
-    Left: one row's weights against their quantized values. Middle: how often each integer
-    code is used. Right: relative error of every granularity at this bit width.
+    Left: one row's weights against their quantized values. Middle: the values that row comes
+    back as, and how many of its weights take each. Right: relative error of every granularity at
+    this bit width.
     """
     return QuantizationChart(seed).update(bits, group_size, outlier).figure
 
 
-def widget_quantization() -> None:
-    """Sliders for bits, group size and outlier magnitude over :class:`QuantizationChart`."""
+BITS_CHOICES = range(2, 9)  # the bits slider's
+RECORDED_OUTLIERS = (1.0, 20.0)  # the outlier magnitudes whose views the learners' copy records
+
+
+def widget_quantization(quantize_dequantize=None, relative_error=None) -> None:
+    """Sliders for bits, group size and outlier magnitude over :class:`QuantizationChart`, drawn by
+    the functions given (a notebook's own) or the course's."""
     controls = {
-        "bits": slider("IntSlider", value=4, min=2, max=8, description="bits"),
+        "bits": slider("IntSlider", value=4, min=BITS_CHOICES[0], max=BITS_CHOICES[-1], description="bits"),
         "group_size": slider("Dropdown", options=list(GROUP_CHOICES), value="row", description="scales"),
         "outlier": slider("FloatSlider", value=20.0, min=1.0, max=60.0, step=1.0, description="outlier x"),
     }
-    interactive(QuantizationChart(), controls, "Quantization error: bits, scales and outliers")
+    chart = QuantizationChart(quantize_dequantize=quantize_dequantize, relative_error=relative_error)
+    interactive(chart, controls, "Quantization error: bits, scales and outliers")
+
+
+def withheld_calls() -> None:
+    """What the chapter's cells and sliders ask of the course before the learner's functions are
+    written, so that the learners' copy records it (``course/withheld.py``): every bit width and
+    granularity at the outlier magnitudes of :data:`RECORDED_OUTLIERS`, and the chapter's numbers."""
+    for outlier in RECORDED_OUTLIERS:
+        for bits in BITS_CHOICES:
+            for group in quantization.VIEW_GROUPS:
+                quantization.recorded_quantization_view(bits, group, outlier)
+    quantization.chapter_recordings()
 
 
 def plot_granularity_bars(with_outliers: dict[str, float], without_outliers: dict[str, float]) -> Figure:
@@ -166,15 +200,16 @@ def plot_outlier_row(outlier: float = 4.2, seed: int = 3) -> Figure:
     return fig
 
 
-def plot_bits_sweep(weight: torch.Tensor, groups=(None, 128, 32), bits_range=range(2, 9)) -> Figure:
-    """Relative error against bit width for several granularities, on a log scale."""
+def plot_bits_sweep(errors, groups=(None, 128, 32), bits_range=range(2, 9)) -> Figure:
+    """Relative error against bit width for several granularities, on a log scale. ``errors`` is
+    :func:`course.quantization.bits_sweep`'s (label -> one error per width), or a weight matrix to
+    sweep with the course's quantizer."""
+    if isinstance(errors, torch.Tensor):
+        errors = quantization.bits_sweep(errors, groups, bits_range)
     fig = new_figure(5.5, 3.2, left=0.15)
     ax = fig.subplots()
-    for group in groups:
-        errors = [
-            quantization.relative_error(weight, quantization.quantize_dequantize(weight, b, group)) for b in bits_range
-        ]
-        ax.semilogy(list(bits_range), errors, "o-", label="per row" if group is None else f"group {group}")
+    for label, by_bits in errors.items():
+        ax.semilogy(list(bits_range), by_bits, "o-", label=label)
     ax.set(xlabel="bits", ylabel="relative error", title="each bit halves the error")
     ax.legend(fontsize=8)
     return fig
@@ -238,12 +273,14 @@ def plot_nf4_levels(seed: int = 0) -> Figure:
 
 def plot_int4_speedup(rows: list[dict]) -> Figure:
     """The int4 layer's speed-up over float32 against the float32 weight's size, with the bound the
-    bytes set (float32 bytes / int4 bytes) and the 1x line. ``rows``: ``course.kernels.int4.speedup``'s."""
+    bytes set (float32 bytes / int4 bytes) and the 1x line. ``rows``: ``course.kernels.int4.speedup``'s
+    (rows without a ``speedup``, the bound's alone, draw the bound alone)."""
     rows = sorted(rows, key=lambda r: r["fp32_bytes"])
     mib = [r["fp32_bytes"] / 2**20 for r in rows]
     fig = new_figure(6, 3.4, left=0.12)
     ax = fig.subplots()
-    ax.plot(mib, [r["speedup"] for r in rows], "o-", color=BLUE, label="int4 (fused kernel) / float32, measured")
+    if all("speedup" in r for r in rows):
+        ax.plot(mib, [r["speedup"] for r in rows], "o-", color=BLUE, label="int4 (fused kernel) / float32, measured")
     ax.plot(mib, [r["bound"] for r in rows], "--", color=ORANGE, label="bytes ratio: the bound if reading were all")
     ax.axhline(1, color=GREY, lw=1, label="1x: as fast as float32")
     ax.set_xscale("log", base=2)
@@ -294,11 +331,7 @@ def _stored_gptq_losses() -> tuple[float, dict[str, dict[int, float]]]:
     from course import reference
 
     numbers = reference.load("quantization")
-    losses = {
-        label: {bits: numbers[f"model_{key}_g64_{bits}bit_loss"]["value"] for bits in quantization.GPTQ_BITS}
-        for label, key in (("round to nearest", "rtn"), ("GPTQ", "gptq"))
-    }
-    return numbers["model_fp32_loss"]["value"], losses
+    return numbers["model_fp32_loss"]["value"], quantization.stored_gptq_losses(numbers)
 
 
 def widget_gptq(baseline: float | None = None, losses: dict | None = None) -> None:
