@@ -121,7 +121,7 @@ def write(recordings: dict, path: Path) -> None:
         unique[name] = list(seen.values())
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8") as handle:
-        json.dump(unique, handle, sort_keys=True)
+        json.dump(unique, handle)  # a dict result replays in the order it was made
 
 
 def _load() -> dict:

@@ -414,3 +414,34 @@ def test_an_all_zeros_answer_is_told_so_first():
     q, k, v = torch.randn(4, 8), torch.randn(30, 8), torch.randn(30, 8)
     assert not [h for h, _ in flash_attention._mistakes(q, k, v, 32) if "skipped" in h]
     assert [h for h, _ in flash_attention._mistakes(q, k, v, 8) if "first 24 of 30 keys" in h]
+
+
+def test_a_check_cell_leaves_the_learners_random_streams_as_they_were():
+    """An answer that draws from torch's, numpy's and Python's global streams, checked (every check,
+    as the instructor's copy runs them): the cell after the check draws what it would have drawn
+    without it, so the two copies' later cells print the same numbers."""
+    import random
+
+    import torch
+
+    from autograder import notebook
+    from autograder.selfcheck import check
+
+    namespace: dict = {"__name__": "__main__"}
+    for setup in notebook.setup_sources(notebook.released("05_flash_attention")):
+        exec(setup, namespace)
+    exec(
+        "import random, numpy, torch\n"
+        "def online_softmax_update(*args, **kwargs):\n"
+        "    return torch.rand(1) + numpy.random.rand() + random.random()\n",
+        namespace,
+    )
+
+    def draws(checked: bool) -> tuple:
+        torch.manual_seed(0), np.random.seed(0), random.seed(0)
+        if checked:
+            with pytest.raises(AssertionError):
+                check("online_softmax_update", hidden=True, namespace=namespace)
+        return torch.rand(1).item(), np.random.rand(), random.random()
+
+    assert draws(checked=True) == draws(checked=False)
