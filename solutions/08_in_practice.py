@@ -191,6 +191,7 @@ check("lora_trainable_parameters", hidden=True)
 from peft import LoraConfig, get_peft_model
 
 lora_config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+torch.manual_seed(0)  # peft draws each adapter's A from torch's global stream: the same A in every run
 peft_model = get_peft_model(model, lora_config, adapter_name="comedies")
 trainable, total = peft_model.get_nb_trainable_parameters()
 expected = in_practice.lora_trainable_parameters(config, ["q_proj", "v_proj"], 8)
@@ -369,6 +370,7 @@ print(f"{name}: Linear4bit against x @ dequantize_nf4(codes, scale).T: relative 
 # inference kernel through which no gradient flows back.
 
 # %%
+torch.manual_seed(0)  # the same A in every run, as above
 qlora_model = get_peft_model(
     model_4bit, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
 )
