@@ -271,11 +271,11 @@ def test_gptq_numbers_make_the_comparison_again():
     numbers = {
         "agreements": {"a": [9, 10, 1, 1], "b": [10, 10, 0, 0]},
         "losses": {"float32": 3.0},
-        "error_ratios": {"course's GPTQ": torch.tensor([0.5, 0.7])},
+        "error_ratios": {"course's GPTQ": torch.tensor([0.5, 0.75])},
     }
     comparison = calibrated.comparison_of(numbers)
     assert comparison.share == 0.95 and comparison.agreements["a"] == calibrated.Agreement(9, 10, 1, 1)
-    assert comparison.losses == {"float32": 3.0} and comparison.error_ratios["course's GPTQ"].tolist() == [0.5, 0.7]
+    assert comparison.losses == {"float32": 3.0} and comparison.error_ratios["course's GPTQ"].tolist() == [0.5, 0.75]
 
 
 @pytest.mark.parametrize(
