@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from course import quantization
+from course import in_practice, quantization
+from course.withheld import withheld
 
 DAMPING = 0.01  # the share of the Hessian's mean diagonal added to it, on both sides
 
@@ -339,6 +340,34 @@ def compare_gptq(
         label: torch.tensor([errors[label][n] / errors["round to nearest"][n] for n in names]) for label in GPTQ_METHODS
     }
     return Comparison(agreements, losses, ratios)
+
+
+@withheld
+@in_practice.own_random
+def gptq_on_pretrained(windows: torch.Tensor, ids: torch.Tensor, names: list[str]) -> dict:
+    """:func:`compare_gptq` on the pretrained model as loaded, calibrated on ``windows`` (n, T), its
+    loss :func:`course.in_practice.held_out_loss` on ``ids`` (T,), as plain data
+    (:func:`comparison_of` makes it a :class:`Comparison` again)."""
+    from course import pretrained
+
+    model, tokenizer = in_practice.pristine()
+    found = compare_gptq(model, tokenizer, pretrained.load, windows, names, lambda m: in_practice.held_out_loss(m, ids))
+    return {
+        "agreements": {
+            name: [a.same, a.total, a.rows_differing, a.first_at_extra_level] for name, a in found.agreements.items()
+        },
+        "losses": found.losses,
+        "error_ratios": found.error_ratios,
+    }
+
+
+def comparison_of(numbers: dict) -> Comparison:
+    """The :class:`Comparison` that :func:`gptq_on_pretrained`'s numbers describe."""
+    return Comparison(
+        {name: Agreement(*counts) for name, counts in numbers["agreements"].items()},
+        dict(numbers["losses"]),
+        dict(numbers["error_ratios"]),
+    )
 
 
 def awq_recipe(names, bits: int = 4, group_size: int = 64, grid: int = 20):

@@ -245,6 +245,39 @@ def test_lora_linear_with_peft_factors_reproduces_peft(peft_model):
         layer.lora_B["default"].weight.zero_()
 
 
+def test_lora_linear_output_is_peft_with_the_same_seeded_factors_and_leaves_what_it_found(peft_model):
+    """The experiment the learners' copy replays: the course's LoRALinear over the model as loaded
+    gives peft's output for the same seeded A, B and x; the model and torch's random stream are as before."""
+    layer = peft_model.base_model.model.model.layers[2].self_attn.q_proj
+    a, b, x = in_practice.seeded_adapter(layer.in_features, layer.out_features, 8, tokens=3)
+    model, _ = in_practice.pristine()
+    weights, stream = lora.weights_fingerprint(model), torch.random.get_rng_state()
+    ours = in_practice.lora_linear_output("model.layers.2.self_attn.q_proj", 8, 16, tokens=3)
+    assert torch.equal(torch.random.get_rng_state(), stream) and lora.weights_fingerprint(model) == weights
+    with torch.no_grad():
+        first = layer.lora_A["default"].weight.clone()
+        layer.lora_A["default"].weight.copy_(a)
+        layer.lora_B["default"].weight.copy_(b)
+        theirs = layer(x)
+        layer.lora_A["default"].weight.copy_(first)
+        layer.lora_B["default"].weight.zero_()
+    assert not torch.allclose(theirs, layer.base_layer(x), atol=1e-3)  # the adapter does something
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+
+
+def test_gptq_numbers_make_the_comparison_again():
+    from course import calibrated
+
+    numbers = {
+        "agreements": {"a": [9, 10, 1, 1], "b": [10, 10, 0, 0]},
+        "losses": {"float32": 3.0},
+        "error_ratios": {"course's GPTQ": torch.tensor([0.5, 0.75])},
+    }
+    comparison = calibrated.comparison_of(numbers)
+    assert comparison.share == 0.95 and comparison.agreements["a"] == calibrated.Agreement(9, 10, 1, 1)
+    assert comparison.losses == {"float32": 3.0} and comparison.error_ratios["course's GPTQ"].tolist() == [0.5, 0.75]
+
+
 @pytest.mark.parametrize(
     "targets",
     [["q_proj", "v_proj"], ["k_proj"], ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]],
