@@ -480,7 +480,7 @@ def test_replace_layers_and_the_course_layer():
     replaced = stored_weights.replace_layers(
         target, nn.Linear, lambda layer: stored_weights.course_int4_layer(layer.weight, 64)
     )
-    assert sum(isinstance(m, int4.Int4Linear) for m in replaced.modules()) == 42
+    assert sum(isinstance(m, stored_weights.FusedInt4) for m in replaced.modules()) == 42
     assert sum(isinstance(m, nn.Linear) for m in target.modules()) == 42  # the original is untouched
 
 
@@ -488,8 +488,12 @@ def test_learner_server_times_and_reads(monkeypatch):
     def not_written(*args):
         raise NotImplementedError
 
-    server = learner_server.LearnerServer(not_written, not_written)
-    assert server.stand_ins == ["Int4Linear", "speculative_greedy"]
+    assert learner_server.not_written(not_written, not_written) == ["Int4Linear", "speculative_greedy"]
+    layer, loop = stored_weights.course_int4_layer, drafts.greedy_speculative
+    assert learner_server.not_written(layer, not_written) == ["speculative_greedy"]
+    assert learner_server.not_written(layer, loop) == []
+    server = learner_server.LearnerServer(layer, loop)
+    assert server.note == ""
     results = server.time(8, repeats=1)
     assert list(results) == ["fp32 target alone", "your server", "your codes, fused int4 product"]
     text = learner_server.server_reading(results, 8)
@@ -504,7 +508,7 @@ def test_learner_server_times_and_reads(monkeypatch):
     assert ("(int4 weights are another model)" in text) == (differ > 0)  # the reason only where some differ
     layers = server.layer_seconds(repeats=1)
     assert layers["layers"] == 42 and layers["rebuilt_bytes"] == 4 * 4_227_072
-    assert "not written yet" in learner_server.gap_reading(results, layers, server.stand_ins)
+    assert "fused product" in learner_server.gap_reading(results, layers)
 
 
 def test_gap_reading_names_the_rebuild_only_where_the_layer_is_slower():
@@ -517,12 +521,11 @@ def test_gap_reading_names_the_rebuild_only_where_the_layer_is_slower():
         "your codes, fused int4 product": timed(0.5),
     }
     slow = {"float32": 0.001, "yours": 0.004, "fused": 0.001, "layers": 42, "rebuilt_bytes": 16_908_288}
-    text = learner_server.gap_reading(results, slow, [])
+    text = learner_server.gap_reading(results, slow)
     assert "your server 0.80x" in text and "fused product 2.00x" in text
     assert "4.0x the fused product's time" in text and "rebuilds its float32" in text and "16.9 MB" in text
-    even = learner_server.gap_reading(results, slow | {"yours": 0.0011}, [])
+    even = learner_server.gap_reading(results, slow | {"yours": 0.0011})
     assert "1.10x the fused product's time" in even and "no float32 rebuild" in even
-    assert "not written yet" in learner_server.gap_reading(results, slow, ["Int4Linear"])
 
 
 def test_the_bench_runs_the_solutions_own_layer_and_loop():
