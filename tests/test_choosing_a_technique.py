@@ -333,6 +333,29 @@ def test_every_winning_configuration_needs_chapters_3_6_and_7():
         assert all(technique.measure(config).within().values()), config.label()
 
 
+def test_counted_figures_are_the_loops():
+    """What the learners' copy shows for a configuration whose loop it did not record (bytes and
+    loss of its format, tokens per call from where the draft agrees): the loop's figures exactly."""
+    for config in (
+        technique.reference(),
+        technique.OBVIOUS,
+        technique.Configuration("int8", 32, "draft", 3),
+        technique.Configuration(),
+    ):
+        assert technique.counted_figures(config) == technique.measure(config), config.label()
+
+
+def test_the_closing_note_reads_the_course_configurations_figures():
+    figures, reading = technique.measure(technique.reference()), technique.stored_reference_reading()
+    assert reading.startswith(
+        f"weights {figures.weight_bytes / 1e6:.2f} MB ({100 * figures.weights_share:.1f}% of fp32)"
+    )
+    assert (
+        f"{figures.tokens_per_call:.2f} tokens per target call, modelled speed-up {figures.modelled_speedup:.2f}x"
+        in reading
+    )
+
+
 def test_two_bit_codes_miss_the_loss_budget():
     assert technique.format_figures("int2", 32)[1] - technique.format_figures("fp32", None)[1] > 0.1
 
