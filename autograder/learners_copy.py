@@ -226,41 +226,65 @@ RUNS_WITHOUT_ANSWERS = (
     "05_flash_attention",
     "09_choosing_a_technique",
 )  # chapters whose cells get their numbers as the copy can give them
+# cells put around the instructor's notebook while it runs for the release: its withheld calls are recorded
+_RECORD_FROM_HERE = (  # the context is kept: once collected, it would end the recording
+    "from course import withheld as _withheld\n_recording = _withheld.recording()\n_recorded = _recording.__enter__()"
+)
+_WRITE_RECORDED = "import json as _json\nwith open({path!r}, 'w') as _file:\n    _json.dump(_recorded, _file)"
 
 
-def run_chapter(chapter: str) -> None:
-    """Execute the instructor's notebook of ``chapter`` in this process, its output discarded, so
-    that the withheld calls of its cells are recorded; then the chapter's plots module's
-    ``withheld_calls()``, what its widgets can ask for beyond their first view."""
+def run_chapter(chapter: str, executed: Path, kernel: str = "course") -> dict:
+    """Execute the instructor's notebook of ``chapter`` headless (a kernel of ``kernel``, every
+    cell within the per-cell limit) into ``executed/<chapter>.solution.ipynb``, recording its
+    withheld calls, then the chapter's plots module's ``withheld_calls()`` (what its widgets can
+    ask for beyond their first view) in this process; return the kernel's recordings. A cell that
+    raises stops the release, naming the cell."""
     import importlib
+    import tempfile
 
-    import matplotlib
+    import nbformat
 
-    from autograder import release
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from autograder import headless, release
 
     instructor = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
-    namespace: dict = {"__name__": "__main__"}
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        for index, cell in enumerate(c for c in instructor.cells if c.cell_type == "code"):
-            exec(compile(notebook.without_magics(cell.source), f"<{chapter} cell {index}>", "exec"), namespace)
-            plt.close("all")
+    executed.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        calls = Path(folder) / "calls.json"
+        instructor.cells.insert(0, nbformat.v4.new_code_cell(_RECORD_FROM_HERE))
+        instructor.cells.append(nbformat.v4.new_code_cell(_WRITE_RECORDED.format(path=str(calls))))
+        source = Path(folder) / f"{chapter}.ipynb"
+        nbformat.write(instructor, source)
+        ran = headless.execute(source, source, kernel, cwd=paths.NOTEBOOKS)
+        failed = [
+            (index, out["ename"], out["evalue"])
+            for index, cell in enumerate(ran["cells"])
+            for out in cell.get("outputs", [])
+            if out.get("output_type") == "error"
+        ]
+        if failed:
+            raise RuntimeError(f"{chapter}: the instructor's notebook raised in cells (index, error) {failed}")
+        ran["cells"] = ran["cells"][1:-1]
+        (executed / f"{chapter}.solution.ipynb").write_text(json.dumps(ran, indent=1) + "\n", encoding="utf-8")
+        recorded = json.loads(calls.read_text(encoding="utf-8"))
     plots = importlib.import_module(f"course.plots.{paths.slug(chapter)}")
     if hasattr(plots, "withheld_calls"):
         plots.withheld_calls()
+    return recorded
 
 
-def record(chapters: list[str]) -> dict:
+def record(chapters: list[str], executed: Path, kernel: str = "course") -> dict:
     """The withheld calls made by every visible check on every chapter's solution, blank copy and
-    planted mistakes, and by the cells of the chapters that run without the answers."""
+    planted mistakes, and by the cells of the chapters that run without the answers (executed
+    into ``executed``, see :func:`run_chapter`)."""
+    from tqdm.auto import tqdm
+
     with withheld.recording() as recordings:
-        for chapter in chapters:
+        for chapter in tqdm(chapters, desc="recording the checks and chapters"):
             for answers, only in _namespaces(chapter).values():
                 run_visible_checks(chapter, answers, only)
             if chapter in RUNS_WITHOUT_ANSWERS:
-                run_chapter(chapter)
+                for name, calls in run_chapter(chapter, executed, kernel).items():
+                    recordings.setdefault(name, []).extend(calls)
     return recordings
 
 
@@ -291,11 +315,18 @@ def _module_file(module: str) -> Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def build(out: Path = OUT, chapters: list[str] | None = None) -> Path:
+def build(
+    out: Path = OUT, chapters: list[str] | None = None, executed: Path | None = None, kernel: str = "course"
+) -> Path:
     """Write the learners' copy of ``chapters`` (all by default) into ``out``, emptied first, and
-    its zip beside it; return the zip's path."""
+    its zip beside it; return the zip's path. The instructor's notebooks of the chapters that run
+    without the answers are executed into ``executed`` (by default a temporary folder: they hold
+    the answers, so nothing of them stays beside the copy)."""
+    import tempfile
+
     chapters = chapters or [source.stem for source in paths.chapter_sources()]
-    recordings = record(chapters)
+    with tempfile.TemporaryDirectory() as folder:
+        recordings = record(chapters, executed or Path(folder), kernel)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -448,10 +479,12 @@ When your notebook is graded, more checks run on fresh inputs.
 
 Each chapter tells you which cells are exercises. Run a check cell after an answer: `ok` lines are
 checks passed, `FAIL` lines say what looks wrong. Grading is your instructor's: hand in the saved
-notebooks as they ask (`python -m autograder` here only says so). Chapter 5's demonstrations
-use results recorded from the course's own code, and its timing measures your
-`blockwise_attention` once you have written it; in the other chapters, a demonstration that needs
-the course's answer to an exercise stops with "withheld from the learners' copy".
+notebooks as they ask (`python -m autograder` here only says so).
+
+Until you write an exercise, the demonstrations, figures and widgets that need it show results
+recorded from the course's own code, or leave it out and say it is "not written yet"; once it is
+written, the cells that time or draw it use yours and say so. Run such a cell again after you
+change your answer.
 """
 
 MAKEFILE = """\

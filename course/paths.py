@@ -1,8 +1,9 @@
 """Where the course's files live (the repository's ``data/``, ``solutions/``, ``notebooks/``), and
 the list of chapters that every registry of the course is read from.
 
-The package is used from a checkout (``pip install -e .``, also what the Colab cell does), so the
-folders are found next to the package. Not handled: a plain wheel install, which has no ``data/``.
+The package is used from its folder (``pip install -e .`` of a checkout or of the learners' copy,
+also what the Colab cell does), so the folders are found next to the package. Not handled: a plain
+wheel install, which has no ``data/``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def require(path: Path) -> Path:
     if not path.exists():
         raise FileNotFoundError(
             f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} is missing: the course "
-            "needs a full checkout of its repository (git clone, then `pip install -e .`)"
+            "reads its files beside the package, so install its whole folder (a git clone, or the learners' "
+            "copy your instructor gave you) with `pip install -e <folder>`, not a plain `pip install`"
         )
     return path
 

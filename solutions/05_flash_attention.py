@@ -227,7 +227,7 @@ if triton_available(device) and device.type == "cuda" and not withheld.LEARNERS_
     )
     print(f"Triton kernel against the reference (bf16): largest difference {difference:.1e}")
 elif withheld.LEARNERS_COPY:
-    print("The learners' copy leaves the Triton kernel out: it is the answer to section 2, written in Triton.")
+    print("The learners' copy leaves the Triton kernel out: it is the blockwise_attention you write, in Triton.")
 else:
     print(
         "No CUDA GPU with Triton here: the chapter uses the torch reference. "

@@ -29,7 +29,7 @@ GENEROUS = sandbox.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
 # tests go one by one to whichever worker is free, last, so that both workers finish together; the
 # files that take longest go first (LONGEST, the slowest first).
 TOGETHER = {"test_grader": "copies_graded", "test_platforms": "copies_graded"}
-SPREAD = {"test_notebooks"}
+SPREAD = {"test_notebooks", "test_learners_copy_runs"}
 LONGEST = (
     "test_platforms",
     "test_grader",
@@ -144,23 +144,82 @@ def execute(notebook: Path, output: Path, kernel: str, timeout: int = headless.C
 
 
 @pytest.fixture(scope="session")
-def executed_solution(instructor_notebooks, kernel, artifacts, tmp_path_factory, worker_id):
+def executed_solution(request, instructor_notebooks, kernel, artifacts, tmp_path_factory, worker_id):
     """``executed_solution(chapter)``: the instructor's notebook of ``chapter`` executed headless, once
     in a test run whichever test asks first (the workers share it through a lock), and kept in
-    ``test-artifacts/<chapter>.solution.ipynb``."""
-    from filelock import FileLock
-
-    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    ``test-artifacts/<chapter>.solution.ipynb``. The learners' copy's build executes the chapters
+    that run without the answers (recording their withheld calls): those are its runs."""
+    from autograder import learners_copy
 
     def run(chapter: str) -> dict:
-        done = shared / f"{chapter}.solution.ipynb"
-        with FileLock(str(done) + ".lock"):
-            if not done.exists():
-                execute(instructor_notebooks[chapter], artifacts / done.name, kernel)
-                shutil.copy(artifacts / done.name, done)
+        name = f"{chapter}.solution.ipynb"
+        if chapter in learners_copy.RUNS_WITHOUT_ANSWERS and chapter in learners_copy_chapters():
+            done = request.getfixturevalue("learners_copy_folder").with_name("instructor-executed") / name
+        else:
+            done = once_a_run(
+                name, lambda path: execute(instructor_notebooks[chapter], path, kernel), tmp_path_factory, worker_id
+            )
+        shutil.copy(done, artifacts / name)
         return json.loads(done.read_text())
 
     return run
+
+
+def once_a_run(name: str, make, tmp_path_factory, worker_id: str) -> Path:
+    """The path ``name`` in a folder the workers of this test run share, made by ``make(path)`` in
+    whichever worker asks first (the others wait for it behind a lock), and kept for the run; a
+    ``make`` that raises leaves nothing, so the next one to ask tries again."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    done = (base if worker_id == "master" else base.parent) / name
+    with FileLock(str(done) + ".lock"):
+        if not done.exists():
+            partial = done.with_name(f"{name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            make(partial)
+            partial.rename(done)
+    return done
+
+
+def learners_copy_chapters() -> list[str]:
+    """The chapters the learners' copy tests build: ``LEARNERS_COPY_CHAPTERS=05_flash_attention,...``
+    (for working on one chapter), else all."""
+    import os
+
+    chosen = [c for c in os.environ.get("LEARNERS_COPY_CHAPTERS", "").split(",") if c]
+    return chosen or chapter_names()
+
+
+@pytest.fixture(scope="session")
+def learners_copy_folder(kernel, tmp_path_factory, worker_id) -> Path:
+    """The learners' copy of :func:`learners_copy_chapters` (``make student-release``), built once a
+    test run for every worker; beside it, ``instructor-executed/``, the instructor's notebooks that
+    the build executed."""
+    from autograder import learners_copy
+
+    def made(done: Path) -> None:
+        learners_copy.build(done / "student", learners_copy_chapters(), done / "instructor-executed", kernel)
+
+    return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "student"
+
+
+def with_the_solutions_answers(chapter: str, folder: Path):
+    """The learners' copy's notebook of ``chapter`` in ``folder``, its answer cells the solution's."""
+    import nbformat
+
+    solution = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in solution.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    copy = nbformat.read(folder / "notebooks" / f"{chapter}.ipynb", as_version=4)
+    for cell in copy.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    return copy
 
 
 def printed(executed: dict) -> str:
@@ -184,6 +243,24 @@ def assert_every_figure_drawn(executed: dict) -> None:
         assert images, f"no figure rendered headless for: {''.join(cell['source'])[:80]}"
         if re.search(r"\bplots\.widget_", "".join(cell["source"])):
             assert any("application/vnd.jupyter.widget-view+json" in o["data"] for o in images)
+
+
+def see_through_pictures(executed: dict) -> list[int]:
+    """Cells with a PNG that has transparent pixels: on a dark theme its black text is unreadable."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    found = []
+    for index, cell in enumerate(executed["cells"]):
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png:
+                picture = Image.open(io.BytesIO(base64.b64decode(png)))
+                if picture.mode in ("RGBA", "LA", "P") and picture.convert("RGBA").getextrema()[3][0] < 255:
+                    found.append(index)
+    return found
 
 
 def errors(executed: dict) -> list[tuple[int, list[str], str]]:

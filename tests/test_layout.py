@@ -60,6 +60,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_install_torch",
             "test_layout",
             "test_learners_copy",
+            "test_learners_copy_runs",
             "test_model",
             "test_nbgrader",
             "test_notebooks",

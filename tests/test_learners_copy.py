@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,16 +19,11 @@ import pytest
 from autograder import learners_copy, release
 from course import paths
 
+from conftest import learners_copy_chapters, with_the_solutions_answers
+
 HARNESS = Path(__file__).with_name("_check_cells.py")
 CHAPTERS = [s.stem for s in release.chapters()]
-CHOSEN = [c for c in os.environ.get("LEARNERS_COPY_CHAPTERS", "").split(",") if c] or CHAPTERS
-
-
-@pytest.fixture(scope="session")
-def learners_copy_folder(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dist") / "student"
-    learners_copy.build(out, CHOSEN)
-    return out
+CHOSEN = learners_copy_chapters()
 
 
 def _plans(chapter: str, folder: Path) -> dict:
@@ -120,24 +114,6 @@ def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(lea
     assert learners_copy_folder.with_suffix(".zip").stat().st_size > 0
 
 
-def _with_the_solutions_answers(chapter: str, folder: Path):
-    """The learners' copy's notebook of ``chapter`` in ``folder``, its answer cells the solution's."""
-    import nbformat
-
-    solution = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
-    answers = {
-        c.metadata["nbgrader"]["grade_id"]: c.source
-        for c in solution.cells
-        if c.metadata.get("nbgrader", {}).get("solution")
-    }
-    copy = nbformat.read(folder / "notebooks" / f"{chapter}.ipynb", as_version=4)
-    for cell in copy.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell.source = answers[grade_id]
-    return copy
-
-
 def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(learners_copy_folder, tmp_path):
     """A learners' copy notebook with the solution's answers in it gets full marks from the
     instructor's grader, with no note; one that says it comes from another release is graded the
@@ -149,7 +125,7 @@ def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(l
     from conftest import GENEROUS
 
     chapter = CHOSEN[0]
-    copy = _with_the_solutions_answers(chapter, learners_copy_folder)
+    copy = with_the_solutions_answers(chapter, learners_copy_folder)
     for name, digest in (("ours", copy.metadata["course"]["release"]), ("other", "0123456789ab")):
         copy.metadata["course"]["release"] = digest
         (tmp_path / name).mkdir()
@@ -161,60 +137,41 @@ def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(l
     assert [m for m in other.messages if "another release of the learners' copy (release 0123456789ab" in m]
 
 
-def _numbers(text: str) -> list[str]:
-    return re.findall(r"-?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?", text)
+def test_the_learners_copy_installs_with_pip_for_a_hubs_shared_environment(learners_copy_folder, tmp_path):
+    """``pip install -e`` of the copy's folder, as a hub's shared environment installs it: from any
+    working folder, the course, its recordings and the check cells' grader modules are the copy's.
+    The environment borrows this one's packages (a path file to them, read after its own), so that
+    only the copy itself is installed (offline, in seconds); this environment's own install of the
+    course is not read there (its path files are not)."""
+    import shutil
+    import sysconfig
 
-
-MEASURED = re.compile(r"\btiming\.|perf_counter|memory_bandwidth|choose_threads")  # a cell that measures this machine
-
-
-def _readings(executed: dict) -> list[tuple[int, list[str]]]:
-    """The numbers each code cell printed but the answer and check cells (the verdicts are compared
-    above, and the instructor's check cells run the hidden checks too) and the cells that measure
-    this machine (their source times, or reads the bandwidth or threads): those differ from one run
-    to the next."""
-    found = []
-    for index, cell in enumerate(c for c in executed["cells"] if c["cell_type"] == "code"):
-        if not cell.get("metadata", {}).get("nbgrader") and not MEASURED.search("".join(cell["source"])):
-            found.append((index, _numbers("".join("".join(o.get("text", "")) for o in cell.get("outputs", [])))))
-    return found
-
-
-RUNNING = [c for c in learners_copy.RUNS_WITHOUT_ANSWERS if c in CHOSEN]
-
-
-@pytest.mark.parametrize("kind", ["blank", "solved"])
-@pytest.mark.parametrize("chapter", RUNNING)
-def test_the_learners_copy_runs_headless(
-    chapter, kind, learners_copy_folder, kernel, executed_solution, tmp_path, monkeypatch
-):
-    """The chapters that run without the answers do. Blank: no cell raises but the check cells
-    (their failures are the blank answers'), every figure is drawn, and no withheld call is left
-    unanswered. Solved (the solution's answers in the copy's notebook): no cell raises, and every
-    cell prints the numbers the instructor's copy prints (the cells that measure this machine aside)."""
-    import nbformat
-
-    from autograder import headless
-
-    from conftest import assert_every_figure_drawn, errors, printed
-
-    monkeypatch.setenv("PYTHONPATH", str(learners_copy_folder))
-    notebook = learners_copy_folder / "notebooks" / f"{chapter}.ipynb"
-    if kind == "solved":
-        notebook = tmp_path / notebook.name
-        nbformat.write(_with_the_solutions_answers(chapter, learners_copy_folder), notebook)
-    executed = headless.execute(notebook, tmp_path / "out.ipynb", kernel, cwd=learners_copy_folder / "notebooks")
-    raised = [
-        (index, name) for index, tags, name in errors(executed) if kind == "solved" or "raises-exception" not in tags
+    copy = Path(shutil.copytree(learners_copy_folder, tmp_path / "course"))  # pip writes its metadata there
+    venv = tmp_path / "hub-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    )
+    (Path(own.stdout.strip()) / "zz_borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = [
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-e",
+        copy,
     ]
-    assert raised == [], raised
-    said = printed(executed)
-    assert "withheld from the learners' copy" not in said
-    assert_every_figure_drawn(executed)
-    if kind == "blank":
-        assert "not written yet" in said  # a cell the learner's function drives says it waits for it
-    else:
-        assert "not written yet" not in said
-        readings = _readings(executed)
-        assert any(numbers for _, numbers in readings)  # the chapter prints readings to compare
-        assert readings == _readings(executed_solution(chapter))
+    installed = subprocess.run([sys.executable, *map(str, install)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    code = (
+        "import autograder.selfcheck\nfrom course import paths, withheld\n"
+        "print(paths.ROOT, withheld.LEARNERS_COPY, autograder.selfcheck.__file__.startswith(str(paths.ROOT)))"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    seen = subprocess.run([python, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert seen.stdout.split() == [str(copy.resolve()), "True", "True"], seen.stderr[-2000:]

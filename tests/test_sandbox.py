@@ -335,3 +335,75 @@ def test_warm_and_fresh_sandboxes_give_the_same_grades(instructor_notebooks, tmp
     fresh = [grades(path) for path in cases]
     assert warmed == fresh
     assert any(points == 0 for tests, _ in warmed for _, points, _ in tests), "the planted mistakes must cost points"
+
+
+GROWS = """
+import os, threading, time
+def threads():
+    open({started!r}, "w").close()
+    for _ in range(600):  # until the test's other process of our user holds its threads
+        if os.path.exists({go!r}):
+            break
+        time.sleep(0.05)
+    stop, started = threading.Event(), 0
+    try:
+        for _ in range(48):
+            threading.Thread(target=stop.wait, daemon=True).start()
+            started += 1
+    except RuntimeError:
+        pass
+    stop.set()
+    return started
+"""
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="the kernel counts no process of root's against a process limit")
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "fresh"])
+def test_a_sandboxs_process_limit_counts_its_own_processes_alone(warm, tmp_path):
+    """A sandbox of a normal user starts its 48 threads even when, after it started, another process
+    of ours (another test's sandbox, a second `make test`) starts 150: the limit is the sandbox's own
+    64, set in its own user namespace, not 64 more than our user ran when it began."""
+    import secrets
+    import threading
+
+    mode = sandbox.isolation(ROOMY.memory_bytes)
+    if mode not in (*modes.OWN_UID, *modes.PROCESSES_INSIDE):
+        pytest.skip(f"in the {mode} mode a sandbox shares our user and its process count")
+    token = secrets.token_hex(4)
+    started, go = (Path("/tmp") / f"sandbox-{name}-{token}" for name in ("started", "go"))
+    answer = GROWS.format(started=str(started), go=str(go))
+    outcome = {}
+    run = threading.Thread(
+        target=lambda: outcome.update(done=sandbox.run(_job(answer=answer, calls=("threads",)), ROOMY, warm=warm))
+    )
+    run.start()
+    holder = None
+    try:
+        for _ in range(1200):
+            if started.exists() or not run.is_alive():
+                break
+            threading.Event().wait(0.05)
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, threading\nstop = threading.Event()\n"
+                "for _ in range(150):\n    threading.Thread(target=stop.wait, daemon=True).start()\n"
+                "print('held', flush=True)\nsys.stdin.read()\n",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout.readline() == "held\n"
+        go.touch()
+        run.join()
+    finally:
+        if holder is not None:
+            holder.communicate("")
+        for path in (started, go):
+            path.unlink(missing_ok=True)
+    done = outcome["done"]
+    assert done.results is not None, done.problem + done.output
+    assert done.warm == warm
+    assert done.results["probes"]["probe0"] == {"returned": 48}, done.results

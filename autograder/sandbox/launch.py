@@ -106,7 +106,7 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
             shutil.copy(source, work / source.name)
         work.chmod(0o755)
         args = ["-I", str(work / INSIDE.name), str(work / "job.json")]
-        command = modes.command(mode, work, hidden, args)
+        command = modes.command(mode, work, hidden, args, limits.processes)
         watch = MemoryWatch(0, limits.memory_bytes)
         deadline = started + limits.wall_seconds
         attempt = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psutil
 
 from autograder.sandbox import system
-from autograder.sandbox.modes import OWN_UID
+from autograder.sandbox.modes import OWN_UID, PROCESSES_INSIDE
 
 
 @dataclass
@@ -42,9 +42,13 @@ def _own_processes() -> int:
 
 def settings(limits: Limits, mode: str) -> list[tuple[str, int]]:
     """The ``resource`` limits a sandbox in ``mode`` starts with, by name: what :func:`preexec` sets,
-    and what a warm sandbox's child sets for itself (``serve.py``)."""
-    # a uid of its own: the count is the sandbox's alone; sharing our uid: on top of what we already run
-    processes = limits.processes if mode in OWN_UID else _own_processes() + limits.processes
+    and what a warm sandbox's child sets for itself (``serve.py``). In the modes of
+    ``PROCESSES_INSIDE`` the process limit is set inside the sandbox's user namespace instead
+    (``modes.command``, and ``serve.py`` for a warm sandbox's child)."""
+    # a uid or a user namespace of its own: the count is the sandbox's alone; sharing our uid and
+    # namespace: on top of what we already run (so that it also counts what other sandboxes run)
+    alone = mode in OWN_UID or mode in PROCESSES_INSIDE
+    processes = limits.processes if alone else _own_processes() + limits.processes
     return [
         ("RLIMIT_CPU", int(limits.wall_seconds) + 5),
         ("RLIMIT_FSIZE", limits.file_bytes),
@@ -54,6 +58,10 @@ def settings(limits: Limits, mode: str) -> list[tuple[str, int]]:
     ]
 
 
+def _inside(name: str, mode: str) -> bool:
+    return name == "RLIMIT_NPROC" and mode in PROCESSES_INSIDE
+
+
 def preexec(limits: Limits, mode: str):
     """The function the sandbox's first process runs before Python starts: a session of its own,
     then the limits; None where the system starts processes without one (Windows)."""
@@ -61,7 +69,7 @@ def preexec(limits: Limits, mode: str):
         return os.setsid if system.SESSIONS else None
     import resource
 
-    chosen = settings(limits, mode)
+    chosen = [(name, value) for name, value in settings(limits, mode) if not _inside(name, mode)]
 
     def apply() -> None:
         os.setsid()

@@ -48,6 +48,10 @@ LOCK_AND_DROP = [
 MODES = ("namespace", "user-namespace", "unprivileged", "limits")
 HIDES_FILES = ("namespace", "user-namespace")
 OWN_UID = ("namespace", "unprivileged")  # the modes whose sandbox runs as a user of its own
+# the modes whose process limit is set inside the sandbox's innermost user namespace, where the
+# kernel counts the sandbox's own processes against it (and ours in the namespaces above against
+# our own limit): set before, it would count every process of our uid, another sandbox's too
+PROCESSES_INSIDE = ("user-namespace",)
 # what a warm sandbox (serve.py) keeps to give each child a user of its own, and namespaces
 SERVER_CAPABILITIES = {"namespace": "+setuid,+setgid,+sys_admin", "unprivileged": "+setuid,+setgid"}
 _next_uid = itertools.count()
@@ -85,12 +89,14 @@ def candidates() -> list[str]:
     """The modes worth trying here, strongest first."""
     if sys.platform != "linux" or not system.SESSIONS or os.environ.get("AUTOGRADER_ISOLATION") == "limits":
         return ["limits"]
-    have = {tool: shutil.which(tool) is not None for tool in ("unshare", "setpriv")}
+    have = {tool: shutil.which(tool) is not None for tool in ("unshare", "setpriv", "prlimit")}
     if not have["setpriv"]:
         return ["limits"]
     modes = ["namespace", "user-namespace", "unprivileged"] if os.geteuid() == 0 else ["user-namespace"]
     if not have["unshare"]:
         modes = [m for m in modes if m not in HIDES_FILES]
+    if not have["prlimit"]:
+        modes = [m for m in modes if m not in PROCESSES_INSIDE]
     return modes + ["limits"]
 
 
@@ -125,7 +131,7 @@ def _python_in(work: Path) -> Path:
     return work / "venv" / executable.relative_to(sys.prefix) if executable.is_relative_to(sys.prefix) else executable
 
 
-def command(mode: str, work: Path, hide: list[Path], args: list[str]) -> list[str]:
+def command(mode: str, work: Path, hide: list[Path], args: list[str], processes: int) -> list[str]:
     """The command that runs ``python args`` in ``mode``, from ``work``, with ``hide`` covered.
 
     In the namespace modes the Python environment is bound onto ``work/venv`` first and run from
@@ -137,7 +143,8 @@ def command(mode: str, work: Path, hide: list[Path], args: list[str]) -> list[st
         if mode == "namespace":
             outer, inner = ["unshare", *NAMESPACES, "--"], _drop(sandbox_uid())
         else:
-            outer, inner = ["unshare", "--user", "--map-root-user", *NAMESPACES, "--"], LOCK_AND_DROP
+            outer = ["unshare", "--user", "--map-root-user", *NAMESPACES, "--"]
+            inner = [*LOCK_AND_DROP, "prlimit", f"--nproc={processes}", "--"]  # PROCESSES_INSIDE
         return [*outer, "sh", "-c", script, "sandbox", *inner, str(_python_in(work)), *args]
     if mode == "unprivileged":
         return _drop(sandbox_uid()) + [sys.executable, *args]

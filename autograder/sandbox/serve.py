@@ -48,6 +48,7 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 36, 38
 CAPABILITY_VERSION_3 = 0x20080522
 HIDES_FILES = ("namespace", "user-namespace")  # as in modes.py, which this file cannot import
+PROCESSES_INSIDE = ("user-namespace",)  # as in modes.py: the process limit is set in the innermost namespace
 RESULTS = 3  # the result pipe's descriptor in a child, as its argv says
 LINUX = sys.platform == "linux"
 _libc = ctypes.CDLL(None, use_errno=True) if LINUX else None
@@ -129,6 +130,10 @@ def _grandchild(request: dict, mode: str) -> None:
         _lock_and_drop()
     elif request.get("uid") is not None:
         _drop_to(request["uid"])
+    if mode in PROCESSES_INSIDE:  # now in the namespace whose processes are the sandbox's alone
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (dict(request["rlimits"])["RLIMIT_NPROC"],) * 2)
     if LINUX:
         _prctl(PR_SET_DUMPABLE, 1)  # as after exec: a change of user id clears it
     os.environ.clear()
@@ -174,7 +179,8 @@ def _child(request: dict, fds: list[int], mode: str) -> None:
         import resource
 
         for name, value in request["rlimits"]:
-            resource.setrlimit(getattr(resource, name), (value, value))
+            if not (name == "RLIMIT_NPROC" and mode in PROCESSES_INSIDE):  # the grandchild's, in its namespace
+                resource.setrlimit(getattr(resource, name), (value, value))
         if LINUX:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
         if mode in HIDES_FILES:

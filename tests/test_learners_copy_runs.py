@@ -1,0 +1,82 @@
+"""The learners' copy's chapters that run without the answers (``RUNS_WITHOUT_ANSWERS``), executed
+headless from the copy: blank, as a learner first opens them, and solved, with the solution's answers
+written in. The copy is built once a test run (``conftest.learners_copy_folder``); these tests go to
+whichever worker is free."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autograder import learners_copy
+
+from conftest import (
+    assert_every_figure_drawn,
+    errors,
+    learners_copy_chapters,
+    printed,
+    see_through_pictures,
+    with_the_solutions_answers,
+)
+
+
+def _numbers(text: str) -> list[str]:
+    return re.findall(r"-?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?", text)
+
+
+MEASURED = re.compile(r"\btiming\.|perf_counter|memory_bandwidth|choose_threads")  # a cell that measures this machine
+
+
+def _readings(executed: dict) -> list[tuple[int, list[str]]]:
+    """The numbers each code cell printed but the answer and check cells (the verdicts are compared
+    above, and the instructor's check cells run the hidden checks too) and the cells that measure
+    this machine (their source times, or reads the bandwidth or threads): those differ from one run
+    to the next."""
+    found = []
+    for index, cell in enumerate(c for c in executed["cells"] if c["cell_type"] == "code"):
+        if not cell.get("metadata", {}).get("nbgrader") and not MEASURED.search("".join(cell["source"])):
+            found.append((index, _numbers("".join("".join(o.get("text", "")) for o in cell.get("outputs", [])))))
+    return found
+
+
+RUNNING = [c for c in learners_copy.RUNS_WITHOUT_ANSWERS if c in learners_copy_chapters()]
+
+
+@pytest.mark.parametrize("kind", ["blank", "solved"])
+@pytest.mark.parametrize("chapter", RUNNING)
+def test_the_learners_copy_runs_headless(
+    chapter, kind, learners_copy_folder, kernel, executed_solution, tmp_path, monkeypatch
+):
+    """The chapters that run without the answers do, every figure drawn and opaque (dark themes
+    show it as drawn), no withheld call left unanswered. Blank (the student copy as learners get
+    it): no cell raises but the check cells, with the blank answers' AssertionError. Solved (the
+    solution's answers in the copy's notebook): no cell raises, and every cell prints the numbers
+    the instructor's copy prints (the cells that measure this machine aside)."""
+    import nbformat
+
+    from autograder import headless
+
+    instructor = executed_solution(chapter)  # before the copy is on the path: its kernel is the instructor's
+    monkeypatch.setenv("PYTHONPATH", str(learners_copy_folder))
+    notebook = learners_copy_folder / "notebooks" / f"{chapter}.ipynb"
+    if kind == "solved":
+        notebook = tmp_path / notebook.name
+        nbformat.write(with_the_solutions_answers(chapter, learners_copy_folder), notebook)
+    executed = headless.execute(notebook, tmp_path / "out.ipynb", kernel, cwd=learners_copy_folder / "notebooks")
+    found = errors(executed)
+    said = printed(executed)
+    assert "withheld from the learners' copy" not in said
+    assert_every_figure_drawn(executed)
+    assert see_through_pictures(executed) == []
+    if kind == "blank":
+        assert found, "the blank exercises should fail their checks"
+        assert all("raises-exception" in tags and name == "AssertionError" for _, tags, name in found), found
+        assert "not answered yet" in said
+        assert "not written yet" in said  # a cell the learner's function drives says it waits for it
+    else:
+        assert found == [], found
+        assert "not written yet" not in said
+        readings = _readings(executed)
+        assert any(numbers for _, numbers in readings)  # the chapter prints readings to compare
+        assert readings == _readings(instructor)
