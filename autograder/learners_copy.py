@@ -226,6 +226,7 @@ RUNS_WITHOUT_ANSWERS = (  # chapters whose cells get their numbers as the copy c
     "03_quantization",
     "05_flash_attention",
     "08_in_practice",
+    "09_choosing_a_technique",
 )
 # cells put into the instructor's notebook while it runs for the release: its cells' withheld calls
 # are recorded, its check cells' are not (the visible checks are recorded apart, the hidden ones never)

@@ -280,12 +280,27 @@ def stored_target(
     return store_weights(target(), weights, group_size, hessians, fused=False)
 
 
+@withheld  # chapter 3's GPTQ: the learners' copy has the codes of the configurations it was released with
+@functools.cache
+def gptq_int4_codes(group_size: int | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """GPTQ's int4 codes of the target, as :func:`stored_target` stores them (its Hessians from
+    :func:`calibration_hessians`): layer path -> (packed codes, uint8 (out, in // 2); float16
+    scales (out, groups)), ``group_size`` None for one scale per row."""
+    model = stored_target("int4", group_size, "gptq")
+    return {
+        path: (module.codes.clone(), module.scale.clone())
+        for path, module in model.named_modules()
+        if isinstance(module, StoredLinear)
+    }
+
+
 @functools.cache
 def format_bytes(weights: str, group_size: int | None) -> int:
     """Bytes of the target stored in ``weights`` (calibration changes the codes, not how many)."""
     return weight_bytes(stored_target(weights, group_size))
 
 
+@withheld  # it stores the target through chapter 3's answers; the learners' copy has every format's
 @functools.cache
 @_on_one_thread
 def format_figures(weights: str, group_size: int | None, calibration: str = "none") -> tuple[int, float]:
@@ -294,12 +309,37 @@ def format_figures(weights: str, group_size: int | None, calibration: str = "non
     return weight_bytes(model), evaluation.text_loss(model, _held_out(), max_windows=EVAL_WINDOWS)
 
 
-@functools.lru_cache(maxsize=64)
-@_on_one_thread
 def measure(config: Configuration) -> Figures:
     """The figures of ``config``: bytes from the stored tensors, loss on fixed held-out windows,
     tokens per target call from greedy runs of the real loop (all prompts' new tokens over all their
-    target calls). Deterministic; cached."""
+    target calls). Deterministic; cached (:func:`configuration_figures`)."""
+    return Figures(**configuration_figures(config.as_dict()))
+
+
+@withheld  # it runs the stored target and chapter 9's loop: the learners' copy has the released configurations'
+def configuration_figures(configuration: dict) -> dict:
+    """:func:`measure`'s figures of ``configuration`` (a :meth:`Configuration.as_dict`), as plain
+    data: :class:`Figures`' fields."""
+    return asdict(_measured(Configuration.from_dict(configuration)))
+
+
+def counted_figures(config: Configuration) -> Figures:
+    """The figures of ``config`` without running the loop: bytes and loss of its format
+    (:func:`format_figures`), tokens per target call counted from where its draft agrees with the
+    target (:func:`draft_curves`, equal to the loop's count: see the tests). Every configuration's,
+    in the learners' copy too."""
+    target_bytes, loss = format_figures(*config.format)
+    fp32_bytes, fp32_loss = format_figures("fp32", None)
+    if config.draft == "none":
+        return Figures(target_bytes, 0, fp32_bytes, loss, fp32_loss, 1.0, 0)
+    per_call = draft_curves(*config.format)[config.draft][config.draft_length - 1]
+    drafted = weight_bytes(draft_model(config.draft))
+    return Figures(target_bytes, drafted, fp32_bytes, loss, fp32_loss, per_call, config.draft_length)
+
+
+@functools.lru_cache(maxsize=64)
+@_on_one_thread
+def _measured(config: Configuration) -> Figures:
     target_bytes, loss = format_figures(*config.format)
     fp32_bytes, fp32_loss = format_figures("fp32", None)
     target, drafter = stored_target(*config.format), draft_model(config.draft)
@@ -340,6 +380,21 @@ def stored_count_reading() -> str:
     return f"{passing} of the {total} configurations the capstone serves are within the budget"
 
 
+def stored_reference_reading() -> str:
+    """The figures of the course's own configuration, from the stored reference numbers (which
+    configuration it is stays the instructor's: the learners' copy does not hold it)."""
+    from course import reference
+
+    def value(name: str) -> float:
+        return reference.value("choosing_a_technique", f"reference_{name}")
+
+    return (
+        f"weights {value('weight_bytes') / 1e6:.2f} MB ({100 * value('weights_share'):.1f}% of fp32), held-out loss "
+        f"{value('loss_gap'):+.4f} nats/byte from fp32's, {value('tokens_per_call'):.2f} tokens per target call, "
+        f"modelled speed-up {value('modelled_speedup'):.2f}x"
+    )
+
+
 def calls_from_agreement(agree: list[bool], k: int) -> int:
     """Target calls of greedy speculation with ``k`` drafted tokens, from whether the draft's
     greedy choice equals the target's at each new position: each call keeps the run of agreeing
@@ -376,6 +431,7 @@ def agreement(drafter: LanguageModel, tokens: torch.Tensor, prompt_length: int) 
     return (guesses == tokens[0, prompt_length:]).tolist()
 
 
+@withheld  # as format_figures: the learners' copy has every format's
 @functools.cache
 @_on_one_thread
 def draft_curves(weights: str, group_size: int | None, calibration: str = "none") -> dict[str, list[float]]:

@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from course import timing
-from course.kernels import int4
-from course.quantization import unpack_int4
+from course.stored_weights import FusedInt4
 
 SMOLLM2_PROMPT = "Name three rivers of Europe."
 
@@ -32,7 +31,7 @@ def smollm2_time(layer_class, group_size: int | None = 64, new_tokens: int = 16,
 
     def make(layer: nn.Linear) -> nn.Module:
         learner = layer_class(layer.weight.detach().float(), group_size or layer.in_features)
-        return int4.Int4Linear(unpack_int4(learner.codes), learner.scale)
+        return FusedInt4(learner.codes, learner.scale)
 
     @torch.no_grad()
     def run():

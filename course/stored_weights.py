@@ -168,10 +168,29 @@ def int4_layer_buffers(weight: torch.Tensor, group_size: int) -> tuple[torch.Ten
     return pack_int4(codes), scale.half()
 
 
-def course_int4_layer(weight: torch.Tensor, group_size: int, codes=None, scale=None) -> int4.Int4Linear:
+class FusedInt4(nn.Module):
+    """Codes already packed two to a byte (``pack_int4``'s layout) and their float16 scales, served
+    through torch's fused int4 product (``course.kernels.int4.linear``; its reference product where
+    the kernel cannot take them): what a stored layer's ``codes`` and ``scale`` cost with a kernel
+    that reads them four bits at a time. Not handled: a bias, codes changed after the first call."""
+
+    def __init__(self, packed: torch.Tensor, scale: torch.Tensor):
+        super().__init__()
+        self.out_features, self.in_features, self.group_size = int4.check_stored(packed, scale)
+        self.register_buffer("codes", packed)  # (out, in // 2) uint8
+        self.register_buffer("scale", scale.to(torch.float16))  # (out, in // group_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return int4.linear(x, self.codes, self.scale, int4.prepared_for(self, self.codes, self.scale))
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features} -> {self.out_features}, int4, groups of {self.group_size}"
+
+
+def course_int4_layer(weight: torch.Tensor, group_size: int, codes=None, scale=None) -> FusedInt4:
     """The course's stored int4 layer for ``weight``, built as the learner's ``Int4Linear(weight,
     group_size)`` is: the same codes and scales (:func:`int4_layer_buffers`), or the ``codes`` and
     ``scale`` given (GPTQ's), through the fused product."""
     if codes is None:
-        return int4.Int4Linear(*quantization.quantize(weight.detach().float(), 4, group_size))
-    return int4.Int4Linear(codes, scale)
+        return FusedInt4(*int4_layer_buffers(weight, group_size))
+    return FusedInt4(pack_int4(codes), scale)

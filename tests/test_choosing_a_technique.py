@@ -333,6 +333,29 @@ def test_every_winning_configuration_needs_chapters_3_6_and_7():
         assert all(technique.measure(config).within().values()), config.label()
 
 
+def test_counted_figures_are_the_loops():
+    """What the learners' copy shows for a configuration whose loop it did not record (bytes and
+    loss of its format, tokens per call from where the draft agrees): the loop's figures exactly."""
+    for config in (
+        technique.reference(),
+        technique.OBVIOUS,
+        technique.Configuration("int8", 32, "draft", 3),
+        technique.Configuration(),
+    ):
+        assert technique.counted_figures(config) == technique.measure(config), config.label()
+
+
+def test_the_closing_note_reads_the_course_configurations_figures():
+    figures, reading = technique.measure(technique.reference()), technique.stored_reference_reading()
+    assert reading.startswith(
+        f"weights {figures.weight_bytes / 1e6:.2f} MB ({100 * figures.weights_share:.1f}% of fp32)"
+    )
+    assert (
+        f"{figures.tokens_per_call:.2f} tokens per target call, modelled speed-up {figures.modelled_speedup:.2f}x"
+        in reading
+    )
+
+
 def test_two_bit_codes_miss_the_loss_budget():
     assert technique.format_figures("int2", 32)[1] - technique.format_figures("fp32", None)[1] > 0.1
 
@@ -480,7 +503,7 @@ def test_replace_layers_and_the_course_layer():
     replaced = stored_weights.replace_layers(
         target, nn.Linear, lambda layer: stored_weights.course_int4_layer(layer.weight, 64)
     )
-    assert sum(isinstance(m, int4.Int4Linear) for m in replaced.modules()) == 42
+    assert sum(isinstance(m, stored_weights.FusedInt4) for m in replaced.modules()) == 42
     assert sum(isinstance(m, nn.Linear) for m in target.modules()) == 42  # the original is untouched
 
 
@@ -488,8 +511,12 @@ def test_learner_server_times_and_reads(monkeypatch):
     def not_written(*args):
         raise NotImplementedError
 
-    server = learner_server.LearnerServer(not_written, not_written)
-    assert server.stand_ins == ["Int4Linear", "speculative_greedy"]
+    assert learner_server.not_written(not_written, not_written) == ["Int4Linear", "speculative_greedy"]
+    layer, loop = stored_weights.course_int4_layer, drafts.greedy_speculative
+    assert learner_server.not_written(layer, not_written) == ["speculative_greedy"]
+    assert learner_server.not_written(layer, loop) == []
+    server = learner_server.LearnerServer(layer, loop)
+    assert server.note == ""
     results = server.time(8, repeats=1)
     assert list(results) == ["fp32 target alone", "your server", "your codes, fused int4 product"]
     text = learner_server.server_reading(results, 8)
@@ -504,7 +531,7 @@ def test_learner_server_times_and_reads(monkeypatch):
     assert ("(int4 weights are another model)" in text) == (differ > 0)  # the reason only where some differ
     layers = server.layer_seconds(repeats=1)
     assert layers["layers"] == 42 and layers["rebuilt_bytes"] == 4 * 4_227_072
-    assert "not written yet" in learner_server.gap_reading(results, layers, server.stand_ins)
+    assert "fused product" in learner_server.gap_reading(results, layers)
 
 
 def test_gap_reading_names_the_rebuild_only_where_the_layer_is_slower():
@@ -517,12 +544,11 @@ def test_gap_reading_names_the_rebuild_only_where_the_layer_is_slower():
         "your codes, fused int4 product": timed(0.5),
     }
     slow = {"float32": 0.001, "yours": 0.004, "fused": 0.001, "layers": 42, "rebuilt_bytes": 16_908_288}
-    text = learner_server.gap_reading(results, slow, [])
+    text = learner_server.gap_reading(results, slow)
     assert "your server 0.80x" in text and "fused product 2.00x" in text
     assert "4.0x the fused product's time" in text and "rebuilds its float32" in text and "16.9 MB" in text
-    even = learner_server.gap_reading(results, slow | {"yours": 0.0011}, [])
+    even = learner_server.gap_reading(results, slow | {"yours": 0.0011})
     assert "1.10x the fused product's time" in even and "no float32 rebuild" in even
-    assert "not written yet" in learner_server.gap_reading(results, slow, ["Int4Linear"])
 
 
 def test_the_bench_runs_the_solutions_own_layer_and_loop():

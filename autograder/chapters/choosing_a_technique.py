@@ -35,7 +35,7 @@ from course import choosing_a_technique as technique
 from course import model as course_model
 from course.kernels import int4
 from course.model import generate
-from course.withheld import withheld
+from course.withheld import NotRecorded, withheld
 
 # --- fine_tuning_advice -------------------------------------------------------------------------------
 
@@ -967,10 +967,14 @@ def _capstone(part: str):
     return judge
 
 
-@withheld
 def _capstone_figures(configuration: dict) -> dict:
-    """The capstone's figures (:class:`course.choosing_a_technique.Figures`' fields) for ``configuration``."""
-    return dataclasses.asdict(technique.measure(technique.Configuration.from_dict(configuration)))
+    """The capstone's figures (:class:`course.choosing_a_technique.Figures`' fields) for
+    ``configuration``: the loop's; in the learners' copy, for a configuration whose loop it did not
+    record, those counted from where the draft agrees with the target (the same numbers)."""
+    try:
+        return technique.configuration_figures(configuration)
+    except NotRecorded:
+        return dataclasses.asdict(technique.counted_figures(technique.Configuration.from_dict(configuration)))
 
 
 def _configuration_probe(rng):

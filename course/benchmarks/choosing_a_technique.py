@@ -92,7 +92,7 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
         results, layers = server.time(new), server.layer_seconds()
     print(f"the learner's server (the solution's Int4Linear and speculative_greedy), {chosen} CPU thread(s):")
     print(server_reading(results, new, record=False))
-    print(gap_reading(results, layers, server.stand_ins))
+    print(gap_reading(results, layers))
     speedup = speedups(results)
     ratios["capstone_speedup_learner_server"] = speedup["your server"]
     ratios["capstone_speedup_learner_server_fused"] = speedup["your codes, fused int4 product"]

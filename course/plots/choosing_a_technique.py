@@ -272,6 +272,23 @@ def _groups(weights: str) -> tuple:
     return technique.GROUP_SIZES if weights in GROUPED else (None,)
 
 
+def withheld_calls() -> None:
+    """What the chapter's widgets and cells can ask for beyond what its cells ask, so that the
+    learners' copy records it (``course/withheld.py``): the guide's memory for every model size, each
+    weight format's bytes, loss and draft curves (every configuration the capstone widget shows, and
+    the figures of every configuration counted from them), and the fp32 target's loop figures (what
+    the capstone cell measures before a configuration is written)."""
+    for params in PARAMS:
+        for kind in ("full", "lora", "qlora"):
+            lora.finetune_memory_gib(params * 1e9, kind)
+    for weights in FORMAT_BITS:
+        for group in _groups(weights):
+            for calibration in technique.CALIBRATIONS if weights in CALIBRATED else ("none",):
+                technique.format_figures(weights, group, calibration)
+                technique.draft_curves(weights, group, calibration)
+    technique.configuration_figures(technique.Configuration().as_dict())
+
+
 def plot_speedups(speedups: dict[str, float]) -> Figure:
     """Measured speed-ups over the fp32 target alone, one bar each, the line at 1 = no change."""
     fig = new_figure(7, 3.2, left=0.3, bottom=0.17)
