@@ -60,6 +60,14 @@ def low_rank_change(d_out: int, d_in: int, true_rank: int, noise: float = 0.0, s
 
 
 @withheld
+def rank_errors(d_out: int, d_in: int, true_rank: int, noise: float, seed: int, ranks: list[int]) -> list[float]:
+    """:func:`best_low_rank_error` of ``low_rank_change(d_out, d_in, true_rank, noise, seed)`` at each
+    of ``ranks``: plain numbers in and out, so the learners' copy records it."""
+    delta = low_rank_change(d_out, d_in, true_rank, noise, seed)
+    return [best_low_rank_error(delta, rank) for rank in ranks]
+
+
+@withheld
 class LoRALinear(nn.Module):
     """A frozen ``nn.Linear`` plus a trainable low-rank update scaled by ``alpha / rank``.
 
@@ -132,12 +140,35 @@ def finetune_memory_gib(params: float, method: str) -> float:
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
+def is_adapter(module: nn.Module) -> bool:
+    """Whether ``module`` is an adapter layer: :class:`LoRALinear`, or a notebook's own, which keeps
+    its frozen layer as ``base`` and its factors as ``lora_A`` and ``lora_B``."""
+    return isinstance(getattr(module, "base", None), nn.Linear) and hasattr(module, "lora_A")
+
+
+def written_layer(namespace: dict) -> type | None:
+    """The notebook's ``LoRALinear`` once written: it builds, runs and merges on a small layer (the
+    random state is left as it was). None while it raises NotImplementedError; any other error is
+    the learner's to see, and raises."""
+    own = namespace.get("LoRALinear")
+    if not isinstance(own, type):
+        return None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            layer = own(nn.Linear(4, 3), 2)
+            layer(torch.zeros(1, 4))
+            layer.merge()
+    except NotImplementedError:
+        return None
+    return own
+
+
 def _layers(model: nn.Module, targets) -> dict[str, nn.Linear]:
     """The base linear layers named in ``targets``, by path, whether or not an adapter is in place."""
     found = {}
     for path, module in model.named_modules():
         if path.rsplit(".", 1)[-1] in targets:  # an adapter's own base sits at "<path>.base": not a target
-            if isinstance(module, LoRALinear):
+            if is_adapter(module):
                 found[path] = module.base
             elif isinstance(module, nn.Linear):
                 found[path] = module
@@ -145,9 +176,10 @@ def _layers(model: nn.Module, targets) -> dict[str, nn.Linear]:
 
 
 def make_adapter(
-    model: nn.Module, rank: int, alpha: float | None = None, targets=ATTENTION, seed: int = 0
+    model: nn.Module, rank: int, alpha: float | None = None, targets=ATTENTION, seed: int = 0, layer: type = LoRALinear
 ) -> dict[str, LoRALinear]:
-    """A new adapter for ``model``: one :class:`LoRALinear` per target layer, wrapping the shared base.
+    """A new adapter for ``model``: one ``layer`` (:class:`LoRALinear`, or a notebook's own of its
+    signature) per target layer, wrapping the shared base, on the base's device.
 
     The model is not changed; :func:`use_adapter` puts the adapter in (and takes it out again).
     Every parameter of the model is frozen, so only adapters train.
@@ -158,14 +190,14 @@ def make_adapter(
     layers = _layers(model, targets)
     if not layers:
         raise ValueError(f"no nn.Linear named {', '.join(targets)} in the model")
-    return {path: LoRALinear(base, rank, alpha) for path, base in sorted(layers.items())}
+    return {path: layer(base, rank, alpha).to(base.weight.device) for path, base in sorted(layers.items())}
 
 
 def use_adapter(model: nn.Module, adapter: dict[str, LoRALinear] | None) -> None:
     """Switch ``model`` to ``adapter`` (``None``: the plain base). Only module references move:
     no weight is copied or changed, so switching per request costs microseconds."""
     for path, module in list(model.named_modules()):
-        if isinstance(module, LoRALinear):
+        if is_adapter(module):
             parent, _, leaf = path.rpartition(".")
             setattr(model.get_submodule(parent), leaf, module.base)
     for path, layer in (adapter or {}).items():

@@ -12,6 +12,7 @@ overlap of compute with memory traffic beyond the max() of the roofline.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from course.withheld import withheld
@@ -60,26 +61,73 @@ def prefill_flops(params: float, tokens: float) -> float:
     return 2 * params * tokens
 
 
-def roofline_time(flops: float, n_bytes: float, hardware: Hardware) -> float:
-    """Seconds for work that needs ``flops`` and moves ``n_bytes`` on ``hardware``, by the roofline."""
-    return roofline_seconds(flops, n_bytes, hardware.peak_flops, hardware.bandwidth)
-
-
 @withheld
 def roofline_seconds(flops: float, n_bytes: float, peak_flops: float, bandwidth: float) -> float:
     """:func:`roofline_time` of plain numbers (the chapter's exercise ``roofline_step_time``)."""
     return max(flops / peak_flops, n_bytes / bandwidth)
 
 
-def decode_step_time(params: float, bits: float, batch: int, hardware: Hardware) -> float:
+@withheld
+def critical_batch_of(peak_flops: float, bandwidth: float, bits: float) -> float:
+    """:func:`critical_batch` of plain numbers (the chapter's exercise ``critical_batch_size``, in bits)."""
+    return peak_flops / bandwidth * (bits / 8) / 2
+
+
+@dataclass(frozen=True)
+class Formulas:
+    """The four formulas the figures and the simulator compute with: the course's (``REFERENCE``),
+    or a notebook's exercises once all four are written (:meth:`of`)."""
+
+    weight_bytes: Callable[[float, float], float] = weight_bytes  # (params, bits) -> bytes
+    prefill_flops: Callable[[float, float], float] = prefill_flops  # (params, tokens) -> FLOPs
+    roofline_seconds: Callable[[float, float, float, float], float] = roofline_seconds
+    critical_batch_of: Callable[[float, float, float], float] = critical_batch_of  # (peak, bandwidth, bits)
+
+    @classmethod
+    def of(cls, namespace: dict) -> Formulas | None:
+        """The notebook's ``weight_memory_gb``, ``prefill_flops``, ``roofline_step_time`` and
+        ``critical_batch_size`` as formulas (GB and bytes per weight converted to bytes and bits), or
+        None while any of them is not written."""
+        from course.withheld import written
+
+        probes = {
+            "weight_memory_gb": (8e9, 16),
+            "prefill_flops": (8e9, 512),
+            "roofline_step_time": (1e12, 1e9, 1e14, 1e12),
+            "critical_batch_size": (1e14, 1e12, 2),
+        }
+        if not all(written(namespace, name, *args) for name, args in probes.items()):
+            return None
+        gb, flops, seconds, critical = (namespace[name] for name in probes)
+        return cls(
+            weight_bytes=lambda params, bits: 1e9 * gb(params, bits),
+            prefill_flops=flops,
+            roofline_seconds=seconds,
+            critical_batch_of=lambda peak_flops, bandwidth, bits: critical(peak_flops, bandwidth, bits / 8),
+        )
+
+
+REFERENCE = Formulas()
+YOURS = "weight_memory_gb, prefill_flops, roofline_step_time and critical_batch_size"  # what Formulas.of reads
+
+
+def roofline_time(flops: float, n_bytes: float, hardware: Hardware, formulas: Formulas = REFERENCE) -> float:
+    """Seconds for work that needs ``flops`` and moves ``n_bytes`` on ``hardware``, by the roofline."""
+    return formulas.roofline_seconds(flops, n_bytes, hardware.peak_flops, hardware.bandwidth)
+
+
+def decode_step_time(
+    params: float, bits: float, batch: int, hardware: Hardware, formulas: Formulas = REFERENCE
+) -> float:
     """One decode step for ``batch`` sequences: read all weights once, 2 * params FLOPs each."""
     _positive(batch=batch)
-    return roofline_time(2 * params * batch, weight_bytes(params, bits), hardware)
+    return roofline_time(2 * params * batch, formulas.weight_bytes(params, bits), hardware, formulas)
 
 
-def prefill_time(params: float, bits: float, tokens: int, hardware: Hardware) -> float:
+def prefill_time(params: float, bits: float, tokens: int, hardware: Hardware, formulas: Formulas = REFERENCE) -> float:
     """Time to first token: one pass over the prompt (compute-bound for all but tiny prompts)."""
-    return roofline_time(prefill_flops(params, tokens), weight_bytes(params, bits), hardware)
+    flops = formulas.prefill_flops(params, tokens)
+    return roofline_time(flops, formulas.weight_bytes(params, bits), hardware, formulas)
 
 
 def decode_intensity(batch: int, bits: float) -> float:
@@ -88,15 +136,9 @@ def decode_intensity(batch: int, bits: float) -> float:
     return 2 * batch / (bits / 8)
 
 
-def critical_batch(hardware: Hardware, bits: float = 16) -> float:
+def critical_batch(hardware: Hardware, bits: float = 16, formulas: Formulas = REFERENCE) -> float:
     """The batch where decode of ``bits``-bit weights turns compute-bound on ``hardware``."""
-    return critical_batch_of(hardware.peak_flops, hardware.bandwidth, bits)
-
-
-@withheld
-def critical_batch_of(peak_flops: float, bandwidth: float, bits: float) -> float:
-    """:func:`critical_batch` of plain numbers (the chapter's exercise ``critical_batch_size``, in bits)."""
-    return peak_flops / bandwidth * (bits / 8) / 2
+    return formulas.critical_batch_of(hardware.peak_flops, hardware.bandwidth, bits)
 
 
 # --- serving a trace of requests: static against continuous batching ---------------------------
@@ -140,14 +182,20 @@ def make_trace(
 
 
 def simulate(
-    trace: list[Request], params: float, bits: float, hardware: Hardware, max_batch: int, continuous: bool
+    trace: list[Request],
+    params: float,
+    bits: float,
+    hardware: Hardware,
+    max_batch: int,
+    continuous: bool,
+    formulas: Formulas = REFERENCE,
 ) -> list[Served]:
     """Serve ``trace`` one step at a time on the roofline's cost model.
 
     Static batching takes up to ``max_batch`` waiting requests, prefills them together, and
     decodes until the longest is done; only then does the next batch start. Continuous batching
     (Orca's iteration-level scheduling) admits waiting requests at every step, prefilling them
-    in that step, and lets each request leave as soon as it has its tokens.
+    in that step, and lets each request leave as soon as it has its tokens. ``formulas`` cost the steps.
     """
     _positive(max_batch=max_batch)
     pending = sorted(trace, key=lambda r: r.arrival)
@@ -162,9 +210,9 @@ def simulate(
                 joining.append(pending.pop(0))
         step = 0.0
         if joining:
-            step += prefill_time(params, bits, sum(r.prompt for r in joining), hardware)
+            step += prefill_time(params, bits, sum(r.prompt for r in joining), hardware, formulas)
         if running or joining:
-            step += decode_step_time(params, bits, len(running) + len(joining), hardware)
+            step += decode_step_time(params, bits, len(running) + len(joining), hardware, formulas)
         now += step
         for item in running:
             item["left"] -= 1

@@ -223,43 +223,56 @@ print(
 # %% [markdown]
 # ### Try it
 #
-# The sliders put one model on one device; "this machine" is the one you just measured. Start at
+# The sliders put one model on one device; "this machine" is the one you just measured (it joins
+# the hardware list once your four functions above are written: they draw the figure). Start at
 # 8B, 16 bits, batch 1 on an A100: decode sits far down the sloped (memory) part of the roof.
 # Raise the batch until the blue point reaches the flat part. Then try 70B at 16 bits on an
 # A100-80G (it does not fit), and at 4 bits. Watch the time to first token as the prompt grows,
 # and tokens per second as the bits shrink. How long would your machine take per token of an 8B model?
 
 # %%
-plots.widget_roofline(here)
+yours = prefill_decode.Formulas.of(globals())  # your four functions, once all are written
+if yours:
+    print(f"Your {prefill_decode.YOURS} draw this figure and the ones below.")
+else:
+    print(
+        f"One of your {prefill_decode.YOURS} is not written yet: the figure shows the course's formulas "
+        "on the presets and leaves this machine out (write them, then run this cell again)."
+    )
+plots.widget_roofline(here if yours else None, yours or prefill_decode.REFERENCE)
 
 # %% [markdown]
 # Now the 90-million-parameter model, too big for any cache. We time prefill of a 256-token
 # prompt and decode of single tokens with a KV cache (chapter 4), and compare both with the
 # roofline of this machine.
 
-# %%
+# %% tags=["measures"]
 n_params = big.num_parameters()
 n_bytes = n_params * big.embed.weight.element_size()
 prefill_per_token = evaluation.prefill_seconds_per_token(big, batch=1, prompt_len=256, repeats=3)
 decode_per_token = evaluation.decode_step_seconds(big, batch=1)
-predicted_decode = prefill_decode.roofline_time(2 * n_params, n_bytes, here)
 print(f"{n_params / 1e6:.0f}M parameters, {n_bytes / 1e6:.0f} MB")
 print(f"prefill: {1e3 * prefill_per_token:.2f} ms per prompt token")
 print(
     f"decode:  {1e3 * decode_per_token:.2f} ms per generated token "
     f"({decode_per_token / prefill_per_token:.0f}x a prefill token)"
 )
-print(
-    f"decode at batch 1 reaches {readings.share_of_roof(predicted_decode / decode_per_token)} "
-    f"(predicted {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at {bandwidth / 1e9:.1f} GB/s, as measured above)"
-)
+if yours:
+    predicted_decode = prefill_decode.roofline_time(2 * n_params, n_bytes, here, yours)
+    print(
+        f"decode at batch 1 reaches {readings.share_of_roof(predicted_decode / decode_per_token)} "
+        f"(your roofline_step_time predicts {1e3 * predicted_decode:.2f} ms: {n_bytes / 1e6:.0f} MB at "
+        f"{bandwidth / 1e9:.1f} GB/s, as measured above)"
+    )
+else:
+    print("Your roofline_step_time is not written yet: the prediction for decode at batch 1 is left out.")
 
 # %% [markdown]
 # A prompt token is many times cheaper than a generated token: prefill shares each weight read
 # across the whole prompt. Now decode with growing batches: if decode is memory-bound, a step for
 # 8 sequences costs barely more than a step for one.
 
-# %%
+# %% tags=["measures"]
 batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= MAX_BATCH]
 measured = evaluation.decode_throughput(big, batches)
 efficiency = evaluation.scaling_efficiency(measured)
@@ -272,17 +285,20 @@ row_cost = evaluation.linear_row_cost(big)
 print(evaluation.describe_row_cost(row_cost))
 print(evaluation.decode_batch_reading(measured, row_cost))
 bend = evaluation.scaling_bend(measured)
-critical = prefill_decode.critical_batch(here, 8 * big.embed.weight.element_size())
 if bend is None:
-    print(
-        f"scaling stays above half of perfect up to batch {batches[-1]}; this machine's roofline bends at {critical:.3g}"
-    )
+    reading = f"scaling stays above half of perfect up to batch {batches[-1]}"
 else:
-    where = "about where" if 0.8 <= bend / critical <= 1.25 else "earlier than" if bend < critical else "later than"
-    print(
-        f"scaling falls below half of perfect at batch {bend}: {where} this machine's roofline bends ({critical:.3g})"
-    )
-plots.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches=batches)
+    reading = f"scaling falls below half of perfect at batch {bend}"
+if not yours:
+    print(f"{reading}; your critical_batch_size is not written yet: the figure leaves the prediction out")
+else:
+    critical = prefill_decode.critical_batch(here, 8 * big.embed.weight.element_size(), yours)
+    if bend is None:
+        print(f"{reading}; this machine's roofline bends at {critical:.3g} (your critical_batch_size)")
+    else:
+        where = "about where" if 0.8 <= bend / critical <= 1.25 else "earlier than" if bend < critical else "later than"
+        print(f"{reading}: {where} this machine's roofline bends ({critical:.3g}, your critical_batch_size)")
+plots.plot_decode_batch(n_params, 8 * big.embed.weight.element_size(), here, measured, batches, yours)
 
 # %%
 points = [
@@ -292,9 +308,9 @@ points = [
 points.append(
     ("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.element_size(), 2 * n_params / prefill_per_token)
 )
-plots.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, measured=points)
+plots.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, points, yours)
 
-# %%
+# %% tags=["measures"]
 prefill_rate = 2 * n_params / prefill_per_token
 print(f"prefill of 256 tokens runs at {readings.share_of_roof(prefill_rate / peak, 'the flat (compute) roof')}")
 print(
@@ -360,7 +376,14 @@ check("static_batch_throughput", hidden=True)
 # the batch limit to 1: both become the same one-at-a-time server.
 
 # %%
-plots.widget_batching()
+if yours:
+    print("Your weight_memory_gb, prefill_flops and roofline_step_time cost each step of the simulator.")
+else:
+    print(
+        "Your functions of sections 1-3 are not written yet: the simulator costs its steps with the course's "
+        "formulas (write yours, then run this cell again to move the sliders with them)."
+    )
+plots.widget_batching(yours or prefill_decode.REFERENCE)
 
 # %% [markdown]
 # ## In practice

@@ -31,11 +31,13 @@ MEASURED = re.compile(r"\btiming\.|perf_counter|memory_bandwidth|choose_threads"
 def _readings(executed: dict) -> list[tuple[int, list[str]]]:
     """The numbers each code cell printed but the answer and check cells (the verdicts are compared
     above, and the instructor's check cells run the hidden checks too) and the cells that measure
-    this machine (their source times, or reads the bandwidth or threads): those differ from one run
-    to the next."""
+    this machine (tagged ``measures``, or their source times, or reads the bandwidth or threads):
+    those differ from one run to the next."""
     found = []
     for index, cell in enumerate(c for c in executed["cells"] if c["cell_type"] == "code"):
-        if not cell.get("metadata", {}).get("nbgrader") and not MEASURED.search("".join(cell["source"])):
+        metadata = cell.get("metadata", {})
+        measures = "measures" in metadata.get("tags", []) or MEASURED.search("".join(cell["source"]))
+        if not metadata.get("nbgrader") and not measures:
             found.append((index, _numbers("".join("".join(o.get("text", "")) for o in cell.get("outputs", [])))))
     return found
 

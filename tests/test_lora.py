@@ -2,6 +2,7 @@
 on the course model, the chapter's figures, and the grader's hints for planted mistakes."""
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -146,6 +147,55 @@ def test_adapters_hot_swap_without_touching_the_base():
         lora.use_adapter(other, first)
 
 
+def _notebook_class(source: str) -> type:
+    namespace = {"math": math, "torch": torch, "nn": nn}
+    exec(source, namespace)
+    return namespace["LoRALinear"]
+
+
+BLANK_CLASS = """
+class LoRALinear(nn.Module):
+    def __init__(self, base, rank, alpha=None):
+        super().__init__()
+        raise NotImplementedError()
+"""
+
+
+def test_a_notebooks_own_lora_linear_makes_and_swaps_the_adapters():
+    """The chapter's adapters are the learner's LoRALinear once written (written_layer): make_adapter
+    builds it on each target, use_adapter swaps it in and out; the blank class gives None."""
+    own = _notebook_class(lora_class())
+    assert lora.written_layer({"LoRALinear": own}) is own
+    assert lora.written_layer({"LoRALinear": _notebook_class(BLANK_CLASS)}) is None
+    assert lora.written_layer({}) is None
+    model = checkpoints.load("draft")
+    fingerprint = lora.weights_fingerprint(model)
+    adapter = lora.make_adapter(model, 2, layer=own)
+    assert all(type(layer) is own for layer in adapter.values()) and len(adapter) == 4 * len(model.blocks)
+    lora.use_adapter(model, adapter)
+    assert sum(type(m) is own for m in model.modules()) == len(adapter)
+    lora.use_adapter(model, lora.make_adapter(model, 4))  # the course's own replaces it
+    assert not any(type(m) is own for m in model.modules())
+    lora.use_adapter(model, None)
+    assert lora.weights_fingerprint(model) == fingerprint
+
+
+def test_rank_errors_are_the_best_low_rank_errors_and_the_widget_records_them():
+    from course import withheld
+
+    delta = lora.low_rank_change(64, 64, 3, 0.1, seed=2)
+    errors = lora.rank_errors(64, 64, 3, 0.1, 2, [1, 3, 8])
+    assert errors == [lora.best_low_rank_error(delta, r) for r in (1, 3, 8)]
+    with withheld.recording() as recorded:
+        plots.withheld_calls()
+    plots._spectrum.cache_clear()
+    with withheld.recording() as wanted:
+        plots.RankErrorChart().update(rank=5, true_rank=16, noise=0.5)
+        plots.FinetuneMemoryChart().update(70e9, 80.0)
+    for name, calls in wanted.items():
+        assert all(call in recorded[name] for call in calls), name
+
+
 def test_domain_split_keeps_evaluation_plays_apart():
     adapt, evaluation = corpus.domain_tokens("adapt"), corpus.domain_tokens("eval")
     assert len(adapt) > 2 * len(evaluation) > 0
@@ -163,6 +213,7 @@ def test_domain_split_keeps_evaluation_plays_apart():
         lambda: plots.plot_rank_error(rank=2, noise=0.1),
         lambda: plots.plot_finetune_memory(13e9, 80.0),
         lambda: plots.plot_adapter_losses(1.9, {1: 1.8, 4: 1.7, 16: 1.65}, full=1.6, qlora={4: 1.72}),
+        lambda: plots.plot_adapter_losses(1.9, {}, full=1.6),
     ],
 )
 def test_plot_returns_a_figure_that_renders(draw):

@@ -121,10 +121,63 @@ def test_scaling_bend_finds_where_throughput_stops_growing_with_the_batch():
         lambda: plots.plot_roofline(70e9, 4, 64, 1024, "H100 SXM", measured=[("here", 1.0, 1e12)]),
         lambda: plots.plot_decode_batch(8e9, 16, "A100-80G", {1: 100.0, 8: 700.0}),
         lambda: plots.plot_batching(8.0, 16, n=60),
+        lambda: plots.plot_roofline(9e7, 32, 1, 256, A100, measured=[("here", 1.0, 1e12)], formulas=None),
+        lambda: plots.plot_decode_batch(9e7, 32, A100, {1: 100.0, 8: 700.0}, formulas=None),
     ],
 )
 def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
+
+
+def _notebook_functions(**changes) -> dict:
+    """The chapter's four exercises as a notebook defines them (the solution's formulas), ``changes`` replacing some."""
+    found = {
+        "weight_memory_gb": lambda params, bits: params * bits / 8 / 1e9,
+        "prefill_flops": lambda params, tokens: 2 * params * tokens,
+        "roofline_step_time": lambda flops, n_bytes, peak, bandwidth: max(flops / peak, n_bytes / bandwidth),
+        "critical_batch_size": lambda peak, bandwidth, bytes_per_param: peak / bandwidth * bytes_per_param / 2,
+    }
+    return {**found, **changes}
+
+
+def test_the_notebooks_formulas_drive_the_figures_once_all_four_are_written():
+    """Formulas.of takes a notebook's four exercises, in the chapter's units, and predicts what the
+    course's formulas predict; while one of them is not written, it gives None."""
+
+    def blank(*args):
+        raise NotImplementedError()
+
+    yours = prefill_decode.Formulas.of(_notebook_functions())
+    for batch in (1, 64, 512):
+        assert prefill_decode.decode_step_time(70e9, 4, batch, A100, yours) == pytest.approx(
+            prefill_decode.decode_step_time(70e9, 4, batch, A100)
+        )
+    assert prefill_decode.prefill_time(8e9, 16, 512, A100, yours) == pytest.approx(
+        prefill_decode.prefill_time(8e9, 16, 512, A100)
+    )
+    assert prefill_decode.critical_batch(A100, 8, yours) == pytest.approx(prefill_decode.critical_batch(A100, 8))
+    trace = prefill_decode.make_trace(30, 8.0)
+    ours = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 8, True))
+    theirs = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 8, True, yours))
+    assert theirs == pytest.approx(ours)
+    assert prefill_decode.Formulas.of(_notebook_functions(critical_batch_size=blank)) is None
+    assert prefill_decode.Formulas.of({}) is None
+    wrong = prefill_decode.Formulas.of(_notebook_functions(prefill_flops=lambda params, tokens: params * tokens))
+    assert prefill_decode.prefill_time(8e9, 16, 4096, A100, wrong) < prefill_decode.prefill_time(8e9, 16, 4096, A100)
+
+
+def test_the_roofline_widget_records_every_preset_it_offers():
+    """withheld_calls makes every withheld call the roofline chart makes on a preset: each one is recorded."""
+    from course import withheld
+
+    with withheld.recording() as recorded:
+        plots.withheld_calls()
+    views = [(8e9, 16, 1, 256, "A100-80G"), (405e9, 4, 1024, 16384, "T4"), (1e9, 8, 32, 64, "H200")]
+    for view in views:
+        with withheld.recording() as wanted:
+            plots.RooflineChart().update(*view)
+        for name, calls in wanted.items():
+            assert all(call in recorded[name] for call in calls), (view, name)
 
 
 PLANTED = planted("prefill_decode")

@@ -30,7 +30,7 @@ def _spectrum(true_rank: int, noise: float, size: int, seed: int) -> tuple[np.nd
     rank slider only moves the marker."""
     delta = lora.low_rank_change(size, size, true_rank, noise, seed)
     singular = torch.linalg.svdvals(delta.double())[:32].numpy()
-    errors = [lora.best_low_rank_error(delta, r) for r in range(1, 33)]
+    errors = lora.rank_errors(size, size, true_rank, noise, seed, RANKS)
     noise_only = lora.low_rank_change(size, size, true_rank, 0.0, seed)
     return singular, errors, (delta - noise_only).norm().item() / delta.norm().item()
 
@@ -80,14 +80,31 @@ def plot_rank_error(rank: int = 4, true_rank: int = 4, noise: float = 0.05, size
     return RankErrorChart(size, seed).update(rank, true_rank, noise).figure
 
 
+RANKS = list(range(1, 33))  # the adapter ranks the chart shows
+TRUE_RANKS = range(1, 17)  # the widget's choices
+NOISES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+MODELS = (1, 3, 7, 13, 34, 70)  # billions of parameters: the memory widget's choices
+
+
+def withheld_calls() -> None:
+    """Every curve the rank widget can draw and every bar the memory widget can label, so that the
+    learners' copy records them (``course/withheld.py``)."""
+    for true_rank in TRUE_RANKS:
+        for noise in NOISES:
+            lora.rank_errors(64, 64, true_rank, noise, 0, RANKS)
+    for rank in RANKS:
+        lora.lora_parameters(64, 64, rank)
+    for params in MODELS:
+        for method in PARTS:
+            lora.finetune_memory_gib(params * 1e9, method)
+
+
 def widget_rank_error() -> None:
     """Sliders for the adapter's rank, the change's true rank and the noise over :class:`RankErrorChart`."""
     controls = {
-        "rank": slider("IntSlider", min=1, max=32, value=4, description="adapter rank r"),
-        "true_rank": slider("IntSlider", min=1, max=16, value=4, description="true rank of the change"),
-        "noise": slider(
-            "SelectionSlider", options=[0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5], value=0.05, description="noise"
-        ),
+        "rank": slider("IntSlider", min=1, max=RANKS[-1], value=4, description="adapter rank r"),
+        "true_rank": slider("IntSlider", min=1, max=TRUE_RANKS[-1], value=4, description="true rank of the change"),
+        "noise": slider("SelectionSlider", options=list(NOISES), value=0.05, description="noise"),
     }
     interactive(RankErrorChart(), controls, "What rank does a change need?")
 
@@ -156,7 +173,7 @@ def widget_finetune_memory() -> None:
     controls = {
         "params": slider(
             "SelectionSlider",
-            options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 7, 13, 34, 70)],
+            options=[(f"{p:g}B", p * 1e9) for p in MODELS],
             value=7e9,
             description="parameters",
         ),
@@ -170,11 +187,13 @@ def widget_finetune_memory() -> None:
 def plot_adapter_losses(
     base: float, by_rank: dict[int, float], full: float | None = None, qlora: dict[int, float] | None = None
 ) -> Figure:
-    """Held-out-domain loss after fine-tuning, against the adapter's rank (log axis)."""
+    """Held-out-domain loss after fine-tuning, against the adapter's rank (log axis); with no
+    adapter's loss (``by_rank`` empty), the base's and the full fine-tune's lines only."""
     fig = new_figure(6, 3.4, left=0.13)
     ax = fig.subplots()
     ranks = sorted(by_rank)
-    ax.plot(ranks, [by_rank[r] for r in ranks], "o-", color=BLUE, label="LoRA (fp32 base)")
+    if ranks:
+        ax.plot(ranks, [by_rank[r] for r in ranks], "o-", color=BLUE, label="LoRA (fp32 base)")
     if qlora:
         ax.plot(sorted(qlora), [qlora[r] for r in sorted(qlora)], "s--", color=PURPLE, label="QLoRA (NF4 base)")
     ax.axhline(base, color=GREY, ls=":", label=f"base model: {base:.3f}")

@@ -20,6 +20,7 @@ from course.plots._widgets import (
     plain_log_ticks,
     slider,
 )
+from course.withheld import NotRecorded
 
 
 def _hardware(name_or_hw):
@@ -30,10 +31,17 @@ class RooflineChart(Chart):
     """The roofline of a machine with one model's decode step and prefill on it, and the numbers.
 
     ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
+    ``formulas`` compute the predictions (:class:`course.prefill_decode.Formulas`); None leaves them
+    out, and the roof with the measured points is all there is.
     """
 
-    def __init__(self, measured: list[tuple[str, float, float]] = ()):
+    def __init__(
+        self,
+        measured: list[tuple[str, float, float]] = (),
+        formulas: prefill_decode.Formulas | None = prefill_decode.REFERENCE,
+    ):
         super().__init__(11, 3.6, left=0.1, wspace=0.3)
+        self.formulas = formulas
         self.ax, text_ax = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
         ax = self.ax
         ax.set_xscale("log")
@@ -64,18 +72,23 @@ class RooflineChart(Chart):
         self.ridge.set_xdata([hw.ridge, hw.ridge])
         self.ridge_label.set_position((hw.ridge * 1.1, hw.peak_flops * 0.02))
         self.ridge_label.set_text(f"ridge {hw.ridge:.0f} FLOP/B")
-        step = prefill_decode.decode_step_time(params, bits, batch, hw)
-        ttft = prefill_decode.prefill_time(params, bits, prompt, hw)
-        weights = prefill_decode.weight_bytes(params, bits)
-        prefill = prefill_decode.prefill_flops(params, prompt)
-        self.decode.set_data([prefill_decode.decode_intensity(batch, bits)], [2 * params * batch / step])
-        self.prefill.set_data([prefill / weights], [prefill / ttft])
+        self.ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
+        self.ax.set_title(f"the roofline of {hw.name}")
         texts = self.legend.get_texts()
         texts[0].set_text(f"decode, batch {batch}")
         texts[1].set_text(f"prefill, {prompt} tokens")
-        self.ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
-        self.ax.set_title(f"the roofline of {hw.name}")
-        critical = prefill_decode.critical_batch(hw, bits)
+        if self.formulas is None:
+            self.decode.set_data([], [])
+            self.prefill.set_data([], [])
+            self.numbers.set_text("the predictions appear once\nyour functions of sections 1-4\nare written")
+            return self
+        step = prefill_decode.decode_step_time(params, bits, batch, hw, self.formulas)
+        ttft = prefill_decode.prefill_time(params, bits, prompt, hw, self.formulas)
+        weights = self.formulas.weight_bytes(params, bits)
+        prefill = self.formulas.prefill_flops(params, prompt)
+        self.decode.set_data([prefill_decode.decode_intensity(batch, bits)], [2 * params * batch / step])
+        self.prefill.set_data([prefill / weights], [prefill / ttft])
+        critical = prefill_decode.critical_batch(hw, bits, self.formulas)
         lines = [
             f"weights: {weights / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
             f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if weights < hw.memory_bytes else 'NO'}",
@@ -97,39 +110,58 @@ def plot_roofline(
     prompt: int = 512,
     hardware="A100-80G",
     measured: list[tuple[str, float, float]] = (),
+    formulas: prefill_decode.Formulas | None = prefill_decode.REFERENCE,
 ) -> Figure:
     """The roofline of ``hardware`` with this model's decode step and prefill on it.
 
-    ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
+    ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions,
+    which ``formulas`` compute (None: left out).
     """
-    return RooflineChart(measured).update(params, bits, batch, prompt, hardware).figure
+    return RooflineChart(measured, formulas).update(params, bits, batch, prompt, hardware).figure
 
 
-def widget_roofline(this_machine=None) -> None:
+PARAMS = (1, 3, 8, 13, 34, 70, 180, 405)  # billions: the roofline widget's choices
+BITS = (4, 8, 16)
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+PROMPTS = (16, 64, 256, 1024, 4096, 16384)
+
+
+def withheld_calls() -> None:
+    """What the roofline widget computes for every preset it offers, and the batching widget for
+    its first view, so that the learners' copy records them (``course/withheld.py``). The batching
+    widget's other views are not recorded (each simulates hundreds of steps, a few hundred
+    recordings each): in the learners' copy they move once the learner's formulas drive them."""
+    BatchingChart().update()
+    for hardware in prefill_decode.PRESETS.values():
+        for params, bits in ((p * 1e9, b) for p in PARAMS for b in BITS):
+            prefill_decode.weight_bytes(params, bits)
+            prefill_decode.critical_batch(hardware, bits)
+            for batch in BATCHES:
+                prefill_decode.decode_step_time(params, bits, batch, hardware)
+            for prompt in PROMPTS:
+                prefill_decode.prefill_flops(params, prompt)
+                prefill_decode.prefill_time(params, bits, prompt, hardware)
+
+
+def widget_roofline(this_machine=None, formulas: prefill_decode.Formulas = prefill_decode.REFERENCE) -> None:
     """Sliders for parameters, bits, batch, prompt length and hardware over :class:`RooflineChart`.
 
-    ``this_machine``: a measured :class:`course.prefill_decode.Hardware` added to the presets.
+    ``this_machine``: a measured :class:`course.prefill_decode.Hardware` added to the presets;
+    ``formulas`` compute what the chart shows.
     """
     hardware = list(prefill_decode.PRESETS.items()) + ([(this_machine.name, this_machine)] if this_machine else [])
     controls = {
         "params": slider(
-            "SelectionSlider",
-            options=[(f"{p:g}B", p * 1e9) for p in (1, 3, 8, 13, 34, 70, 180, 405)],
-            value=8e9,
-            description="parameters",
+            "SelectionSlider", options=[(f"{p:g}B", p * 1e9) for p in PARAMS], value=8e9, description="parameters"
         ),
-        "bits": slider("SelectionSlider", options=[4, 8, 16], value=16, description="bits"),
-        "batch": slider(
-            "SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=1, description="batch"
-        ),
-        "prompt": slider(
-            "SelectionSlider", options=[16, 64, 256, 1024, 4096, 16384], value=256, description="prompt tokens"
-        ),
+        "bits": slider("SelectionSlider", options=list(BITS), value=16, description="bits"),
+        "batch": slider("SelectionSlider", options=list(BATCHES), value=1, description="batch"),
+        "prompt": slider("SelectionSlider", options=list(PROMPTS), value=256, description="prompt tokens"),
         "hardware": slider(
             "Dropdown", options=hardware, value=prefill_decode.PRESETS["A100-80G"], description="hardware"
         ),
     }
-    interactive(RooflineChart(), controls, "Prefill and decode on the roofline")
+    interactive(RooflineChart(formulas=formulas), controls, "Prefill and decode on the roofline")
 
 
 def plot_decode_batch(
@@ -138,14 +170,18 @@ def plot_decode_batch(
     hardware,
     measured: dict[int, float] | None = None,
     batches=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    formulas: prefill_decode.Formulas | None = prefill_decode.REFERENCE,
 ) -> Figure:
-    """Predicted decode throughput (tokens/s, whole batch) against batch size, measured points on top."""
+    """Predicted decode throughput (tokens/s, whole batch) against batch size, measured points on
+    top; ``formulas`` predict (None: the measured points only)."""
     hw = _hardware(hardware)
     fig = new_figure(6, 3.4, left=0.14)
     ax = fig.subplots()
-    predicted = [b / prefill_decode.decode_step_time(params, bits, b, hw) for b in batches]
-    ax.loglog(batches, predicted, "-", color=GREY, label="roofline prediction")
-    ax.axvline(prefill_decode.critical_batch(hw, bits), color=GREY, ls=":", lw=1, label="critical batch")
+    if formulas is not None:
+        predicted = [b / prefill_decode.decode_step_time(params, bits, b, hw, formulas) for b in batches]
+        ax.loglog(batches, predicted, "-", color=GREY, label="roofline prediction")
+        critical = prefill_decode.critical_batch(hw, bits, formulas)
+        ax.axvline(critical, color=GREY, ls=":", lw=1, label="critical batch")
     if measured:
         ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
     plain_log_ticks(ax, y_unit="")  # 10 k, 1 M: short enough for the axis label to fit
@@ -159,9 +195,16 @@ class BatchingChart(Chart):
     """Static against continuous batching on one request trace: latencies, time to first token, and
     the summary numbers. Requests are drawn in order of arrival, so the axes stay put as the rate changes."""
 
-    def __init__(self, params: float = 8e9, hardware="A100-80G", n: int = 200, seed: int = 0):
+    def __init__(
+        self,
+        params: float = 8e9,
+        hardware="A100-80G",
+        n: int = 200,
+        seed: int = 0,
+        formulas: prefill_decode.Formulas = prefill_decode.REFERENCE,
+    ):
         super().__init__(11, 3.4, left=0.07, wspace=0.3)
-        self.params, self.hw, self.n, self.seed = params, _hardware(hardware), n, seed
+        self.params, self.hw, self.n, self.seed, self.formulas = params, _hardware(hardware), n, seed, formulas
         self.ax_lat, self.ax_ttft, text_ax = self.figure.subplots(1, 3, gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
         self.kinds = ((False, ORANGE, "static"), (True, BLUE, "continuous"))
         self.points, self.hists = {}, {}
@@ -177,10 +220,16 @@ class BatchingChart(Chart):
 
     def update(self, rate: float = 8.0, max_batch: int = 16) -> BatchingChart:
         trace = prefill_decode.make_trace(self.n, rate, seed=self.seed)
-        served = {
-            name: prefill_decode.simulate(trace, self.params, 16, self.hw, max_batch, continuous)
-            for continuous, _, name in self.kinds
-        }
+        try:
+            served = {
+                name: prefill_decode.simulate(trace, self.params, 16, self.hw, max_batch, continuous, self.formulas)
+                for continuous, _, name in self.kinds
+            }
+        except NotRecorded:  # the learners' copy, with the course's formulas: recorded at the default view only
+            raise ValueError(
+                f"the learners' copy has the course's simulation at the default sliders only: write your "
+                f"{prefill_decode.YOURS} and run this cell again to move them"
+            ) from None
         latest = max(s.latency for runs in served.values() for s in runs)
         slowest = max(s.ttft for runs in served.values() for s in runs)
         edges = np.linspace(0, nice_ceiling(slowest), 31)
@@ -207,16 +256,22 @@ class BatchingChart(Chart):
 
 
 def plot_batching(
-    rate: float = 8.0, max_batch: int = 16, params: float = 8e9, hardware="A100-80G", n: int = 200, seed: int = 0
+    rate: float = 8.0,
+    max_batch: int = 16,
+    params: float = 8e9,
+    hardware="A100-80G",
+    n: int = 200,
+    seed: int = 0,
+    formulas: prefill_decode.Formulas = prefill_decode.REFERENCE,
 ) -> Figure:
     """Static against continuous batching on one request trace: latencies, and the summary numbers."""
-    return BatchingChart(params, hardware, n, seed).update(rate, max_batch).figure
+    return BatchingChart(params, hardware, n, seed, formulas).update(rate, max_batch).figure
 
 
-def widget_batching() -> None:
-    """Sliders for the arrival rate and the batch limit over :class:`BatchingChart`."""
+def widget_batching(formulas: prefill_decode.Formulas = prefill_decode.REFERENCE) -> None:
+    """Sliders for the arrival rate and the batch limit over :class:`BatchingChart` (``formulas`` cost its steps)."""
     controls = {
         "rate": slider("FloatSlider", value=8.0, min=1.0, max=40.0, step=1.0, description="requests/s"),
         "max_batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=16, description="max batch"),
     }
-    interactive(BatchingChart(), controls, "Static against continuous batching")
+    interactive(BatchingChart(formulas=formulas), controls, "Static against continuous batching")
