@@ -226,7 +226,10 @@ RUNS_WITHOUT_ANSWERS = (  # chapters whose cells get their numbers as the copy c
     "01_prefill_decode",
     "02_lora",
     "03_quantization",
+    "04_kv_cache",
     "05_flash_attention",
+    "06_speculative_decoding",
+    "07_distillation",
     "08_in_practice",
     "09_choosing_a_technique",
 )

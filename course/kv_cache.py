@@ -126,6 +126,19 @@ def request_trace(n: int = 200, max_len: int = 2048, seed: int = 0) -> list[Cach
     return requests
 
 
+@withheld
+def pages_each(lengths: list[int], page_size: int) -> list[int]:
+    """:func:`pages_needed` of each of ``lengths`` on its own: one call for a whole trace's admissions."""
+    return [pages_needed([n], page_size) for n in lengths]
+
+
+def admission_pages(trace: list[CacheRequest], page_size: int) -> dict[int, int]:
+    """The pages a request of ``trace`` reserves when admitted (its prompt and its first new token), by
+    that length: what :func:`simulate_allocation` asks of :func:`pages_needed`, asked once."""
+    lengths = sorted({r.prompt + 1 for r in trace})
+    return dict(zip(lengths, pages_each(lengths, page_size), strict=True))
+
+
 @dataclass
 class AllocationResult:
     steps: int  # decode steps to serve the whole trace
@@ -155,9 +168,10 @@ def simulate_allocation(
     running: list[list] = []  # [request, tokens stored, tokens reserved]
     reserved_total, used_total, steps, preemptions, timeline = 0, 0, 0, 0, []
     unit = page_size or max_len
+    pages = {} if page_size is None else admission_pages(trace, page_size)
 
     def reservation(tokens: int) -> int:
-        return max_len if page_size is None else pages_needed([tokens], page_size) * page_size
+        return max_len if page_size is None else pages[tokens] * page_size
 
     while queue or running:
         while queue:  # admit in order while the first waiting request fits

@@ -59,8 +59,17 @@ def speedup(alpha: float, draft_length: int, cost: float) -> float:
     return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost + 1)
 
 
+@withheld
+def speedups(alphas: list[float], draft_lengths: list[int], costs: list[float]) -> list[list[list[float]]]:
+    """:func:`speedup` at every cost, alpha and draft length, as nested lists ``[cost][alpha][k]``:
+    what a curve or a map draws, in one call."""
+    return [[[speedup(alpha, k, cost) for k in draft_lengths] for alpha in alphas] for cost in costs]
+
+
 def best_draft_length(alpha: float, cost: float, longest: int = 32) -> int:
-    return max(range(1, longest + 1), key=lambda k: speedup(alpha, k, cost))
+    """The draft length from 1 to ``longest`` with the largest :func:`speedup` (the shortest of equals)."""
+    speeds = speedups([alpha], list(range(1, longest + 1)), [cost])[0][0]
+    return 1 + speeds.index(max(speeds))
 
 
 @withheld
@@ -136,6 +145,7 @@ def speculative_generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    rule=None,
 ) -> tuple[torch.Tensor, list[Round]]:
     """Generate with ``draft`` proposing up to ``k`` tokens per round and ``target`` verifying them in one call.
 
@@ -148,6 +158,13 @@ def speculative_generate(
     target's greedy output; otherwise they are distributed exactly as the target's samples. The
     target and a model draft keep KV caches; rejected tokens are dropped from them by rolling the
     length back.
+
+    At temperature 0 both distributions are one-hot, and the rule keeps a proposal exactly when it
+    is the target's argmax, which replaces it otherwise: no draw is needed. Above it, ``rule``
+    (default: the course's) is a function of chapter 6's ``speculative_token(target, draft,
+    generator)``: the draft draws each proposal with a generator of its own, and ``rule`` gets one
+    seeded alike, so that its own ``torch.multinomial(draft, 1, generator=generator)`` draws the
+    same proposal again.
     """
     if prompt.dim() != 2 or prompt.shape[0] != 1:
         raise ValueError(f"prompt must be (1, tokens): one sequence; got {tuple(prompt.shape)}")
@@ -167,13 +184,20 @@ def speculative_generate(
     rounds: list[Round] = []
     while len(tokens) < goal:
         n = len(tokens)
-        proposed, q = draft.propose(tokens, k, temperature, generator)
+        seeds = torch.randint(2**62, (k,), generator=generator).tolist() if rule and temperature > 0 else None
+        drawing = [torch.Generator().manual_seed(s) for s in seeds] if seeds else generator
+        proposed, q = draft.propose(tokens, k, temperature, drawing)
         feed = tokens[t_cache.length :] + proposed
         logits = target(torch.tensor([feed], device=device), t_cache)[0, -(len(proposed) + 1) :]  # (m + 1, vocab)
         p = _distribution(logits, temperature).cpu()
         accepted = 0
         for i, x in enumerate(proposed):
-            token, kept = verify(p[i], q[i], x, generator)
+            if temperature == 0:
+                kept, token = bool(p[i, x] == 1), int(p[i].argmax())
+            elif seeds:
+                token, kept = _by_rule(rule, p[i], q[i], x, torch.Generator().manual_seed(seeds[i]))
+            else:
+                token, kept = verify(p[i], q[i], x, generator)
             if not kept:
                 correction = token
                 break
@@ -185,6 +209,18 @@ def speculative_generate(
         t_cache.length = n + accepted  # keep what was verified; the correction is fed next round
         draft.keep(n + accepted)
     return torch.tensor([tokens[:goal]], device=device), rounds
+
+
+def _by_rule(rule, p: torch.Tensor, q: torch.Tensor, x: int, generator: torch.Generator) -> tuple[int, bool]:
+    """``rule(p, q, generator)`` at one drafted position, whose proposal was ``x``: (token, kept)."""
+    token, kept = rule(p, q, generator)
+    token, kept = int(token), bool(kept)
+    if kept and token != x:
+        raise ValueError(
+            f"the rule kept token {token}, but the draft proposed {x} with the same generator: draw the proposal "
+            "with torch.multinomial(draft, 1, generator=generator) before any other draw"
+        )
+    return token, kept
 
 
 def round_counts(rounds: list[Round], k: int) -> dict:
@@ -204,17 +240,18 @@ def round_counts(rounds: list[Round], k: int) -> dict:
     }
 
 
-def summarise(rounds: list[Round]) -> dict:
+def summarise(rounds: list[Round], tokens_per_call=expected_tokens_per_call) -> dict:
     """Acceptance rate, tokens per target call, and the formula's tokens per call at that rate, over the
     rounds of runs of :func:`speculative_generate`.
 
-    alpha is accepted / verified proposals. The formula is averaged over the rounds, each with the
+    alpha is accepted / verified proposals. The formula (``tokens_per_call(alpha, k)``, chapter 6's
+    ``expected_tokens_per_call``; None leaves it out) is averaged over the rounds, each with the
     number of tokens its draft proposed (a lookup draft sometimes proposes fewer than k, or none).
     """
     verified = sum(min(a + 1, m) for m, a in rounds)
     alpha = sum(a for _, a in rounds) / verified if verified else 0.0
     per_call = sum(a + 1 for _, a in rounds) / len(rounds)
-    formula = sum(expected_tokens_per_call(alpha, m) for m, _ in rounds) / len(rounds)
+    formula = sum(tokens_per_call(alpha, m) for m, _ in rounds) / len(rounds) if tokens_per_call else None
     drafted = sum(m for m, _ in rounds) / len(rounds)
     return {"alpha": alpha, "tokens_per_call": per_call, "formula": formula, "drafted_per_call": drafted}
 
@@ -252,6 +289,8 @@ def measure_drafts(
     temperature: float = 0.0,
     repeats: int = 3,
     progress: bool = True,
+    rule=None,
+    tokens_per_call=expected_tokens_per_call,
 ) -> dict[str, dict]:
     """Speculative decoding with each of ``drafts`` (name -> draft) against the target alone, on the
     same prompts and seeds.
@@ -263,7 +302,8 @@ def measure_drafts(
     seconds of one target step (the target alone, per token); ``cost``, c: the draft's seconds per
     proposed token over ``step``; ``verify``: a verifying call's seconds over ``step`` (the formula
     assumes 1); ``formula_speedup``: the formula at the measured alpha and c; ``positions``: the
-    acceptance rate at each drafted position.
+    acceptance rate at each drafted position. ``rule`` and ``tokens_per_call`` go to
+    :func:`speculative_generate` and :func:`summarise` (None: the formula's numbers are None).
     """
     from tqdm.auto import tqdm
 
@@ -285,7 +325,7 @@ def measure_drafts(
                 one
                 for i, prompt in enumerate(prompts)
                 for one in speculative_generate(
-                    verifier, proposer, prompt, k, max_new_tokens, temperature, torch.Generator().manual_seed(i)
+                    verifier, proposer, prompt, k, max_new_tokens, temperature, torch.Generator().manual_seed(i), rule
                 )[1]
             ]
             synchronize(device)
@@ -295,7 +335,7 @@ def measure_drafts(
             seen[name]["verify"].append(verifier.seconds / verifier.calls / step)
     results = {}
     for name in drafts:
-        result = summarise(runs[name])
+        result = summarise(runs[name], tokens_per_call)
         cost = statistics.median(seen[name]["cost"])
         counts = round_counts(runs[name], k)
         accepted, verified = counts["accepted"], counts["proposed"]
@@ -307,7 +347,9 @@ def measure_drafts(
             "step": statistics.median(steps),
             "cost": cost,
             "verify": statistics.median(seen[name]["verify"]),
-            "formula_speedup": result["formula"] / (1 + cost * result["drafted_per_call"]),
+            "formula_speedup": None
+            if result["formula"] is None
+            else result["formula"] / (1 + cost * result["drafted_per_call"]),
             "positions": [a / v if v else float("nan") for a, v in zip(accepted, verified, strict=True)],
             "k": k,
             "temperature": temperature,
@@ -357,10 +399,11 @@ def drafts_reading(results: dict[str, dict], goal: float = 2.0) -> str:
     which draft was fastest and whether it reached ``goal``, and what held the others back."""
     lines = []
     for name, r in results.items():
-        lines.append(
-            f"{name}: {r['tokens_per_call']:.2f} tokens per call, "
-            + readings.versus(r["tokens_per_call"], r["formula"], f"the formula's {r['formula']:.2f}")
-        )
+        if r["formula"] is not None:
+            lines.append(
+                f"{name}: {r['tokens_per_call']:.2f} tokens per call, "
+                + readings.versus(r["tokens_per_call"], r["formula"], f"the formula's {r['formula']:.2f}")
+            )
     best = max(results, key=lambda name: results[name]["speedup"])
     top = results[best]
     verdict = "reaching" if top["speedup"] >= goal else "short of"
@@ -406,15 +449,15 @@ class ModelDraft:
     def start(self, total: int) -> None:
         self.cache = self.model.new_cache(1, total)
 
-    def propose(self, tokens: list[int], k: int, temperature: float, generator: torch.Generator):
-        """k proposals and the distribution each was drawn from."""
+    def propose(self, tokens: list[int], k: int, temperature: float, generator):
+        """k proposals and the distribution each was drawn from (``generator``: one, or one per proposal)."""
         device = self.model.embed.weight.device
         proposed, q = [], []
         fresh = tokens[self.cache.length :]  # what the draft has not seen yet (at least the last token)
         for _ in range(k):
             logits = self.model(torch.tensor([fresh], device=device), self.cache)[0, -1]
             q.append(_distribution(logits, temperature).cpu())
-            proposed.append(int(torch.multinomial(q[-1], 1, generator=generator)))
+            proposed.append(int(torch.multinomial(q[-1], 1, generator=_nth(generator, len(proposed)))))
             fresh = proposed[-1:]
         return proposed, q
 
@@ -433,6 +476,12 @@ class _ByteDraft:
 
     def keep(self, length: int) -> None:
         pass
+
+
+def _nth(generator, i: int) -> torch.Generator:
+    """The generator of proposal ``i``: ``generator``, or its ``i``-th where a draft is given one per
+    proposal (a list, as :func:`speculative_generate` gives its ``rule``'s drafts)."""
+    return generator[i] if isinstance(generator, list) else generator
 
 
 def _one_hot(token: int, vocab: int) -> torch.Tensor:
@@ -481,8 +530,9 @@ class NGramDraft(_ByteDraft):
                 return following[first:last], counts[first:last]
         return None
 
-    def propose(self, tokens: list[int], k: int, temperature: float, generator: torch.Generator):
-        """Up to k proposals (fewer when a byte never seen in training comes up) and their q."""
+    def propose(self, tokens: list[int], k: int, temperature: float, generator):
+        """Up to k proposals (fewer when a byte never seen in training comes up) and their q
+        (``generator``: one, or one per proposal)."""
         context, proposed, q = list(tokens[-self.order :]), [], []
         for _ in range(k):
             found = self.counts(context)
@@ -498,7 +548,7 @@ class NGramDraft(_ByteDraft):
                     (counts / counts.max()) ** (1 / temperature)
                 )
                 q.append(weights / weights.sum())
-                proposed.append(int(torch.multinomial(q[-1], 1, generator=generator)))
+                proposed.append(int(torch.multinomial(q[-1], 1, generator=_nth(generator, len(proposed)))))
             context = context[-(self.order - 1) :] + proposed[-1:] if self.order > 1 else proposed[-1:]
         return proposed, q
 

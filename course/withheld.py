@@ -68,10 +68,25 @@ def withheld(function: Callable) -> Callable:
         finally:
             _depth -= 1
         if _recording is not None and _depth == 0:
-            _recording.setdefault(name, []).append([wire.encode(args), wire.encode(kwargs), wire.encode(result)])
+            inputs = [wire.encode(args), wire.encode(kwargs)]
+            if not _opaque(inputs):  # a call with an object no replay can match (a generator) is dead weight
+                _recording.setdefault(name, []).append([*inputs, wire.encode(result)])
         return result
 
     return call
+
+
+def _opaque(encoded) -> bool:
+    """Whether ``encoded`` (plain data from ``wire.encode``) holds an object that is not plain data."""
+    if isinstance(encoded, list):
+        return any(_opaque(item) for item in encoded)
+    if not isinstance(encoded, dict):
+        return False
+    if isinstance(encoded.get("dict"), dict):
+        return any(_opaque(value) for value in encoded["dict"].values())
+    if isinstance(encoded.get("tuple", encoded.get("list")), list):
+        return _opaque(encoded.get("tuple", encoded.get("list")))
+    return "object" in encoded
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ REPEATS = 3  # timings per length and way; the medians are shown
 # %%
 import torch
 
-from course import checkpoints, corpus, flash_attention, kv_cache, timing
+from course import checkpoints, corpus, flash_attention, kv_cache, timing, withheld
 from course.device import best_device, describe
 from course.model import generate, repeat_kv
 from course.plots import kv_cache as plots
@@ -149,22 +149,25 @@ check("attention_step", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Now run it token by token over a whole sequence and compare with causal attention computed in
-# one go over all positions (the course's `flash_attention.naive_attention`, chapter 5). They agree to rounding:
+# Now run your `attention_step` token by token over a whole sequence and compare with causal
+# attention computed in one go over all positions (the course's `flash_attention.naive_attention`,
+# chapter 5). A correct step agrees with it to rounding:
 
 # %%
 generator = torch.Generator().manual_seed(0)
 T, D = 64, 32
 q_all, k_all, v_all = (torch.randn(T, D, generator=generator) for _ in range(3))
-cache_k, cache_v = torch.zeros(0, D), torch.zeros(0, D)
-outputs = []
-for t in range(T):
-    out, cache_k, cache_v = kv_cache.attention_step(q_all[t], k_all[t], v_all[t], cache_k, cache_v)
-    outputs.append(out)
-difference = (
-    (torch.stack(outputs) - flash_attention.naive_attention(q_all, k_all, v_all, causal=True)).abs().max().item()
-)
-print(f"{T} cached steps against one causal pass: largest difference {difference:.1e}")
+empty = torch.zeros(0, D)
+if withheld.written(globals(), "attention_step", q_all[0], k_all[0], v_all[0], empty, empty):
+    cache_k, cache_v, outputs = empty, empty, []
+    for t in range(T):
+        out, cache_k, cache_v = attention_step(q_all[t], k_all[t], v_all[t], cache_k, cache_v)
+        outputs.append(out)
+    causal = flash_attention.naive_attention(q_all, k_all, v_all, causal=True)
+    difference = (torch.stack(outputs) - causal).abs().max().item()
+    print(f"your attention_step, {T} cached steps against one causal pass: largest difference {difference:.1e}")
+else:
+    print("Your attention_step is not written yet: write it above, then run this cell again.")
 
 # %% [markdown]
 # The same holds for the whole course model: generating with its cache gives the same tokens and

@@ -35,7 +35,7 @@ EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 # %%
 import torch
 
-from course import checkpoints, corpus, distillation, evaluation, readings, speculative_decoding, timing
+from course import checkpoints, corpus, evaluation, readings, speculative_decoding, timing, withheld
 from course.device import best_device, describe
 from course.model import generate
 from course.plots import distillation as plots
@@ -138,15 +138,22 @@ with torch.no_grad():
         for name, model in drafts.items()
     }
 prompts = [held_out[s : s + 64][None].to(device) for s in (1000, 90_000, 200_000, 350_000)[:PROMPTS]]
-results = speculative_decoding.measure_drafts(
-    target, drafts, prompts, DRAFT_LENGTH, NEW_TOKENS, temperature=1.0, repeats=REPEATS
-)
+if withheld.LEARNERS_COPY:  # the sampled loop's rule and the formula are chapter 6's answers
+    print(
+        "The learners' copy runs the loop greedily, and without chapter 6's formula: the acceptance rule for "
+        "sampling and the formula are chapter 6's answers, withheld here."
+    )
+temperature, label = (0.0, "greedy") if withheld.LEARNERS_COPY else (1.0, "sampled")
+formula = None if withheld.LEARNERS_COPY else speculative_decoding.expected_tokens_per_call
+loop = dict(repeats=REPEATS, tokens_per_call=formula)
+results = speculative_decoding.measure_drafts(target, drafts, prompts, DRAFT_LENGTH, NEW_TOKENS, temperature, **loop)
 named = {"draft": "the hard-label draft", "distilled": "the distilled draft"}
 for name, r in results.items():
     print(
         f"{name:9s} overlap with the target on held-out text {overlap[name]:.3f};  in the loop (k = {DRAFT_LENGTH}, "
-        f"{len(prompts)} prompts, sampled): acceptance {r['alpha']:.2f}, {r['tokens_per_call']:.2f} tokens per "
-        f"call, c = {r['cost']:.2f}, speed-up {readings.spread(r['speedups'])}"
+        f"{len(prompts)} prompts, {label}): acceptance {r['alpha']:.2f}, {r['tokens_per_call']:.2f} tokens per "
+        f"call, c = {r['cost']:.2f} (repeats {timing.spread(r['costs']):.0%} apart), "
+        f"speed-up {readings.spread(r['speedups'])}"
     )
     print("  " + readings.against_one(r["speedups"], named[name], "the target alone"))
 gain = overlap["distilled"] - overlap["draft"]
@@ -158,7 +165,8 @@ print(
         results["distilled"]["speedups"], results["draft"]["speedups"], "the distilled draft", "the hard-label one"
     )
 )
-print("why, " + speculative_decoding.pair_reading(results, "distilled", "draft", named))
+if results["distilled"]["formula"] is not None:
+    print("why, " + speculative_decoding.pair_reading(results, "distilled", "draft", named))
 
 # %% [markdown]
 # Same size, same data, same number of steps: only the loss differs, so the printed differences
@@ -172,8 +180,9 @@ print("why, " + speculative_decoding.pair_reading(results, "distilled", "draft",
 # 1.3x here and 0.9x in chapter 6 without either being a verdict. The two drafts do the same work
 # per step (one architecture), yet their measured c can differ, and on a CPU c is large (chapter 6
 # explains why): a few hundredths of c per drafted token can undo what a few points of acceptance
-# buy. The last line splits the gap between the two speed-ups by chapter 6's formula into what
-# each draft's acceptance buys and what its c costs, and says which counted for more here.
+# buy. Where chapter 6's formula is at hand (the learners' copy leaves it out, with the sampling
+# rule), the last line splits the gap between the two speed-ups by the formula into what each
+# draft's acceptance buys and what its c costs, and says which counted for more here.
 # DistillSpec (Zhou et al., 2023) reports 10 to 45% more speed-up from distilled drafts on real
 # models.
 #
@@ -222,7 +231,7 @@ check("prune_smallest", hidden=True)
 
 # %% [markdown]
 # Here both kinds are applied to the target's feed-forward layers at several sparsities:
-# unstructured pruning is the course's `prune_smallest` (the same as yours) on each matrix;
+# unstructured pruning is your `prune_smallest` on each matrix, once you have written it;
 # structured removes the hidden units (a row of the gate and up projections and the matching
 # column of the down projection) with the smallest norms.
 
@@ -234,7 +243,7 @@ def prune_unstructured(model, share):
     pruned = copy.deepcopy(model)
     for block in pruned.blocks:
         for layer in (block.mlp.gate_proj, block.mlp.up_proj, block.mlp.down_proj):
-            layer.weight.data = distillation.prune_smallest(layer.weight.data, share)
+            layer.weight.data = prune_smallest(layer.weight.data, share)
     return pruned
 
 
@@ -256,25 +265,31 @@ print(
     f"(the card's {checkpoints.card('target')['validation_loss']:.3f} is over all {all_windows}; every figure "
     "below uses the same windows)"
 )
-shares, unstructured, structured = [0.25, 0.5, 0.75], [], []
-for share in shares:
-    unstructured.append(evaluation.text_loss(prune_unstructured(target, share), held_out, max_windows=EVAL_WINDOWS))
-    structured.append(evaluation.text_loss(prune_structured(target, share), held_out, max_windows=EVAL_WINDOWS))
+shares, structured = [0.25, 0.5, 0.75], []
+unstructured = [] if withheld.written(globals(), "prune_smallest", torch.ones(2, 2), 0.5) else None
+if unstructured is None:
     print(
-        f"{int(100 * share):2d}% of the feed-forward weights removed: unstructured {unstructured[-1]:.3f}, "
-        f"structured {structured[-1]:.3f}"
+        "Your prune_smallest is not written yet: unstructured pruning is left out (write it, then run this cell again)."
     )
-worse = [f"{int(100 * share)}%" for share, u, st in zip(shares, unstructured, structured, strict=True) if st > u]
-print(
-    f"structured pruning cost more loss than unstructured at {readings.listing(worse)} of the weights removed"
-    if worse
-    else "structured pruning cost no more loss than unstructured at any share tried"
-)
+for share in shares:
+    structured.append(evaluation.text_loss(prune_structured(target, share), held_out, max_windows=EVAL_WINDOWS))
+    said = f"{int(100 * share):2d}% of the feed-forward weights removed: structured {structured[-1]:.3f}"
+    if unstructured is not None:
+        unstructured.append(evaluation.text_loss(prune_unstructured(target, share), held_out, max_windows=EVAL_WINDOWS))
+        said += f", unstructured with your prune_smallest {unstructured[-1]:.3f}"
+    print(said)
+if unstructured is not None:
+    worse = [f"{int(100 * share)}%" for share, u, st in zip(shares, unstructured, structured, strict=True) if st > u]
+    print(
+        f"structured pruning cost more loss than unstructured at {readings.listing(worse)} of the weights removed"
+        if worse
+        else "structured pruning cost no more loss than unstructured at any share tried"
+    )
 plots.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baseline)
 
 # %% [markdown]
 # Removing whole units usually costs more than removing the same number of scattered weights
-# (the printed line says how it went here), but only structured pruning gives smaller dense
+# (with your `prune_smallest` written, the printed line says how it went here), but only structured pruning gives smaller dense
 # matrices that run faster anywhere. In practice pruned models are fine-tuned (or distilled)
 # afterwards to recover most of the loss.
 #

@@ -25,7 +25,9 @@ def _numbers(text: str) -> list[str]:
     return re.findall(r"-?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?", text)
 
 
-MEASURED = re.compile(r"\btiming\.|perf_counter|memory_bandwidth|choose_threads")  # a cell that measures this machine
+MEASURED = re.compile(
+    r"\btiming\.|perf_counter|memory_bandwidth|choose_threads|measure_drafts"
+)  # a cell that measures this machine
 
 
 def _readings(executed: dict) -> list[tuple[int, list[str]]]:

@@ -26,6 +26,12 @@ from course.plots._widgets import (
 DTYPES = {"fp32": 4, "fp16 / bf16": 2, "fp8 / int8": 1, "int4": 0.5}
 
 
+def _architecture(model: str, n_kv_heads: int = 0) -> kv_cache.Architecture:
+    """The published ``model``, with ``n_kv_heads`` key-value heads (capped at its query heads) unless 0."""
+    arch = kv_cache.PUBLISHED[model]
+    return dataclasses.replace(arch, n_kv_heads=min(n_kv_heads, arch.n_heads)) if n_kv_heads else arch
+
+
 class KVCacheChart(Chart):
     """The cache of ``batch`` sequences against context length, next to the fp16 weights."""
 
@@ -61,12 +67,11 @@ class KVCacheChart(Chart):
         n_kv_heads: int = 0,
         bytes_per_element: float = 2,
     ) -> KVCacheChart:
-        arch = kv_cache.PUBLISHED[model]
-        if n_kv_heads:
-            arch = dataclasses.replace(arch, n_kv_heads=min(n_kv_heads, arch.n_heads))
-        cache = np.array([kv_cache.cache_bytes(arch, int(c), batch, bytes_per_element) for c in self.CONTEXTS]) / 1e9
+        arch = _architecture(model, n_kv_heads)
+        per_token = kv_cache.cache_bytes(arch, 1, 1, bytes_per_element)  # the cache grows with tokens x batch
+        cache = per_token * self.CONTEXTS * batch / 1e9
         weights = arch.params * 2 / 1e9
-        here = kv_cache.cache_bytes(arch, context, batch, bytes_per_element) / 1e9
+        here = per_token * context * batch / 1e9
         cross = kv_cache.crossover_tokens(arch, batch, bytes_per_element)
         self.curve.set_data(self.CONTEXTS, cache)
         self.weights.set_ydata([weights, weights])
@@ -80,8 +85,7 @@ class KVCacheChart(Chart):
         labels[2].set_text(f"{context:,} tokens: {here:.1f} GB")
         labels[3].set_text(f"cache = weights at {cross:,} tokens" if shown else "cache < weights at every length")
         self.ax.set_ylim(*decades(cache[0], cache[-1], weights))
-        per_token = kv_cache.cache_bytes(arch, 1, 1, bytes_per_element) / 2**10
-        self.ax.set_title(f"{model} ({arch.kind}): {per_token:.0f} KiB per token")
+        self.ax.set_title(f"{model} ({arch.kind}): {per_token / 2**10:.0f} KiB per token")
         for bar, text, value in zip(self.bars, self.bar_values, (weights, here), strict=True):
             bar.set_height(value)
             text.set_position((text.get_position()[0], value))
@@ -100,6 +104,22 @@ def plot_kv_cache(
     return KVCacheChart().update(model, context, batch, n_kv_heads, bytes_per_element).figure
 
 
+KV_HEADS = (1, 2, 4, 8, 16, 32, 64)  # the widget's choices besides the published number
+PAGE_SIZES = (1, 4, 16, 64, 256, 1024)
+
+
+def withheld_calls() -> None:
+    """Every view the widgets can draw beyond their first, so that the learners' copy records them
+    (``course/withheld.py``): each model's cache per token at every kv-head count and dtype, and the
+    pages the paging chart's trace reserves at every page size."""
+    for model in kv_cache.PUBLISHED:
+        for n_kv_heads in (0, *KV_HEADS):
+            for bytes_per_element in DTYPES.values():
+                kv_cache.crossover_tokens(_architecture(model, n_kv_heads), 1, bytes_per_element)
+    for page_size in PAGE_SIZES:
+        kv_cache.admission_pages(kv_cache.request_trace(200, seed=0), page_size)
+
+
 def widget_kv_cache() -> None:
     """Sliders for the model, context, batch, kv heads and cache dtype over :class:`KVCacheChart`."""
     controls = {
@@ -108,7 +128,7 @@ def widget_kv_cache() -> None:
         "batch": slider("SelectionSlider", options=[1, 2, 4, 8, 16, 32, 64], value=1, description="batch"),
         "n_kv_heads": slider(
             "SelectionSlider",
-            options=[("as published", 0)] + [(str(n), n) for n in (1, 2, 4, 8, 16, 32, 64)],
+            options=[("as published", 0)] + [(str(n), n) for n in KV_HEADS],
             value=0,
             description="kv heads",
         ),
@@ -170,7 +190,7 @@ def plot_paging(page_size: int = 16, capacity_tokens: int = 32768, n: int = 200,
 def widget_paging() -> None:
     """Sliders for the page size and the cache's capacity over :class:`PagingChart`."""
     controls = {
-        "page_size": slider("SelectionSlider", options=[1, 4, 16, 64, 256, 1024], value=16, description="page size"),
+        "page_size": slider("SelectionSlider", options=list(PAGE_SIZES), value=16, description="page size"),
         "capacity_tokens": slider(
             "SelectionSlider", options=[8192, 16384, 32768, 65536], value=32768, description="cache capacity (tokens)"
         ),

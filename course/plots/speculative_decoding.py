@@ -38,6 +38,16 @@ def _simulated(alpha: float, ks: tuple[int, ...]) -> tuple[float, list[float]]:
     return speculative_decoding.acceptance_rate(p, q), sims
 
 
+LONGEST = 32  # the longest draft the best k is sought among
+
+
+def _formula(alpha: float, cost: float, ks: list[int]) -> tuple[list[float], list[float], int]:
+    """The formula's tokens per call at each of ``ks``, its speed-ups at k = 1 to ``LONGEST``, and the best k."""
+    tokens = [speculative_decoding.expected_tokens_per_call(alpha, x) for x in ks]
+    speeds = speculative_decoding.speedups([alpha], list(range(1, LONGEST + 1)), [cost])[0][0]
+    return tokens, speeds, speculative_decoding.best_draft_length(alpha, cost, LONGEST)
+
+
 class SpeculativeChart(Chart):
     """Expected tokens per target call and wall-clock speed-up against the draft length k."""
 
@@ -67,7 +77,7 @@ class SpeculativeChart(Chart):
         self.legend_s = self.moving(self.ax_s.legend(fontsize=8, loc="upper right"))
 
     def update(self, alpha: float = 0.8, k: int = 4, cost: float = 0.05) -> SpeculativeChart:
-        tokens = [speculative_decoding.expected_tokens_per_call(alpha, x) for x in self.KS]
+        tokens, speeds, best = _formula(alpha, cost, self.KS)
         self.formula.set_data(self.KS, tokens)
         if self.simulate:
             measured, sims = _simulated(alpha, tuple(self.KS[::3]))
@@ -76,14 +86,13 @@ class SpeculativeChart(Chart):
         self.star_t.set_data([k], [tokens[k - 1]])
         self.ax_t.set_ylim(0, nice_ceiling(max(tokens) * 1.1))
         self.ax_t.set_title(f"alpha = {alpha:.2f}")
-        speed = [speculative_decoding.speedup(alpha, x, cost) for x in self.KS]
-        best = speculative_decoding.best_draft_length(alpha, cost)
+        speed = speeds[: len(self.KS)]
         self.speed.set_data(self.KS, speed)
         self.star_s.set_data([k], [speed[k - 1]])
         self.best.set_xdata([best, best])
         labels = self.legend_s.get_texts()
         labels[0].set_text(f"k = {k}: {speed[k - 1]:.2f}x")
-        labels[1].set_text(f"best k = {best}: {speculative_decoding.speedup(alpha, best, cost):.2f}x")
+        labels[1].set_text(f"best k = {best}: {speeds[best - 1]:.2f}x")
         self.ax_s.set_ylim(0, nice_ceiling(max(speed) * 1.15))
         self.ax_s.set_title(f"draft cost c = {cost:g} of a target step")
         return self
@@ -94,14 +103,26 @@ def plot_speculative(alpha: float = 0.8, k: int = 4, cost: float = 0.05, simulat
     return SpeculativeChart(simulate).update(alpha, k, cost).figure
 
 
+ALPHAS = [round(0.1 + 0.01 * i, 2) for i in range(90)]  # the widget's choices: 0.1 to 0.99
+COSTS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5)
+
+
+def withheld_calls() -> None:
+    """Every view the widget can draw, so that the learners' copy records them (``course/withheld.py``):
+    at each alpha its curve and simulations, at each alpha and cost its speed-ups (the draft
+    length k only moves the star)."""
+    for alpha in ALPHAS:
+        _simulated(alpha, tuple(SpeculativeChart.KS[::3]))
+        for cost in COSTS:
+            _formula(alpha, cost, SpeculativeChart.KS)
+
+
 def widget_speculative() -> None:
     """Sliders for the acceptance rate, the draft length and the draft's cost over :class:`SpeculativeChart`."""
     controls = {
         "alpha": slider("FloatSlider", min=0.1, max=0.99, step=0.01, value=0.8, description="alpha"),
         "k": slider("IntSlider", min=1, max=16, value=4, description="k"),
-        "cost": slider(
-            "SelectionSlider", options=[0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5], value=0.05, description="draft cost c"
-        ),
+        "cost": slider("SelectionSlider", options=list(COSTS), value=0.05, description="draft cost c"),
     }
     interactive(SpeculativeChart(), controls, "How much does speculation buy?")
 
@@ -145,7 +166,7 @@ def plot_drafts(measured: dict[str, dict], k: int = 4) -> Figure:
     """
     alphas = np.linspace(0.0, 0.99, 100)
     costs = np.logspace(-3, 0, 100)
-    grid = np.array([[speculative_decoding.speedup(float(a), k, float(c)) for a in alphas] for c in costs])
+    grid = np.array(speculative_decoding.speedups(alphas.tolist(), [k], costs.tolist()))[:, :, 0]  # (costs, alphas)
     fig = new_figure(8.6, 5.6, left=0.1, right=0.97, bottom=0.3, top=0.93)
     ax = fig.subplots()
     levels = [0.5, 1, 1.5, 2, 3, 4]
