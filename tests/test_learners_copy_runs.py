@@ -31,7 +31,8 @@ MEASURED = re.compile(
 
 
 def _readings(executed: dict) -> list[tuple[int, list[str]]]:
-    """The numbers each code cell printed but the answer and check cells (the verdicts are compared
+    """The numbers each code cell printed (its stdout: stderr carries libraries' logs, with their
+    clocks, and progress bars) but the answer and check cells (the verdicts are compared
     above, and the instructor's check cells run the hidden checks too) and the cells that measure
     this machine (tagged ``measures``, or their source times, or reads the bandwidth or threads):
     those differ from one run to the next."""
@@ -40,7 +41,8 @@ def _readings(executed: dict) -> list[tuple[int, list[str]]]:
         metadata = cell.get("metadata", {})
         measures = "measures" in metadata.get("tags", []) or MEASURED.search("".join(cell["source"]))
         if not metadata.get("nbgrader") and not measures:
-            found.append((index, _numbers("".join("".join(o.get("text", "")) for o in cell.get("outputs", [])))))
+            said = "".join("".join(o["text"]) for o in cell.get("outputs", []) if o.get("name") == "stdout")
+            found.append((index, _numbers(said)))
     return found
 
 
