@@ -238,12 +238,16 @@ def library_quantized(load, recipe, windows: torch.Tensor, tokenizer):
     on ``windows`` (n, T) in one batch (its basic pipeline: every layer's inputs from one pass, as
     :func:`decoder_hessians` takes them). Nothing is saved to disk."""
     _library()
-    from datasets import Dataset
-    from llmcompressor import oneshot
+    from loguru import logger
 
-    model, _ = load()
-    data = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": torch.ones_like(windows).tolist()})
-    with without_pinned_memory(), flush_denormals():
+    logger.disable("llmcompressor")  # its log of each layer's steps, with their clocks: noise for the chapter
+    with without_pinned_memory(), flush_denormals(), contextlib.ExitStack() as done:
+        done.callback(logger.enable, "llmcompressor")
+        from datasets import Dataset
+        from llmcompressor import oneshot
+
+        model, _ = load()
+        data = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": torch.ones_like(windows).tolist()})
         oneshot(
             model=model,
             dataset=data,

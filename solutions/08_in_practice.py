@@ -508,7 +508,7 @@ plots.plot_quantized_loss(quantized_losses, "float32")
 # weights and activations (W8A8), with their losses on held-out plays; the chapter leaves those
 # out for time.
 
-# %%
+# %% tags=["varies"]
 from course import calibrated
 
 calibration = calibrated.calibration_windows(
@@ -533,7 +533,7 @@ agreements["llmcompressor's GPTQ codes = the course's (same W, H, scales)"] = (
 # are for: the error of each layer's outputs on the calibration inputs, tr((W - Q) H (W - Q)^T),
 # which GPTQ minimises, and the loss on held-out text.
 
-# %%
+# %% tags=["varies"]
 for label, ratios in gptq.error_ratios.items():
     print(
         f"{label:21s} output error {ratios.median():.2f} of round to nearest's (median of {len(ratios)} layers; "

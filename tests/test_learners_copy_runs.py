@@ -34,12 +34,14 @@ def _readings(executed: dict) -> list[tuple[int, list[str]]]:
     """The numbers each code cell printed (its stdout: stderr carries libraries' logs, with their
     clocks, and progress bars) but the answer and check cells (the verdicts are compared
     above, and the instructor's check cells run the hidden checks too) and the cells that measure
-    this machine (tagged ``measures``, or their source times, or reads the bandwidth or threads):
-    those differ from one run to the next."""
+    this machine (tagged ``measures``, or their source times, or reads the bandwidth or threads) or
+    print what a library computes differently from one run to the next (tagged ``varies``: chapter
+    8's llmcompressor GPTQ, whose threaded sums differ in the last bits): those differ between runs."""
     found = []
     for index, cell in enumerate(c for c in executed["cells"] if c["cell_type"] == "code"):
         metadata = cell.get("metadata", {})
-        measures = "measures" in metadata.get("tags", []) or MEASURED.search("".join(cell["source"]))
+        tags = metadata.get("tags", [])
+        measures = "measures" in tags or "varies" in tags or MEASURED.search("".join(cell["source"]))
         if not metadata.get("nbgrader") and not measures:
             said = "".join("".join(o["text"]) for o in cell.get("outputs", []) if o.get("name") == "stdout")
             found.append((index, _numbers(said)))
