@@ -30,7 +30,7 @@ from autograder import reach
 from autograder.chapters import chapter_of, exercise_by_id
 from autograder.checks import Check, Exercise, Verdict, builds_on_note, encode_probe
 from autograder.sandbox import inside
-from course import wire
+from course import wire, withheld
 
 VISIBLE_SEED = 2024
 
@@ -75,26 +75,8 @@ def check(exercise: str, hidden: bool = False, namespace: dict | None = None) ->
     raising, and the warnings and stderr output of the learner's code are printed on stdout.
     """
     namespace = namespace if namespace is not None else inspect.currentframe().f_back.f_globals
-    with _streams_kept():
+    with withheld.streams_kept():  # a check cell draws nothing from the learner's random streams
         return _check(exercise, hidden, namespace)
-
-
-@contextlib.contextmanager
-def _streams_kept():
-    """The global random streams (torch's, numpy's, Python's) left as they were: a check cell draws
-    nothing from the learner's, so the cells after it see the same numbers whether it ran the
-    hidden checks (the instructor's copy) or the visible ones only."""
-    import random
-
-    import torch
-
-    python, legacy = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        try:
-            yield
-        finally:
-            random.setstate(python)
-            np.random.set_state(legacy)
 
 
 def _check(exercise: str, hidden: bool, namespace: dict) -> float | None:

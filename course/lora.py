@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from course.withheld import withheld
+from course.withheld import streams_kept, withheld
 
 GiB = 2**30
 
@@ -148,13 +148,13 @@ def is_adapter(module: nn.Module) -> bool:
 
 def written_layer(namespace: dict) -> type | None:
     """The notebook's ``LoRALinear`` once written: it builds, runs and merges on a small layer (the
-    random state is left as it was). None while it raises NotImplementedError; any other error is
+    random streams are left as they were). None while it raises NotImplementedError; any other error is
     the learner's to see, and raises."""
     own = namespace.get("LoRALinear")
     if not isinstance(own, type):
         return None
     try:
-        with torch.random.fork_rng(devices=[]):
+        with streams_kept():
             layer = own(nn.Linear(4, 3), 2)
             layer(torch.zeros(1, 4))
             layer.merge()

@@ -109,6 +109,25 @@ def record_into(recordings: dict | None) -> dict | None:
     return recordings
 
 
+@contextlib.contextmanager
+def streams_kept():
+    """The global random streams (torch's, numpy's, Python's) left as they were after the block:
+    what a check cell or a probe of the learner's code runs draws nothing the learner's next cell
+    would see (so the two copies' cells after a check cell draw the same numbers, whether it ran
+    the hidden checks or the visible ones only)."""
+    import random
+
+    import numpy as np
+
+    python, legacy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(python)
+            np.random.set_state(legacy)
+
+
 def is_recording() -> bool:
     return _recording is not None
 
