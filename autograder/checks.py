@@ -109,12 +109,14 @@ def scenario_source(scenario: Callable) -> dict:
     return {"name": scenario.__name__, "source": textwrap.dedent(inspect.getsource(scenario))}
 
 
-def encode_probe(probe: dict) -> dict:
+def encode_probe(probe: dict, shared: dict | None = None) -> dict:
+    """``probe`` as plain data for the sandbox; with ``shared``, its large arrays go into that table
+    once for every probe of a job (``wire.encode``), and the job carries the table."""
     return {
         "call": probe["call"],
         "scenario": scenario_source(probe["scenario"]) if probe.get("scenario") else None,
-        "args": [wire.encode(a) for a in probe.get("args", [])],
-        "kwargs": {k: wire.encode(v) for k, v in probe.get("kwargs", {}).items()},
+        "args": [wire.encode(a, shared=shared) for a in probe.get("args", [])],
+        "kwargs": {k: wire.encode(v, shared=shared) for k, v in probe.get("kwargs", {}).items()},
     }
 
 

@@ -162,11 +162,14 @@ def run_in_sandbox(
     """The release's setup cells, then the learner's answer cells and added cells in notebook
     order, and the probes of answered exercises, in a fresh sandbox; what went wrong there
     (isolation, limits, cells that raised) becomes a message."""
+    shared: dict = {}  # the arrays that several probes hand over (a model's weights), sent once
+    sent = [{"id": c.id, **encode_probe(probes[c.id], shared)} for c in checks if c.exercise in answers.sources]
     job = {
         "setup": notebook.setup_sources(release),
         "answers": answers.cells,
         "added_seconds": limits.added_seconds,
-        "probes": [{"id": c.id, **encode_probe(probes[c.id])} for c in checks if c.exercise in answers.sources],
+        "probes": sent,
+        "shared": shared,
     }
     outcome = sandbox.run(job, limits, hide=hide)
     if outcome.isolation not in sandbox.HIDES_FILES:

@@ -13,6 +13,7 @@ written in it too.
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import numpy as np
 
@@ -20,10 +21,14 @@ _SAFE_DTYPES = {"float32", "float64", "float16", "int8", "uint8", "int16", "int3
 
 
 MAX_ITEMS = 100_000  # a learner's list longer than this is cut; the grader's inputs are far shorter
+SHARED_BYTES = 2**16  # with a ``shared`` table, an array this large is written there once, however often it recurs
 
 
-def encode(obj, depth: int = 0):
-    """``obj`` as JSON-ready data (see the module docstring)."""
+def encode(obj, depth: int = 0, shared: dict | None = None):
+    """``obj`` as JSON-ready data (see the module docstring). With ``shared``, each array of
+    :data:`SHARED_BYTES` or more goes into that table once, keyed by its content, and ``obj``'s
+    data names it (``{"shared": key}``): a grading job whose probes hand the same model's weights
+    to several calls carries them once; :func:`decode` with the same table undoes it."""
     import torch
 
     if depth > 4:
@@ -31,17 +36,17 @@ def encode(obj, depth: int = 0):
     if obj is None or type(obj) in (bool, int, float, str):
         return obj
     if type(obj) in (tuple, list):
-        items = [encode(item, depth + 1) for item in list(obj)[:MAX_ITEMS]]
+        items = [encode(item, depth + 1, shared) for item in list(obj)[:MAX_ITEMS]]
         return {"tuple": items} if type(obj) is tuple else {"list": items}
     if type(obj) is dict and all(type(key) is str for key in obj):
-        return {"dict": {key: encode(value, depth + 1) for key, value in list(obj.items())[:MAX_ITEMS]}}
+        return {"dict": {key: encode(value, depth + 1, shared) for key, value in list(obj.items())[:MAX_ITEMS]}}
     if isinstance(obj, torch.Tensor):
         tensor = torch.Tensor.detach(obj).cpu()
         if tensor.dtype == torch.bfloat16:
             tensor = tensor.float()
-        return _encode_array(tensor.numpy(), "tensor", str(tensor.dtype).replace("torch.", ""))
+        return _encode_array(tensor.numpy(), "tensor", str(tensor.dtype).replace("torch.", ""), shared)
     if isinstance(obj, np.ndarray):
-        return _encode_array(obj, "ndarray", str(obj.dtype))
+        return _encode_array(obj, "ndarray", str(obj.dtype), shared)
     if isinstance(obj, (np.floating, np.integer, np.bool_)):
         return obj.item()
     try:
@@ -51,33 +56,38 @@ def encode(obj, depth: int = 0):
     return {"object": type(obj).__name__, "repr": text}
 
 
-def _encode_array(array: np.ndarray, kind: str, dtype: str) -> dict:
+def _encode_array(array: np.ndarray, kind: str, dtype: str, shared: dict | None = None) -> dict:
     if str(array.dtype) not in _SAFE_DTYPES:
         return {"object": f"{kind} of dtype {dtype}", "repr": ""}
     array = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray makes 0-d arrays 1-d
-    return {
-        kind: base64.b64encode(array.tobytes()).decode("ascii"),
-        "dtype": str(array.dtype),
-        "torch_dtype": dtype,
-        "shape": list(array.shape),
-    }
+    raw = array.tobytes()
+    described = {"dtype": str(array.dtype), "torch_dtype": dtype, "shape": list(array.shape)}
+    if shared is None or len(raw) < SHARED_BYTES:
+        return {kind: base64.b64encode(raw).decode("ascii"), **described}
+    key = hashlib.blake2b(raw + repr((kind, described)).encode(), digest_size=16).hexdigest()
+    if key not in shared:
+        shared[key] = {kind: base64.b64encode(raw).decode("ascii"), **described}
+    return {"shared": key}
 
 
-def decode(data):
-    """The inverse of :func:`encode`: tensors come back as torch tensors."""
+def decode(data, shared: dict | None = None):
+    """The inverse of :func:`encode` (given the same ``shared`` table): tensors come back as torch
+    tensors, a fresh copy at each decoding."""
     import torch
 
     if isinstance(data, dict):
+        if "shared" in data and shared is not None and data["shared"] in shared:
+            return decode(shared[data["shared"]])
         for kind in ("tensor", "ndarray"):
             if kind in data:
                 array = np.frombuffer(base64.b64decode(data[kind]), dtype=data["dtype"]).reshape(data["shape"])
                 return torch.from_numpy(array.copy())
         if "tuple" in data:
-            return tuple(decode(item) for item in data["tuple"])
+            return tuple(decode(item, shared) for item in data["tuple"])
         if "list" in data:
-            return [decode(item) for item in data["list"]]
+            return [decode(item, shared) for item in data["list"]]
         if "dict" in data and isinstance(data["dict"], dict):
-            return {str(key): decode(value) for key, value in data["dict"].items()}
+            return {str(key): decode(value, shared) for key, value in data["dict"].items()}
         return Opaque(data.get("object", "?"), data.get("repr", ""))
     return data
 

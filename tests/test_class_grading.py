@@ -21,7 +21,7 @@ from autograder import feedback, grade, gradebook, shards, similarity
 from autograder.chapters import CHAPTERS
 from course import paths
 
-from conftest import GENEROUS, copy_into
+from conftest import GENEROUS, copy_into, load_tool
 
 SEED = 5
 FULL = int(sum(e.points for e in CHAPTERS["03_quantization"]))  # chapter 3's exercises and quiz
@@ -392,3 +392,21 @@ def test_only_distinctive_passages_pair_answers():
     found, short = similarity.compare(answers, owners, threshold=0.8)
     assert [(m.a, m.b) for m in found] == [("x", "y")] and short == 0
     assert found[0].similarity == 1.0
+
+
+@pytest.mark.parametrize("n", [60, 1000])
+def test_a_benchmark_class_has_the_stated_mix_at_every_size(n, tmp_path):
+    """``make bench`` grades a class of ``n``: one submission in twenty hostile (each kind of hostile
+    answer in turn), the others solutions, blanks and planted mistakes in near-equal parts, and every
+    chapter present in near-equal numbers."""
+    from collections import Counter
+
+    benchmarks = load_tool("benchmarks")
+    made = benchmarks.generated_class(tmp_path, n)
+    kinds = Counter(kind for kind, _ in made.values())
+    assert len(made) == n and kinds["hostile"] == n // 20
+    hostile = Counter(detail for kind, detail in made.values() if kind == "hostile")
+    assert set(hostile) == set(benchmarks.HOSTILE) and max(hostile.values()) - min(hostile.values()) <= 1
+    assert min(kinds["solution"], kinds["blank"], kinds["planted"]) >= 0.25 * n
+    chapters = Counter(path.split("/")[1] for path in made)
+    assert len(chapters) == len(CHAPTERS) and max(chapters.values()) - min(chapters.values()) <= 1

@@ -286,6 +286,33 @@ def test_a_submission_that_kills_its_group_or_fills_memory_costs_the_next_nothin
     assert outcome.results == {"cells": [], "probes": {"probe0": {"returned": 2}}}
 
 
+@pytest.mark.parametrize("forks", [True, False], ids=["forked-calls", "calls-in-one-process"])
+def test_an_array_that_several_probes_take_travels_once_and_each_call_gets_its_own(forks, monkeypatch):
+    """A job's probes that hand over one large array (chapter 9's model weights) carry it once, in
+    the job's ``shared`` table; each call still gets a copy of its own, so that an answer which
+    spoils its input in place spoils nothing for the next call: forked, and where calls run one
+    after another in one process (Windows)."""
+    import torch
+
+    from autograder.checks import encode_probe
+    from autograder.sandbox import system
+    from course import wire
+
+    weight = torch.arange(2**15, dtype=torch.float32)  # 128 KiB, over wire.SHARED_BYTES
+    shared: dict = {}
+    probes = [{"id": f"probe{i}", **encode_probe({"call": "spoil", "args": [weight]}, shared)} for i in range(3)]
+    assert len(shared) == 1 and len(json.dumps(probes)) < 1000
+    assert len(json.dumps(shared)) > 4 * weight.numel()  # the bytes themselves, once
+    assert torch.equal(wire.decode(probes[0]["args"][0], shared), weight)
+    monkeypatch.setattr(system, "FORKS", forks)
+    answer = "def spoil(w):\n    total = float(w.sum())\n    w.zero_()\n    return total\n"
+    job = {"setup": [], "answers": [{"grade_id": "answer", "source": answer}], "probes": probes, "shared": shared}
+    outcome = sandbox.run(job, SMALL)
+    assert outcome.results is not None, outcome.problem + outcome.output
+    returned = [outcome.results["probes"][f"probe{i}"] for i in range(3)]
+    assert returned == [{"returned": float(weight.sum())}] * 3
+
+
 def test_a_warm_sandbox_that_ends_is_started_again():
     """In the ``limits`` mode a submission can reach the server (its own user's process): grading goes on."""
     answer = (

@@ -241,8 +241,12 @@ def _planted() -> dict[str, list]:
 
 
 def generated_class(folder, n: int) -> dict[str, tuple[str, object]]:
-    """``n`` submissions under ``folder``, chapters in turn, solutions, blanks, planted mistakes and
-    a few hostile ones mixed: relative path -> (kind, the planted mistake or hostile name)."""
+    """``n`` submissions under ``folder``: the chapters in turn and, independently, the kinds of
+    :data:`KINDS` in turn (solutions, blanks, planted mistakes, one hostile in twenty), so that
+    every size of class has that mix; each chapter's planted mistakes in turn, and the hostile
+    answers in turn across the class: relative path -> (kind, the planted mistake or hostile name)."""
+    from collections import Counter
+
     import nbformat
 
     from autograder import release
@@ -251,10 +255,10 @@ def generated_class(folder, n: int) -> dict[str, tuple[str, object]]:
     chapters = [source.stem for source in paths.chapter_sources()]
     solutions = {s.stem: nbformat.writes(release.instructor_notebook(s)) for s in paths.chapter_sources()}
     planted = _planted()
-    made = {}
+    made, turns = {}, Counter()
     for i in range(n):
         chapter = chapters[i % len(chapters)]
-        kind = KINDS[(i // len(chapters)) % len(KINDS)]
+        kind = KINDS[i % len(KINDS)]  # 20 kinds, 9 chapters: every chapter meets every kind in 180 submissions
         if kind == "planted" and not planted[chapter]:
             kind = "solution"
         relative = f"learner{i:05d}/{chapter}.ipynb"
@@ -267,10 +271,12 @@ def generated_class(folder, n: int) -> dict[str, tuple[str, object]]:
         notebook = json.loads(solutions[chapter])
         detail = None
         if kind == "planted":
-            detail = planted[chapter][(i // (len(chapters) * len(KINDS))) % len(planted[chapter])]
+            detail = planted[chapter][turns[chapter] % len(planted[chapter])]
+            turns[chapter] += 1
             grade_id, source = detail.grade_id, detail.source
         elif kind == "hostile":
-            detail = list(HOSTILE)[(i // (len(chapters) * len(KINDS))) % len(HOSTILE)]
+            detail = list(HOSTILE)[turns["hostile"] % len(HOSTILE)]
+            turns["hostile"] += 1
             exercise = CHAPTERS[chapter][-1]
             grade_id = exercise.grade_id
         for cell in notebook["cells"]:

@@ -186,15 +186,16 @@ def _run_cells(cells: list, namespace: dict, problems: list, seconds: int, budge
             spent += (time.monotonic() - started) if added else 0.0
 
 
-def call(namespace: dict, probe: dict):
+def call(namespace: dict, probe: dict, shared: dict | None = None):
     """The generic probe: ``namespace[probe["call"]](*args, **kwargs)``, or, when the probe carries
     a scenario (its name and source, written beside its chapter's checks), that scenario's
-    ``scenario(namespace[probe["call"]], *args, **kwargs)``."""
+    ``scenario(namespace[probe["call"]], *args, **kwargs)``. ``shared``: the job's table of arrays
+    that its probes name (``wire.encode``); each call decodes its own copy of them."""
     function = namespace.get(probe["call"])
     if function is None:
         raise NameError(f"{probe['call']} is not defined: run the cell that defines it, keeping its name")
-    args = [wire.decode(a) for a in probe.get("args", [])]
-    kwargs = {k: wire.decode(v) for k, v in probe.get("kwargs", {}).items()}
+    args = [wire.decode(a, shared) for a in probe.get("args", [])]
+    kwargs = {k: wire.decode(v, shared) for k, v in probe.get("kwargs", {}).items()}
     if probe.get("scenario"):
         return scenario(probe["scenario"])(function, *args, **kwargs)
     return function(*args, **kwargs)
@@ -219,21 +220,21 @@ def _fork() -> int:
             time.sleep(0.05)
 
 
-def run_probe_here(namespace: dict, probe: dict, seconds: float, limit: TimeLimit) -> dict:
+def run_probe_here(namespace: dict, probe: dict, seconds: float, limit: TimeLimit, shared: dict | None = None) -> dict:
     """Run one probe in this process (where the system cannot fork): its result, or what became of it."""
     with contextlib.redirect_stdout(Discard()), contextlib.redirect_stderr(Discard()):
         try:
             with limit(seconds):
-                return {"returned": wire.encode(call(namespace, probe))}
+                return {"returned": wire.encode(call(namespace, probe, shared))}
         except OutOfTime:
             return {"timeout": seconds}
         except BaseException as error:
             return describe(error)
 
 
-def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 0) -> dict:
+def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 0, shared: dict | None = None) -> dict:
     """Run one probe in a forked child; the child's result, or what became of it (``memory_bytes``,
-    the sandbox's limit, is named when the child was killed)."""
+    the sandbox's limit, is named when the child was killed; ``shared``, as :func:`call` takes it)."""
     read_end, write_end = os.pipe()
     pid = _fork()
     if pid == 0:  # child, in a process group of its own so that its descendants die with it
@@ -244,7 +245,7 @@ def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 
         signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(max(1, int(seconds)))
         try:
-            payload = {"returned": wire.encode(call(namespace, probe))}
+            payload = {"returned": wire.encode(call(namespace, probe, shared))}
         except OutOfTime:
             payload = {"timeout": seconds}
         except BaseException as error:
@@ -335,6 +336,7 @@ def run_job(job_path: str, where: str) -> None:
     block_course_packages()
     limit = TimeLimit(alarm=forks)
     namespace, problems = define(job, limit)
+    shared = job.get("shared", {})
     report(results, {"cells": problems})
     hung = set()
     for probe in job["probes"]:
@@ -343,9 +345,9 @@ def run_job(job_path: str, where: str) -> None:
         else:
             report(results, {"start": probe["id"]})
             if forks:
-                result = run_probe(namespace, probe, job["probe_seconds"], job.get("memory_bytes", 0))
+                result = run_probe(namespace, probe, job["probe_seconds"], job.get("memory_bytes", 0), shared)
             else:
-                result = run_probe_here(namespace, probe, job["probe_seconds"], limit)
+                result = run_probe_here(namespace, probe, job["probe_seconds"], limit, shared)
         if "timeout" in result:
             hung.add(probe["call"])
         report(results, {"probe": probe["id"], "result": result})
