@@ -196,9 +196,10 @@ for name, hardware in prefill_decode.PRESETS.items():
 # free cores (*oversubscription*) can be several times slower than one thread. A container can
 # also see more cores than it may use. So each chapter that measures counts the CPUs this process
 # may really use (its CPU affinity and its container's CPU quota), times one thread against all
-# of them on the work it is about to measure, keeps the faster, and prints which and why. The
-# model it times is the course's decoder widened to about 90 million parameters, with random
-# weights (timing does not depend on what the weights are).
+# of them on the work it is about to measure, in turn, keeps all of them only when they are
+# clearly faster (by 15%: the other work may start after the choice) and one thread otherwise, and
+# prints which and why. The model it times is the course's decoder widened to about 90 million
+# parameters, with random weights (timing does not depend on what the weights are).
 
 # %%
 dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
