@@ -74,7 +74,7 @@ def weight_memory_gb(params, bits):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_weight_memory_gb", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_weight_memory_gb", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
 
 check("weight_memory_gb")
@@ -136,7 +136,7 @@ def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_roofline_step_time", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_roofline_step_time", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("roofline_step_time")
 ### BEGIN HIDDEN TESTS
 check("roofline_step_time", hidden=True)
@@ -168,7 +168,7 @@ def critical_batch_size(peak_flops, bandwidth, bytes_per_param):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_critical_batch_size", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_critical_batch_size", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("critical_batch_size")
 ### BEGIN HIDDEN TESTS
 check("critical_batch_size", hidden=True)
@@ -348,8 +348,9 @@ print(
 # Requests with output lengths `output_lengths` (in arrival order) are served in static batches of
 # `batch_size` consecutive requests (the last batch may be smaller). Every decode step takes
 # `step_seconds`, whatever the batch, and a batch runs as many steps as its longest request needs.
-# Return the throughput: generated tokens per second. For `[10, 40, 20, 30, 5, 15]`, batches of 3
-# and 0.02 s per step: the batches take 40 and 30 steps, so 120 tokens in 1.4 s: about 85.7 tokens/s.
+# Return the throughput: generated tokens per second. For `[10, 40, 20, 30, 5, 15, 25]`, batches
+# of 3 and 0.02 s per step: the batches `[10, 40, 20]`, `[30, 5, 15]` and `[25]` take 40, 30 and 25
+# steps, so 145 tokens in 1.9 s: about 76.3 tokens/s.
 
 
 # %% nbgrader={"grade": false, "grade_id": "static_batch_throughput", "locked": false, "schema_version": 3, "solution": true}

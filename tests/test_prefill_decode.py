@@ -4,7 +4,7 @@ chapter's figures, and the grader's hints for planted mistakes."""
 import pytest
 
 from autograder.planted import Planted, planted
-from course import evaluation, prefill_decode
+from course import evaluation, paths, prefill_decode
 from course.plots import prefill_decode as plots
 from course.plots._widgets import figure_png
 
@@ -192,6 +192,10 @@ def _answer(name: str, arguments: str, body: str) -> str:
     return f"def {name}({arguments}):\n" + "".join(f"    {line}\n" for line in body.strip().split("\n"))
 
 
+MEMORY = ("weight_memory_gb", "params, bits")
+ROOFLINE = ("roofline_step_time", "flops, n_bytes, peak_flops, bandwidth")
+ALL_ROOFLINE = {f"roofline_step_time.{name}" for name in ("memory_bound", "prefill_8b", "compute_bound")}
+CRITICAL = ("critical_batch_size", "peak_flops, bandwidth, bytes_per_param")
 STATIC = ("static_batch_throughput", "output_lengths, batch_size, step_seconds")
 ALL_STATIC = {"static_batch_throughput.example", "static_batch_throughput.random"}
 
@@ -243,7 +247,7 @@ MISTAKES = {
             "chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
             "return sum(len(c) * max(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
         ),
-        {"static_batch_throughput.random"},  # the example's numbers happen to equal another mistake's
+        ALL_STATIC,
         "idle slots",
     ),
     "static_last_batch_dropped": Planted(
@@ -254,10 +258,128 @@ MISTAKES = {
             "chunks = [output_lengths[i:i + batch_size] for i in range(0, full, batch_size)]\n"
             "return sum(sum(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
         ),
-        {"static_batch_throughput.random"},
+        ALL_STATIC,
         "last, smaller batch",
     ),
+    # what a new learner found passing every visible check, or hinted as a mistake it did not make
+    "memory_integer_division": Planted(
+        MEMORY[0], _answer(*MEMORY, "return params * bits / 8 // 1e9"), {"weight_memory_gb.7b_3bit"}, "rounded down"
+    ),
+    "memory_bits_floored": Planted(
+        MEMORY[0],
+        _answer(*MEMORY, "return params * (bits // 8) / 1e9"),
+        {"weight_memory_gb.7b_3bit", "weight_memory_gb.other"},
+        "bits // 8 is 0 for 3 bits",
+    ),
+    "roofline_memory_only": Planted(
+        ROOFLINE[0],
+        _answer(*ROOFLINE, "return n_bytes / bandwidth"),
+        {"roofline_step_time.prefill_8b", "roofline_step_time.compute_bound"},
+        "got the memory time n_bytes / bandwidth alone",
+    ),
+    "roofline_smaller": Planted(
+        ROOFLINE[0],
+        _answer(*ROOFLINE, "return min(flops / peak_flops, n_bytes / bandwidth)"),
+        ALL_ROOFLINE,
+        "is the larger, and the slower limit decides",
+    ),
+    "roofline_milliseconds": Planted(
+        ROOFLINE[0],
+        _answer(*ROOFLINE, "return 1000 * max(flops / peak_flops, n_bytes / bandwidth)"),
+        ALL_ROOFLINE,
+        "returned milliseconds",
+    ),
+    "critical_two_bytes_always": Planted(
+        CRITICAL[0],
+        _answer(*CRITICAL, "return peak_flops / bandwidth * 2 / 2"),
+        {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
+        "the critical batch of 2-byte weights; these weights have 1 byte each",
+    ),
+    "critical_integer_division": Planted(
+        CRITICAL[0],
+        _answer(*CRITICAL, "return peak_flops / bandwidth * (bytes_per_param // 2)"),
+        {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
+        "rounded down (// or int())",
+    ),
+    "static_integer_division": Planted(
+        STATIC[0],
+        _answer(
+            *STATIC,
+            "steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))\n"
+            "return sum(output_lengths) // (steps * step_seconds)",
+        ),
+        ALL_STATIC,
+        "rounded down",
+    ),
+    "static_every_slot_a_token": Planted(
+        STATIC[0], _answer(*STATIC, "return batch_size / step_seconds"), ALL_STATIC, "idle in their slot"
+    ),
 }
+
+# The MISTAKES above that a new learner found passing every visible check, or hinted there as a
+# mistake they did not make: the check cell (visible checks only) must fail each and name it.
+SEEN_BEFORE_GRADING = [
+    "memory_integer_division",
+    "memory_bits_floored",
+    "roofline_memory_only",
+    "critical_two_bytes_always",
+    "critical_integer_division",
+    "static_padding_counted",
+    "static_last_batch_dropped",
+    "static_every_slot_a_token",
+]
+
+
+@pytest.mark.parametrize("name", SEEN_BEFORE_GRADING)
+def test_the_check_cell_fails_the_mistake_and_names_it(name, capsys):
+    from conftest import check_cell
+
+    mistake = MISTAKES[name]
+    printed = check_cell(mistake.grade_id, mistake.source, capsys)
+    assert "FAIL" in printed and mistake.words in printed, printed
+
+
+def test_every_hint_of_a_number_carries_its_unit(capsys):
+    """A step time of 12.26 read "expected 0.0122609, got 12.2609": seconds or milliseconds?"""
+    from conftest import check_cell
+
+    printed = check_cell(ROOFLINE[0], _answer(*ROOFLINE, "return 7.0"), capsys)
+    assert "expected 0.0122609 s, got 7 s" in printed, printed
+    printed = check_cell(STATIC[0], _answer(*STATIC, "return 7.0"), capsys)
+    assert "expected 76.3158 tokens/s, got 7 tokens/s" in printed, printed
+    for name, unit in (("weight_memory_gb", "GB"), ("prefill_flops", "FLOPs"), ("critical_batch_size", "sequences")):
+        arguments = next(m.source for m in MISTAKES.values() if m.grade_id == name).split("(")[1].split(")")[0]
+        printed = check_cell(name, _answer(name, arguments, "return 7.0"), capsys)
+        assert f", got 7 {unit})" in printed or f"got 7 {unit}\n" in printed, printed
+
+
+def test_the_prompts_example_is_the_check_cells_and_has_a_shorter_last_batch():
+    """On full batches, three mistakes give batch_size / step_seconds (the idle-slot one was hinted as
+    "mean length"); the example's last batch of one tells them apart."""
+    from autograder.chapters import prefill_decode as chapter
+
+    example = next(c for c in chapter.STATIC.checks if c.name == "example").probe(None)["args"]
+    outputs, batch, step = example
+    assert len(outputs) % batch
+    expected, mistakes = chapter._static_numbers(*example)
+    text = (paths.SOLUTIONS / "01_prefill_decode.py").read_text()
+    assert f"`{outputs}`, batches\n# of {batch} and {step} s per step" in text
+    assert f"about {expected:.1f} tokens/s" in text
+    assert len({round(value, 6) for _, value in mistakes}) == len(mistakes)
+
+
+def test_two_mistakes_that_give_the_same_number_are_not_named():
+    """70B at 4 bits: params * 8 / bits and 2 bytes per weight are both 140 GB; the hint names neither."""
+    from autograder.chapters import prefill_decode as chapter
+
+    assert chapter._told_apart([("seen", 1.0)], [("a", 2.0), ("b", 2.0), ("c", 3.0), ("c", 4.0)]) == [
+        ("seen", 1.0),
+        ("c", 3.0),
+        ("c", 4.0),
+    ]
+    verdict = chapter._judge_memory({"args": [70e9, 4]}, {"returned": 140.0})
+    assert verdict.hint == "expected 35 GB, got 140 GB", verdict.hint
+
 
 # Correct answers written their own way: each must keep every point.
 VARIANTS = {
