@@ -329,8 +329,10 @@ print(
 # %% [markdown]
 # The printed readings say where this machine's points sit; they differ from one machine to the
 # next, and on a busy machine from one run to the next. What holds everywhere: decode at batch 1
-# can only stay *under* the sloped roof, because reading the weights is the least it must do, and
-# the gap is the smaller matrices of each layer and the work between them. Batching raises the
+# stays *under* the sloped roof of the memory it reads from, because reading the weights is the
+# least it must do, and the gap is the smaller matrices of each layer and the work between them.
+# (A reading above 100% means the roof was measured low: part of the weights came from a cache
+# faster than the memory the bandwidth was measured on, or the machine was busier then.) Batching raises the
 # arithmetic intensity, so the point moves right, toward the flat roof; prefill starts there.
 #
 # Where the measured bend comes earlier than the roofline predicts (it usually does on a CPU),
