@@ -10,7 +10,7 @@ from course.model import attention_reference, causal_mask
 from course.plots import kv_cache as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process
 
 
 def test_cache_bytes_match_published_figures():
@@ -87,6 +87,18 @@ MISTAKES = {
         {"kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
         "left out the batch",
     ),
+    "bytes_per_element_taken_as_2": Planted(  # an fp16 cache written in: the factor 2 is there, the dtype's is not
+        "kv_cache_bytes",
+        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch * 2\n",
+        {"kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
+        "bytes_per_element was taken as 2",
+    ),
+    "bytes_without_bytes_per_element": Planted(  # at the default 2 bytes, the same number as without the factor 2
+        "kv_cache_bytes",
+        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch\n",
+        {"kv_cache_bytes.llama2_token", "kv_cache_bytes.random"},
+        "left out bytes_per_element",
+    ),
     "step_returns_the_weights": Planted(
         "attention_step", STEP.format(returned="weights, cache_k, cache_v"), ALL_STEPS, "attention weights"
     ),
@@ -144,6 +156,27 @@ def attention_step(q, k, v, cache_k, cache_v):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+@pytest.mark.parametrize("name", ["bytes_without_batch", "bytes_per_element_taken_as_2"])
+def test_the_check_cell_catches_a_cache_size_that_ignores_an_argument(name, capsys):
+    """A visible check gives a batch and a bytes_per_element other than the defaults: an answer that
+    ignores either fails before grading, with its hint (the batch was once caught by hidden checks only)."""
+    printed = check_cell("kv_cache_bytes", MISTAKES[name].source, capsys)
+    assert "FAIL" in printed and MISTAKES[name].words in printed, printed
+
+
+def test_mistakes_that_give_the_same_number_share_a_hint_naming_each():
+    """bytes_per_element taken as 2 gives, at 4 bytes, the number of a cache without its factor 2: the
+    hint names both, never the factor 2 alone."""
+    from autograder.chapters import kv_cache as checks
+
+    expected, mistakes = checks._bytes_numbers(32, 8, 128, 100, 2, 4)
+    assert expected == 2 * 32 * 8 * 128 * 100 * 2 * 4
+    hints = [hint for hint, value in mistakes if value == expected / 2]
+    assert len(hints) == 1 and "factor 2 is missing" in hints[0] and "taken as 2" in hints[0], hints
+    _, at_one_byte = checks._bytes_numbers(32, 8, 128, 100, 2, 1)
+    assert "left out bytes_per_element" not in " ".join(h for h, _ in at_one_byte)  # the same as the answer there
 
 
 def test_cache_speed_reading_states_the_length_from_which_each_factor_holds():
