@@ -193,6 +193,69 @@ def test_cache_speed_reading_states_the_length_from_which_each_factor_holds():
     assert "not yet 2x faster at any of the lengths 32 and 64" in none
 
 
+def test_the_paging_reading_follows_the_numbers():
+    """The prose once said paging was "barely better" at pages of 1024, beside 49.9% against 29.0%."""
+
+    def run(share, batch):
+        return kv_cache.AllocationResult(100, batch, share, 0, [])
+
+    reading = kv_cache.paging_reading(run(0.290, 13.6), run(0.499, 21.2), 1024)
+    assert reading == (
+        "pages of 1024 use 1.7x contiguous allocation's share of memory (49.9% against 29.0%) and run 1.6x "
+        "the sequences at a time"
+    )
+    assert "about as much of their memory" in kv_cache.paging_reading(run(0.29, 13.6), run(0.30, 14.0), 2048)
+    assert "use less of their memory" in kv_cache.paging_reading(run(0.5, 10.0), run(0.3, 8.0), 2048)
+    trace = kv_cache.request_trace(200)
+    measured = [kv_cache.simulate_allocation(trace, 32768, page) for page in (None, 1024)]
+    assert "1.7x contiguous allocation's share" in kv_cache.paging_reading(*measured, 1024)
+
+
+def test_sizes_read_in_the_unit_that_fits():
+    """A small cache read "0.0 GB" on the chart; three significant figures in the unit that fits."""
+    labels = [plots.size_label(n) for n in (17.18e9, 67.1e6, 262144, 999.96e6, 512, 2.7e12)]
+    assert labels == ["17.2 GB", "67.1 MB", "262 kB", "1 GB", "512 bytes", "2.7 TB"]
+    chart = plots.KVCacheChart().update("Falcon-7B", 512, 1, 1, 0.5)
+    texts = [t.get_text() for t in chart.legend.get_texts()] + [t.get_text() for t in chart.bar_values]
+    assert "512 tokens: 1.05 MB" in texts and "1.05 MB" in texts and not any("0.0" in t for t in texts), texts
+
+
+def test_the_table_and_widgets_use_the_learners_functions_once_written(capsys):
+    """Before kv_cache_bytes and pages_needed are written, the table, the course model's sizes, the
+    simulation and both widgets say they show the course's numbers; once written, that they use the
+    learner's, and they do."""
+    from course.model import ModelConfig
+
+    def blank(*args):
+        raise NotImplementedError
+
+    assert kv_cache.yours({"kv_cache_bytes": blank}, "kv_cache_bytes", "sizes this table") is None
+    assert "Your `kv_cache_bytes` is not written yet: the course's" in capsys.readouterr().out
+
+    def doubled(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):
+        return 4 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element
+
+    def one_page_each(lengths, page_size):
+        return len(lengths)
+
+    namespace = {"kv_cache_bytes": doubled, "pages_needed": one_page_each}
+    assert kv_cache.yours(namespace, "kv_cache_bytes", "sizes this table") is doubled
+    assert "Your `kv_cache_bytes` sizes this table." in capsys.readouterr().out
+    course, mine = kv_cache.published_rows(), kv_cache.published_rows(doubled)
+    assert [r["at_32k"] * 2 for r in course] == [r["at_32k"] for r in mine]
+    assert [-(-r["crossover"] // 2) for r in course] == [r["crossover"] for r in mine]
+    config = ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+    assert kv_cache.head_sharing_sizes(config, kv_cache_bytes=doubled)["MQA"] == (
+        1,
+        2 * kv_cache.head_sharing_sizes(config)["MQA"][1],
+    )
+    trace = kv_cache.request_trace(50, seed=1)
+    ours = kv_cache.simulate_allocation(trace, 8192, 16)
+    theirs = kv_cache.simulate_allocation(trace, 8192, 16, pages_needed=one_page_each)
+    assert ours.timeline != theirs.timeline
+    assert plots.KVCacheChart(doubled).update().figure and plots.PagingChart(50, 1, one_page_each).update(16, 8192)
+
+
 def test_cache_timings_time_both_ways_for_every_length():
     from course import checkpoints, corpus
 
