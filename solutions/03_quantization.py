@@ -506,7 +506,7 @@ def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_gptq_quantize", "locked": true, "points": 10, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_gptq_quantize", "locked": true, "points": 11, "schema_version": 3, "solution": false}
 check("gptq_quantize")
 ### BEGIN HIDDEN TESTS
 check("gptq_quantize", hidden=True)
