@@ -14,7 +14,7 @@ from course import checkpoints, corpus, lora
 from course.plots import lora as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process
 
 
 def test_trainable_parameters():
@@ -270,7 +270,7 @@ MISTAKES = {
     "lora_base_not_frozen": Planted(
         "lora_linear",
         lora_class().replace("parameter.requires_grad_(False)", "pass"),
-        {"lora_linear.frozen"},
+        {"lora_linear.frozen", "lora_linear.trains"},
         "requires_grad_(False)",
     ),
     "lora_copies_the_base": Planted(
@@ -298,8 +298,69 @@ MISTAKES = {
     "parameters_a_only": Planted(
         "lora_parameters",
         "def lora_parameters(d_in, d_out, rank):\n    return rank * d_in\n",
-        {"lora_parameters.4096", "lora_parameters.other"},
+        {"lora_parameters.mlp", "lora_parameters.other"},
         "counted A only",
+    ),
+    # what new learners found passing the visible checks, or hinted at wrongly
+    "parameters_d_in_twice": Planted(
+        "lora_parameters",
+        "def lora_parameters(d_in, d_out, rank):\n    return 2 * rank * d_in\n",
+        {"lora_parameters.mlp", "lora_parameters.other"},
+        "used d_in for both factors",
+    ),
+    "lora_forward_unscaled": Planted(
+        "lora_linear",
+        lora_class().replace("self.scale * (x @", "(x @"),
+        {"lora_linear.merge", "lora_linear.alpha"},
+        "the update was not scaled",
+    ),
+    "lora_init_reversed": Planted(
+        "lora_linear",
+        lora_class(a_init="torch.zeros", b_init="torch.randn"),
+        {"lora_linear.trains"},
+        "the reverse of LoRA's initialisation",
+    ),
+    "lora_forward_through_data": Planted(
+        "lora_linear",
+        lora_class().replace("self.lora_A.T @ self.lora_B.T", "self.lora_A.data.T @ self.lora_B.data.T"),
+        {"lora_linear.trains"},
+        "does not depend on lora_A or lora_B",
+    ),
+    "lora_factors_kept_as_data": Planted(
+        "lora_linear",
+        lora_class()
+        .replace("math.sqrt(base.in_features))\n", "math.sqrt(base.in_features)).data\n")
+        .replace("(base.out_features, rank))\n", "(base.out_features, rank)).data\n"),
+        {"lora_linear.trains", "lora_linear.frozen"},
+        "make lora_A and lora_B nn.Parameters",
+    ),
+    "memory_qlora_4_bytes": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 16, 'lora': 2, 'qlora': 4}[method] / 2**30\n",
+        {"finetune_memory.7b", "finetune_memory.qlora"},
+        "counted 4 bytes per weight: NF4 stores 4 bits",
+    ),
+    "memory_qlora_base_at_16_bits": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 16, 'lora': 2, 'qlora': 16 / 8}[method] / 2**30\n",
+        {"finetune_memory.7b", "finetune_memory.qlora"},
+        "counted the frozen weights in bf16, 2 bytes, as LoRA does",
+    ),
+    "memory_lora_fp32": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 16, 'lora': 4, 'qlora': 0.5}[method] / 2**30\n",
+        {"finetune_memory.7b", "finetune_memory.lora"},
+        "LoRA keeps them in bf16",
+    ),
+    "memory_full_one_moment": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 2 + 2 + 4 + 4, 'lora': 2, 'qlora': 0.5}[method] / 2**30\n",
+        {"finetune_memory.7b"},
+        "the fp32 master copy or one of Adam's two fp32 moments",
     ),
 }
 
@@ -348,6 +409,26 @@ VARIANTS = {
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
 
+FOUND_BY_LEARNERS = [  # mistakes that passed every visible check, or got a hint that did not fit, before
+    "parameters_d_in_twice",
+    "lora_forward_unscaled",
+    "lora_base_not_frozen",
+    "lora_init_reversed",
+    "lora_forward_through_data",
+    "memory_qlora_4_bytes",
+    "memory_qlora_base_at_16_bits",
+]
+
+
+@pytest.mark.parametrize("name", FOUND_BY_LEARNERS)
+def test_the_check_cell_fails_what_learners_found_with_its_hint(name, capsys):
+    """The learner's check cell (the visible checks, as seeded there) fails each, naming what the
+    answer did; a raising step is told in words before torch's message."""
+    mistake = MISTAKES[name]
+    printed = check_cell(mistake.grade_id, mistake.source, capsys)
+    assert "FAIL" in printed and mistake.words in printed, printed
+    assert "hint: training: raised" not in printed and "LoRA keeps them in bf16" not in printed, printed
+
 
 # --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
 
@@ -372,7 +453,7 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
 }
 
 # the course's answers to the exercises its checks drive with a scenario
-SCENARIO_ANSWERS = {"LoRALinear": lora.LoRALinear}
+SCENARIO_ANSWERS = {"LoRALinear": lora.LoRALinear, "finetune_memory_gib": lora.finetune_memory_gib}
 
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "initialise B to zero",
