@@ -3,7 +3,8 @@ answer key in ``data/quizzes/<slug>.toml`` (read through :mod:`course.quiz`).
 
 Every chapter that has a quiz gets the exercise ``quiz_<slug>`` (added to the chapter's exercises
 by the registry, ``autograder/chapters/__init__.py``), one point per question. A wrong answer's
-hint names the question and the part of the chapter to reread, never the right letter.
+hint names the question, the quiz's note on that choice where it has one, and the part of the
+chapter to reread, never the right letter.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def _judge(question: quiz.Question):
             return Verdict(False, f"{about}: {value!r} is not one of the letters {', '.join(question.letters)}")
         if letter == question.answer:
             return Verdict(True)
+        note = quiz.note(question, letter)  # why this tempting choice fails, where the quiz says: no letter given
+        if note:
+            then = (
+                f'Reread "{question.see}", or try it in the quiz above' if question.see else "Try it in the quiz above"
+            )
+            return Verdict(False, f"{about}: {letter} is not the best answer: {note} {then}")
         where = f'; reread "{question.see}"' if question.see else ""
         return Verdict(False, f"{about}: {letter} is not the best answer{where}, or try it in the quiz above")
 

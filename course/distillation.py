@@ -15,6 +15,8 @@ vocabularies.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -84,3 +86,48 @@ def prune_smallest(weight: torch.Tensor, share: float) -> torch.Tensor:
     flat = weight.flatten().clone()  # (numel,)
     flat[flat.abs().sort(stable=True).indices[: pruned_count(share, flat.numel())]] = 0
     return flat.reshape(weight.shape)
+
+
+# --- what chapter 7's cells print ------------------------------------------------------------------
+
+
+def next_byte_reading(context: str, probabilities: torch.Tensor, top: int = 5) -> str:
+    """What a model's next-byte ``probabilities`` (vocab,) after ``context`` say: the ``top`` most
+    likely bytes with their shares, and whether the weight sits on one byte (over 90%) or is
+    spread over several. Example: ``next_byte_reading("KING HEN", p)`` with p(R) = 0.995 reads
+    "after 'KING HEN': 'R' 99.5%, ... nearly all its weight on 'R'"."""
+    shares, tokens = probabilities.double().topk(top)
+    named = ", ".join(
+        f"{bytes([int(t)]).decode('latin-1')!r} {100 * s:.1f}%" for s, t in zip(shares, tokens, strict=True)
+    )
+    first = bytes([int(tokens[0])]).decode("latin-1")
+    if shares[0] > 0.9:
+        how = f"nearly all its weight on {first!r}"
+    else:
+        how = f"its weight spread: the likeliest, {first!r}, has {100 * shares[0]:.0f}%"
+        how += f", the top {top} together {100 * shares.sum():.0f}%"
+    return f"after {context!r}: {named}; {how}"
+
+
+def acceptance_reading(name: str, overlap: float, result: dict) -> str:
+    """How ``name``'s acceptance rate in the loop (``result``, one draft of
+    ``course.speculative_decoding.measure_drafts``: ``alpha``, ``verified`` proposals,
+    ``temperature``) compares with its ``overlap`` sum min(p, q) on held-out text. Sampling at
+    temperature 1, the overlap is the expected acceptance rate, and the two differ by the loop's
+    noise: the reading says whether they are within two standard errors of the proposals verified.
+    A greedy loop accepts a proposal where it is the target's most likely byte: another quantity,
+    which the reading says rather than compare them."""
+    alpha, verified = result["alpha"], result["verified"]
+    if result["temperature"] == 0:
+        side = "above" if alpha > overlap else "below"
+        return (
+            f"{name}: acceptance {alpha:.2f} in the greedy loop, {side} its overlap {overlap:.3f}: a greedy loop keeps "
+            "a proposal where it is the target's most likely byte, so its acceptance is how often the two models' "
+            "likeliest bytes agree; the overlap is the acceptance of sampling at temperature 1"
+        )
+    noise = 2 * math.sqrt(max(overlap * (1 - overlap), 1e-12) / max(verified, 1))
+    near = abs(alpha - overlap) <= noise
+    return (
+        f"{name}: acceptance {alpha:.2f} in the loop sampling at temperature {result['temperature']:g}, against its "
+        f"overlap {overlap:.3f}: {'within' if near else 'beyond'} the noise of {verified} proposals (+-{noise:.2f})"
+    )

@@ -5,9 +5,10 @@ stay with the widget and the graded check).
 The questions live in ``data/quizzes/<slug>.toml``, one ``[[question]]`` table each: ``prompt``,
 ``choices`` (lettered a, b, c, ... in order), ``answer`` (a letter), ``why`` (the explanation shown
 after any choice), ``see`` (where the chapter shows it) and optional ``notes`` (letter -> why that
-tempting choice is wrong). A worked example: for chapter 6's "p = (0.5, 0.5), q = (0.9, 0.1): alpha?",
-choosing ``a`` shows "Not quite." and the explanation, 0.5 + 0.1 = 0.6; choosing ``c`` shows "Right."
-and the same explanation.
+tempting choice is wrong, shown by the widget and by the graded check of ``quiz_answers()``). A
+worked example: for chapter 6's "p = (0.5, 0.5), q = (0.9, 0.1): alpha?", choosing ``a`` shows
+"Not quite.", the note on ``a`` (0.1 is the second token's overlap alone) and the explanation,
+0.5 + 0.1 = 0.6; choosing ``c`` shows "Right." and the same explanation.
 
 Graded answers go through ``quiz_answers()`` in the chapter (checked by ``autograder.quiz``).
 Not handled: questions with several right answers, free-text answers, images in questions.
@@ -88,12 +89,17 @@ def normalise(choice) -> str | None:
     return found.group(1).lower() if found else None
 
 
+def note(question: Question, letter: str) -> str:
+    """Why ``letter``, a wrong choice, tempts and fails, where the quiz file says so (else ""): what
+    the widget shows beside the explanation, and the graded check beside its hint."""
+    return "" if letter == question.answer else question.notes.get(letter, "")
+
+
 def feedback(question: Question, letter: str) -> tuple[bool, str]:
     """Whether ``letter`` is right, and what to show: the verdict, a note on that choice, the explanation."""
     right = letter == question.answer
-    note = question.notes.get(letter, "")
     verdict = "Right." if right else "Not quite."
-    return right, " ".join(part for part in (verdict, note, question.why) if part)
+    return right, " ".join(part for part in (verdict, note(question, letter), question.why) if part)
 
 
 def _choices_text(question: Question, indent: str = "   ") -> list[str]:

@@ -12,6 +12,12 @@ Four drafts plug into one loop, :func:`speculative_generate`: a small language m
 The last two cost almost nothing next to a target step. Prompt lookup, and the n-gram table at
 temperature 0, are deterministic: their q puts all its mass on the proposed token.
 
+The loop and the model and n-gram drafts are withheld from the learners' copy (chapter 9's
+``speculative_greedy`` is the loop's greedy form, chapter 6's ``ngram_draft`` the table's plain
+form): chapters 6 and 7 run them through :func:`greedy_run`, :func:`table_proposals` and
+:func:`drafts_measured`, which take the drafts by name (:data:`COURSE_DRAFTS`) and answer from the
+release's recordings there.
+
 Not handled: batches of more than one sequence in ``speculative_generate``, top-k or top-p
 sampling (temperature only), tree-shaped drafts, vocabularies larger than 256 tokens in the two
 lookup drafts (they work on bytes).
@@ -136,6 +142,7 @@ def as_draft(draft):
     return draft if hasattr(draft, "propose") else ModelDraft(draft)
 
 
+@withheld
 @torch.no_grad()
 def speculative_generate(
     target: LanguageModel,
@@ -302,7 +309,8 @@ def measure_drafts(
     seconds of one target step (the target alone, per token); ``cost``, c: the draft's seconds per
     proposed token over ``step``; ``verify``: a verifying call's seconds over ``step`` (the formula
     assumes 1); ``formula_speedup``: the formula at the measured alpha and c; ``positions``: the
-    acceptance rate at each drafted position. ``rule`` and ``tokens_per_call`` go to
+    acceptance rate at each drafted position, ``verified``: the proposals alpha counts; ``drafted``:
+    the tokens proposed in each round (what :func:`with_formula` needs). ``rule`` and ``tokens_per_call`` go to
     :func:`speculative_generate` and :func:`summarise` (None: the formula's numbers are None).
     """
     from tqdm.auto import tqdm
@@ -351,6 +359,8 @@ def measure_drafts(
             if result["formula"] is None
             else result["formula"] / (1 + cost * result["drafted_per_call"]),
             "positions": [a / v if v else float("nan") for a, v in zip(accepted, verified, strict=True)],
+            "verified": sum(verified),
+            "drafted": [m for m, _ in runs[name]],
             "k": k,
             "temperature": temperature,
         }
@@ -435,6 +445,7 @@ def drafts_reading(results: dict[str, dict], goal: float = 2.0) -> str:
 # --- the drafts --------------------------------------------------------------------------------------
 
 
+@withheld
 class ModelDraft:
     """A small language model as the draft: it samples each proposal from its own distribution q,
     with a KV cache that is rolled back to what the target kept."""
@@ -491,6 +502,7 @@ def _one_hot(token: int, vocab: int) -> torch.Tensor:
     return q
 
 
+@withheld
 class NGramDraft(_ByteDraft):
     """An n-gram table over bytes: what followed the last ``order`` bytes in a training text, backing
     off to shorter contexts when that one never occurred.
@@ -516,7 +528,17 @@ class NGramDraft(_ByteDraft):
 
         self.order = order
         orders = tqdm(range(1, order + 1), desc="counting n-grams", disable=not progress, leave=False)
-        self.tables = {n: _ngram_counts(data, n) for n in orders}
+        self.tables = {n: self._counts(data, n) for n in orders}
+
+    @staticmethod
+    def _counts(data: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (n-byte context, next byte) pair of ``data`` with its count, sorted by context then
+        next byte; a context is its bytes read as one base-256 number."""
+        keys = np.zeros(len(data) - n, dtype=np.int64)
+        for i in range(n):
+            keys = keys * 256 + data[i : len(data) - n + i]  # (positions,)
+        pairs, counts = np.unique(keys * 256 + data[n:], return_counts=True)  # 6 + 1 bytes fit in 63 bits
+        return pairs // 256, (pairs % 256).astype(np.int64), counts.astype(np.float64)
 
     def counts(self, context: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
         """The bytes that followed the longest seen suffix of ``context`` and how often, or None."""
@@ -589,16 +611,6 @@ def ngram_draft(text: torch.Tensor, context: list[int], n: int, k: int) -> list[
     return proposed
 
 
-def _ngram_counts(data: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every (n-byte context, next byte) pair of ``data`` with its count, sorted by context then
-    next byte; a context is its bytes read as one base-256 number."""
-    keys = np.zeros(len(data) - n, dtype=np.int64)
-    for i in range(n):
-        keys = keys * 256 + data[i : len(data) - n + i]  # (positions,)
-    pairs, counts = np.unique(keys * 256 + data[n:], return_counts=True)  # 6 + 1 bytes fit in 63 bits
-    return pairs // 256, (pairs % 256).astype(np.int64), counts.astype(np.float64)
-
-
 class PromptLookupDraft(_ByteDraft):
     """Prompt lookup: find the last ``longest`` tokens (then fewer, down to ``shortest``) earlier in
     the text so far, and propose what followed their most recent occurrence; q is one-hot.
@@ -639,3 +651,163 @@ def _last_occurrence(text: bytes | list[int], n: int, end: int) -> int:
     if isinstance(text, bytes):
         return text.rfind(pattern, 0, end)
     return next((start for start in range(end - n, -1, -1) if text[start : start + n] == pattern), -1)
+
+
+# --- the chapters' runs, drafts named: what the learners' copy answers from its recordings --------
+
+COURSE_DRAFTS = ("draft model", "distilled draft", "n-gram table", "prompt lookup")
+
+
+def course_draft(name: str, device: torch.device):
+    """The course's draft ``name`` (one of :data:`COURSE_DRAFTS`) on ``device``: the small model
+    trained on the text, the one distilled from the target (chapter 7), the n-gram table over the
+    training plays, or prompt lookup."""
+    from course import checkpoints
+
+    if name not in COURSE_DRAFTS:
+        raise ValueError(f"no course draft {name!r}: the drafts are {readings.listing(COURSE_DRAFTS)}")
+    if name == "n-gram table":
+        return training_ngram_draft()
+    if name == "prompt lookup":
+        return PromptLookupDraft()
+    return checkpoints.load("draft" if name == "draft model" else "distilled").to(device)
+
+
+def _course_target(device: torch.device) -> LanguageModel:
+    from course import checkpoints
+
+    return checkpoints.load("target").to(device)
+
+
+@withheld
+def greedy_run(draft: str, prompt: list[int], k: int, new_tokens: int) -> tuple[list[int], list[list[int]]]:
+    """:func:`speculative_generate` at temperature 0 with the course's target and its draft ``draft``
+    (:data:`COURSE_DRAFTS`), on the fastest device, from the tokens ``prompt``: the tokens (the
+    prompt and ``new_tokens`` more) and the rounds, each ``[proposed, accepted]``."""
+    from course.device import best_device
+
+    device = best_device()
+    tokens, rounds = speculative_generate(
+        _course_target(device),
+        course_draft(draft, device),
+        torch.tensor([prompt], device=device),
+        k,
+        new_tokens,
+        temperature=0,
+    )
+    return tokens[0].tolist(), [list(r) for r in rounds]
+
+
+@withheld
+def table_proposals(context: list[int], k: int) -> list[int]:
+    """What the n-gram table over the training plays proposes after ``context`` at temperature 0:
+    up to ``k`` tokens."""
+    return training_ngram_draft().propose(list(context), k, 0.0, None)[0]
+
+
+def _measured_by_name(
+    names, starts, prompt_length: int, k: int, new_tokens: int, temperature: float, repeats: int, rule, formula
+) -> dict[str, dict]:
+    """:func:`measure_drafts` with the course's target and the drafts ``names`` on the fastest
+    device, from the held-out prompts of ``prompt_length`` tokens at ``starts``; the machine it ran
+    on in each result's ``machine``."""
+    from course import corpus
+    from course.device import best_device, describe
+
+    device = best_device()
+    held_out = corpus.tokens("validation")
+    prompts = [held_out[s : s + prompt_length][None].to(device) for s in starts]
+    drafts = {name: course_draft(name, device) for name in names}
+    tokens_per_call = expected_tokens_per_call if formula else None
+    results = measure_drafts(
+        _course_target(device),
+        drafts,
+        prompts,
+        k,
+        new_tokens,
+        temperature,
+        repeats,
+        rule=rule,
+        tokens_per_call=tokens_per_call,
+    )
+    return {name: {**r, "machine": describe(device)} for name, r in results.items()}
+
+
+@withheld
+def drafts_measurement(
+    names: list[str],
+    starts: list[int],
+    prompt_length: int,
+    k: int,
+    new_tokens: int,
+    temperature: float,
+    repeats: int,
+    formula: bool,
+) -> dict[str, dict]:
+    """:func:`measure_drafts` of the course's drafts ``names`` (:data:`COURSE_DRAFTS`) against its
+    target, with the course's rule, and chapter 6's formula where ``formula``: plain data, one dict
+    per draft (see :func:`drafts_measured`)."""
+    return _measured_by_name(names, starts, prompt_length, k, new_tokens, temperature, repeats, None, formula)
+
+
+def drafts_measured(
+    names,
+    starts,
+    prompt_length: int,
+    k: int,
+    new_tokens: int,
+    temperature: float,
+    repeats: int = 3,
+    rule=None,
+    tokens_per_call=None,
+    formula: bool = False,
+) -> dict[str, dict]:
+    """What chapters 6 and 7 measure: :func:`measure_drafts` of the course's drafts ``names``
+    (:data:`COURSE_DRAFTS`) against its target, from the held-out prompts of ``prompt_length``
+    tokens at ``starts``, on this machine, with ``rule`` verifying the sampled runs (chapter 6's
+    ``speculative_token``; None: the course's) and ``tokens_per_call`` (chapter 6's
+    ``expected_tokens_per_call``) or, with ``formula``, the course's formula giving the formula's
+    numbers (:func:`with_formula`; neither: None).
+
+    In the learners' copy, which holds neither the loop nor these drafts, and while its release
+    records, the numbers are :func:`drafts_measurement`'s, with the course's rule: there, those the
+    release measured on its own machine (each result's ``machine``); ``rule`` is then not used."""
+    from course import withheld as held
+
+    args = (list(names), list(starts), prompt_length, k, new_tokens, float(temperature), repeats)
+    if held.LEARNERS_COPY or held.is_recording():
+        try:
+            results = drafts_measurement(*args, formula)
+        except held.NotRecorded:
+            raise ValueError(
+                "this copy of the course holds the drafts' measurements at the chapter's own sizes only (the loop "
+                "that makes them is withheld): run the chapter with its default parameters"
+            ) from None
+    else:
+        results = _measured_by_name(*args, rule, formula)
+    return with_formula(results, tokens_per_call) if tokens_per_call else results
+
+
+def with_formula(results: dict[str, dict], tokens_per_call) -> dict[str, dict]:
+    """``results`` of :func:`measure_drafts` with the formula's numbers by ``tokens_per_call(alpha,
+    k)`` (chapter 6's ``expected_tokens_per_call``): ``formula``, averaged over the rounds with the
+    tokens each proposed (as :func:`summarise`), and ``formula_speedup``."""
+    out = {}
+    for name, r in results.items():
+        formula = sum(tokens_per_call(r["alpha"], m) for m in r["drafted"]) / len(r["drafted"])
+        out[name] = {**r, "formula": formula, "formula_speedup": formula / (1 + r["cost"] * r["drafted_per_call"])}
+    return out
+
+
+def copy_note() -> str:
+    """What a cell of chapter 6 or 7 says where its loop's numbers are recorded (the learners' copy),
+    or "" where the loop runs."""
+    from course import withheld as held
+
+    if not held.LEARNERS_COPY:
+        return ""
+    return (
+        "The course's loop and its model and n-gram drafts are held back in this copy of the course (chapter 9 asks "
+        "you to write the loop, and this chapter the n-gram draft): these numbers are the ones they gave when the "
+        "copy was made."
+    )

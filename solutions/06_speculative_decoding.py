@@ -76,7 +76,7 @@ print(describe(device))
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
 # package (the check cell tells you when an answer relies on either). Save the notebook before
-# grading it (`python -m autograder grade`): the grader reads the saved file.
+# it is graded: the grader reads the saved file, not the kernel.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -104,16 +104,19 @@ check("acceptance_rate", hidden=True)
 # %% [markdown]
 # ### Your turn: `speculative_token`
 #
-# Write `speculative_token(target, draft, generator)`: one position of the rule. Draw the
-# proposal from `draft` with `torch.multinomial(draft, 1, generator=generator)`, accept it with
-# probability min(1, p(x)/q(x)) (compare `torch.rand(1, generator=generator)` with it), and
-# otherwise draw from the normalised leftover. Return `(token, accepted)`: an `int` and a `bool`.
-# Use the `generator` for every random draw, so that results can be reproduced.
+# Write `speculative_token(target, draft, generator)`: one position of the rule. First draw the
+# proposal from `draft` with `torch.multinomial(draft, 1, generator=generator)`; then accept it
+# with probability min(1, p(x)/q(x)) (compare `torch.rand(1, generator=generator)`, drawn after
+# the proposal, with it), and otherwise draw from the normalised leftover. Return
+# `(token, accepted)`: an `int` and a `bool`. Use the `generator` for every random draw, in that
+# order, so that results can be reproduced: section 5's loop draws each proposal from a generator
+# seeded as the one it gives your function, so the proposal must be your first draw.
 
 
 # %% nbgrader={"grade": false, "grade_id": "speculative_token", "locked": false, "schema_version": 3, "solution": true}
 def speculative_token(target, draft, generator):
-    """Propose from the draft, verify with the target: (token, whether the proposal was accepted)."""
+    """Propose from the draft (the first draw, torch.multinomial), verify with the target (then
+    torch.rand): (token, whether the proposal was accepted)."""
     ### BEGIN SOLUTION
     x = int(torch.multinomial(draft, 1, generator=generator))
     if torch.rand(1, generator=generator).item() < min(1.0, (target[x] / draft[x]).item()):
@@ -224,36 +227,50 @@ check("speculative_speedup", hidden=True)
 # and the speed-up with it. At alpha = 0.8:
 
 # %%
-for cost in (0.01, 0.05, 0.3, 0.5):
-    best = speculative_decoding.best_draft_length(0.8, cost)
+yours = withheld.written(globals(), "speculative_speedup", 0.8, 4, 0.05)
+if yours:
+    print("Your speculative_speedup computes these speed-ups:")
+else:
     print(
-        f"c = {cost:4}: best k = {best:2d}, {speculative_decoding.speedup(0.8, best, cost):.2f}x "
-        f"(k = 4: {speculative_decoding.speedup(0.8, 4, cost):.2f}x)"
+        "Your speculative_speedup is not written yet: these speed-ups are the course's formula "
+        "(write it, then run this cell again):"
     )
+lengths = list(range(1, 33))
+for cost in (0.01, 0.05, 0.3, 0.5):
+    if yours:
+        speeds = [speculative_speedup(0.8, k, cost) for k in lengths]
+    else:
+        speeds = speculative_decoding.speedups([0.8], lengths, [cost])[0][0]
+    best = lengths[speeds.index(max(speeds))]
+    print(f"c = {cost:4}: best k = {best:2d}, {speeds[best - 1]:.2f}x (k = 4: {speeds[3]:.2f}x)")
+print("The chart draws the course's formula, and its dots simulate the course's rule.")
 plots.widget_speculative()
 
 # %% [markdown]
 # ## 3. Speculative decoding with the course's models
 #
-# `course.speculative_decoding.speculative_generate(target, draft, prompt, k, ...)` runs whole rounds:
-# the draft proposes k tokens (each from its own distribution, with its KV cache), the target
-# scores the prompt's unseen tokens plus all k proposals in **one** forward pass, the rule above
-# runs position by position, and both caches are rolled back to the verified length. Draft:
-# 315,552 parameters; target: 4,295,936 (13.6x larger).
+# The course's loop, `speculative_decoding.speculative_generate(target, draft, prompt, k, ...)`,
+# runs whole rounds: the draft proposes k tokens (each from its own distribution, with its KV
+# cache), the target scores the prompt's unseen tokens plus all k proposals in **one** forward
+# pass, the rule above runs position by position, and both caches are rolled back to the verified
+# length. Chapter 9 asks you to write its greedy form, so the cells here run it through
+# `greedy_run` and `drafts_measured`, which take the course's drafts by name. Draft: 315,552
+# parameters; target: 4,295,936 (13.6x larger).
 #
 # At temperature 0 (greedy) the rule accepts exactly the proposals that equal the target's
 # argmax, so the output must be the target's greedy output, token for token:
 
 # %%
 target = checkpoints.load("target").to(device)
-draft = checkpoints.load("draft").to(device)
 prompt = corpus.encode("KING RICHARD:\n")[None].to(device)
 print(timing.pin_threads(lambda: generate(target, prompt, 32), device))
-alone = generate(target, prompt, NEW_TOKENS)
-tokens, rounds = speculative_decoding.speculative_generate(target, draft, prompt, 4, NEW_TOKENS, temperature=0)
-print(f"identical to the target's greedy output: {torch.equal(alone, tokens)}")
+if speculative_decoding.copy_note():
+    print(speculative_decoding.copy_note())
+alone = generate(target, prompt, NEW_TOKENS)[0].tolist()
+tokens, rounds = speculative_decoding.greedy_run("draft model", prompt[0].tolist(), 4, NEW_TOKENS)
+print(f"identical to the target's greedy output: {alone == tokens}")
 print(f"{NEW_TOKENS} tokens in {len(rounds)} target calls ({NEW_TOKENS / len(rounds):.2f} per call)")
-print(corpus.decode(tokens[0].cpu()))
+print(corpus.decode(torch.tensor(tokens)))
 
 # %% [markdown]
 # ## 4. Drafts that cost almost nothing
@@ -335,23 +352,16 @@ check("ngram_draft", hidden=True)
 
 # %%
 held_out = corpus.tokens("validation")
-prompts = [held_out[s : s + 32][None].to(device) for s in (1000, 90_000, 200_000, 350_000)[:PROMPTS]]
-drafts = {
-    "draft model": draft,
-    "distilled draft": checkpoints.load("distilled").to(device),
-    "n-gram table": speculative_decoding.training_ngram_draft(),
-    "prompt lookup": speculative_decoding.PromptLookupDraft(),
-}
+starts = (1000, 90_000, 200_000, 350_000)[:PROMPTS]
+prompts = [held_out[s : s + 32][None].to(device) for s in starts]
 for context in ("KING HEN", "my lo", "To be, or not to"):
-    proposal, _ = drafts["n-gram table"].propose(corpus.encode(context).tolist(), 8, 0.0, None)
-    print(f"n-gram table after {context!r}: proposes {corpus.decode(proposal)!r}")
-alone = generate(target, prompts[0], NEW_TOKENS)
-for name, proposer in drafts.items():
-    tokens, rounds = speculative_decoding.speculative_generate(
-        target, proposer, prompts[0], DRAFT_LENGTH, NEW_TOKENS, 0
-    )
+    proposal = speculative_decoding.table_proposals(corpus.encode(context).tolist(), 8)
+    print(f"n-gram table after {context!r}: proposes {corpus.decode(torch.tensor(proposal, dtype=torch.long))!r}")
+alone = generate(target, prompts[0], NEW_TOKENS)[0].tolist()
+for name in speculative_decoding.COURSE_DRAFTS:
+    tokens, rounds = speculative_decoding.greedy_run(name, prompts[0][0].tolist(), DRAFT_LENGTH, NEW_TOKENS)
     print(
-        f"{name:15s} identical to the target's greedy output: {torch.equal(alone, tokens)}; "
+        f"{name:15s} identical to the target's greedy output: {alone == tokens}; "
         f"{NEW_TOKENS / len(rounds):.2f} tokens per target call"
     )
 
@@ -364,24 +374,31 @@ for name, proposer in drafts.items():
 # it); the tokens per target call against the formula at the measured alpha (your
 # `expected_tokens_per_call`); and the wall-clock speed-up against the target generating alone
 # with its KV cache, timed in turn with it, the median of several repeats, on the threads chosen
-# in section 3. The sampled runs verify the proposals with your `speculative_token` (greedy runs
-# need no draw: a proposal is kept exactly when it is the target's argmax).
+# in section 3. The sampled runs verify the proposals with your `speculative_token` once it is
+# written (greedy runs need no draw: a proposal is kept exactly when it is the target's argmax).
+# Where the course's loop is held back from you, the cell says so and shows the numbers it gave
+# on the machine they were measured on.
 
-# %%
+# %% tags=["measures"]
 rule = speculative_token if withheld.written(globals(), "speculative_token", p, q, torch.Generator()) else None
 formula = expected_tokens_per_call if withheld.written(globals(), "expected_tokens_per_call", 0.5, 4) else None
-if rule is None:
+if speculative_decoding.copy_note():
+    print(speculative_decoding.copy_note())
+elif rule is None:
     print(
-        "Your speculative_token is not written yet: the sampled runs are left out (write it, then run this cell again)."
+        "Your speculative_token is not written yet: the sampled runs verify with the course's rule (write it, "
+        "then run this cell again)."
     )
+else:
+    print("The sampled runs verify the proposals with your speculative_token.")
 if formula is None:
     print("Your expected_tokens_per_call is not written yet: the formula's numbers are left out.")
 measured = {}
-for temperature, label in ((0.0, "greedy"), (1.0, "sampled"))[: 2 if rule else 1]:
-    results = speculative_decoding.measure_drafts(
-        target,
-        drafts,
-        prompts,
+for temperature, label in ((0.0, "greedy"), (1.0, "sampled")):
+    results = speculative_decoding.drafts_measured(
+        speculative_decoding.COURSE_DRAFTS,
+        starts,
+        32,
         DRAFT_LENGTH,
         NEW_TOKENS,
         temperature,
@@ -389,9 +406,10 @@ for temperature, label in ((0.0, "greedy"), (1.0, "sampled"))[: 2 if rule else 1
         rule=rule,
         tokens_per_call=formula,
     )
+    first = next(iter(results.values()))
     print(
         f"--- {label} (temperature {temperature:g}), k = {DRAFT_LENGTH}; a target step takes "
-        f"{1e3 * next(iter(results.values()))['step']:.1f} ms ---"
+        f"{1e3 * first['step']:.1f} ms on {first['machine']} ---"
     )
     for name, r in results.items():
         said = f"{name:15s} alpha {r['alpha']:.2f}  c {r['cost']:.3f} (repeats {timing.spread(r['costs']):.0%} apart)"

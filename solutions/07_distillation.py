@@ -35,7 +35,7 @@ EVAL_WINDOWS = 24  # 256-byte windows of held-out text per loss estimate
 # %%
 import torch
 
-from course import checkpoints, corpus, evaluation, readings, speculative_decoding, timing, withheld
+from course import checkpoints, corpus, distillation, evaluation, readings, speculative_decoding, timing, withheld
 from course.device import best_device, describe
 from course.model import generate
 from course.plots import distillation as plots
@@ -47,10 +47,19 @@ print(describe(device))
 # ## 1. Soft targets
 #
 # A hard label says only which byte came next. The target's distribution says much more: after
-# "KING HEN" it puts most of its weight on "R", and after "my lord, I" it spreads its weight over
-# a few plausible words' first letters, in proportions that encode what it learned. Matching that
-# distribution gives the student a signal at every one of the 256 outputs, not one.
-#
+# some contexts it puts nearly all its weight on one byte, after others it spreads it over the
+# first letters of a few plausible words, in proportions that encode what it learned. The cell
+# below prints the target's likeliest next bytes after two contexts. Matching that distribution
+# gives the student a signal at every one of the 256 outputs, not one.
+
+# %%
+target = checkpoints.load("target").to(device)
+with torch.no_grad():
+    for context in ("KING HEN", "my lord, "):
+        logits = target(corpus.encode(context)[None].to(device))[0, -1]
+        print(distillation.next_byte_reading(context, torch.softmax(logits.double(), dim=-1).cpu()))
+
+# %% [markdown]
 # A **temperature** T > 1 softens both distributions, $\operatorname{softmax}(z / T)$, so that the
 # small probabilities (which rival continuations are nearly right) weigh more. The loss is the
 # KL divergence from the teacher's softened distribution to the student's, multiplied by $T^2$
@@ -74,7 +83,7 @@ print(describe(device))
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
 # package (the check cell tells you when an answer relies on either). Save the notebook before
-# grading it (`python -m autograder grade`): the grader reads the saved file.
+# it is graded: the grader reads the saved file, not the kernel.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -109,7 +118,6 @@ check("distillation_loss", hidden=True)
 # they were trained and their losses on the held-out plays:
 
 # %%
-target = checkpoints.load("target").to(device)
 drafts = {name: checkpoints.load(name).to(device) for name in ("draft", "distilled")}
 print(timing.pin_threads(lambda: generate(target, corpus.encode("\n")[None].to(device), 32), device))
 for name in drafts:
@@ -126,7 +134,7 @@ print(f"target    held-out plays {checkpoints.card('target')['validation_loss']:
 # directly as the overlap $\sum \min(p, q)$ of its next-byte distributions with the target's on
 # held-out text, and then in chapter 6's loop:
 
-# %%
+# %% tags=["measures"]
 held_out = corpus.tokens("validation")
 windows = torch.stack(
     [held_out[s : s + 256] for s in torch.linspace(0, len(held_out) - 257, EVAL_WINDOWS).long().tolist()]
@@ -137,24 +145,25 @@ with torch.no_grad():
         name: torch.minimum(p, torch.softmax(model(windows.to(device)).double(), dim=-1)).sum(-1).mean().item()
         for name, model in drafts.items()
     }
-prompts = [held_out[s : s + 64][None].to(device) for s in (1000, 90_000, 200_000, 350_000)[:PROMPTS]]
-if withheld.LEARNERS_COPY:  # the sampled loop's rule and the formula are chapter 6's answers
-    print(
-        "The learners' copy runs the loop greedily, and without chapter 6's formula: the acceptance rule for "
-        "sampling and the formula are chapter 6's answers, withheld here."
-    )
-temperature, label = (0.0, "greedy") if withheld.LEARNERS_COPY else (1.0, "sampled")
-formula = None if withheld.LEARNERS_COPY else speculative_decoding.expected_tokens_per_call
-loop = dict(repeats=REPEATS, tokens_per_call=formula)
-results = speculative_decoding.measure_drafts(target, drafts, prompts, DRAFT_LENGTH, NEW_TOKENS, temperature, **loop)
+starts = (1000, 90_000, 200_000, 350_000)[:PROMPTS]
+if speculative_decoding.copy_note():
+    print(speculative_decoding.copy_note())
+temperature, label = 1.0, "sampled"
+loop = dict(repeats=REPEATS, formula=True)
+measured = speculative_decoding.drafts_measured(
+    ("draft model", "distilled draft"), starts, 64, DRAFT_LENGTH, NEW_TOKENS, temperature, **loop
+)
+results = dict(zip(drafts, measured.values(), strict=True))  # "draft", "distilled"
+print(f"in the loop, timed on {results['draft']['machine']}:")
 named = {"draft": "the hard-label draft", "distilled": "the distilled draft"}
 for name, r in results.items():
     print(
         f"{name:9s} overlap with the target on held-out text {overlap[name]:.3f};  in the loop (k = {DRAFT_LENGTH}, "
-        f"{len(prompts)} prompts, {label}): acceptance {r['alpha']:.2f}, {r['tokens_per_call']:.2f} tokens per "
+        f"{len(starts)} prompts, {label}): acceptance {r['alpha']:.2f}, {r['tokens_per_call']:.2f} tokens per "
         f"call, c = {r['cost']:.2f} (repeats {timing.spread(r['costs']):.0%} apart), "
         f"speed-up {readings.spread(r['speedups'])}"
     )
+    print("  " + distillation.acceptance_reading(named[name], overlap[name], r))
     print("  " + readings.against_one(r["speedups"], named[name], "the target alone"))
 gain = overlap["distilled"] - overlap["draft"]
 print(
@@ -171,18 +180,20 @@ if results["distilled"]["formula"] is not None:
 # %% [markdown]
 # Same size, same data, same number of steps: only the loss differs, so the printed differences
 # are what learning from the target's distributions instead of single bytes bought here. The
-# overlap is the acceptance rate (chapter 6), measured over thousands of positions; in the loop,
-# a few hundred proposals per draft leave the acceptance rates a few points noisy, and
-# `-p NEW_TOKENS 400` narrows that down. The wall-clock speed-ups are noisier still: each repeat
-# times the target alone and then each draft, moments apart, and the printed range over the
-# repeats is how far one run can stray from another (c moves too, with whatever else the machine
-# is doing). Where the range crosses 1x, the lines say "within the noise": a draft can then print
-# 1.3x here and 0.9x in chapter 6 without either being a verdict. The two drafts do the same work
-# per step (one architecture), yet their measured c can differ, and on a CPU c is large (chapter 6
-# explains why): a few hundredths of c per drafted token can undo what a few points of acceptance
-# buy. Where chapter 6's formula is at hand (the learners' copy leaves it out, with the sampling
-# rule), the last line splits the gap between the two speed-ups by the formula into what each
-# draft's acceptance buys and what its c costs, and says which counted for more here.
+# overlap is the acceptance rate of sampling at temperature 1 (chapter 6), measured over
+# thousands of positions; in a sampled loop, a few hundred proposals per draft leave the
+# acceptance rates a few points noisy, and `-p NEW_TOKENS 400` narrows that down. (A greedy loop
+# would measure something else: how often the draft's likeliest byte is the target's.) The line
+# under each draft says how its acceptance in the loop compares with its overlap. The wall-clock
+# speed-ups are noisier still: each repeat times the target alone and then each draft, moments
+# apart, and the printed range over the repeats is how far one run can stray from another (c
+# moves too, with whatever else the machine is doing). Where the range crosses 1x, the lines say
+# "within the noise": a draft can then print 1.3x here and 0.9x in chapter 6 without either
+# being a verdict. The two drafts do the same work per step (one architecture), yet their
+# measured c can differ, and on a CPU c is large (chapter 6 explains why): a few hundredths of c
+# per drafted token can undo what a few points of acceptance buy. The last line splits the gap
+# between the two speed-ups by the formula into what each draft's acceptance buys and what its c
+# costs, and says which counted for more here.
 # DistillSpec (Zhou et al., 2023) reports 10 to 45% more speed-up from distilled drafts on real
 # models.
 #

@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.nn.utils import prune as torch_prune
 
+from autograder.chapters import exercise_by_id
 from autograder.planted import Planted, planted
 from autograder.planted.distillation import prune
 from course import checkpoints, corpus, distillation
@@ -44,6 +45,31 @@ def test_distilled_draft_agrees_with_the_target_more_than_the_plain_draft():
         }
     assert overlap["distilled"] > overlap["draft"] + 0.02, overlap
     assert checkpoints.card("distilled")["training"]["teacher"] == "target"
+
+
+def test_next_byte_reading_says_whether_the_weight_sits_on_one_byte_or_spreads():
+    certain = torch.zeros(256, dtype=torch.float64)
+    certain[ord("R")], certain[ord("L")] = 0.995, 0.005
+    reading = distillation.next_byte_reading("KING HEN", certain)
+    assert reading.startswith("after 'KING HEN': 'R' 99.5%, 'L' 0.5%") and "nearly all its weight on 'R'" in reading
+    spread = torch.zeros(256, dtype=torch.float64)
+    for byte, share in zip(b"atIwi", (0.21, 0.17, 0.08, 0.07, 0.06), strict=True):
+        spread[byte] = share
+    spread[ord("z")] = 1 - spread.sum()
+    reading = distillation.next_byte_reading("my lord, ", spread)
+    assert "its weight spread: the likeliest, 'z', has 41%" in reading and "nearly" not in reading
+
+
+def test_acceptance_reading_compares_a_sampled_loop_with_the_overlap_and_says_what_a_greedy_one_counts():
+    """The issue's numbers: overlap 0.854, greedy acceptance 0.89, which the text had called the same thing."""
+    greedy = distillation.acceptance_reading(
+        "the distilled draft", 0.854, {"alpha": 0.89, "verified": 400, "temperature": 0}
+    )
+    assert "acceptance 0.89 in the greedy loop, above its overlap 0.854" in greedy and "likeliest bytes agree" in greedy
+    near = {"alpha": 0.86, "verified": 400, "temperature": 1.0}
+    assert "within the noise of 400 proposals (+-0.04)" in distillation.acceptance_reading("x", 0.854, near)
+    far = {"alpha": 0.75, "verified": 400, "temperature": 1.0}
+    assert "beyond the noise of 400 proposals" in distillation.acceptance_reading("x", 0.854, far)
 
 
 def test_plot_returns_a_figure_that_renders():
@@ -183,6 +209,32 @@ MISTAKES = {
         {"prune_smallest.bad_share"},
         "expected ValueError",
     ),
+    "averaged_over_the_first_two_dimensions": Planted(  # right on (B, T, vocab); T^2 x 4 = 1 once hid it
+        "distillation_loss",
+        "def distillation_loss(student_logits, teacher_logits, temperature):\n"
+        "    s = torch.log_softmax(student_logits / temperature, -1)\n"
+        "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
+        "    kl = (t.exp() * (t - s)).sum(-1)\n"
+        "    return kl.sum() / (kl.shape[0] * kl.shape[1]) * temperature**2\n",
+        {"distillation_loss.4d"},
+        "averaged over the first two dimensions only",
+    ),
+    "prune_with_a_strict_cutoff": Planted(  # one weight short at every share: not a truncated count
+        "prune_smallest",
+        """
+def prune_smallest(weight, share):
+    if not 0 <= share <= 1:
+        raise ValueError("share")
+    count = round(share * weight.numel())
+    pruned = weight.clone()
+    if count:
+        cutoff = weight.abs().flatten().kthvalue(count).values
+        pruned[weight.abs() < cutoff] = 0
+    return pruned
+""",
+        {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.rounding", "prune_smallest.half"},
+        "zeroed one weight too few",
+    ),
     "temperature_on_the_student_only": Planted(
         "distillation_loss",
         "def distillation_loss(student_logits, teacher_logits, temperature):\n"
@@ -265,6 +317,30 @@ def distillation_loss(student_logits, teacher_logits, temperature):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+def test_visible_checks_catch_a_loss_averaged_over_two_dimensions_only():
+    """The (B, H, T, vocab) check is visible: the mistake right on three dimensions is seen before grading."""
+    source = MISTAKES["averaged_over_the_first_two_dimensions"].source
+    visible = {c.id for c in exercise_by_id("distillation_loss").checks if c.visible}
+    failed = {i for i, v in verdicts("distillation_loss", source).items() if not v.passed}
+    assert failed & visible == {"distillation_loss.4d"}
+
+
+def test_an_off_by_one_count_and_a_rounding_are_told_apart_or_not_named():
+    """Where truncating 18.75 and zeroing one weight too few give the same matrix, the call at a whole
+    share tells them apart; without it the hint says what it saw, naming neither."""
+    from autograder.chapters import distillation as checks
+
+    weight = torch.randn(5, 5, generator=torch.Generator().manual_seed(3))
+    mistakes = checks._prune_mistakes(weight.double(), 0.75)
+    hints = {kind: hint for kind, hint, _ in checks._told_apart(mistakes, weight, 0.75, None, None)}
+    assert hints["truncated"] == hints["one_less"] and "truncat" not in hints["one_less"]
+    assert "zeroed 18 weights, one too few: the count is round(share * numel) = round(18.75) = 19" in hints["truncated"]
+    kinds = [kind for kind, _, _ in checks._told_apart(mistakes, weight, 0.75, 0.76, 19)]
+    assert "truncated" in kinds and "one_less" not in kinds  # a whole share counted right: the rounding
+    kinds = [kind for kind, _, _ in checks._told_apart(mistakes, weight, 0.75, 0.76, 18)]
+    assert "one_less" in kinds and "truncated" not in kinds  # one short there too: the off-by-one
 
 
 def test_a_copy_pruned_in_place_or_flattened_fails_only_the_checks_of_its_mistake():

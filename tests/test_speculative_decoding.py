@@ -8,14 +8,15 @@ from collections import Counter
 import pytest
 import torch
 
+from autograder import quiz as autograder_quiz
 from autograder.planted import Planted, planted
 from autograder.planted.speculative_decoding import SPECULATIVE_TOKEN
-from course import checkpoints, corpus, speculative_decoding, timing
+from course import checkpoints, corpus, quiz, speculative_decoding, timing
 from course.model import generate
 from course.plots import speculative_decoding as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -218,6 +219,36 @@ def test_measure_drafts_reports_what_the_chapter_prints(small_ngram):
     assert all(len(r["speedups"]) == len(r["costs"]) == 1 for r in results.values())
 
 
+def test_the_chapters_runs_by_draft_name_are_the_loops():
+    """greedy_run, table_proposals and drafts_measured (what chapters 6 and 7 call, and what the
+    learners' copy answers from its recordings) give what the loop and the drafts give."""
+    target = checkpoints.load("target")
+    prompt = corpus.encode("ROMEO:\n")[None]
+    tokens, rounds = speculative_decoding.greedy_run("prompt lookup", prompt[0].tolist(), 3, 30)
+    loop = speculative_decoding.speculative_generate(target, speculative_decoding.PromptLookupDraft(), prompt, 3, 30, 0)
+    assert tokens == loop[0][0].tolist() and rounds == [list(r) for r in loop[1]]
+    assert tokens == generate(target, prompt, 30)[0].tolist()
+    context = corpus.encode("my lo").tolist()
+    assert (
+        speculative_decoding.table_proposals(context, 4)
+        == (speculative_decoding.training_ngram_draft().propose(context, 4, 0.0, None)[0])
+    )
+    assert speculative_decoding.copy_note() == ""  # the instructor's copy runs the loop
+    with pytest.raises(ValueError, match="no course draft"):
+        speculative_decoding.course_draft("draft", torch.device("cpu"))
+    measured = speculative_decoding.drafts_measured(["prompt lookup"], [1000], 16, 3, 12, 0.0, repeats=1)
+    result = measured["prompt lookup"]
+    assert result["formula"] is None and result["machine"]
+    assert sum(result["drafted"]) / len(result["drafted"]) == pytest.approx(result["drafted_per_call"])
+    tokens_per_call = speculative_decoding.expected_tokens_per_call
+    with_formula = speculative_decoding.with_formula(measured, tokens_per_call)["prompt lookup"]
+    rounds = [(m, 0) for m in result["drafted"]]
+    assert with_formula["formula"] == pytest.approx(speculative_decoding.summarise(rounds, tokens_per_call)["formula"])
+    assert with_formula["formula_speedup"] == pytest.approx(
+        with_formula["formula"] / (1 + result["cost"] * result["drafted_per_call"])
+    )
+
+
 def test_drafts_reading_says_what_the_numbers_say():
     base = {"k": 4, "verify": 1.0, "drafted_per_call": 4.0, "formula": 3.0, "alpha": 0.8}
     results = {
@@ -346,6 +377,33 @@ MISTAKES = {
         {"expected_tokens_per_call.alpha1"},
         "return k + 1 when alpha is 1",
     ),
+    "leftover_reversed": Planted(  # the reversed leftover gives back q exactly, as accepting always does
+        "speculative_token",
+        SPECULATIVE_TOKEN.format(leftover="(draft - target).clamp(min=0)"),
+        {"speculative_token.distribution", "speculative_token.random"},
+        "resampled from max(0, q - p)",
+    ),
+    "uniform_drawn_before_the_proposal": Planted(  # passes the distribution; section 5's loop needs the order
+        "speculative_token",
+        RIGHT_TOKEN.replace(
+            "    x = int(torch.multinomial(draft, 1, generator=generator))\n"
+            "    if torch.rand(1, generator=generator).item() < ",
+            "    u = torch.rand(1, generator=generator).item()\n"
+            "    x = int(torch.multinomial(draft, 1, generator=generator))\n"
+            "    if u < ",
+        ),
+        {"speculative_token.contract"},
+        "draw the proposal first",
+    ),
+    "speedup_own_mistake_beside_a_helper_failing_at_alpha_one": Planted(  # the helper is right at alpha 0.8
+        "speculative_speedup",
+        "def expected_tokens_per_call(alpha, draft_length):\n"
+        "    return (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n\n\n"
+        "def speculative_speedup(alpha, draft_length, cost):\n"
+        "    return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost)\n",
+        {"speculative_speedup.paper", "speculative_speedup.random"},
+        "the target's own call was left out of the cost",
+    ),
     "speedup_upside_down": Planted(
         "speculative_speedup",
         "def speculative_speedup(alpha, draft_length, cost):\n"
@@ -392,6 +450,36 @@ def speculative_token(target, draft, generator):
 
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+
+def test_a_speedup_names_its_helper_only_where_the_helper_is_wrong_on_the_same_inputs(capsys):
+    """The speed-up's check runs the notebook's expected_tokens_per_call at its own alpha and k: a
+    helper that fails at alpha = 1 alone is not named for a speed-up wrong of its own, and a helper
+    not written yet is named as such (the speed-up itself is answered)."""
+    own = MISTAKES["speedup_own_mistake_beside_a_helper_failing_at_alpha_one"].source
+    printed = check_cell("speculative_speedup", own, capsys)
+    assert "left out of the cost" in printed and "expected_tokens_per_call" not in printed, printed
+    blank = "def expected_tokens_per_call(alpha, draft_length):\n    raise NotImplementedError()\n\n\n"
+    right = "def speculative_speedup(alpha, draft_length, cost):\n"
+    right += "    return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost + 1)\n"
+    printed = check_cell("speculative_speedup", blank + right, capsys)
+    assert "calls your expected_tokens_per_call, which is not written yet" in printed, printed
+    assert "not answered yet" not in printed, printed
+    wrong = "def expected_tokens_per_call(alpha, draft_length):\n"
+    wrong += "    return (1 - alpha ** draft_length) / (1 - alpha)\n\n\n"
+    printed = check_cell("speculative_speedup", wrong + right, capsys)
+    assert "which fails its own checks: at alpha = 0.8, k = 5 it gives 3.3616, expected 3.68928" in printed, printed
+
+
+def test_a_wrong_quiz_choice_with_a_note_shows_the_note_in_the_check(capsys):
+    """The quiz file's note on a tempting wrong choice reaches the check cell, not only the widget,
+    and the right letter stays out of it."""
+    questions = quiz.questions("speculative_decoding")
+    answers = {**autograder_quiz.key("speculative_decoding"), 4: "b"}
+    source = f"def quiz_answers():\n    return {answers!r}\n"
+    printed = check_cell("quiz_speculative_decoding", source, capsys)
+    assert questions[3].notes["b"] in printed and questions[3].see in printed, printed
+    assert f"{questions[3].answer})" not in printed and questions[3].choice(questions[3].answer) not in printed
 
 
 # --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------

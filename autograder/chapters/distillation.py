@@ -9,6 +9,8 @@ place)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -50,6 +52,8 @@ DISTILL_MISTAKES = [
     "position: reshape the logits to (-1, vocab) first, or sum over the vocabulary and take the mean",
     'F.kl_div(..., reduction="mean") averages over the vocabulary too: sum over the vocabulary, then '
     'average over positions (reduction="batchmean" on (-1, vocab) logits)',
+    "averaged over the first two dimensions only, as for (B, T, vocab) logits (or summed over the last leading "
+    "one): every leading position counts once, so average over all of them (reshape to (-1, vocab) first)",
 ]
 
 
@@ -72,6 +76,7 @@ def _distill_values(student, teacher, t) -> tuple[float, list[float]]:
         (kl.sum() * t * t).item(),
         (kl.sum() / student.shape[0] * t * t).item(),
         (kl.mean() / student.shape[-1] * t * t).item(),
+        (kl.sum() / (student.shape[0] * student.shape[1]) * t * t).item(),
     ]
     return expected, wrong
 
@@ -86,8 +91,20 @@ def _judge_distill(probe, got):
             "the loss is NaN: a log of a probability that is zero or negative. If you use F.kl_div, its target "
             "must be probabilities (softmax), or pass log_target=True with log-probabilities",
         )
-    mistakes = list(zip(DISTILL_MISTAKES, wrong, strict=True))
+    mistakes = _telling(list(zip(DISTILL_MISTAKES, wrong, strict=True)), rel=1e-4, abs_tol=1e-6)
     return judge_number(got, expected, mistakes, "the distillation loss", rel=1e-4, abs_tol=1e-6)
+
+
+def _telling(mistakes: list[tuple[str, float]], rel: float, abs_tol: float) -> list[tuple[str, float]]:
+    """The mistakes whose value on these inputs no mistake of another hint shares: where two give the
+    same number, the number cannot say which was made, and the hint says only what it saw."""
+    return [
+        (hint, value)
+        for hint, value in mistakes
+        if not any(
+            other != hint and math.isclose(value, same, rel_tol=rel, abs_tol=abs_tol) for other, same in mistakes
+        )
+    ]
 
 
 def _kl(student_logits, teacher_logits) -> float:
@@ -99,12 +116,19 @@ def _kl(student_logits, teacher_logits) -> float:
 # --- prune_smallest ------------------------------------------------------------------------------------
 
 
-def pruned_copy(function, weight, share) -> dict:
+def pruned_copy(function, weight, share, whole_share=None) -> dict:
     """The scenario (run in the sandbox, see checks.scenario_source): ``function(weight, share)``,
-    and whether the call changed ``weight`` itself."""
+    whether the call changed ``weight`` itself, and, given ``whole_share`` (a share of ``weight``
+    that is a whole number of weights), how many weights a call at that share zeroes
+    (``whole_zeros``): a count that is off by one there too is not a rounding of the share's
+    fraction."""
     before = weight.clone()
     pruned = function(weight, share)
-    return {"pruned": pruned, "input_changed": not bool((weight == before).all())}
+    found = {"pruned": pruned, "input_changed": not bool((weight == before).all())}
+    if whole_share is not None:
+        again = function(before.clone(), whole_share)
+        found["whole_zeros"] = int((again == 0).sum()) if hasattr(again, "shape") else None
+    return found
 
 
 def _zero_where(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -113,8 +137,8 @@ def _zero_where(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @withheld
 def _prune_mistakes(weight: torch.Tensor, share: float) -> list:
-    """(hint, the pruned matrix that mistake gives) for the usual wrong answers, the more specific
-    first (a truncated count is also one weight too few)."""
+    """(kind, hint, the pruned matrix that mistake gives) for the usual wrong answers, the more
+    specific first (a truncated count is also one weight too few)."""
     exact = share * weight.numel()
     count = distillation.pruned_count(share, weight.numel())
     flat = weight.abs().flatten()
@@ -137,25 +161,65 @@ def _prune_mistakes(weight: torch.Tensor, share: float) -> list:
     )
     return [
         (
+            "largest",
             "pruned the largest weights: zero the ones of smallest magnitude |w|",
             _zero_where(weight, largest.reshape(weight.shape)),
         ),
-        ("ranked the signed values (the most negative first): rank by magnitude, weight.abs()", ranked(weight, count)),
-        (row_by_row, per_row(distillation.pruned_count(share, weight.shape[-1]))),
-        (row_by_row, per_row(int(share * weight.shape[-1]))),
         (
+            "signed",
+            "ranked the signed values (the most negative first): rank by magnitude, weight.abs()",
+            ranked(weight, count),
+        ),
+        ("rows", row_by_row, per_row(distillation.pruned_count(share, weight.shape[-1]))),
+        ("rows", row_by_row, per_row(int(share * weight.shape[-1]))),
+        (
+            "truncated",
             f"truncates instead of rounding: int({exact:g}) = {int(exact)} weights, but the count is "
             f"round(share * numel) = {count}, as torch.nn.utils.prune.l1_unstructured counts",
             ranked(flat, int(exact)),
         ),
         (
+            "half_up",
             f"rounded {exact:g} half up to {int(exact + 0.5)}: torch.nn.utils.prune counts round(share * numel), "
             f"and Python's round takes halves to the even number (round({exact:g}) = {count})",
             ranked(flat, int(exact + 0.5)),
         ),
-        ("zeroed one weight too many: exactly round(share * numel) weights", ranked(flat, count + 1)),
-        ("zeroed one weight too few: exactly round(share * numel) weights", ranked(flat, max(count - 1, 0))),
+        ("one_more", "zeroed one weight too many: exactly round(share * numel) weights", ranked(flat, count + 1)),
+        (
+            "one_less",
+            "zeroed one weight too few: exactly round(share * numel) weights",
+            ranked(flat, max(count - 1, 0)),
+        ),
     ]
+
+
+# Where a rounding of the count and an off-by-one give the same matrix (18.75 truncated to 18 is
+# also 19 - 1), the call at a whole share tells them apart: a rounding mistake counts a whole number
+# right, an off-by-one misses it there too.
+TWINS = {"truncated": ("one_less", -1), "half_up": ("one_more", +1)}
+
+
+def _told_apart(mistakes: list, weight: torch.Tensor, share: float, whole_share, whole_zeros) -> list:
+    """``mistakes`` (kind, hint, matrix) less those this input cannot tell apart from their twin
+    (:data:`TWINS`): the one the call at ``whole_share`` rules out, or, without that call, both
+    twins' hints replaced by what was seen."""
+    matrices = {kind: matrix for kind, _, matrix in mistakes}
+    count = distillation.pruned_count(share, weight.numel())
+    kept = list(mistakes)
+    for rounding, (off_by_one, step) in TWINS.items():
+        if not torch.equal(matrices[rounding], matrices[off_by_one]):
+            continue
+        if whole_share is not None and whole_zeros is not None:
+            whole = distillation.pruned_count(whole_share, weight.numel())
+            ruled_out = rounding if whole_zeros == whole + step else off_by_one
+            kept = [m for m in kept if m[0] != ruled_out]
+            continue
+        seen = (
+            f"zeroed {count + step} weights, one too {'few' if step < 0 else 'many'}: the count is round(share * "
+            f"numel) = round({share * weight.numel():g}) = {count}, as torch.nn.utils.prune.l1_unstructured counts"
+        )
+        kept = [(kind, seen, m) if kind in (rounding, off_by_one) else (kind, hint, m) for kind, hint, m in kept]
+    return kept
 
 
 def _wrong_shape(got: torch.Tensor, weight: torch.Tensor) -> Verdict | None:
@@ -169,7 +233,7 @@ def _wrong_shape(got: torch.Tensor, weight: torch.Tensor) -> Verdict | None:
     )
 
 
-def _prune_probe(share, shape=(8, 12), rows_apart=False, fixed=None):
+def _prune_probe(share, shape=(8, 12), rows_apart=False, fixed=None, whole_share=None):
     def make(rng):
         if fixed is not None:
             weight = fixed.clone()
@@ -177,7 +241,10 @@ def _prune_probe(share, shape=(8, 12), rows_apart=False, fixed=None):
             weight = torch.from_numpy(rng.normal(size=shape).astype(np.float32))
             if rows_apart:  # rows of very different sizes: ranking each row on its own shows
                 weight = weight * torch.logspace(-2, 1, shape[0])[:, None]
-        return {"call": "prune_smallest", "args": [weight, share], "scenario": pruned_copy}
+        probe = {"call": "prune_smallest", "args": [weight, share], "scenario": pruned_copy}
+        if whole_share is not None:
+            probe["kwargs"] = {"whole_share": whole_share}
+        return probe
 
     return make
 
@@ -205,10 +272,12 @@ def _judge_prune(probe, got):
     wrong_shape = _wrong_shape(pruned, weight)
     if wrong_shape:
         return wrong_shape
+    whole_share = probe.get("kwargs", {}).get("whole_share")
+    mistakes = _told_apart(_prune_mistakes(weight.double(), share), weight, share, whole_share, got.get("whole_zeros"))
     return diagnose(
         pruned.double(),
         distillation.prune_smallest(weight.double(), share),
-        [(hint, lambda wrong=wrong: wrong.double()) for hint, wrong in _prune_mistakes(weight.double(), share)],
+        [(hint, lambda wrong=wrong: wrong.double()) for _, hint, wrong in mistakes],
         what="the pruned matrix",
         rtol=0,
         atol=1e-7,
@@ -285,7 +354,7 @@ PRUNE = Exercise(
             "rounding",
             1,
             "a 5 x 5 matrix, share 0.75: round(18.75) = 19 weights zeroed, as torch.nn.utils.prune counts",
-            _prune_probe(0.75, shape=(5, 5)),
+            _prune_probe(0.75, shape=(5, 5), whole_share=0.76),  # 0.76 x 25 = 19 exactly
             _judge_prune,
             visible=True,
         ),
@@ -312,7 +381,7 @@ PRUNE = Exercise(
             "half",
             1,
             "a 3 x 3 matrix, share 0.5: round(4.5) = 4 weights zeroed (halves go to the even number)",
-            _prune_probe(0.5, shape=(3, 3)),
+            _prune_probe(0.5, shape=(3, 3), whole_share=4 / 9),  # 4 / 9 x 9 = 4 exactly
             _judge_prune,
         ),
         Check(
@@ -360,8 +429,11 @@ EXERCISES = [
                 "4d",
                 1,
                 "(B, H, T, vocab) at temperature 0.5, float64 logits",
-                _logits_probe(0.5, positions=(2, 3, 4), dtype=np.float64),
+                _logits_probe(
+                    0.5, positions=(2, 3, 5), dtype=np.float64
+                ),  # T^2 x 5 is not 1: no mistake looks like another
                 _judge_distill,
+                visible=True,
             ),
         ],
         requirements=[

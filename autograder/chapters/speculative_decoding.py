@@ -9,7 +9,17 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Check, Exercise, Requirement, Verdict, judge_number, judges_value, outcome
+from autograder.checks import (
+    Check,
+    Exercise,
+    Requirement,
+    Verdict,
+    fmt,
+    judge_number,
+    judges_value,
+    number,
+    outcome,
+)
 from course import speculative_decoding
 from course.withheld import withheld
 
@@ -161,23 +171,28 @@ SAMPLING_MISTAKES = [
     "on rejection it resampled from p: resample from max(0, p - q), normalised",
     "on rejection it resampled from q: resample from max(0, p - q), normalised",
     "accepted with probability q(x) / p(x): it is min(1, p(x) / q(x))",
+    "on rejection it resampled from max(0, q - p), the draft's excess, which gives back the draft's q: resample "
+    "from max(0, p - q), what the target lacks, normalised",
 ]
 
 
 @withheld
-def _sampling_values(p, q) -> tuple[float, list[torch.Tensor]]:
-    """The acceptance rate of ``p`` and ``q``, and the token distribution each of
-    :data:`SAMPLING_MISTAKES` gives, in order."""
+def _sampling_values(p, q) -> tuple[float, list[torch.Tensor], list[float]]:
+    """The acceptance rate of ``p`` and ``q``, the token distribution each of :data:`SAMPLING_MISTAKES`
+    gives, in order, and the share of its calls that each returns accepted True (which tells apart
+    two mistakes that both give the draft's q: always accepting, and the leftover reversed)."""
     ratio = speculative_decoding.acceptance_probabilities(p, q)
+    reversed_ratio = speculative_decoding.acceptance_probabilities(q, p)
+    alpha = torch.minimum(p, q).sum().item()
     wrong = [
         q,
         _outcome_distribution(p, q, ratio, p),
         _outcome_distribution(p, q, ratio, q),
-        _outcome_distribution(
-            p, q, speculative_decoding.acceptance_probabilities(q, p), speculative_decoding.residual_distribution(p, q)
-        ),
+        _outcome_distribution(p, q, reversed_ratio, speculative_decoding.residual_distribution(p, q)),
+        _outcome_distribution(p, q, ratio, speculative_decoding.residual_distribution(q, p)),
     ]
-    return torch.minimum(p, q).sum().item(), wrong
+    rates = [1.0, alpha, alpha, (q * reversed_ratio).sum().item(), alpha]
+    return alpha, wrong, rates
 
 
 def _outcome_distribution(p, q, accept, resample):
@@ -203,8 +218,11 @@ def sampled_tokens(function, target, draft, seed: int, n: int) -> dict:
 
 def draw_contract(function, target, draft, seed: int, n: int) -> dict:
     """The scenario (run in the sandbox, see checks.scenario_source): what one call returns (the
-    type names of its parts), whether it touched torch's global random state, and whether two
-    runs of ``n`` calls with generators seeded alike give the same tokens."""
+    type names of its parts), whether it touched torch's global random state, whether two runs of
+    ``n`` calls with generators seeded alike give the same tokens, and, over ``n`` calls each with
+    a generator of its own seed, the first where a kept token is not the proposal that
+    ``torch.multinomial(draft, 1, generator=generator)`` draws first from a generator seeded alike
+    (chapter 6's loop draws the proposal so, and gives the rule a generator seeded alike)."""
     import torch
 
     state = torch.random.get_rng_state()
@@ -215,7 +233,20 @@ def draw_contract(function, target, draft, seed: int, n: int) -> dict:
         generator = torch.Generator().manual_seed(int(seed))
         runs.append([int(function(target, draft, generator)[0]) for _ in range(n)])
     parts = [type(part).__name__ for part in first] if isinstance(first, tuple) else None
-    return {"parts": parts, "returned": type(first).__name__, "global_state": touched, "same": runs[0] == runs[1]}
+    order = None
+    for i in range(n):
+        proposal = int(torch.multinomial(draft, 1, generator=torch.Generator().manual_seed(int(seed) + i)))
+        token, kept = function(target, draft, torch.Generator().manual_seed(int(seed) + i))
+        if bool(kept) and int(token) != proposal:
+            order = [int(token), proposal]
+            break
+    return {
+        "parts": parts,
+        "returned": type(first).__name__,
+        "global_state": touched,
+        "same": runs[0] == runs[1],
+        "order": order,
+    }
 
 
 @judges_value
@@ -240,6 +271,14 @@ def _judge_contract(probe, got):
             False,
             "two runs with generators seeded alike gave different tokens: draw every random number from "
             "`generator` (not numpy's or Python's random)",
+        )
+    if got.get("order"):
+        kept, proposal = got["order"]
+        return Verdict(
+            False,
+            f"kept token {kept}, but the first draw of a generator seeded alike, torch.multinomial(draft, 1, "
+            f"generator=generator), proposes {proposal}: draw the proposal first, then torch.rand(1, "
+            "generator=generator) to accept it (chapter 6's loop draws the proposal that way and relies on the order)",
         )
     return Verdict(True)
 
@@ -266,15 +305,18 @@ def _judge_sampling(probe, got):
     if tokens.min() < 0 or tokens.max() >= len(p):
         return Verdict(False, f"returned token {int(tokens.max())}, outside the vocabulary of {len(p)}")
     freq = torch.bincount(tokens, minlength=len(p)).double() / n
-    alpha, wrong = _sampling_values(p, q)
+    alpha, wrong, rates = _sampling_values(p, q)
 
     def fits(dist):
         spread = (dist * (1 - dist) / n).sqrt()
         return bool(((freq - dist).abs() <= 5 * spread + 2e-3).all())
 
+    def rate_fits(expected):
+        return abs(rate - expected) <= 5 * math.sqrt(expected * (1 - expected) / n) + 2e-3
+
     rate = accepted.double().mean().item()
     if fits(p):
-        if abs(rate - alpha) > 5 * math.sqrt(alpha * (1 - alpha) / n) + 2e-3:
+        if not rate_fits(alpha):
             return Verdict(
                 False,
                 f"the tokens follow p, but the accepted flag is True {rate:.3f} of the time; "
@@ -282,11 +324,16 @@ def _judge_sampling(probe, got):
             )
         return Verdict(True)
     worst = int((freq - p).abs().argmax())
-    for hint, dist in zip(SAMPLING_MISTAKES, wrong, strict=True):
-        if not torch.allclose(dist, p, atol=1e-3) and fits(dist):
-            return Verdict(
-                False, f"{hint} (token {worst}: frequency {freq[worst]:.3f}, target probability {p[worst]:.3f})"
-            )
+    seen = f"token {worst}: frequency {freq[worst]:.3f}, target probability {p[worst]:.3f}"
+    for hint, dist, expected_rate in zip(SAMPLING_MISTAKES, wrong, rates, strict=True):
+        if not torch.allclose(dist, p, atol=1e-3) and fits(dist) and rate_fits(expected_rate):
+            return Verdict(False, f"{hint} ({seen}; accepted {rate:.3f} of the time)")
+    if fits(q):
+        return Verdict(
+            False,
+            f"the tokens follow the draft's q, not the target's p ({seen}; accepted {rate:.3f} of the time, "
+            f"alpha = {alpha:.3f})",
+        )
     return Verdict(
         False,
         f"the tokens are not distributed as the target's p: token {worst} came "
@@ -304,7 +351,7 @@ SPECULATIVE_TOKEN = Exercise(
         Check(
             "contract",
             1,
-            "returns (int, bool); every draw from `generator` (reproducible)",
+            "returns (int, bool); every draw from `generator`, the proposal first (reproducible)",
             _contract_probe,
             _judge_contract,
             visible=True,
@@ -325,6 +372,10 @@ SPECULATIVE_TOKEN = Exercise(
         Requirement("accepted is True exactly when the draft's token was kept", ("distribution",)),
         Requirement("returns (token, accepted): an int and a bool", ("contract",)),
         Requirement("every random draw uses `generator` (reproducible)", ("contract",)),
+        Requirement(
+            "the proposal is the first draw, torch.multinomial(draft, 1, generator=generator), before torch.rand",
+            ("contract",),
+        ),
     ],
 )
 
@@ -348,17 +399,64 @@ def _speedup_values(alpha, k, c) -> tuple[float, list[float]]:
     return speculative_decoding.speedup(alpha, k, c), wrong
 
 
+def speedup_and_its_helper(function, alpha, draft_length, cost) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): ``function(alpha,
+    draft_length, cost)`` as ``speedup`` and, where it calls the notebook's own
+    ``expected_tokens_per_call``, what that gives on the same alpha and draft length as ``tokens``
+    (``{"returned": value}`` or ``{"raised": name}``; None where it is not called)."""
+    code = getattr(function, "__code__", None)
+    helper = getattr(function, "__globals__", {}).get("expected_tokens_per_call")
+    tokens = None
+    if code is not None and "expected_tokens_per_call" in code.co_names and callable(helper):
+        try:
+            tokens = {"returned": helper(alpha, draft_length)}
+        except Exception as error:
+            tokens = {"raised": type(error).__name__}
+    try:
+        return {"speedup": function(alpha, draft_length, cost), "tokens": tokens}
+    except Exception as error:
+        if tokens and tokens.get("raised") == type(error).__name__:  # the helper's error, not its own
+            return {"speedup": None, "tokens": tokens}
+        raise
+
+
+HELPER = "speculative_speedup calls your expected_tokens_per_call"
+
+
 @judges_value
 def _judge_speedup(probe, got):
-    expected, wrong = _speedup_values(*probe["args"])
-    mistakes = list(zip(SPEEDUP_MISTAKES, wrong, strict=True))
-    return judge_number(got, expected, mistakes, "the speed-up", rel=1e-6)
+    """The speed-up, and where it is wrong and the notebook's expected_tokens_per_call (which it
+    calls) is wrong on the same alpha and k, that one named instead: fixing it comes first."""
+    alpha, k, c = probe["args"]
+    if not isinstance(got, dict) or "speedup" not in got:
+        return Verdict(False, f"speculative_speedup could not be tested: {got!r}"[:200])
+    tokens = got.get("tokens") or {}
+    if tokens.get("raised") == "NotImplementedError":
+        return Verdict(False, f"{HELPER}, which is not written yet: write it first")
+    if "raised" in tokens:
+        return Verdict(False, f"{HELPER}, which raised {tokens['raised']} at alpha = {alpha:g}, k = {k}: fix it first")
+    expected, wrong = _speedup_values(alpha, k, c)
+    right = _tokens_values(alpha, k)[0] if "returned" in tokens else None  # the copy records it on the solution
+    verdict = judge_number(
+        got["speedup"], expected, list(zip(SPEEDUP_MISTAKES, wrong, strict=True)), "the speed-up", rel=1e-6
+    )
+    if verdict.passed or right is None:
+        return verdict
+    helper, _ = number(tokens["returned"], "the tokens per call")
+    if helper is not None and math.isclose(helper, right, rel_tol=1e-6):
+        return verdict  # its own helper is right here: the speed-up's own mistake
+    shown = "no number" if helper is None else fmt(helper)
+    return Verdict(
+        False,
+        f"{HELPER}, which fails its own checks: at alpha = {alpha:g}, k = {k} it gives {shown}, expected "
+        f"{fmt(right)}; fix expected_tokens_per_call first ({verdict.hint})",
+    )
 
 
 def _speedup_probe(fixed=None):
     def make(rng):
         args = fixed or [float(rng.uniform(0.4, 0.95)), int(rng.integers(1, 10)), float(rng.uniform(0.01, 0.3))]
-        return {"call": "speculative_speedup", "args": args}
+        return {"call": "speculative_speedup", "scenario": speedup_and_its_helper, "args": args}
 
     return make
 
@@ -375,7 +473,8 @@ SPEEDUP = Exercise(
     requirements=[
         Requirement("(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1))", ("paper", "random")),
     ],
-    builds_on=("expected_tokens_per_call",),
+    # no builds_on: its judge runs the notebook's expected_tokens_per_call on the check's own alpha and k,
+    # and names it only where it is wrong there (a helper failing at alpha = 1 alone is not this check's cause)
 )
 
 # --- ngram_draft ---------------------------------------------------------------------------------------
