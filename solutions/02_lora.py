@@ -71,8 +71,8 @@ print(describe(device))
 # The cell below holds the imports that grading gives your answers. Helper functions and more
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
-# package (the check cell tells you when an answer relies on either). Save the notebook before it
-# is graded: grading reads the saved file.
+# package (the check cell tells you when an answer relies on either). Save the notebook before
+# you hand it in: grading reads the saved file, not the kernel.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math

@@ -63,7 +63,7 @@ print(describe(device))
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
 # package (the check cell tells you when an answer relies on either). Save the notebook before
-# you hand it in: grading reads the saved file.
+# you hand it in: grading reads the saved file, not the kernel.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math

@@ -83,7 +83,7 @@ with torch.no_grad():
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
 # package (the check cell tells you when an answer relies on either). Save the notebook before
-# it is graded: the grader reads the saved file, not the kernel.
+# you hand it in: grading reads the saved file, not the kernel.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -182,9 +182,10 @@ if results["distilled"]["formula"] is not None:
 # are what learning from the target's distributions instead of single bytes bought here. The
 # overlap is the acceptance rate of sampling at temperature 1 (chapter 6), measured over
 # thousands of positions; in a sampled loop, a few hundred proposals per draft leave the
-# acceptance rates a few points noisy, and `-p NEW_TOKENS 400` narrows that down. (A greedy loop
-# would measure something else: how often the draft's likeliest byte is the target's.) The line
-# under each draft says how its acceptance in the loop compares with its overlap. The wall-clock
+# acceptance rates a few points noisy, and `-p NEW_TOKENS 400` narrows that down where the loop
+# runs on this machine (a copy of the course given for credit replays the run recorded at the
+# default sizes, and says so for others). (A greedy loop would measure something else: how
+# often the draft's likeliest byte is the target's.) The line under each draft says how its acceptance in the loop compares with its overlap. The wall-clock
 # speed-ups are noisier still: each repeat times the target alone and then each draft, moments
 # apart, and the printed range over the repeats is how far one run can stray from another (c
 # moves too, with whatever else the machine is doing). Where the range crosses 1x, the lines say
