@@ -119,20 +119,12 @@ TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it
 }
 
 
-def yours(namespace: dict, name: str, does: str):
-    """The notebook's own ``name`` (``kv_cache_bytes`` or ``pages_needed``) once written, with a line
-    saying that it ``does`` (``"sizes this table"``); None before that, with a line saying that the
-    course's numbers, recorded on the same inputs, stand in for it meanwhile."""
+def yours(namespace: dict, name: str, what: str):
+    """The notebook's own ``name`` (``kv_cache_bytes`` or ``pages_needed``) once written, None before
+    that, with the line saying whose numbers ``what`` shows (:func:`course.withheld.yours`)."""
     from course import withheld
 
-    if withheld.written(namespace, name, *TRIED_ON[name]):
-        print(f"Your `{name}` {does}.")
-        return namespace[name]
-    print(
-        f"Your `{name}` is not written yet: the course's, as recorded on the same inputs, {does} "
-        "(write yours, then run this cell again)."
-    )
-    return None
+    return withheld.yours(namespace, TRIED_ON, [name], what).get(name)
 
 
 def chapter_recordings() -> None:

@@ -16,8 +16,7 @@ import math
 import torch
 from torch import nn
 
-from course.readings import listing
-from course.withheld import streams_kept, withheld, written
+from course.withheld import streams_kept, withheld, yours
 
 GiB = 2**30
 
@@ -215,28 +214,9 @@ TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it
 
 
 def your_functions(namespace: dict, what: str, *names: str) -> dict:
-    """The notebook's own ``names`` (functions of chapter 2's exercises) that are written, by name,
-    with a line saying that they draw ``what`` and that the course's recorded numbers stand in for
-    the others."""
-    yours = {name: namespace[name] for name in names if written(namespace, name, *TRIED_ON[name])}
-    missing = [name for name in names if name not in yours]
-
-    def named(found) -> str:
-        return listing([f"`{name}`" for name in found])
-
-    said = []
-    if yours:
-        said.append(f"your {named(yours)} {'draws' if len(yours) == 1 else 'draw'} {what}")
-    if missing:
-        it, verb = ("it", "is") if len(missing) == 1 else ("them", "are")
-        stand_in = f"stand in for {it}" if yours else f"draw {what}"
-        said.append(
-            f"your {named(missing)} {verb} not written yet: the course's numbers, recorded on the same inputs, "
-            f"{stand_in} (write {it}, then run this cell again)"
-        )
-    text = "; ".join(said) + "."
-    print(text[0].upper() + text[1:])
-    return yours
+    """The notebook's own ``names`` (chapter 2's exercises) that are written, by name, with the line
+    saying whose numbers ``what`` shows (:func:`course.withheld.yours`)."""
+    return yours(namespace, TRIED_ON, names, what)
 
 
 SECTION_ROWS = ((1000, 8), (4096, 8), (4096, 16), (8192, 64))  # section 1's layers: (d_in = d_out, rank)

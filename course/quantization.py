@@ -1099,22 +1099,11 @@ TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it
 
 
 def your_functions(namespace: dict, what: str, *names: str) -> dict | None:
-    """The notebook's own ``names`` (functions of chapter 3's exercises) once all are written, and a
-    line saying that they draw ``what``; None before that, with a line saying which are not
-    written yet and that ``what`` shows the course's recorded numbers meanwhile."""
-    from course import readings, withheld
+    """The notebook's own ``names`` (chapter 3's exercises) once all are written, None before that,
+    with the line saying whose numbers ``what`` shows (:func:`course.withheld.yours`)."""
+    from course import withheld
 
-    missing = [name for name in names if not withheld.written(namespace, name, *TRIED_ON[name])]
-    if missing:
-        listed = readings.listing([f"`{name}`" for name in missing])
-        print(
-            f"Your {listed} {'is' if len(missing) == 1 else 'are'} not written yet: {what} shows the course's "
-            "numbers, recorded on the same inputs (write them, then run this cell again)."
-        )
-        return None
-    verb = "draws" if len(names) == 1 else "draw"
-    print(f"Your {readings.listing([f'`{name}`' for name in names])} {verb} {what}.")
-    return {name: namespace[name] for name in names}
+    return withheld.yours(namespace, TRIED_ON, names, what, together=True)
 
 
 def bits_sweep(

@@ -145,6 +145,34 @@ def written(namespace: dict, name: str, *args) -> bool:
     return True
 
 
+def yours(namespace: dict, tried_on: dict[str, tuple], names, what: str, together: bool = False) -> dict | None:
+    """The notebook's own functions among ``names`` that are written (each tried on its
+    ``tried_on[name]`` arguments, :func:`written`), by name, after printing whose numbers ``what``
+    shows: "Your `a` draws the chart; your `b` is not written yet: the course's numbers, recorded on
+    the same inputs, stand in for it (write it, then run this cell again)." With ``together`` (a
+    cell that needs them all at once), None until every one is written, the course's recorded
+    numbers drawing ``what`` meanwhile."""
+    from course.readings import listing
+
+    mine = {name: namespace[name] for name in names if written(namespace, name, *tried_on[name])}
+    missing = [name for name in names if name not in mine]
+    if together and missing:
+        mine = {}
+    said = []
+    if mine:
+        said.append(f"your {listing([f'`{n}`' for n in mine])} {'draws' if len(mine) == 1 else 'draw'} {what}")
+    if missing:
+        it, verb = ("it", "is") if len(missing) == 1 else ("them", "are")
+        instead = f"stand in for {it}" if mine else f"draw {what}"
+        said.append(
+            f"your {listing([f'`{n}`' for n in missing])} {verb} not written yet: the course's numbers, recorded on "
+            f"the same inputs, {instead} (write {it}, then run this cell again)"
+        )
+    text = "; ".join(said) + "."
+    print(text[0].upper() + text[1:])
+    return None if together and missing else mine
+
+
 def write(recordings: dict, path: Path) -> None:
     """Write ``recordings`` (from :func:`recording`) as gzipped JSON, one entry per distinct call."""
     unique = {}

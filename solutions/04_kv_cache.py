@@ -92,7 +92,7 @@ check("kv_cache_bytes", hidden=True)
 # Published configurations, side by side (weights in fp16, cache in fp16):
 
 # %%
-sizes = kv_cache.yours(globals(), "kv_cache_bytes", "sizes this table")
+sizes = kv_cache.yours(globals(), "kv_cache_bytes", "this table")
 for row in kv_cache.published_rows(kv_cache_bytes=sizes):
     print(
         f"{row['name']:12s} {row['kind']:28s} {row['per_token'] / 2**10:5.0f} KiB/token   32k tokens: "
@@ -111,7 +111,7 @@ for row in kv_cache.published_rows(kv_cache_bytes=sizes):
 # halves it again.
 
 # %%
-plots.widget_kv_cache(kv_cache.yours(globals(), "kv_cache_bytes", "sizes the chart"))
+plots.widget_kv_cache(kv_cache.yours(globals(), "kv_cache_bytes", "the chart"))
 
 # %% [markdown]
 # ## 2. One cached step equals recomputing everything
@@ -211,7 +211,7 @@ per_head = torch.stack(
     dim=1,
 )
 print(f"GQA equals MHA with repeated key-value heads: largest difference {(gqa - per_head).abs().max().item():.1e}")
-sizes = kv_cache.yours(globals(), "kv_cache_bytes", "sizes the course model's caches")
+sizes = kv_cache.yours(globals(), "kv_cache_bytes", "the course model's cache sizes")
 for name, (heads, size) in kv_cache.head_sharing_sizes(target.config, kv_cache_bytes=sizes).items():
     print(f"course model, {name:16s} {heads} kv heads: {size / 2**20:5.2f} MiB for 512 tokens in fp32")
 
@@ -260,7 +260,7 @@ check("pages_needed", hidden=True)
 # later, as vLLM does).
 
 # %%
-counts = kv_cache.yours(globals(), "pages_needed", "counts the pages of this simulation")
+counts = kv_cache.yours(globals(), "pages_needed", "this simulation's page counts")
 trace = kv_cache.request_trace(200)
 for page in (None, 256, 64, 16):
     result = kv_cache.simulate_allocation(trace, 32768, page, pages_needed=counts)
@@ -282,7 +282,7 @@ for page in (None, 256, 64, 16):
 # per cent. Halve the capacity: how do the preemptions change?
 
 # %%
-plots.widget_paging(kv_cache.yours(globals(), "pages_needed", "counts the chart's pages"))
+plots.widget_paging(kv_cache.yours(globals(), "pages_needed", "the chart's page counts"))
 
 # %% [markdown]
 # ## 5. Measured: generation with and without the cache

@@ -229,7 +229,7 @@ def test_the_table_and_widgets_use_the_learners_functions_once_written(capsys):
     def blank(*args):
         raise NotImplementedError
 
-    assert kv_cache.yours({"kv_cache_bytes": blank}, "kv_cache_bytes", "sizes this table") is None
+    assert kv_cache.yours({"kv_cache_bytes": blank}, "kv_cache_bytes", "this table") is None
     assert "Your `kv_cache_bytes` is not written yet: the course's" in capsys.readouterr().out
 
     def doubled(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):
@@ -239,8 +239,8 @@ def test_the_table_and_widgets_use_the_learners_functions_once_written(capsys):
         return len(lengths)
 
     namespace = {"kv_cache_bytes": doubled, "pages_needed": one_page_each}
-    assert kv_cache.yours(namespace, "kv_cache_bytes", "sizes this table") is doubled
-    assert "Your `kv_cache_bytes` sizes this table." in capsys.readouterr().out
+    assert kv_cache.yours(namespace, "kv_cache_bytes", "this table") is doubled
+    assert "Your `kv_cache_bytes` draws this table." in capsys.readouterr().out
     course, mine = kv_cache.published_rows(), kv_cache.published_rows(doubled)
     assert [r["at_32k"] * 2 for r in course] == [r["at_32k"] for r in mine]
     assert [-(-r["crossover"] // 2) for r in course] == [r["crossover"] for r in mine]
