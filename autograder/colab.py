@@ -86,9 +86,10 @@ def notebook_url(chapter: str, url: str | None = None) -> str | None:
     )
 
 
-def readme_block(chapters: list[str], url: str | None = None) -> str:
-    """The README's Colab block: one badge per chapter, between the markers."""
-    lines = [README_START, ""]
+def readme_block(chapters: list[str], url: str | None = None, markers: bool = True) -> str:
+    """The README's Colab block: one badge per chapter, between the markers (without them for a
+    README that no release rewrites: the learners' copy's)."""
+    lines = [README_START, ""] if markers else []
     links = [(chapter, notebook_url(chapter, url)) for chapter in chapters]
     if all(link for _, link in links):
         lines += ["| chapter | |", "| --- | --- |"]
@@ -97,7 +98,7 @@ def readme_block(chapters: list[str], url: str | None = None) -> str:
         lines.append(
             f"The repository ({url or repository()}) is not on GitHub, so Colab cannot open its notebooks directly."
         )
-    lines += ["", README_END]
+    lines += ["", README_END] if markers else []
     return "\n".join(lines)
 
 

@@ -371,7 +371,9 @@ def build(
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(paths.ROOT / name, out / name)
     address = colab.repository("Learners")
-    (out / "README.md").write_text(README + "\n" + colab.readme_block(chapters, address) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(
+        README + "\n" + colab.readme_block(chapters, address, markers=False) + "\n", encoding="utf-8"
+    )
     (out / "Makefile").write_text(MAKEFILE, encoding="utf-8")
     (out / "autograder" / "__main__.py").write_text(MAIN, encoding="utf-8")
     return _zip(out)

@@ -3,10 +3,12 @@ only the chapter's own cells define (grading runs the setup cells, the answers a
 added cells, never the chapter's demonstrations). The visible check asks here first, so that it
 fails, with grading's own message, what grading would fail.
 
-The answer is followed through its code (``dis``): the global names its functions read, the
-modules they import, and the functions and classes of the notebook it calls, recursively. Which
-cell defined a name is read off the kernel's input history (``In``): a name is the chapter's when
-every executed cell that binds it is a chapter cell as released.
+The cell that defines the answer is read first: one that imports the course (even a name the
+answer never uses) stops at grading before it defines anything. Then the answer is followed
+through its code (``dis``): the global names its functions read, the modules they import, and the
+functions and classes of the notebook it calls, recursively. Which cell defined a name is read off
+the kernel's input history (``In``): a name is the chapter's when every executed cell that binds
+it is a chapter cell as released.
 
 Not handled: names reached through ``getattr`` or ``globals()`` with computed strings, and code
 run outside IPython (no history: only the course package is looked for).
@@ -14,6 +16,7 @@ run outside IPython (no history: only the course package is looked for).
 
 from __future__ import annotations
 
+import ast
 import dis
 import functools
 import inspect
@@ -102,10 +105,42 @@ def _chapter_only(name: str, history: list[str], chapter: str, answer_names: set
     return bool(binders) and all(notebook.normalised(s) in sources for s in binders)
 
 
+def _cell_imports(source: str) -> list[str]:
+    """The course's modules that a cell imports anywhere in it (its top level included), in order."""
+    try:
+        tree = ast.parse(notebook.without_magics(source))
+    except (SyntaxError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append(node.module)
+    return [m for m in found if _from_blocked_package(m)]
+
+
+def _defining_cell_problem(exercise: Exercise, history: list) -> str:
+    """Why grading would stop in the cell that last defined one of ``exercise``'s names: it imports
+    the course package (even a name the answer never uses); "" when it does not."""
+    for name in exercise.defines:
+        binders = [s for s in history if isinstance(s, str) and name in notebook.defined_names(s)]
+        blocked = _cell_imports(binders[-1]) if binders else []
+        if blocked:
+            return (
+                f"the cell that defines {name} imports {blocked[0]}; grading runs that cell without the course "
+                f"package, so it would stop there and {name} would not be defined: "
+                f"{unavailable(blocked[0].partition('.')[0])}. Remove the import from that cell"
+            )
+    return ""
+
+
 def problem(exercise: Exercise, chapter: str, namespace: dict) -> str:
     """Why grading would fail ``exercise``'s answer in ``namespace`` for a reason the learner can see
     now, in grading's words; "" when there is none."""
     history = namespace.get("In") if isinstance(namespace.get("In"), list) else None
+    if history is not None and (stopped := _defining_cell_problem(exercise, history)):
+        return stopped
     answer_names = {name for e in _exercises(chapter) for name in e.defines}
     stack = [(name, namespace.get(name, _MISSING)) for name in exercise.defines]
     seen: set[int] = set()

@@ -83,7 +83,7 @@ def _check(exercise: str, hidden: bool, namespace: dict) -> float | None:
     if not autograding():
         earned, failures, count = _run(exercise, hidden, namespace)
         if failures:
-            raise AssertionError(f"{failures} of {count} checks of {exercise} failed: read the hints above")
+            raise _short(AssertionError(f"{failures} of {count} checks of {exercise} failed: read the hints above"))
         return None
     stderr = io.StringIO()
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(stderr):
@@ -94,6 +94,13 @@ def _check(exercise: str, hidden: bool, namespace: dict) -> float | None:
     if stderr.getvalue():
         print(f"     note: your code wrote to stderr: {stderr.getvalue()[:500]}")
     return earned
+
+
+def _short(error: Exception) -> Exception:
+    """``error``, shown by IPython as its one line, without the traceback through this module: the
+    hints above it say what to fix (``_render_traceback_`` is IPython's hook for that)."""
+    error._render_traceback_ = lambda: [f"\x1b[0;31m{type(error).__name__}\x1b[0m: {error}"]
+    return error
 
 
 def _run(exercise: str, hidden: bool, namespace: dict) -> tuple[float, int, int]:

@@ -59,6 +59,16 @@ def card(name: str, folder: Path = MODELS) -> dict:
     return json.loads(paths.require(folder / name / "card.json").read_text())
 
 
+def _restore() -> str:
+    """How to get the course's checkpoints back: from git and ``make model`` in the repository, from
+    the folder as handed out in the learners' copy (which has neither)."""
+    from course.withheld import LEARNERS_COPY
+
+    if LEARNERS_COPY:
+        return "unpack the course folder your instructor gave you again (its data/models holds them)"
+    return "restore them with `git checkout -- data/models` (or `git lfs pull`), or retrain with `make model`"
+
+
 def load(
     name: str, device: torch.device | str | None = None, folder: Path = MODELS, max_seq_len: int | None = None
 ) -> LanguageModel:
@@ -72,18 +82,15 @@ def load(
     manifest = _manifest(folder)
     if name not in manifest:
         known = ", ".join(sorted(manifest)) or "none"
-        raise FileNotFoundError(f"no checkpoint named {name!r} in {folder} (known: {known}); `make model` trains them")
+        raise FileNotFoundError(f"no checkpoint named {name!r} in {folder} (known: {known}); {_restore()}")
     weights = folder / manifest[name]["file"]
     if not weights.exists():
-        raise FileNotFoundError(
-            f"{weights} is missing: restore it with `git checkout -- data/models` or retrain with `make model`"
-        )
+        raise FileNotFoundError(f"{weights} is missing: {_restore()}")
     actual = sha256(weights)
     if actual != manifest[name]["sha256"]:
         raise ValueError(
             f"checksum mismatch for {weights.name} of {name}: expected {manifest[name]['sha256'][:12]}..., "
-            f"found {actual[:12]}...; the file is corrupted or was changed. Restore it with "
-            "`git checkout -- data/models` (or `git lfs pull`), or retrain with `make model`"
+            f"found {actual[:12]}...; the file is corrupted or was changed: {_restore()}"
         )
     settings = card(name, folder)["config"]
     config = ModelConfig(**{**settings, "max_seq_len": max_seq_len or settings["max_seq_len"]})

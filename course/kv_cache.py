@@ -69,14 +69,81 @@ def kv_cache_bytes(
     return int(2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element)
 
 
-def cache_bytes(arch: Architecture, seq_len: int, batch: int = 1, bytes_per_element: float = 2) -> int:
-    return kv_cache_bytes(arch.n_layers, arch.n_kv_heads, arch.head_dim, seq_len, batch, bytes_per_element)
+def cache_bytes(
+    arch: Architecture, seq_len: int, batch: int = 1, bytes_per_element: float = 2, kv_cache_bytes=None
+) -> int:
+    """:func:`kv_cache_bytes` of ``arch``'s cache (or the ``kv_cache_bytes`` given: a notebook's own)."""
+    size = kv_cache_bytes or globals()["kv_cache_bytes"]
+    return size(arch.n_layers, arch.n_kv_heads, arch.head_dim, seq_len, batch, bytes_per_element)
 
 
-def crossover_tokens(arch: Architecture, batch: int = 1, bytes_per_element: float = 2, weight_bits: int = 16) -> int:
+def crossover_tokens(
+    arch: Architecture, batch: int = 1, bytes_per_element: float = 2, weight_bits: int = 16, kv_cache_bytes=None
+) -> int:
     """Total cached tokens (all sequences of the batch) at which the cache outweighs the weights."""
-    per_token = cache_bytes(arch, 1, 1, bytes_per_element)
+    per_token = cache_bytes(arch, 1, 1, bytes_per_element, kv_cache_bytes)
     return math.ceil(prefill_decode.weight_bytes(arch.params, weight_bits) / per_token / batch)
+
+
+def published_rows(kv_cache_bytes=None) -> list[dict]:
+    """Each published model of :data:`PUBLISHED` in fp16: its kind, cache bytes per token and at 32k
+    tokens, fp16 weight bytes, and the tokens at which the cache outweighs the weights, sized by
+    :func:`kv_cache_bytes` (or the ``kv_cache_bytes`` given)."""
+    return [
+        {
+            "name": name,
+            "kind": arch.kind,
+            "per_token": cache_bytes(arch, 1, kv_cache_bytes=kv_cache_bytes),
+            "at_32k": cache_bytes(arch, 32768, kv_cache_bytes=kv_cache_bytes),
+            "weights": arch.params * 2,
+            "crossover": crossover_tokens(arch, kv_cache_bytes=kv_cache_bytes),
+        }
+        for name, arch in PUBLISHED.items()
+    ]
+
+
+def head_sharing_sizes(config, tokens: int = 512, bytes_per_element: float = 4, kv_cache_bytes=None) -> dict:
+    """The cache of ``tokens`` tokens of a model of ``config`` (a ``course.model.ModelConfig``) with as
+    many key-value heads as query heads (MHA), as trained (GQA) and one (MQA): name -> (kv heads, bytes)."""
+    size = kv_cache_bytes or globals()["kv_cache_bytes"]
+    shared = (("MHA", config.n_heads), ("GQA (as trained)", config.n_kv_heads), ("MQA", 1))
+    return {
+        name: (heads, size(config.n_layers, heads, config.head_dim, tokens, 1, bytes_per_element))
+        for name, heads in shared
+    }
+
+
+TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it is written yet
+    "kv_cache_bytes": (32, 32, 128, 1),
+    "pages_needed": ([5, 16, 17], 16),
+}
+
+
+def yours(namespace: dict, name: str, does: str):
+    """The notebook's own ``name`` (``kv_cache_bytes`` or ``pages_needed``) once written, with a line
+    saying that it ``does`` (``"sizes this table"``); None before that, with a line saying that the
+    course's numbers, recorded on the same inputs, stand in for it meanwhile."""
+    from course import withheld
+
+    if withheld.written(namespace, name, *TRIED_ON[name]):
+        print(f"Your `{name}` {does}.")
+        return namespace[name]
+    print(
+        f"Your `{name}` is not written yet: the course's, as recorded on the same inputs, {does} "
+        "(write yours, then run this cell again)."
+    )
+    return None
+
+
+def chapter_recordings() -> None:
+    """Call the course's functions as chapter 4's cells call them before the learner's are written,
+    so that the learners' copy records them (the instructor's notebook, whose functions are
+    written, calls the learner's instead)."""
+    from course import checkpoints
+    from course.model import ModelConfig
+
+    published_rows()
+    head_sharing_sizes(ModelConfig(**checkpoints.card("target")["config"]))
 
 
 @withheld
@@ -132,11 +199,14 @@ def pages_each(lengths: list[int], page_size: int) -> list[int]:
     return [pages_needed([n], page_size) for n in lengths]
 
 
-def admission_pages(trace: list[CacheRequest], page_size: int) -> dict[int, int]:
+def admission_pages(trace: list[CacheRequest], page_size: int, pages_needed=None) -> dict[int, int]:
     """The pages a request of ``trace`` reserves when admitted (its prompt and its first new token), by
-    that length: what :func:`simulate_allocation` asks of :func:`pages_needed`, asked once."""
+    that length: what :func:`simulate_allocation` asks of :func:`pages_needed` (or the ``pages_needed``
+    given: a notebook's own), asked once."""
     lengths = sorted({r.prompt + 1 for r in trace})
-    return dict(zip(lengths, pages_each(lengths, page_size), strict=True))
+    if pages_needed is None:
+        return dict(zip(lengths, pages_each(lengths, page_size), strict=True))
+    return {n: pages_needed([n], page_size) for n in lengths}
 
 
 @dataclass
@@ -149,14 +219,15 @@ class AllocationResult:
 
 
 def simulate_allocation(
-    trace: list[CacheRequest], capacity_tokens: int, page_size: int | None, max_len: int = 2048
+    trace: list[CacheRequest], capacity_tokens: int, page_size: int | None, max_len: int = 2048, pages_needed=None
 ) -> AllocationResult:
     """Serve ``trace`` with a KV cache of ``capacity_tokens`` tokens.
 
     ``page_size=None``: each request reserves ``max_len`` tokens up front, as systems without
     paging did, since the output length is unknown in advance. Otherwise memory is handed out in
     pages of ``page_size`` tokens as a sequence grows; when a page is needed and none is free, the
-    newest running request is preempted (its pages freed, it starts over later).
+    newest running request is preempted (its pages freed, it starts over later). A request's pages
+    at admission come from :func:`pages_needed`, or the ``pages_needed`` given (a notebook's own).
     """
     if page_size is not None and (page_size < 1 or capacity_tokens < page_size):
         raise ValueError(f"page_size must be between 1 and the capacity ({capacity_tokens}), got {page_size}")
@@ -168,7 +239,7 @@ def simulate_allocation(
     running: list[list] = []  # [request, tokens stored, tokens reserved]
     reserved_total, used_total, steps, preemptions, timeline = 0, 0, 0, 0, []
     unit = page_size or max_len
-    pages = {} if page_size is None else admission_pages(trace, page_size)
+    pages = {} if page_size is None else admission_pages(trace, page_size, pages_needed)
 
     def reservation(tokens: int) -> int:
         return max_len if page_size is None else pages[tokens] * page_size
@@ -209,6 +280,21 @@ def simulate_allocation(
     return AllocationResult(
         steps, sum(n for _, _, n in timeline) / len(timeline), sum(used) / len(used), preemptions, timeline
     )
+
+
+def paging_reading(contiguous: AllocationResult, paged: AllocationResult, page_size: int, within: float = 0.1) -> str:
+    """What two :func:`simulate_allocation` runs of one trace show: the share of reserved memory that
+    holds tokens with pages of ``page_size`` against contiguous allocation's, and the sequences run
+    at a time; "about as much" when the shares are within ``within`` of each other."""
+    ratio = paged.used_share / contiguous.used_share
+    shares = f"({100 * paged.used_share:.1f}% against {100 * contiguous.used_share:.1f}%)"
+    if abs(ratio - 1) <= within:
+        said = f"pages of {page_size} use about as much of their memory as contiguous allocation {shares}"
+    elif ratio > 1:
+        said = f"pages of {page_size} use {ratio:.1f}x contiguous allocation's share of memory {shares}"
+    else:
+        said = f"pages of {page_size} use less of their memory than contiguous allocation {shares}"
+    return f"{said} and run {paged.mean_batch / contiguous.mean_batch:.1f}x the sequences at a time"
 
 
 # --- generation with and without the cache, measured ------------------------------------------------

@@ -16,7 +16,8 @@ import math
 import torch
 from torch import nn
 
-from course.withheld import streams_kept, withheld
+from course.readings import listing
+from course.withheld import streams_kept, withheld, written
 
 GiB = 2**30
 
@@ -57,6 +58,43 @@ def low_rank_change(d_out: int, d_in: int, true_rank: int, noise: float = 0.0, s
     change = left @ right / math.sqrt(true_rank)
     spread = torch.randn(d_out, d_in, generator=generator)
     return change + noise * spread * change.norm() / spread.norm()
+
+
+def noise_share(d_out: int, d_in: int, true_rank: int, noise: float, seed: int = 0) -> float:
+    """The noise's share of ``low_rank_change(d_out, d_in, true_rank, noise, seed)`` (Frobenius):
+    the error of an approximation that holds the change and none of the noise."""
+    delta = low_rank_change(d_out, d_in, true_rank, noise, seed)
+    return (delta - low_rank_change(d_out, d_in, true_rank, 0.0, seed)).norm().item() / delta.norm().item()
+
+
+def rank_reading(errors: dict[int, float], noise: float, near: float = 1.1) -> str:
+    """What the best errors at several ranks (``errors``: rank -> relative error) say of a change
+    whose noise is ``noise`` of it (:func:`noise_share`): the smallest rank that gets within ``near``
+    times the noise, what the ranks below it leave and what the largest rank buys beyond it.
+    ``rank_reading({2: 0.6, 4: 0.047, 32: 0.017}, 0.05)`` reads that rank 32 gets lower by
+    fitting part of the noise."""
+    ranks = sorted(errors)
+    reached = [rank for rank in ranks if errors[rank] <= near * noise]
+    if not reached:
+        top = ranks[-1]
+        return (
+            f"No rank shown gets near the noise's own size ({noise:.1%}): rank {top} still leaves "
+            f"{errors[top]:.1%}, so this change needs more than rank {top}."
+        )
+    knee = reached[0]
+    said = [f"Rank {knee} gets down to about the noise's own size ({errors[knee]:.1%}, the noise {noise:.1%})"]
+    if below := [rank for rank in ranks if rank < knee]:
+        said.append(f"rank {below[-1]} leaves {errors[below[-1]]:.1%}: it misses part of the change itself")
+    if (top := ranks[-1]) > knee:
+        cost = f"{top / knee:g}x the parameters of rank {knee}"
+        if errors[knee] - errors[top] <= 0.1 * errors[knee]:
+            said.append(f"rank {top} buys almost nothing more ({errors[top]:.1%}), for {cost}")
+        else:
+            said.append(
+                f"rank {top} gets lower ({errors[top]:.1%}) by fitting part of the noise too, which is no part "
+                f"of the change, for {cost}"
+            )
+    return "; ".join(said) + "."
 
 
 @withheld
@@ -149,18 +187,70 @@ def is_adapter(module: nn.Module) -> bool:
 def written_layer(namespace: dict) -> type | None:
     """The notebook's ``LoRALinear`` once written: it builds, runs and merges on a small layer (the
     random streams are left as they were). None while it raises NotImplementedError; any other error is
-    the learner's to see, and raises."""
+    the learner's to see, and raises, as does a layer whose output no parameter of it can train."""
     own = namespace.get("LoRALinear")
     if not isinstance(own, type):
         return None
     try:
         with streams_kept():
             layer = own(nn.Linear(4, 3), 2)
-            layer(torch.zeros(1, 4))
+            output = layer(torch.zeros(1, 4))
             layer.merge()
     except NotImplementedError:
         return None
+    if isinstance(output, torch.Tensor) and not output.requires_grad:
+        raise ValueError(
+            "your LoRALinear's output does not depend on any parameter that trains, so its adapters cannot "
+            "train here: make lora_A and lora_B nn.Parameters and use them as they are in forward (not .data, "
+            ".detach() or a copy made under torch.no_grad()); its check cell says more"
+        )
     return own
+
+
+TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it is written yet
+    "lora_parameters": (8, 8, 2),
+    "best_low_rank_error": (torch.eye(4), 2),
+    "finetune_memory_gib": (7e9, "full"),
+}
+
+
+def your_functions(namespace: dict, what: str, *names: str) -> dict:
+    """The notebook's own ``names`` (functions of chapter 2's exercises) that are written, by name,
+    with a line saying that they draw ``what`` and that the course's recorded numbers stand in for
+    the others."""
+    yours = {name: namespace[name] for name in names if written(namespace, name, *TRIED_ON[name])}
+    missing = [name for name in names if name not in yours]
+
+    def named(found) -> str:
+        return listing([f"`{name}`" for name in found])
+
+    said = []
+    if yours:
+        said.append(f"your {named(yours)} {'draws' if len(yours) == 1 else 'draw'} {what}")
+    if missing:
+        it, verb = ("it", "is") if len(missing) == 1 else ("them", "are")
+        stand_in = f"stand in for {it}" if yours else f"draw {what}"
+        said.append(
+            f"your {named(missing)} {verb} not written yet: the course's numbers, recorded on the same inputs, "
+            f"{stand_in} (write {it}, then run this cell again)"
+        )
+    text = "; ".join(said) + "."
+    print(text[0].upper() + text[1:])
+    return yours
+
+
+SECTION_ROWS = ((1000, 8), (4096, 8), (4096, 16), (8192, 64))  # section 1's layers: (d_in = d_out, rank)
+SECTION_CHANGE = {"d_out": 64, "d_in": 64, "true_rank": 4, "noise": 0.05, "seed": 0}  # section 2's change
+SECTION_RANKS = [1, 2, 4, 8, 32]  # the ranks section 2 shows
+
+
+def chapter_recordings() -> None:
+    """Call the recorded functions as chapter 2's cells call them before the learner's functions are
+    written, so that the learners' copy records them (the instructor's notebook, whose functions are
+    written, does not call them)."""
+    for width, rank in SECTION_ROWS:
+        lora_parameters(width, width, rank)
+    rank_errors(**SECTION_CHANGE, ranks=SECTION_RANKS)
 
 
 def _layers(model: nn.Module, targets) -> dict[str, nn.Linear]:
@@ -262,3 +352,19 @@ def weights_fingerprint(model: nn.Module) -> str:
             digest.update(name.replace(".base.", ".").encode())
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def qlora_reading(base: float, nf4_base: float, lora_loss: float, qlora_loss: float, within: float = 0.005) -> str:
+    """What QLoRA's losses say (nats per byte): what NF4's rounding costs the base (``nf4_base``
+    against ``base``), and how much of that cost the adapter on the NF4 base makes up, against
+    LoRA's on the full-precision base. Differences within ``within`` are read as none: one run
+    cannot tell them apart."""
+    cost, gap = nf4_base - base, qlora_loss - lora_loss
+    said = f"NF4's rounding costs the base {cost:+.3f} nats/byte, and QLoRA ends {gap:+.3f} from LoRA on the fp32 base"
+    if cost <= within:
+        return f"{said}: the rounding costs too little here (within {within}) to tell what the adapter makes up of it."
+    if gap <= within:
+        return f"{said}: the adapter made up the rounding's cost."
+    if gap < cost - within:
+        return f"{said}: the adapter made up {1 - gap / cost:.0%} of the rounding's cost."
+    return f"{said}: the adapter made up none of the rounding's cost."

@@ -13,7 +13,7 @@ overlap of compute with memory traffic beyond the max() of the roofline.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from course.withheld import withheld
 
@@ -73,42 +73,92 @@ def critical_batch_of(peak_flops: float, bandwidth: float, bits: float) -> float
     return peak_flops / bandwidth * (bits / 8) / 2
 
 
+NAMES = {  # each formula, and the notebook's exercise it is made from
+    "weight_bytes": "weight_memory_gb",
+    "prefill_flops": "prefill_flops",
+    "roofline_seconds": "roofline_step_time",
+    "critical_batch_of": "critical_batch_size",
+}
+DECODE = ("weight_bytes", "roofline_seconds")  # what decode_step_time computes with
+PREFILL = ("weight_bytes", "prefill_flops", "roofline_seconds")  # prefill_time, and so the simulator
+PROBES = {  # a call of each exercise that says whether it is written
+    "weight_memory_gb": (8e9, 16),
+    "prefill_flops": (8e9, 512),
+    "roofline_step_time": (1e12, 1e9, 1e14, 1e12),
+    "critical_batch_size": (1e14, 1e12, 2),
+}
+
+
 @dataclass(frozen=True)
 class Formulas:
     """The four formulas the figures and the simulator compute with: the course's (``REFERENCE``),
-    or a notebook's exercises once all four are written (:meth:`of`)."""
+    or a notebook's exercises (:meth:`of`), None in place of each one not written yet. ``yours``
+    names the exercises whose functions these are; :meth:`or_course` puts the course's formulas
+    where the notebook's are not written."""
 
-    weight_bytes: Callable[[float, float], float] = weight_bytes  # (params, bits) -> bytes
-    prefill_flops: Callable[[float, float], float] = prefill_flops  # (params, tokens) -> FLOPs
-    roofline_seconds: Callable[[float, float, float, float], float] = roofline_seconds
-    critical_batch_of: Callable[[float, float, float], float] = critical_batch_of  # (peak, bandwidth, bits)
+    weight_bytes: Callable[[float, float], float] | None = weight_bytes  # (params, bits) -> bytes
+    prefill_flops: Callable[[float, float], float] | None = prefill_flops  # (params, tokens) -> FLOPs
+    roofline_seconds: Callable[[float, float, float, float], float] | None = roofline_seconds
+    critical_batch_of: Callable[[float, float, float], float] | None = critical_batch_of  # (peak, bandwidth, bits)
+    yours: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, namespace: dict) -> Formulas | None:
+    def of(cls, namespace: dict) -> Formulas:
         """The notebook's ``weight_memory_gb``, ``prefill_flops``, ``roofline_step_time`` and
-        ``critical_batch_size`` as formulas (GB and bytes per weight converted to bytes and bits), or
-        None while any of them is not written."""
+        ``critical_batch_size`` as formulas (GB and bytes per weight converted to bytes and bits),
+        None in place of each one not written yet."""
         from course.withheld import written
 
-        probes = {
-            "weight_memory_gb": (8e9, 16),
-            "prefill_flops": (8e9, 512),
-            "roofline_step_time": (1e12, 1e9, 1e14, 1e12),
-            "critical_batch_size": (1e14, 1e12, 2),
-        }
-        if not all(written(namespace, name, *args) for name, args in probes.items()):
-            return None
-        gb, flops, seconds, critical = (namespace[name] for name in probes)
+        found = {name: namespace[name] if written(namespace, name, *args) else None for name, args in PROBES.items()}
+        gb, critical = found["weight_memory_gb"], found["critical_batch_size"]
         return cls(
-            weight_bytes=lambda params, bits: 1e9 * gb(params, bits),
-            prefill_flops=flops,
-            roofline_seconds=seconds,
-            critical_batch_of=lambda peak_flops, bandwidth, bits: critical(peak_flops, bandwidth, bits / 8),
+            weight_bytes=None if gb is None else lambda params, bits: 1e9 * gb(params, bits),
+            prefill_flops=found["prefill_flops"],
+            roofline_seconds=found["roofline_step_time"],
+            critical_batch_of=None
+            if critical is None
+            else lambda peak_flops, bandwidth, bits: critical(peak_flops, bandwidth, bits / 8),
+            yours=tuple(name for name, function in found.items() if function is not None),
         )
+
+    def can(self, *fields: str) -> bool:
+        """Whether each formula of ``fields`` is there (not None)."""
+        return not self.missing(*fields)
+
+    def missing(self, *fields: str) -> list[str]:
+        """The exercises of ``fields`` (all four when none is given) whose formulas are not there (None)."""
+        return [NAMES[field] for field in fields or NAMES if getattr(self, field) is None]
+
+    def not_yours(self, *fields: str) -> list[str]:
+        """The exercises of ``fields`` (all four when none is given) whose functions these are not."""
+        return [NAMES[field] for field in fields or NAMES if NAMES[field] not in self.yours]
+
+    @property
+    def complete(self) -> bool:
+        """Whether all four are the notebook's."""
+        return not self.not_yours()
+
+    def or_course(self) -> Formulas:
+        """These formulas, the course's in place of each one missing."""
+        return replace(self, **{field: getattr(REFERENCE, field) for field in NAMES if getattr(self, field) is None})
 
 
 REFERENCE = Formulas()
-YOURS = "weight_memory_gb, prefill_flops, roofline_step_time and critical_batch_size"  # what Formulas.of reads
+
+
+def whose(formulas: Formulas, what: str, fields: tuple[str, ...] = tuple(NAMES), instead: str = "") -> str:
+    """Which of the exercises behind ``fields`` ``what`` uses the notebook's functions of, and which are
+    not written yet (``instead``: what stands in for them): "This figure uses your prefill_flops;
+    weight_memory_gb is not written yet: the course's formula stands in for it"."""
+    from course.readings import listing
+
+    mine = [NAMES[field] for field in fields if NAMES[field] in formulas.yours]
+    missing = formulas.not_yours(*fields)
+    if not missing:
+        return f"{what} uses your {listing(mine)}."
+    said = f"{listing(missing)} {'is' if len(missing) == 1 else 'are'} not written yet"
+    said = f"{what} uses your {listing(mine)}; {said}" if mine else f"Your {said}"
+    return f"{said}{': ' + instead if instead else ''}."
 
 
 def roofline_time(flops: float, n_bytes: float, hardware: Hardware, formulas: Formulas = REFERENCE) -> float:

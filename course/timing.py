@@ -118,21 +118,35 @@ def threads(n: int):
             torch.set_num_threads(previous)
 
 
-def choose_threads(fn: Callable[[], object], device: torch.device | None = None) -> tuple[int, dict[int, float]]:
-    """The thread count at which ``fn`` runs fastest here, and the median seconds at each count tried.
+CLEARLY_FASTER = 1.15  # more threads are kept only when they are this much faster than fewer
 
-    One thread and every usable CPU are timed. On a machine that other work shares (a busy laptop,
-    a JupyterHub node), torch's default of one thread per core can be several times slower than a
-    single thread: threads wait for each other while the cores run something else. On a GPU the
-    CPU threads do not matter and the current count is kept.
+
+def choose_threads(fn: Callable[[], object], device: torch.device | None = None) -> tuple[int, dict[int, float]]:
+    """The thread count to measure ``fn`` with here, and the median seconds at each count tried.
+
+    One thread and every usable CPU are timed, in turn (one call each, three rounds), so that a
+    burst of other work slows both alike. On a machine that other work shares (a busy laptop, a
+    JupyterHub node), torch's default of one thread per core can be several times slower than a
+    single thread: threads wait for each other while the cores run something else, and the other
+    work can start after the choice. So all the CPUs are chosen only when they are clearly faster
+    (:data:`CLEARLY_FASTER`); a tie keeps one thread. On a GPU the CPU threads do not matter and the
+    current count is kept.
     """
     if device is not None and device.type != "cpu":
         return torch.get_num_threads(), {}
-    times = {}
-    for n in sorted({1, usable_cpus()}):
+    counts = sorted({1, usable_cpus()})
+    for n in counts:  # warm-up: the first call of each count pays for its thread pool
         with threads(n):
-            times[n] = median_seconds(fn, warmup=1, repeats=3)
-    return min(times, key=times.get), times
+            fn()
+    rounds: dict[int, list[float]] = {n: [] for n in counts}
+    for _ in range(3):
+        for n in counts:
+            with threads(n):
+                rounds[n] += repeat_seconds(fn, warmup=0, repeats=1)
+    times = {n: statistics.median(seconds) for n, seconds in rounds.items()}
+    most = counts[-1]
+    chosen = most if times[most] * CLEARLY_FASTER < times[1] else 1
+    return chosen, times
 
 
 def pin_threads(fn: Callable[[], object], device: torch.device | None = None) -> str:
@@ -149,16 +163,18 @@ def describe_threads(chosen: int, times: dict[int, float]) -> str:
         return f"CPU threads: {chosen} (the work runs on the GPU)"
     tried = ", ".join(f"{n} thread{'s' if n > 1 else ''} {1e3 * t:.1f} ms" for n, t in sorted(times.items()))
     usable = max(times)
-    why = (
-        "the only CPU this process may use"
-        if usable == 1
-        else "as fast as all of them here (within 5%), and it leaves the other cores to other work"
-        if chosen < usable and times[usable] <= 1.05 * times[chosen]
-        else "faster here: the cores are busy with other work, so threads wait for each other"
-        if chosen < usable
-        else "all usable CPUs help"
-    )
-    return f"measuring with {chosen} of {usable} usable CPU threads ({why}; one call: {tried})"
+    if usable == 1:
+        why = "the only CPU this process may use"
+    elif chosen == usable:
+        why = f"all usable CPUs help: {times[1] / times[usable]:.1f}x one thread's speed"
+    elif times[usable] >= times[chosen]:
+        why = "faster here: the cores are busy with other work, so threads wait for each other"
+    else:
+        why = (
+            f"all {usable} were only {times[chosen] / times[usable]:.2f}x as fast, less than the "
+            f"{CLEARLY_FASTER:.2f}x that is worth the other cores on a shared machine"
+        )
+    return f"measuring with {chosen} of {usable} usable CPU threads ({why}; a call, median of 3: {tried})"
 
 
 def gb_per_s(n_bytes: float, seconds: float) -> float:

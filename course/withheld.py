@@ -3,11 +3,11 @@
 A function marked ``@withheld`` computes an exercise's answer, or a known mistake's output, from a
 check's inputs: the course's reference implementations and the checks' mistake variants. In the
 instructor's copy (this repository) it runs as written; while :func:`recording` is on, each
-outermost call of a withheld function is kept with its arguments and result. ``make
-student-release`` records them while it runs every visible check on the solution, the blank copy
-and the planted mistakes, and writes the recordings into the learners' copy, whose withheld
-functions keep only their docstring and a ``raise``: there the decorator answers a call from the
-recordings instead.
+outermost call of a withheld function is kept with its arguments and result. The instructor's
+copy records them while it writes the learners' copy, running every visible check on the
+solution, the blank answers and known mistakes, and puts the recordings in the learners' copy,
+whose withheld functions keep only their docstring and a ``raise``: there the decorator answers a
+call from the recordings instead.
 
 A call is answered when a recording has the same function and arguments of the same structure:
 numbers, strings and tensor shapes and dtypes equal, tensor values within ``RTOL`` (the same inputs

@@ -60,7 +60,7 @@ print(describe(device))
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
 # package (the check cell tells you when an answer relies on either). Save the notebook before
-# grading it (`python -m autograder grade`): the grader reads the saved file.
+# you hand it in: grading reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -74,7 +74,7 @@ def weight_memory_gb(params, bits):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_weight_memory_gb", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_weight_memory_gb", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
 
 check("weight_memory_gb")
@@ -136,7 +136,7 @@ def roofline_step_time(flops, n_bytes, peak_flops, bandwidth):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_roofline_step_time", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_roofline_step_time", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("roofline_step_time")
 ### BEGIN HIDDEN TESTS
 check("roofline_step_time", hidden=True)
@@ -168,7 +168,7 @@ def critical_batch_size(peak_flops, bandwidth, bytes_per_param):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_critical_batch_size", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_critical_batch_size", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("critical_batch_size")
 ### BEGIN HIDDEN TESTS
 check("critical_batch_size", hidden=True)
@@ -196,9 +196,10 @@ for name, hardware in prefill_decode.PRESETS.items():
 # free cores (*oversubscription*) can be several times slower than one thread. A container can
 # also see more cores than it may use. So each chapter that measures counts the CPUs this process
 # may really use (its CPU affinity and its container's CPU quota), times one thread against all
-# of them on the work it is about to measure, keeps the faster, and prints which and why. The
-# model it times is the course's decoder widened to about 90 million parameters, with random
-# weights (timing does not depend on what the weights are).
+# of them on the work it is about to measure, in turn, keeps all of them only when they are
+# clearly faster (by 15%: the other work may start after the choice) and one thread otherwise, and
+# prints which and why. The model it times is the course's decoder widened to about 90 million
+# parameters, with random weights (timing does not depend on what the weights are).
 
 # %%
 dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -224,22 +225,24 @@ print(
 # ### Try it
 #
 # The sliders put one model on one device; "this machine" is the one you just measured (it joins
-# the hardware list once your four functions above are written: they draw the figure). Start at
+# the hardware list once your four functions above are written; until then the course's formulas
+# stand in for the ones not written yet, on the other devices). Start at
 # 8B, 16 bits, batch 1 on an A100: decode sits far down the sloped (memory) part of the roof.
 # Raise the batch until the blue point reaches the flat part. Then try 70B at 16 bits on an
 # A100-80G (it does not fit), and at 4 bits. Watch the time to first token as the prompt grows,
 # and tokens per second as the bits shrink. How long would your machine take per token of an 8B model?
 
 # %%
-yours = prefill_decode.Formulas.of(globals())  # your four functions, once all are written
-if yours:
-    print(f"Your {prefill_decode.YOURS} draw this figure and the ones below.")
-else:
-    print(
-        f"One of your {prefill_decode.YOURS} is not written yet: the figure shows the course's formulas "
-        "on the presets and leaves this machine out (write them, then run this cell again)."
+yours = prefill_decode.Formulas.of(globals())  # your functions of sections 1-4 that are written
+print(
+    prefill_decode.whose(
+        yours,
+        "This figure",
+        instead="the course's formulas stand in for them, and this machine joins the hardware list once "
+        "all four are written (then run this cell again)",
     )
-plots.widget_roofline(here if yours else None, yours or prefill_decode.REFERENCE)
+)
+plots.widget_roofline(here if yours.complete else None, yours.or_course())
 
 # %% [markdown]
 # Now the 90-million-parameter model, too big for any cache. We time prefill of a 256-token
@@ -254,10 +257,11 @@ decode_per_token = evaluation.decode_step_seconds(big, batch=1)
 print(f"{n_params / 1e6:.0f}M parameters, {n_bytes / 1e6:.0f} MB")
 print(f"prefill: {1e3 * prefill_per_token:.2f} ms per prompt token")
 print(
-    f"decode:  {1e3 * decode_per_token:.2f} ms per generated token "
+    f"decode:  {1e3 * decode_per_token:.2f} ms per generated token, {1 / decode_per_token:.1f} tokens/s "
     f"({decode_per_token / prefill_per_token:.0f}x a prefill token)"
 )
-if yours:
+yours = prefill_decode.Formulas.of(globals())
+if yours.can("roofline_seconds"):
     predicted_decode = prefill_decode.roofline_time(2 * n_params, n_bytes, here, yours)
     print(
         f"decode at batch 1 reaches {readings.share_of_roof(predicted_decode / decode_per_token)} "
@@ -268,18 +272,19 @@ else:
     print("Your roofline_step_time is not written yet: the prediction for decode at batch 1 is left out.")
 
 # %% [markdown]
-# A prompt token is many times cheaper than a generated token: prefill shares each weight read
-# across the whole prompt. Now decode with growing batches: if decode is memory-bound, a step for
-# 8 sequences costs barely more than a step for one.
+# Prefill shares each weight read across the whole prompt, where decode reads every weight for each
+# token: the ratio printed above is what that is worth on this machine. Now decode with growing
+# batches: if decode is memory-bound, a step for 8 sequences costs barely more than a step for one.
 
 # %% tags=["measures"]
 batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= MAX_BATCH]
-measured = evaluation.decode_throughput(big, batches)
+# batch 1 is the decode step measured above; the larger batches are measured here
+measured = {1: 1 / decode_per_token} | evaluation.decode_throughput(big, batches[1:])
 efficiency = evaluation.scaling_efficiency(measured)
 for batch, rate in measured.items():
     print(
-        f"batch {batch:3d}: {rate:7.0f} tokens/s   {rate / measured[1]:5.1f}x batch 1   "
-        f"({efficiency[batch]:.0%} of perfect scaling)"
+        f"batch {batch:3d}: {rate:7.1f} tokens/s, a step of {1e3 * batch / rate:6.2f} ms   "
+        f"{rate / measured[1]:5.1f}x batch 1   ({efficiency[batch]:.0%} of perfect scaling)"
     )
 row_cost = evaluation.linear_row_cost(big)
 print(evaluation.describe_row_cost(row_cost))
@@ -289,8 +294,9 @@ if bend is None:
     reading = f"scaling stays above half of perfect up to batch {batches[-1]}"
 else:
     reading = f"scaling falls below half of perfect at batch {bend}"
-if not yours:
-    print(f"{reading}; your critical_batch_size is not written yet: the figure leaves the prediction out")
+yours = prefill_decode.Formulas.of(globals())
+if not yours.can("critical_batch_of"):
+    print(f"{reading}; your critical_batch_size is not written yet: the figure leaves the critical batch out")
 else:
     critical = prefill_decode.critical_batch(here, 8 * big.embed.weight.element_size(), yours)
     if bend is None:
@@ -308,6 +314,8 @@ points = [
 points.append(
     ("measured prefill, 256 tokens", 2 * 256 / big.embed.weight.element_size(), 2 * n_params / prefill_per_token)
 )
+yours = prefill_decode.Formulas.of(globals())
+print(prefill_decode.whose(yours, "This machine's roofline", instead="the predictions that need them are left out"))
 plots.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, points, yours)
 
 # %% tags=["measures"]
@@ -321,8 +329,10 @@ print(
 # %% [markdown]
 # The printed readings say where this machine's points sit; they differ from one machine to the
 # next, and on a busy machine from one run to the next. What holds everywhere: decode at batch 1
-# can only stay *under* the sloped roof, because reading the weights is the least it must do, and
-# the gap is the smaller matrices of each layer and the work between them. Batching raises the
+# stays *under* the sloped roof of the memory it reads from, because reading the weights is the
+# least it must do, and the gap is the smaller matrices of each layer and the work between them.
+# (A reading above 100% means the roof was measured low: part of the weights came from a cache
+# faster than the memory the bandwidth was measured on, or the machine was busier then.) Batching raises the
 # arithmetic intensity, so the point moves right, toward the flat roof; prefill starts there.
 #
 # Where the measured bend comes earlier than the roofline predicts (it usually does on a CPU),
@@ -331,8 +341,8 @@ print(
 # fast matrix-vector kernel and two or more rows with a general kernel that is slower at that
 # shape, so batch 2 can even decode fewer tokens per second than batch 1 (the row timings above
 # show whether this machine does); and the work around the matrix products (norms, rotations,
-# attention over the cache) grows with the batch too. On a GPU the measured curve follows the
-# prediction much further.
+# attention over the cache) grows with the batch too. On a GPU the measured curve usually follows
+# the prediction much further; the line printed above the figure says where this machine's curve bends.
 #
 # ## 6. Static and continuous batching
 #
@@ -348,8 +358,9 @@ print(
 # Requests with output lengths `output_lengths` (in arrival order) are served in static batches of
 # `batch_size` consecutive requests (the last batch may be smaller). Every decode step takes
 # `step_seconds`, whatever the batch, and a batch runs as many steps as its longest request needs.
-# Return the throughput: generated tokens per second. For `[10, 40, 20, 30, 5, 15]`, batches of 3
-# and 0.02 s per step: the batches take 40 and 30 steps, so 120 tokens in 1.4 s: about 85.7 tokens/s.
+# Return the throughput: generated tokens per second. For `[10, 40, 20, 30, 5, 15, 25]`, batches
+# of 3 and 0.02 s per step: the batches `[10, 40, 20]`, `[30, 5, 15]` and `[25]` take 40, 30 and 25
+# steps, so 145 tokens in 1.9 s: about 76.3 tokens/s.
 
 
 # %% nbgrader={"grade": false, "grade_id": "static_batch_throughput", "locked": false, "schema_version": 3, "solution": true}
@@ -376,14 +387,17 @@ check("static_batch_throughput", hidden=True)
 # the batch limit to 1: both become the same one-at-a-time server.
 
 # %%
-if yours:
-    print("Your weight_memory_gb, prefill_flops and roofline_step_time cost each step of the simulator.")
-else:
-    print(
-        "Your functions of sections 1-3 are not written yet: the simulator costs its steps with the course's "
-        "formulas (write yours, then run this cell again to move the sliders with them)."
+yours = prefill_decode.Formulas.of(globals())
+print(
+    prefill_decode.whose(
+        yours,
+        "The simulator",
+        prefill_decode.PREFILL,
+        instead="the course's formulas cost its steps in their place (write yours, then run this cell again to "
+        "move the sliders with them)",
     )
-plots.widget_batching(yours or prefill_decode.REFERENCE)
+)
+plots.widget_batching(yours.or_course())
 
 # %% [markdown]
 # ## In practice

@@ -16,8 +16,8 @@
 # optimiser's state: more than any single consumer GPU has. Yet the *change* fine-tuning makes
 # to a weight matrix is usually simple: it can be written, almost exactly, as the product of two
 # thin matrices. LoRA (Hu et al., 2021) trains only those two: the base model stays frozen, and
-# the trainable part is a fraction of a per cent of it. QLoRA (Dettmers et al., 2023) then keeps
-# the frozen base in 4 bits (chapter 3's NF4).
+# the trainable part is small, 2r/d of each d x d layer it adapts (0.39% of a 4096 x 4096 layer at
+# rank 8). QLoRA (Dettmers et al., 2023) then keeps the frozen base in 4 bits (chapter 3's NF4).
 #
 # You will:
 #
@@ -28,7 +28,9 @@
 # 5. train real adapters on the course model for a genre it has not seen, swap two of them on one
 #    frozen base, and try QLoRA.
 #
-# Exercises are marked **Your turn**; run the check cell after each one.
+# Exercises are marked **Your turn**; run the check cell after each one. Once you have written an
+# exercise, the cells and sliders that use it are drawn by your function (each cell says so);
+# before that they show the course's numbers on the same inputs.
 
 # %% tags=["parameters"]
 # Sizes of the measurements (papermill can change them: `-p ADAPT_STEPS 200`).
@@ -69,8 +71,8 @@ print(describe(device))
 # The cell below holds the imports that grading gives your answers. Helper functions and more
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
-# package (the check cell tells you when an answer relies on either). Save the notebook before
-# grading it (`python -m autograder grade`): the grader reads the saved file.
+# package (the check cell tells you when an answer relies on either). Save the notebook before it
+# is graded: grading reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -97,11 +99,11 @@ check("lora_parameters", hidden=True)
 ### END HIDDEN TESTS
 
 # %%
-for d, r in ((1000, 8), (4096, 8), (4096, 16), (8192, 64)):
-    share = lora.lora_parameters(d, d, r) / (d * d)
-    print(
-        f"{d} x {d} at rank {r:2d}: {lora.lora_parameters(d, d, r):>9,} trainable numbers, {100 * share:.2f}% of the layer"
-    )
+yours = lora.your_functions(globals(), "this table", "lora_parameters")
+count = yours.get("lora_parameters", lora.lora_parameters)
+for d, r in lora.SECTION_ROWS:  # (1000, 8), (4096, 8), (4096, 16), (8192, 64)
+    trainable = count(d, d, r)
+    print(f"{d} x {d} at rank {r:2d}: {trainable:>9,} trainable numbers, {100 * trainable / (d * d):.2f}% of the layer")
 
 # %% [markdown]
 # ## 2. How much rank does a change need? Ask the SVD
@@ -136,14 +138,22 @@ check("best_low_rank_error", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Here is a change of rank 4 with a little noise on top (5% of its size). The error falls
-# steeply up to rank 4 and then sits on the noise: a rank-2 adapter cannot represent this change,
-# and a rank-32 one buys nothing a rank-4 one does not.
+# Here is a change of rank 4 with a little noise on top (5% of its size), and the best error at a
+# few ranks. The last line reads them: which rank gets down to the noise's own size, what the
+# ranks below it leave, and what a larger rank buys.
 
 # %%
-shown = [1, 2, 4, 8, 32]
-for r, error in zip(shown, lora.rank_errors(64, 64, true_rank=4, noise=0.05, seed=0, ranks=shown), strict=True):
+change = lora.SECTION_CHANGE  # 64 x 64, rank 4, noise 5% of the change, seed 0
+shown = lora.SECTION_RANKS  # [1, 2, 4, 8, 32]
+yours = lora.your_functions(globals(), "these errors", "best_low_rank_error")
+if yours:
+    delta = lora.low_rank_change(**change)
+    errors = [float(yours["best_low_rank_error"](delta, r)) for r in shown]
+else:
+    errors = lora.rank_errors(**change, ranks=shown)
+for r, error in zip(shown, errors, strict=True):
     print(f"rank {r:2d}: best possible error {100 * error:5.1f}%")
+print(lora.rank_reading(dict(zip(shown, errors, strict=True)), lora.noise_share(**change)))
 
 # %% [markdown]
 # ### Try it
@@ -154,7 +164,8 @@ for r, error in zip(shown, lora.rank_errors(64, 64, true_rank=4, noise=0.05, see
 # GPT-3's attention weights.
 
 # %%
-plots.widget_rank_error()
+yours = lora.your_functions(globals(), "the sliders' chart", "best_low_rank_error", "lora_parameters")
+plots.widget_rank_error(**yours)
 
 # %% [markdown]
 # ## 3. `LoRALinear`: a frozen layer plus a low-rank update
@@ -251,9 +262,9 @@ else:
         optimizer.step()
     learned = adapter.merge().weight.detach()
     error = ((learned - goal).norm() / (goal - base_layer.weight).norm()).item()
-    floor = lora.rank_errors(64, 64, true_rank=4, noise=0.0, seed=0, ranks=[4])[0]
     print(
-        f"error of the change your LoRALinear learned: {100 * error:.2f}% (the SVD's floor at rank 4: {100 * floor:.2f}%)"
+        f"error of the change your LoRALinear learned: {100 * error:.2f}% "
+        "(the change has rank 4 exactly: the SVD's floor at rank 4 is 0)"
     )
     print(f"the base weight is untouched: {torch.equal(base_layer.weight, adapter.base.weight)}")
 
@@ -298,10 +309,12 @@ check("finetune_memory", hidden=True)
 # ### Try it
 #
 # Which methods fit a 13B model on a 24 GiB card? What does it take to fully fine-tune a 70B
-# model, and how many 80 GiB GPUs is that before a single activation?
+# model, and how many 80 GiB GPUs is that before a single activation? The bars stack the table's
+# bytes per parameter; the totals above them are your function's once it is written.
 
 # %%
-plots.widget_finetune_memory()
+yours = lora.your_functions(globals(), "the totals above the bars", "finetune_memory_gib")
+plots.widget_finetune_memory(**yours)
 
 # %% [markdown]
 # ## 5. Adapting the course model to comedies
@@ -315,7 +328,9 @@ plots.widget_finetune_memory()
 # six layers and train it on the six comedies, at several ranks. For reference, the same number
 # of steps of full fine-tuning (every weight trains). The numbers are losses on the two unseen
 # comedies in nats per byte; lower is better. The default 30 steps are a quick look;
-# `-p ADAPT_STEPS 200` shows what longer training does.
+# `-p ADAPT_STEPS 200` shows what longer training does. The course model's layers are narrow (256
+# wide, 64 for `k_proj` and `v_proj`), so an adapter is a larger share of it than of a large
+# model's (2r/d of a d x d layer): the share is printed beside each rank.
 
 # %%
 target = checkpoints.load("target").to(device)
@@ -386,11 +401,12 @@ plots.plot_adapter_losses(base_loss, rank_losses, full_loss)
 # change each layer along r directions, and in a few steps it first finds the directions that
 # matter most, so a small rank is not necessarily far behind (section 2 in miniature). A larger
 # rank has room for more, and how much more it finds depends on how many steps it gets. Full
-# fine-tuning changes every weight but needs a smaller learning rate to stay stable, so in a
-# few steps it moves no faster than the adapters.
+# fine-tuning changes every weight but needs a smaller learning rate to stay stable (3e-4 here,
+# against 3e-3 for the adapters); the last line above compares its gain with the best adapter's
+# in this run.
 #
-# Train longer and the picture turns: after 200 steps (measured on 2 CPU cores with the course's
-# own `LoRALinear`) the loss on the unseen comedies was 1.455 at rank 1, 1.463 at rank 2, 1.489 at
+# Train longer and the order of the ranks can turn round: after 200 steps (measured once, on 2 CPU
+# cores with the course's own `LoRALinear`) the loss on the unseen comedies was 1.455 at rank 1, 1.463 at rank 2, 1.489 at
 # rank 4, 1.483 at rank 8, 1.500 at rank 16, 1.498 at rank 32 and 1.498 for full fine-tuning.
 # The larger the update, the more it fits the six training comedies themselves (their
 # characters, their plots) instead of what comedies share. A small rank is also a regulariser;
@@ -460,8 +476,9 @@ else:
 #
 # %% [markdown]
 # Merging is the other option: fold one adapter into the weights and serve the merged model with
-# no extra work per token, at the price of one copy of the model per adapter. Merging every
-# adapted layer of the model changes no output beyond rounding:
+# no extra work per token, at the price of one copy of the model per adapter. Merged correctly,
+# every adapted layer of the model gives the same outputs up to rounding; the line below measures
+# it for your `merge()`:
 
 # %%
 if your_layer is None:
@@ -488,7 +505,8 @@ else:
 # QLoRA stores the frozen base in NF4 (chapter 3), dequantizing each weight on the fly for the
 # matrix product, and trains the adapters in 16 bits on top. Here the base's linear layers go
 # through NF4 with groups of 64 (simulated: the rounded weights are kept as floats), and a
-# rank-4 adapter trains on top. The adapter learns to make up some of the rounding error too.
+# rank-4 adapter trains on top. The last line reads what NF4's rounding costs the base and how
+# much of it the adapter makes up.
 
 # %%
 nf4_base = quantization.quantize_model(target, "nf4", 64)
@@ -504,6 +522,7 @@ else:
     )
     qlora_loss = comedy_loss(nf4_base)
     print(f"QLoRA rank 4:       {qlora_loss:.3f}            (LoRA rank 4 on the fp32 base {rank_losses[4]:.3f})")
+    print(lora.qlora_reading(base_loss, nf4_loss, rank_losses[4], qlora_loss))
 
 # %% [markdown]
 # ## In practice
@@ -531,8 +550,9 @@ else:
 # 1. B = 0 makes BA = 0, so training starts at the pretrained model. If A were zero too, both
 #    gradients would be zero (each is proportional to the other factor) and nothing would train.
 # 2. 16 x (4096 + 4096) = 131,072 of 16.8 million: 0.78%.
-# 3. Rank 2 stays above the floor (it misses two of the four directions); rank 32 reaches the
-#    noise floor like rank 4, with eight times the parameters.
+# 3. Rank 2 stays far above the noise's own size (it misses two of the four directions). Rank 4
+#    gets down to about the noise's size; rank 32 gets lower only by fitting part of the noise,
+#    which is no part of the change, with eight times the parameters.
 # 4. No gradients or optimiser state for the frozen weights, and those weights in 4 bits:
 #    0.5 bytes per parameter, about 3.3 GiB, against 16 bytes per parameter.
 # 5. Merge to serve one adapter at full speed; keep them separate to serve many adapters from

@@ -63,7 +63,7 @@ print(describe(device))
 # imports may go in your answer cell or in code cells you add: grading runs the cells you added,
 # in notebook order, with your answers, but not the chapter's own cells, and without the `course`
 # package (the check cell tells you when an answer relies on either). Save the notebook before
-# grading it (`python -m autograder grade`): the grader reads the saved file.
+# you hand it in: grading reads the saved file.
 
 # %% tags=["grader-setup"] nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import math
@@ -92,13 +92,13 @@ check("kv_cache_bytes", hidden=True)
 # Published configurations, side by side (weights in fp16, cache in fp16):
 
 # %%
-for name, arch in kv_cache.PUBLISHED.items():
-    per_token = kv_cache.cache_bytes(arch, 1)
+sizes = kv_cache.yours(globals(), "kv_cache_bytes", "sizes this table")
+for row in kv_cache.published_rows(kv_cache_bytes=sizes):
     print(
-        f"{name:12s} {arch.kind:28s} {per_token / 2**10:5.0f} KiB/token   32k tokens: "
-        f"{kv_cache.cache_bytes(arch, 32768) / 1e9:5.1f} GB   weights {arch.params * 2 / 1e9:5.1f} GB   "
-        f"cache = weights at {kv_cache.crossover_tokens(arch):,} tokens "
-        f"(at 4,096 tokens a sequence: batch {kv_cache.crossover_tokens(arch) / 4096:.1f})"
+        f"{row['name']:12s} {row['kind']:28s} {row['per_token'] / 2**10:5.0f} KiB/token   32k tokens: "
+        f"{row['at_32k'] / 1e9:5.1f} GB   weights {row['weights'] / 1e9:5.1f} GB   "
+        f"cache = weights at {row['crossover']:,} tokens "
+        f"(at 4,096 tokens a sequence: batch {row['crossover'] / 4096:.1f})"
     )
 
 # %% [markdown]
@@ -111,7 +111,7 @@ for name, arch in kv_cache.PUBLISHED.items():
 # halves it again.
 
 # %%
-plots.widget_kv_cache()
+plots.widget_kv_cache(kv_cache.yours(globals(), "kv_cache_bytes", "sizes the chart"))
 
 # %% [markdown]
 # ## 2. One cached step equals recomputing everything
@@ -211,9 +211,8 @@ per_head = torch.stack(
     dim=1,
 )
 print(f"GQA equals MHA with repeated key-value heads: largest difference {(gqa - per_head).abs().max().item():.1e}")
-config = target.config
-for name, heads in (("MHA", config.n_heads), ("GQA (as trained)", config.n_kv_heads), ("MQA", 1)):
-    size = kv_cache.kv_cache_bytes(config.n_layers, heads, config.head_dim, 512, bytes_per_element=4)
+sizes = kv_cache.yours(globals(), "kv_cache_bytes", "sizes the course model's caches")
+for name, (heads, size) in kv_cache.head_sharing_sizes(target.config, kv_cache_bytes=sizes).items():
     print(f"course model, {name:16s} {heads} kv heads: {size / 2**20:5.2f} MiB for 512 tokens in fp32")
 
 # %% [markdown]
@@ -261,9 +260,10 @@ check("pages_needed", hidden=True)
 # later, as vLLM does).
 
 # %%
+counts = kv_cache.yours(globals(), "pages_needed", "counts the pages of this simulation")
 trace = kv_cache.request_trace(200)
 for page in (None, 256, 64, 16):
-    result = kv_cache.simulate_allocation(trace, 32768, page)
+    result = kv_cache.simulate_allocation(trace, 32768, page, pages_needed=counts)
     name = "contiguous" if page is None else f"pages of {page}"
     print(
         f"{name:14s} memory used for tokens {100 * result.used_share:5.1f}%   "
@@ -277,11 +277,12 @@ for page in (None, 256, 64, 16):
 #
 # ### Try it
 #
-# Move the page size from 1 to 1024. At 1024 paging is barely better than contiguous; below 64 the
-# waste is a few per cent. Halve the capacity: how do the preemptions change?
+# Move the page size from 1 to 1024, and read the line under the numbers: how much of paging's
+# advantage is left once a page holds half a request's maximum length? Below 64 the waste is a few
+# per cent. Halve the capacity: how do the preemptions change?
 
 # %%
-plots.widget_paging()
+plots.widget_paging(kv_cache.yours(globals(), "pages_needed", "counts the chart's pages"))
 
 # %% [markdown]
 # ## 5. Measured: generation with and without the cache
@@ -305,7 +306,7 @@ plots.plot_cache_speed(GEN_LENGTHS, measured["with_cache"], measured["without_ca
 # proportion, so the cache's advantage grows with the length, and the reading above says from
 # which length on it reaches a given factor on this machine. For a model this small, each step's
 # fixed costs (launching dozens of small operations) are a large part of its time and hide part
-# of the difference at short lengths. `make bench` measures up to 512 tokens the same way.
+# of the difference at short lengths.
 #
 # ## In practice
 #

@@ -273,6 +273,18 @@ def errors(executed: dict) -> list[tuple[int, list[str], str]]:
     return found
 
 
+def long_tracebacks(executed: dict) -> list[tuple[int, list[str]]]:
+    """(cell index, traceback) for every error a check cell showed with more than its one line
+    (the hints above it say what to fix; a traceback through the checker says nothing more)."""
+    return [
+        (index, out["traceback"])
+        for index, cell in enumerate(executed["cells"])
+        if "check(" in "".join(cell.get("source", ""))
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "error" and len(out.get("traceback", [])) != 1
+    ]
+
+
 def copy_into(path: Path, folder: Path, name: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     return Path(shutil.copy(path, folder / (name or path.name)))

@@ -338,8 +338,10 @@ def _visible(exercise: str, namespace: dict, capsys) -> str:
         "    return quantization.relative_error(weight, approx)\n",
         "def _norm(x):\n    import course.quantization\n    return x.norm()\n\n"
         "def relative_error(weight, approx):\n    return (_norm(weight - approx) / _norm(weight)).item()\n",
+        "import course.quantization\n\ndef relative_error(weight, approx):\n"
+        "    return ((weight - approx).norm() / weight.norm()).item()\n",
     ],
-    ids=["imported", "through_a_module", "imported_by_a_helper"],
+    ids=["imported", "through_a_module", "imported_by_a_helper", "imported_in_its_cell_unused"],
 )
 def test_visible_check_fails_an_answer_that_uses_the_course_package(answer, capsys):
     from autograder.sandbox.inside import unavailable

@@ -10,7 +10,7 @@ from course.model import attention_reference, causal_mask
 from course.plots import kv_cache as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process
 
 
 def test_cache_bytes_match_published_figures():
@@ -87,6 +87,18 @@ MISTAKES = {
         {"kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
         "left out the batch",
     ),
+    "bytes_per_element_taken_as_2": Planted(  # an fp16 cache written in: the factor 2 is there, the dtype's is not
+        "kv_cache_bytes",
+        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch * 2\n",
+        {"kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
+        "bytes_per_element was taken as 2",
+    ),
+    "bytes_without_bytes_per_element": Planted(  # at the default 2 bytes, the same number as without the factor 2
+        "kv_cache_bytes",
+        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch\n",
+        {"kv_cache_bytes.llama2_token", "kv_cache_bytes.random"},
+        "left out bytes_per_element",
+    ),
     "step_returns_the_weights": Planted(
         "attention_step", STEP.format(returned="weights, cache_k, cache_v"), ALL_STEPS, "attention weights"
     ),
@@ -146,6 +158,27 @@ def attention_step(q, k, v, cache_k, cache_v):
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
 
 
+@pytest.mark.parametrize("name", ["bytes_without_batch", "bytes_per_element_taken_as_2"])
+def test_the_check_cell_catches_a_cache_size_that_ignores_an_argument(name, capsys):
+    """A visible check gives a batch and a bytes_per_element other than the defaults: an answer that
+    ignores either fails before grading, with its hint (the batch was once caught by hidden checks only)."""
+    printed = check_cell("kv_cache_bytes", MISTAKES[name].source, capsys)
+    assert "FAIL" in printed and MISTAKES[name].words in printed, printed
+
+
+def test_mistakes_that_give_the_same_number_share_a_hint_naming_each():
+    """bytes_per_element taken as 2 gives, at 4 bytes, the number of a cache without its factor 2: the
+    hint names both, never the factor 2 alone."""
+    from autograder.chapters import kv_cache as checks
+
+    expected, mistakes = checks._bytes_numbers(32, 8, 128, 100, 2, 4)
+    assert expected == 2 * 32 * 8 * 128 * 100 * 2 * 4
+    hints = [hint for hint, value in mistakes if value == expected / 2]
+    assert len(hints) == 1 and "factor 2 is missing" in hints[0] and "taken as 2" in hints[0], hints
+    _, at_one_byte = checks._bytes_numbers(32, 8, 128, 100, 2, 1)
+    assert "left out bytes_per_element" not in " ".join(h for h, _ in at_one_byte)  # the same as the answer there
+
+
 def test_cache_speed_reading_states_the_length_from_which_each_factor_holds():
     reading = kv_cache.cache_speed_reading([32, 64, 128, 256], [0.1, 0.2, 0.4, 0.8], [0.15, 0.5, 2.2, 8.8])
     assert reading.startswith("the cache is 11.00x faster than recomputing at 256 tokens")
@@ -158,6 +191,69 @@ def test_cache_speed_reading_states_the_length_from_which_each_factor_holds():
     assert "at least 2x faster from 128 tokens on" in dip  # 64 tokens broke the run
     none = kv_cache.cache_speed_reading([32, 64], [1.0, 1.0], [1.2, 1.5])
     assert "not yet 2x faster at any of the lengths 32 and 64" in none
+
+
+def test_the_paging_reading_follows_the_numbers():
+    """The prose once said paging was "barely better" at pages of 1024, beside 49.9% against 29.0%."""
+
+    def run(share, batch):
+        return kv_cache.AllocationResult(100, batch, share, 0, [])
+
+    reading = kv_cache.paging_reading(run(0.290, 13.6), run(0.499, 21.2), 1024)
+    assert reading == (
+        "pages of 1024 use 1.7x contiguous allocation's share of memory (49.9% against 29.0%) and run 1.6x "
+        "the sequences at a time"
+    )
+    assert "about as much of their memory" in kv_cache.paging_reading(run(0.29, 13.6), run(0.30, 14.0), 2048)
+    assert "use less of their memory" in kv_cache.paging_reading(run(0.5, 10.0), run(0.3, 8.0), 2048)
+    trace = kv_cache.request_trace(200)
+    measured = [kv_cache.simulate_allocation(trace, 32768, page) for page in (None, 1024)]
+    assert "1.7x contiguous allocation's share" in kv_cache.paging_reading(*measured, 1024)
+
+
+def test_sizes_read_in_the_unit_that_fits():
+    """A small cache read "0.0 GB" on the chart; three significant figures in the unit that fits."""
+    labels = [plots.size_label(n) for n in (17.18e9, 67.1e6, 262144, 999.96e6, 512, 2.7e12)]
+    assert labels == ["17.2 GB", "67.1 MB", "262 kB", "1 GB", "512 bytes", "2.7 TB"]
+    chart = plots.KVCacheChart().update("Falcon-7B", 512, 1, 1, 0.5)
+    texts = [t.get_text() for t in chart.legend.get_texts()] + [t.get_text() for t in chart.bar_values]
+    assert "512 tokens: 1.05 MB" in texts and "1.05 MB" in texts and not any("0.0" in t for t in texts), texts
+
+
+def test_the_table_and_widgets_use_the_learners_functions_once_written(capsys):
+    """Before kv_cache_bytes and pages_needed are written, the table, the course model's sizes, the
+    simulation and both widgets say they show the course's numbers; once written, that they use the
+    learner's, and they do."""
+    from course.model import ModelConfig
+
+    def blank(*args):
+        raise NotImplementedError
+
+    assert kv_cache.yours({"kv_cache_bytes": blank}, "kv_cache_bytes", "sizes this table") is None
+    assert "Your `kv_cache_bytes` is not written yet: the course's" in capsys.readouterr().out
+
+    def doubled(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):
+        return 4 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element
+
+    def one_page_each(lengths, page_size):
+        return len(lengths)
+
+    namespace = {"kv_cache_bytes": doubled, "pages_needed": one_page_each}
+    assert kv_cache.yours(namespace, "kv_cache_bytes", "sizes this table") is doubled
+    assert "Your `kv_cache_bytes` sizes this table." in capsys.readouterr().out
+    course, mine = kv_cache.published_rows(), kv_cache.published_rows(doubled)
+    assert [r["at_32k"] * 2 for r in course] == [r["at_32k"] for r in mine]
+    assert [-(-r["crossover"] // 2) for r in course] == [r["crossover"] for r in mine]
+    config = ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+    assert kv_cache.head_sharing_sizes(config, kv_cache_bytes=doubled)["MQA"] == (
+        1,
+        2 * kv_cache.head_sharing_sizes(config)["MQA"][1],
+    )
+    trace = kv_cache.request_trace(50, seed=1)
+    ours = kv_cache.simulate_allocation(trace, 8192, 16)
+    theirs = kv_cache.simulate_allocation(trace, 8192, 16, pages_needed=one_page_each)
+    assert ours.timeline != theirs.timeline
+    assert plots.KVCacheChart(doubled).update().figure and plots.PagingChart(50, 1, one_page_each).update(16, 8192)
 
 
 def test_cache_timings_time_both_ways_for_every_length():

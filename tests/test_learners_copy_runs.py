@@ -15,6 +15,7 @@ from conftest import (
     assert_every_figure_drawn,
     errors,
     learners_copy_chapters,
+    long_tracebacks,
     printed,
     see_through_pictures,
     with_the_solutions_answers,
@@ -80,6 +81,7 @@ def test_the_learners_copy_runs_headless(
     if kind == "blank":
         assert found, "the blank exercises should fail their checks"
         assert all("raises-exception" in tags and name == "AssertionError" for _, tags, name in found), found
+        assert long_tracebacks(executed) == []
         assert "not answered yet" in said
         assert "not written yet" in said  # a cell the learner's function drives says it waits for it
     else:

@@ -14,7 +14,7 @@ from course import checkpoints, corpus, lora
 from course.plots import lora as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process
 
 
 def test_trainable_parameters():
@@ -189,6 +189,7 @@ def test_rank_errors_are_the_best_low_rank_errors_and_the_widget_records_them():
     with withheld.recording() as recorded:
         plots.withheld_calls()
     plots._spectrum.cache_clear()
+    plots._course_errors.cache_clear()
     with withheld.recording() as wanted:
         plots.RankErrorChart().update(rank=5, true_rank=16, noise=0.5)
         plots.FinetuneMemoryChart().update(70e9, 80.0)
@@ -270,7 +271,7 @@ MISTAKES = {
     "lora_base_not_frozen": Planted(
         "lora_linear",
         lora_class().replace("parameter.requires_grad_(False)", "pass"),
-        {"lora_linear.frozen"},
+        {"lora_linear.frozen", "lora_linear.trains"},
         "requires_grad_(False)",
     ),
     "lora_copies_the_base": Planted(
@@ -298,8 +299,69 @@ MISTAKES = {
     "parameters_a_only": Planted(
         "lora_parameters",
         "def lora_parameters(d_in, d_out, rank):\n    return rank * d_in\n",
-        {"lora_parameters.4096", "lora_parameters.other"},
+        {"lora_parameters.mlp", "lora_parameters.other"},
         "counted A only",
+    ),
+    # what new learners found passing the visible checks, or hinted at wrongly
+    "parameters_d_in_twice": Planted(
+        "lora_parameters",
+        "def lora_parameters(d_in, d_out, rank):\n    return 2 * rank * d_in\n",
+        {"lora_parameters.mlp", "lora_parameters.other"},
+        "used d_in for both factors",
+    ),
+    "lora_forward_unscaled": Planted(
+        "lora_linear",
+        lora_class().replace("self.scale * (x @", "(x @"),
+        {"lora_linear.merge", "lora_linear.alpha"},
+        "the update was not scaled",
+    ),
+    "lora_init_reversed": Planted(
+        "lora_linear",
+        lora_class(a_init="torch.zeros", b_init="torch.randn"),
+        {"lora_linear.trains"},
+        "the reverse of LoRA's initialisation",
+    ),
+    "lora_forward_through_data": Planted(
+        "lora_linear",
+        lora_class().replace("self.lora_A.T @ self.lora_B.T", "self.lora_A.data.T @ self.lora_B.data.T"),
+        {"lora_linear.trains"},
+        "does not depend on lora_A or lora_B",
+    ),
+    "lora_factors_kept_as_data": Planted(
+        "lora_linear",
+        lora_class()
+        .replace("math.sqrt(base.in_features))\n", "math.sqrt(base.in_features)).data\n")
+        .replace("(base.out_features, rank))\n", "(base.out_features, rank)).data\n"),
+        {"lora_linear.trains", "lora_linear.frozen"},
+        "make lora_A and lora_B nn.Parameters",
+    ),
+    "memory_qlora_4_bytes": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 16, 'lora': 2, 'qlora': 4}[method] / 2**30\n",
+        {"finetune_memory.7b", "finetune_memory.qlora"},
+        "counted 4 bytes per weight: NF4 stores 4 bits",
+    ),
+    "memory_qlora_base_at_16_bits": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 16, 'lora': 2, 'qlora': 16 / 8}[method] / 2**30\n",
+        {"finetune_memory.7b", "finetune_memory.qlora"},
+        "counted the frozen weights in bf16, 2 bytes, as LoRA does",
+    ),
+    "memory_lora_fp32": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 16, 'lora': 4, 'qlora': 0.5}[method] / 2**30\n",
+        {"finetune_memory.7b", "finetune_memory.lora"},
+        "LoRA keeps them in bf16",
+    ),
+    "memory_full_one_moment": Planted(
+        "finetune_memory",
+        "def finetune_memory_gib(params, method):\n"
+        "    return params * {'full': 2 + 2 + 4 + 4, 'lora': 2, 'qlora': 0.5}[method] / 2**30\n",
+        {"finetune_memory.7b"},
+        "the fp32 master copy or one of Adam's two fp32 moments",
     ),
 }
 
@@ -348,6 +410,88 @@ VARIANTS = {
 
 test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
 
+FOUND_BY_LEARNERS = [  # mistakes that passed every visible check, or got a hint that did not fit, before
+    "parameters_d_in_twice",
+    "lora_forward_unscaled",
+    "lora_base_not_frozen",
+    "lora_init_reversed",
+    "lora_forward_through_data",
+    "memory_qlora_4_bytes",
+    "memory_qlora_base_at_16_bits",
+]
+
+
+@pytest.mark.parametrize("name", FOUND_BY_LEARNERS)
+def test_the_check_cell_fails_what_learners_found_with_its_hint(name, capsys):
+    """The learner's check cell (the visible checks, as seeded there) fails each, naming what the
+    answer did; a raising step is told in words before torch's message."""
+    mistake = MISTAKES[name]
+    printed = check_cell(mistake.grade_id, mistake.source, capsys)
+    assert "FAIL" in printed and mistake.words in printed, printed
+    assert "hint: training: raised" not in printed and "LoRA keeps them in bf16" not in printed, printed
+
+
+def test_the_rank_reading_follows_the_errors():
+    """Section 2's last line: where the errors reach the noise, what the ranks below leave and what
+    the largest buys, said from the numbers (the chapter's own and made-up ones)."""
+    change = lora.SECTION_CHANGE
+    errors = dict(zip(lora.SECTION_RANKS, lora.rank_errors(**change, ranks=lora.SECTION_RANKS), strict=True))
+    said = lora.rank_reading(errors, lora.noise_share(**change))
+    assert said.startswith("Rank 4 gets down") and "rank 2 leaves 60.0%" in said and "fitting part of the noise" in said
+    flat = lora.rank_reading({1: 0.8, 2: 0.6, 4: 0.047, 8: 0.046, 32: 0.045}, 0.05)
+    assert "rank 32 buys almost nothing more (4.5%), for 8x the parameters of rank 4" in flat
+    assert "noise" not in flat.partition("rank 32")[2]
+    assert lora.rank_reading({1: 0.8, 2: 0.6}, 0.05).startswith("No rank shown gets near the noise's own size (5.0%)")
+    assert lora.noise_share(**change) == pytest.approx(0.05, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "losses, words",
+    [
+        ((1.505, 1.507, 1.470, 1.470), "too little here (within 0.005) to tell"),
+        ((1.5, 1.6, 1.45, 1.5), "the adapter made up 50% of the rounding's cost"),
+        ((1.5, 1.6, 1.45, 1.452), "the adapter made up the rounding's cost"),
+        ((1.5, 1.6, 1.45, 1.56), "made up none of the rounding's cost"),
+    ],
+)
+def test_the_qlora_reading_follows_the_losses(losses, words):
+    assert words in lora.qlora_reading(*losses)
+
+
+def test_the_chapters_cells_and_sliders_use_the_learners_functions_once_written(capsys):
+    """Each cell that shows an exercise's numbers says whose they are: the notebook's own function
+    once written (the sliders' charts drawn by it), the course's recorded ones before."""
+    blank = _notebook_class(BLANK_CLASS)  # any callable that raises NotImplementedError
+
+    def best_low_rank_error(delta, rank):
+        return 0.25
+
+    def finetune_memory_gib(params, method):
+        return 1.5
+
+    namespace = {"best_low_rank_error": best_low_rank_error, "lora_parameters": blank}
+    assert lora.your_functions(namespace, "the chart", "best_low_rank_error", "lora_parameters") == {
+        "best_low_rank_error": best_low_rank_error
+    }
+    assert lora.your_functions({}, "this table", "lora_parameters") == {}
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "Your `best_low_rank_error` draws the chart; your `lora_parameters` is not written yet: the course's "
+        "numbers, recorded on the same inputs, stand in for it (write it, then run this cell again).",
+        "Your `lora_parameters` is not written yet: the course's numbers, recorded on the same inputs, draw this "
+        "table (write it, then run this cell again).",
+    ]
+    chart = plots.RankErrorChart(best_low_rank_error=best_low_rank_error, lora_parameters=lambda *_: 7).update(rank=3)
+    assert list(chart.curve.get_ydata()) == [0.25] * len(plots.RANKS) and "7 numbers" in chart.ax_e.get_title()
+    totals = plots.FinetuneMemoryChart(finetune_memory_gib).update(7e9)
+    assert [text.get_text() for text in totals.totals] == ["1.5 GiB"] * 3
+
+
+def test_a_layer_that_cannot_train_is_told_in_words_before_the_chapter_trains_it():
+    through_data = lora_class().replace("self.lora_A.T @ self.lora_B.T", "self.lora_A.data.T @ self.lora_B.data.T")
+    with pytest.raises(ValueError, match="does not depend on any parameter that trains.*not .data"):
+        lora.written_layer({"LoRALinear": _notebook_class(through_data)})
+
 
 # --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
 
@@ -372,7 +516,7 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
 }
 
 # the course's answers to the exercises its checks drive with a scenario
-SCENARIO_ANSWERS = {"LoRALinear": lora.LoRALinear}
+SCENARIO_ANSWERS = {"LoRALinear": lora.LoRALinear, "finetune_memory_gib": lora.finetune_memory_gib}
 
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "initialise B to zero",

@@ -10,7 +10,15 @@ import pytest
 from autograder import learners_copy
 from course import paths
 
-from conftest import assert_every_figure_drawn, chapter_names, errors, execute, printed, see_through_pictures
+from conftest import (
+    assert_every_figure_drawn,
+    chapter_names,
+    errors,
+    execute,
+    long_tracebacks,
+    printed,
+    see_through_pictures,
+)
 
 
 @pytest.mark.parametrize("chapter", chapter_names())
@@ -32,6 +40,7 @@ def test_student_copy_executes_with_only_its_checks_failing(chapter, kernel, art
     found = errors(executed)
     assert found, "the blank exercises should fail their checks"
     assert all("raises-exception" in tags and name == "AssertionError" for _, tags, name in found), found
+    assert long_tracebacks(executed) == []
     assert "not answered yet" in printed(executed)
     assert_every_figure_drawn(executed)
     assert see_through_pictures(executed) == []

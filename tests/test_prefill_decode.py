@@ -1,10 +1,12 @@
 """Chapter 1: the published figures, the roofline's two regimes, the batching simulator, the
 chapter's figures, and the grader's hints for planted mistakes."""
 
+from dataclasses import replace
+
 import pytest
 
 from autograder.planted import Planted, planted
-from course import evaluation, prefill_decode
+from course import evaluation, paths, prefill_decode
 from course.plots import prefill_decode as plots
 from course.plots._widgets import figure_png
 
@@ -140,14 +142,15 @@ def _notebook_functions(**changes) -> dict:
     return {**found, **changes}
 
 
-def test_the_notebooks_formulas_drive_the_figures_once_all_four_are_written():
+def _blank(*args):
+    raise NotImplementedError()
+
+
+def test_the_notebooks_formulas_drive_the_figures():
     """Formulas.of takes a notebook's four exercises, in the chapter's units, and predicts what the
-    course's formulas predict; while one of them is not written, it gives None."""
-
-    def blank(*args):
-        raise NotImplementedError()
-
+    course's formulas predict."""
     yours = prefill_decode.Formulas.of(_notebook_functions())
+    assert yours.complete and yours.yours == tuple(prefill_decode.PROBES)
     for batch in (1, 64, 512):
         assert prefill_decode.decode_step_time(70e9, 4, batch, A100, yours) == pytest.approx(
             prefill_decode.decode_step_time(70e9, 4, batch, A100)
@@ -160,10 +163,89 @@ def test_the_notebooks_formulas_drive_the_figures_once_all_four_are_written():
     ours = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 8, True))
     theirs = prefill_decode.summarise(prefill_decode.simulate(trace, 8e9, 16, A100, 8, True, yours))
     assert theirs == pytest.approx(ours)
-    assert prefill_decode.Formulas.of(_notebook_functions(critical_batch_size=blank)) is None
-    assert prefill_decode.Formulas.of({}) is None
     wrong = prefill_decode.Formulas.of(_notebook_functions(prefill_flops=lambda params, tokens: params * tokens))
     assert prefill_decode.prefill_time(8e9, 16, 4096, A100, wrong) < prefill_decode.prefill_time(8e9, 16, 4096, A100)
+
+
+def test_the_notebooks_formulas_that_are_written_are_used_while_others_are_not_yet():
+    """A notebook with some of the four written: those are used, the others are None (the course's
+    with or_course), and each cell's sentence names which are which. Before, one exercise not
+    written made Formulas.of None, and a cell said "your roofline_step_time is not written yet"
+    of a written one."""
+    some = prefill_decode.Formulas.of(_notebook_functions(weight_memory_gb=_blank, critical_batch_size=_blank))
+    assert some.yours == ("prefill_flops", "roofline_step_time") and not some.complete
+    assert some.can("roofline_seconds") and not some.can(*prefill_decode.DECODE)
+    assert some.missing() == ["weight_memory_gb", "critical_batch_size"]
+    assert some.roofline_seconds(1e12, 1e9, 1e14, 1e12) == pytest.approx(0.01)
+    filled = some.or_course()
+    assert filled.can(*prefill_decode.NAMES) and filled.not_yours() == ["weight_memory_gb", "critical_batch_size"]
+    assert prefill_decode.decode_step_time(8e9, 16, 1, A100, filled) == pytest.approx(
+        prefill_decode.decode_step_time(8e9, 16, 1, A100)
+    )
+    assert prefill_decode.whose(some, "This figure", instead="the course's stand in") == (
+        "This figure uses your prefill_flops and roofline_step_time; weight_memory_gb and critical_batch_size "
+        "are not written yet: the course's stand in."
+    )
+    assert prefill_decode.whose(some, "The simulator", prefill_decode.PREFILL) == (
+        "The simulator uses your prefill_flops and roofline_step_time; weight_memory_gb is not written yet."
+    )
+    none = prefill_decode.Formulas.of({})
+    assert none.yours == () and none.missing() == list(prefill_decode.PROBES)
+    assert prefill_decode.whose(none, "This figure", ("critical_batch_of",), "left out") == (
+        "Your critical_batch_size is not written yet: left out."
+    )
+    assert prefill_decode.whose(prefill_decode.Formulas.of(_notebook_functions()), "This figure") == (
+        "This figure uses your weight_memory_gb, prefill_flops, roofline_step_time and critical_batch_size."
+    )
+
+
+def _legend(figure) -> tuple[list[str], str]:
+    legend = figure.axes[0].get_legend()
+    return [t.get_text() for t in legend.get_texts()], legend.get_title().get_text()
+
+
+def test_a_figure_lists_only_what_it_draws_and_says_what_is_not_drawn():
+    """The blank copy's roofline listed "decode" and "prefill" in its legend, drawn nowhere."""
+    measured = [("measured decode, batch 1", 4.0, 1e10)]
+    for formulas in (None, prefill_decode.Formulas.of({})):
+        chart = plots.RooflineChart(measured, formulas).update(9e7, 32, 1, 256, A100)
+        assert _legend(chart.figure)[0] == ["measured decode, batch 1"]
+        assert len(chart.decode.get_xdata()) == len(chart.prefill.get_xdata()) == 0
+        assert "not written yet, so left out:\n  weight_memory_gb" in chart.numbers.get_text()
+    only_critical = prefill_decode.Formulas.of({"critical_batch_size": _notebook_functions()["critical_batch_size"]})
+    chart = plots.RooflineChart(measured, only_critical).update(9e7, 32, 1, 256, A100)
+    assert _legend(chart.figure)[0] == ["measured decode, batch 1"]
+    assert "critical batch: 306" in chart.numbers.get_text() and "  roofline_step_time" in chart.numbers.get_text()
+    chart = plots.RooflineChart(measured, prefill_decode.REFERENCE).update(9e7, 32, 4, 256, A100)
+    assert _legend(chart.figure)[0] == ["decode, batch 4", "prefill, 256 tokens", "measured decode, batch 1"]
+    assert "not written" not in chart.numbers.get_text()
+
+    labels, title = _legend(plots.plot_decode_batch(9e7, 32, A100, {1: 100.0, 8: 700.0}, formulas=only_critical))
+    assert labels == ["critical batch", "measured"]
+    assert title == "not written yet, so not drawn:\nroofline prediction (weight_memory_gb and roofline_step_time)"
+    labels, title = _legend(plots.plot_decode_batch(9e7, 32, A100, {1: 100.0, 8: 700.0}))
+    assert labels == ["roofline prediction", "critical batch", "measured"] and title == ""
+
+
+def test_a_chart_whose_stand_ins_were_not_recorded_says_so_instead_of_raising():
+    """In the learners' copy the course's formulas answer the calls they were recorded with: beside
+    a notebook's answer that gives other numbers, the chart says why it cannot draw the view."""
+    from course.withheld import NotRecorded
+
+    def unrecorded(*args):
+        raise NotRecorded("not recorded")
+
+    def mix(**formulas):
+        return replace(prefill_decode.Formulas.of(_notebook_functions(roofline_step_time=_blank)), **formulas)
+
+    chart = plots.RooflineChart(formulas=mix(roofline_seconds=unrecorded)).update()
+    assert chart.numbers.get_text().startswith("the course's formulas for\n  roofline_step_time\nare recorded on")
+    assert len(chart.decode.get_xdata()) == 0 and not chart.legend.get_visible()
+    assert chart.update(batch=4).legend.get_visible() is False
+    batching = plots.BatchingChart(n=20, formulas=mix(roofline_seconds=unrecorded)).update()
+    assert batching.numbers.get_text().startswith(
+        "the course's formulas for\n  roofline_step_time\nare recorded at the default\nsliders"
+    )
 
 
 def test_the_roofline_widget_records_every_preset_it_offers():
@@ -192,6 +274,10 @@ def _answer(name: str, arguments: str, body: str) -> str:
     return f"def {name}({arguments}):\n" + "".join(f"    {line}\n" for line in body.strip().split("\n"))
 
 
+MEMORY = ("weight_memory_gb", "params, bits")
+ROOFLINE = ("roofline_step_time", "flops, n_bytes, peak_flops, bandwidth")
+ALL_ROOFLINE = {f"roofline_step_time.{name}" for name in ("memory_bound", "prefill_8b", "compute_bound")}
+CRITICAL = ("critical_batch_size", "peak_flops, bandwidth, bytes_per_param")
 STATIC = ("static_batch_throughput", "output_lengths, batch_size, step_seconds")
 ALL_STATIC = {"static_batch_throughput.example", "static_batch_throughput.random"}
 
@@ -243,7 +329,7 @@ MISTAKES = {
             "chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
             "return sum(len(c) * max(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
         ),
-        {"static_batch_throughput.random"},  # the example's numbers happen to equal another mistake's
+        ALL_STATIC,
         "idle slots",
     ),
     "static_last_batch_dropped": Planted(
@@ -254,10 +340,142 @@ MISTAKES = {
             "chunks = [output_lengths[i:i + batch_size] for i in range(0, full, batch_size)]\n"
             "return sum(sum(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
         ),
-        {"static_batch_throughput.random"},
+        ALL_STATIC,
         "last, smaller batch",
     ),
+    # what a new learner found passing every visible check, or hinted as a mistake it did not make
+    "memory_integer_division": Planted(
+        MEMORY[0], _answer(*MEMORY, "return params * bits / 8 // 1e9"), {"weight_memory_gb.7b_3bit"}, "rounded down"
+    ),
+    "memory_bits_floored": Planted(
+        MEMORY[0],
+        _answer(*MEMORY, "return params * (bits // 8) / 1e9"),
+        {"weight_memory_gb.7b_3bit", "weight_memory_gb.other"},
+        "bits // 8 is 0 for 3 bits",
+    ),
+    "roofline_memory_only": Planted(
+        ROOFLINE[0],
+        _answer(*ROOFLINE, "return n_bytes / bandwidth"),
+        {"roofline_step_time.prefill_8b", "roofline_step_time.compute_bound"},
+        "got the memory time n_bytes / bandwidth alone",
+    ),
+    "roofline_smaller": Planted(
+        ROOFLINE[0],
+        _answer(*ROOFLINE, "return min(flops / peak_flops, n_bytes / bandwidth)"),
+        ALL_ROOFLINE,
+        "is the larger, and the slower limit decides",
+    ),
+    "roofline_milliseconds": Planted(
+        ROOFLINE[0],
+        _answer(*ROOFLINE, "return 1000 * max(flops / peak_flops, n_bytes / bandwidth)"),
+        ALL_ROOFLINE,
+        "returned milliseconds",
+    ),
+    "critical_two_bytes_always": Planted(
+        CRITICAL[0],
+        _answer(*CRITICAL, "return peak_flops / bandwidth * 2 / 2"),
+        {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
+        "the critical batch of 2-byte weights; these weights have 1 byte each",
+    ),
+    "critical_integer_division": Planted(
+        CRITICAL[0],
+        _answer(*CRITICAL, "return peak_flops / bandwidth * (bytes_per_param // 2)"),
+        {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
+        "rounded down (// or int())",
+    ),
+    "static_integer_division": Planted(
+        STATIC[0],
+        _answer(
+            *STATIC,
+            "steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))\n"
+            "return sum(output_lengths) // (steps * step_seconds)",
+        ),
+        ALL_STATIC,
+        "rounded down",
+    ),
+    "static_every_slot_a_token": Planted(
+        STATIC[0], _answer(*STATIC, "return batch_size / step_seconds"), ALL_STATIC, "idle in their slot"
+    ),
 }
+
+# The MISTAKES above that a new learner found passing every visible check, or hinted there as a
+# mistake they did not make: the check cell (visible checks only) must fail each and name it.
+SEEN_BEFORE_GRADING = [
+    "memory_integer_division",
+    "memory_bits_floored",
+    "roofline_memory_only",
+    "critical_two_bytes_always",
+    "critical_integer_division",
+    "static_padding_counted",
+    "static_last_batch_dropped",
+    "static_every_slot_a_token",
+]
+
+
+@pytest.mark.parametrize("name", SEEN_BEFORE_GRADING)
+def test_the_check_cell_fails_the_mistake_and_names_it(name, capsys):
+    from conftest import check_cell
+
+    mistake = MISTAKES[name]
+    printed = check_cell(mistake.grade_id, mistake.source, capsys)
+    assert "FAIL" in printed and mistake.words in printed, printed
+
+
+def test_every_hint_of_a_number_carries_its_unit(capsys):
+    """A step time of 12.26 read "expected 0.0122609, got 12.2609": seconds or milliseconds?"""
+    from conftest import check_cell
+
+    printed = check_cell(ROOFLINE[0], _answer(*ROOFLINE, "return 7.0"), capsys)
+    assert "expected 0.0122609 s, got 7 s" in printed, printed
+    printed = check_cell(STATIC[0], _answer(*STATIC, "return 7.0"), capsys)
+    assert "expected 76.3158 tokens/s, got 7 tokens/s" in printed, printed
+    for name, unit in (("weight_memory_gb", "GB"), ("prefill_flops", "FLOPs"), ("critical_batch_size", "sequences")):
+        arguments = next(m.source for m in MISTAKES.values() if m.grade_id == name).split("(")[1].split(")")[0]
+        printed = check_cell(name, _answer(name, arguments, "return 7.0"), capsys)
+        assert f", got 7 {unit})" in printed or f"got 7 {unit}\n" in printed, printed
+
+
+def test_the_chapter_names_no_command_the_learners_copy_lacks():
+    """The learners' copy has no `python -m autograder grade`, `make reference` or `make bench`."""
+    text = (paths.SOLUTIONS / "01_prefill_decode.py").read_text()
+    assert [c for c in ("python -m autograder grade", "make reference", "make bench") if c in text] == []
+
+
+def test_the_prompts_example_is_the_check_cells_and_has_a_shorter_last_batch():
+    """On full batches, three mistakes give batch_size / step_seconds (the idle-slot one was hinted as
+    "mean length"); the example's last batch of one tells them apart."""
+    from autograder.chapters import prefill_decode as chapter
+
+    example = next(c for c in chapter.STATIC.checks if c.name == "example").probe(None)["args"]
+    outputs, batch, step = example
+    assert len(outputs) % batch
+    expected, mistakes = chapter._static_numbers(*example)
+    text = (paths.SOLUTIONS / "01_prefill_decode.py").read_text()
+    assert f"`{outputs}`, batches\n# of {batch} and {step} s per step" in text
+    assert f"about {expected:.1f} tokens/s" in text
+    assert len({round(value, 6) for _, value in mistakes}) == len(mistakes)
+
+
+def test_batch_1s_decode_rate_is_the_decode_step_printed_above_it():
+    """The chapter printed a decode step of 30.5 ms and, a cell below, batch 1 at 18 tokens/s: two
+    measurements of one thing. Batch 1's rate is now that step's."""
+    text = (paths.SOLUTIONS / "01_prefill_decode.py").read_text()
+    assert "measured = {1: 1 / decode_per_token} | evaluation.decode_throughput(big, batches[1:])" in text
+    assert text.count("evaluation.decode_step_seconds(big, batch=1)") == 1
+
+
+def test_two_mistakes_that_give_the_same_number_are_not_named():
+    """70B at 4 bits: params * 8 / bits and 2 bytes per weight are both 140 GB; the hint names neither."""
+    from autograder.chapters import prefill_decode as chapter
+
+    assert chapter._told_apart([("seen", 1.0)], [("a", 2.0), ("b", 2.0), ("c", 3.0), ("c", 4.0)]) == [
+        ("seen", 1.0),
+        ("c", 3.0),
+        ("c", 4.0),
+    ]
+    verdict = chapter._judge_memory({"args": [70e9, 4]}, {"returned": 140.0})
+    assert verdict.hint == "expected 35 GB, got 140 GB", verdict.hint
+
 
 # Correct answers written their own way: each must keep every point.
 VARIANTS = {

@@ -395,6 +395,12 @@ def quantize_dequantize(weight, bits, group_size=None):
         ALL_ROUND_TRIPS - {"quantize_dequantize.zero_groups"},
         "min-max quantization with a zero point",
     ),
+    "bits_integer_division": Planted(  # 16 // 64 is 0: the number of leaving the scales out, named as both
+        "effective_bits",
+        "def effective_bits(bits, group_size, scale_bits=16):\n    return bits + scale_bits // group_size\n",
+        {"effective_bits.int4_g64", "effective_bits.other"},
+        "integer division",
+    ),
     "relative_error_mean_absolute": Planted(
         "relative_error",
         "def relative_error(weight, approx):\n"
@@ -596,6 +602,23 @@ def test_speedup_reports_both_times_and_the_bytes_bound():
     assert row["bound"] == pytest.approx(32 / (4 + 32 / 64))  # 4-bit codes, a bf16 scale and zero per 64
     assert row["speedup"] == pytest.approx(row["fp32_seconds"] / row["int4_seconds"])
     assert row["fp32_spread"] >= 0 and row["int4_spread"] >= 0
+
+
+def test_the_int4_timings_are_one_call_of_plain_data_that_a_recording_can_answer():
+    """The learners' copy leaves the int4 layer out; its chart once showed the bound alone. The
+    timings are now one withheld call of plain data (sizes in, rows and the machine out), which the
+    copy answers with what was measured when it was made, and the chart draws them, naming the machine."""
+    from course import wire
+    from course.device import best_device, describe
+    from course.kernels import int4
+
+    measured = int4.speedups((64, 128), 64)
+    assert measured["machine"] == describe(best_device())
+    assert [r["shape"] for r in measured["rows"]] == [(64, 64), (128, 128)]
+    assert all(r["speedup"] > 0 and r["bound"] > 1 for r in measured["rows"])
+    assert wire.decode(wire.encode(measured)) == measured  # what a recording keeps is what the cell reads
+    figure = plots.plot_int4_speedup(measured["rows"], measured["machine"])
+    assert measured["machine"] in figure.axes[0].get_title() and len(figure.axes[0].lines) == 3
 
 
 # --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------
@@ -907,8 +930,16 @@ GPTQ_MISTAKES = {
     ),
     "too_many_levels": (  # quantize_dequantize's mistake, named with the same words
         GPTQ_ANSWER_LEVELS.format(damping="damping", factor=UPPER, scale_source="w", update=UPDATE),
-        COMPENSATED | {"gptq_quantize.identity"},
+        COMPENSATED | {"gptq_quantize.identity", "gptq_quantize.zero_groups"},
         "levels instead of",
+    ),
+    "no_zero_group_guard": (  # the prompt: an all-zero group, scale 0, codes 0, no NaN
+        gptq_variant().replace(
+            "step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))",
+            "step = scale[:, j // group]",
+        ),
+        {"gptq_quantize.zero_groups"},
+        "all-zero group",
     ),
     "absolute_damping": (
         gptq_variant().replace("h.diagonal().mean() * torch.eye", "torch.eye"),
@@ -937,6 +968,20 @@ def test_each_gptq_mistake_loses_exactly_its_checks_with_its_hint(name):
     shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
     assert {i for i, v in found.items() if not v.passed} == must_fail, shown
     assert all(words in found[i].hint for i in must_fail), shown
+
+
+def test_a_small_fixed_damping_is_not_told_it_has_none():
+    """H + 1e-3 * I gives the codes of no damping on these Hessians: the hint says so, and that the
+    damping may be too small, instead of naming "no damping" alone; the checks that cannot tell say
+    what differs."""
+    from conftest import verdicts
+
+    source = gptq_variant().replace("damping * h.diagonal().mean() * torch.eye", "1e-3 * torch.eye")
+    found = {i: v for i, v in verdicts("gptq_quantize", source).items() if not v.passed}
+    assert set(found) == COMPENSATED, found
+    named = [v.hint for v in found.values() if "damping" in v.hint]
+    assert named and all("too small to matter" in hint for hint in named), named
+    assert all("damping" in v.hint or "values differ" in v.hint for v in found.values()), found
 
 
 def test_gptq_written_the_surgeon_s_way_keeps_every_point():

@@ -71,3 +71,25 @@ def test_a_real_runs_report_names_its_tests(tmp_path):
 def test_without_a_report_it_says_to_run_the_tests_first(tmp_path, capsys):
     assert suite_time.main([str(tmp_path / "missing.xml")]) == 1
     assert "run `make test` first" in capsys.readouterr().err
+
+
+def test_make_bench_keeps_the_test_time_and_each_class_sizes_grading(tmp_path, monkeypatch):
+    """A full ``make bench`` rewrites data/performance.json: the test time and the grading figures,
+    recorded on their own, stay; each class size's grading figures stay beside the others'."""
+    benchmarks = load_tool("benchmarks")
+    performance = tmp_path / "performance.json"
+    monkeypatch.setattr(benchmarks, "REPORT", performance)
+    monkeypatch.setattr(benchmarks.paths, "ROOT", tmp_path)  # where the messages name the file from
+    performance.write_text(json.dumps({"grading": {"submissions": 60, "per_minute_per_core": 8.5}, "ratios": {}}))
+    benchmarks.record_grading({"submissions": 1000, "per_minute_per_core": 30.0})
+    benchmarks.record_grading({"submissions": 60, "per_minute_per_core": 33.0})
+    path = tmp_path / "junit.xml"
+    path.write_text(REPORT)
+    suite_time.record(suite_time.read(path), performance)
+    benchmarks.budget({"01_prefill_decode": 10.0}, {}, {"a": 1.0}, "a machine")
+    kept = json.loads(performance.read_text())
+    assert list(kept["grading"]) == ["60", "1000"]
+    assert (
+        kept["grading"]["60"]["per_minute_per_core"] == 33.0 and kept["grading"]["1000"]["per_minute_per_core"] == 30.0
+    )
+    assert kept["tests"]["seconds"] == 100.5 and kept["ratios"] == {"a": 1.0}

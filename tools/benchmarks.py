@@ -215,7 +215,7 @@ def budget(
         **(tables or {}),
         "over_budget": over,
     }
-    kept = {"grading"}  # recorded by sections that run on their own (--only grading)
+    kept = {"grading", "tests"}  # recorded on their own: --only grading, and tools/suite_time.py --record
     earlier = json.loads(REPORT.read_text()) if REPORT.exists() else {}
     report |= {key: value for key, value in earlier.items() if key in kept}
     REPORT.write_text(json.dumps(report, indent=1) + "\n")
@@ -529,12 +529,18 @@ def similarity_scale(n: int) -> dict[str, float]:
     return {"similarity_answers": n, "similarity_seconds": round(seconds, 1)}
 
 
-def record(key: str, value: dict) -> None:
-    """Put ``value`` under ``key`` in data/performance.json, keeping what the rest of it holds."""
+def record_grading(results: dict) -> None:
+    """Put a class's grading figures under ``grading``, by the class's size, in data/performance.json,
+    keeping the other sizes' figures and everything else it holds (a record of one size only, as
+    older runs wrote it, is kept under its size)."""
     report = json.loads(REPORT.read_text()) if REPORT.exists() else {}
-    report[key] = value
+    by_size = report.get("grading", {})
+    if "submissions" in by_size:
+        by_size = {str(by_size["submissions"]): by_size}
+    by_size[str(results["submissions"])] = results
+    report["grading"] = dict(sorted(by_size.items(), key=lambda item: int(item[0])))
     REPORT.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"recorded under {key!r} in {REPORT.relative_to(paths.ROOT)}")
+    print(f"recorded under 'grading', {results['submissions']} submissions, in {REPORT.relative_to(paths.ROOT)}")
 
 
 def chapter_benchmarks() -> dict[str, object]:
@@ -574,7 +580,7 @@ def main() -> None:
     if args.only != "grading":
         measurements(benchmarks, args.only)
     if args.submissions > 0 and args.only in (None, "grading"):
-        record("grading", grading_throughput(args.submissions, args.shards, not args.no_baseline))
+        record_grading(grading_throughput(args.submissions, args.shards, not args.no_baseline))
 
 
 def measurements(benchmarks: dict[str, object], only: str | None = None) -> None:

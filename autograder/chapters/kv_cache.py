@@ -27,19 +27,40 @@ from course.withheld import withheld
 
 @withheld
 def _bytes_numbers(n_layers, n_kv_heads, head_dim, seq_len, batch, element) -> tuple[float, list[tuple[str, float]]]:
-    """The cache's bytes, and the common mistakes' numbers with their hints."""
+    """The cache's bytes, and the common mistakes' numbers with their hints (mistakes that give the
+    same number on these inputs share one hint, naming each: the check cannot tell them apart)."""
     one = n_layers * n_kv_heads * head_dim * seq_len * batch * element
     mistakes = [
         ("the factor 2 is missing: the cache holds a key and a value per head", one),
         ("counted bits, not bytes: bytes_per_element is already in bytes", 2 * one * 8),
         ("left out the batch: every sequence keeps its own cache", 2 * one / batch),
         ("left out bytes_per_element", 2 * one / element),
+        (
+            f"bytes_per_element was taken as 2 whatever it is ({element:g} here): multiply by bytes_per_element",
+            4 * one / element,
+        ),
         ("left out the number of layers: every layer caches its own keys and values", 2 * one / n_layers),
         ("returned GB (1e9 bytes): return the bytes themselves", 2 * one / 1e9),
         ("returned GiB: return the bytes themselves", 2 * one / 2**30),
         ("returned MiB: return the bytes themselves", 2 * one / 2**20),
     ]
-    return 2 * one, mistakes
+    return 2 * one, _alike_said_together(mistakes, 2 * one)
+
+
+def _alike_said_together(mistakes: list[tuple[str, float]], expected: float) -> list[tuple[str, float]]:
+    """``mistakes`` with those that give the same number (and not ``expected``) merged into one, whose
+    hint names each: "one of these, which give the same number here: ...; or ..."."""
+    merged: list[tuple[list[str], float]] = []
+    for hint, value in mistakes:
+        if math.isclose(value, expected, rel_tol=1e-9):
+            continue
+        same = next((entry for entry in merged if math.isclose(entry[1], value, rel_tol=1e-9)), None)
+        if same:
+            same[0].append(hint)
+        else:
+            merged.append(([hint], value))
+    together = "one of these, which give the same number here: "
+    return [(hints[0] if len(hints) == 1 else together + "; or ".join(hints), value) for hints, value in merged]
 
 
 @judges_value
@@ -81,9 +102,10 @@ KV_BYTES = Exercise(
         Check(
             "gqa_32k",
             1,
-            "Llama-3-8B (8 kv heads), 32k tokens, batch 4",
-            _bytes_probe(([32, 8, 128, 32768], {"batch": 4})),
+            "Llama-3-8B (8 kv heads), 32k tokens, batch 4, an fp8 cache (bytes_per_element=1)",
+            _bytes_probe(([32, 8, 128, 32768], {"batch": 4, "bytes_per_element": 1})),
             _judge_bytes,
+            visible=True,
         ),
         Check("random", 1, "other sizes, batches and dtypes", _bytes_probe(), _judge_bytes),
     ],

@@ -29,6 +29,8 @@ def _parameters_numbers(d_in, d_out, rank) -> tuple[int, list[tuple[str, int]]]:
     """The adapter's trainable numbers, and the common mistakes' numbers with their hints."""
     mistakes = [
         ("counted the full matrix: the adapter is A (r x d_in) plus B (d_out x r)", d_in * d_out),
+        ("used d_in for both factors: B is (d_out x r), so the count is r (d_in + d_out)", 2 * rank * d_in),
+        ("used d_out for both factors: A is (r x d_in), so the count is r (d_in + d_out)", 2 * rank * d_out),
         ("multiplied by the rank twice or squared it: r (d_in + d_out)", rank * rank * (d_in + d_out)),
         ("counted A only: B (d_out x r) trains too", rank * d_in),
         ("counted B only: A (r x d_in) trains too", rank * d_out),
@@ -58,12 +60,19 @@ LORA_PARAMETERS = Exercise(
     "lora_parameters",
     ("lora_parameters",),
     [
-        Check("4096", 1, "4096 x 4096 at rank 8: 65,536", _sizes([4096, 4096, 8]), _judge_parameters, visible=True),
+        Check(
+            "mlp",
+            1,
+            "a 4096 -> 11008 layer (a 7B model's MLP) at rank 8",
+            _sizes([4096, 11008, 8]),
+            _judge_parameters,
+            visible=True,
+        ),
         Check("other", 1, "a rectangular layer", _sizes(), _judge_parameters),
     ],
     requirements=[
-        Requirement("the trainable numbers of A (r x d_in) and B (d_out x r): r (d_in + d_out)", ("4096", "other")),
-        Requirement("d_in and d_out may differ", ("other",)),
+        Requirement("the trainable numbers of A (r x d_in) and B (d_out x r): r (d_in + d_out)", ("mlp", "other")),
+        Requirement("d_in and d_out may differ", ("mlp", "other")),
     ],
 )
 
@@ -295,13 +304,25 @@ def _known(mistakes: list[tuple[str, torch.Tensor]]) -> list[tuple[str, object]]
     return [(hint, lambda wrong=wrong: wrong) for hint, wrong in mistakes]
 
 
+STEPS = {  # what the scenario was doing at each key of its report, as a hint names it
+    "initial": "calling the new layer on x",
+    "trainable": "listing the layer's parameters",
+    "base_kept": "reading self.base",
+    "shapes": "reading lora_A.shape and lora_B.shape",
+    "training": "two training steps on a fresh layer (forward, backward, update)",
+    "output": "forward once lora_A and lora_B are set",
+    "merged": "merge() and the merged layer's output",
+}
+NO_GRAPH = "does not require grad"  # what torch's backward() says of a loss that depends on no trainable tensor
+
+
 def _part(report, key: str):
     """The report's ``key``, or a failing verdict saying what went wrong in that step."""
     if not isinstance(report, dict):
         return None, Verdict(False, f"LoRALinear could not be tested: {report!r}"[:300])
     value = report.get(key)
     if isinstance(value, dict) and "error" in value:
-        return None, Verdict(False, f"{key}: raised {value['error']}")
+        return None, Verdict(False, f"{STEPS[key]} raised {value['error']}")
     if value is None:
         return None, Verdict(False, f"{key} could not be checked")
     return value, None
@@ -339,35 +360,55 @@ def _judge_start(probe, report):
     return Verdict(True)
 
 
-@judges_value
-def _judge_forward(probe, report):
+def _forward_verdict(report, expected: dict) -> Verdict:
+    """The output of the report's layer once lora_A and lora_B are set, against ``expected``
+    (:func:`_layer_outputs`), naming the forward mistake it matches."""
     output, failed = _part(report, "output")
     if failed:
         return failed
     if not isinstance(output, torch.Tensor):
         return Verdict(False, f"the output with A and B set is a {type(output).__name__}, not a torch.Tensor")
-    e = _layer_outputs(*probe["args"])
     return diagnose(
-        output, e["adapted"], _known(e["forward"]), what="the output with A and B set", rtol=1e-4, atol=1e-5
+        output,
+        expected["adapted"],
+        _known(expected["forward"]),
+        what="the output with A and B set",
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+@judges_value
+def _judge_forward(probe, report):
+    return _forward_verdict(report, _layer_outputs(*probe["args"]))
+
+
+def _trainable_verdict(report) -> Verdict:
+    """Whether lora_A and lora_B, and nothing else, train (the base's parameters frozen)."""
+    trainable, failed = _part(report, "trainable")
+    if failed:
+        return failed
+    if trainable == ["lora_A", "lora_B"]:
+        return Verdict(True)
+    missing = sorted({"lora_A", "lora_B"} - set(trainable))
+    kind = "an nn.Parameter" if len(missing) == 1 else "nn.Parameters"
+    return Verdict(
+        False,
+        (f"the parameters that train are {trainable}" if trainable else "no parameter of the layer trains")
+        + "; only lora_A and lora_B should: "
+        + (
+            f"make {' and '.join(missing)} {kind} (registered on self, requires_grad left on)"
+            if missing
+            else "call requires_grad_(False) on the base layer's parameters"
+        ),
     )
 
 
 @judges_value
 def _judge_frozen(probe, report):
-    trainable, failed = _part(report, "trainable")
-    if failed:
-        return failed
-    if trainable != ["lora_A", "lora_B"]:
-        missing = sorted({"lora_A", "lora_B"} - set(trainable))
-        return Verdict(
-            False,
-            f"the parameters that train are {trainable}; only lora_A and lora_B should: "
-            + (
-                f"make {' and '.join(missing)} an nn.Parameter (registered on self, requires_grad left on)"
-                if missing
-                else "call requires_grad_(False) on the base layer's parameters"
-            ),
-        )
+    verdict = _trainable_verdict(report)
+    if not verdict.passed:
+        return verdict
     kept, failed = _part(report, "base_kept")
     if failed or not kept:
         return Verdict(False, "keep the base layer itself as self.base (wrap it, do not copy it)")
@@ -376,10 +417,20 @@ def _judge_frozen(probe, report):
 
 @judges_value
 def _judge_trains(probe, report):
-    """Two optimiser steps on a fresh adapter: B gets a gradient at the first (A x is not zero),
-    A at the second (B is no longer zero), and the output moves."""
+    """Two optimiser steps on a fresh adapter: only lora_A and lora_B train, B gets a gradient at
+    the first (A x is not zero), A at the second (B is no longer zero), and the output moves."""
+    verdict = _trainable_verdict(report)
+    if not verdict.passed:
+        return verdict
     training, failed = _part(report, "training")
     if failed:
+        if NO_GRAPH in report["training"]["error"]:
+            return Verdict(
+                False,
+                "the layer's output does not depend on lora_A or lora_B, so backward() had nothing to train "
+                f"and raised ({report['training']['error']}): forward must use the nn.Parameters themselves, "
+                "not .data, .detach() or a copy made under torch.no_grad()",
+            )
         return failed
     zero, (first, second) = training["zero_at_start"], training["gradients"]
     if zero.get("lora_A") and zero.get("lora_B"):
@@ -387,6 +438,12 @@ def _judge_trains(probe, report):
             False,
             "lora_A starts at zeros: with lora_B at zeros too, neither factor ever gets a gradient and the "
             "adapter never trains. Start lora_A random, e.g. torch.randn(rank, in_features) / math.sqrt(in_features)",
+        )
+    if zero.get("lora_A"):
+        return Verdict(
+            False,
+            "lora_A starts at zeros and lora_B random: the reverse of LoRA's initialisation. Start lora_A random "
+            "(e.g. torch.randn(rank, in_features) / math.sqrt(in_features)) and lora_B at zeros",
         )
     for name in ("lora_A", "lora_B"):
         if first.get(name) is None:
@@ -396,7 +453,11 @@ def _judge_trains(probe, report):
                 "(not .data, .detach() or a copy made under torch.no_grad())",
             )
     if not first["lora_B"] > 0:
-        return Verdict(False, "lora_B got a zero gradient at the first step: forward must add the update B A x")
+        return Verdict(
+            False,
+            "lora_B got a gradient of zero at the first step although lora_A is not zero: forward's output must "
+            "change with lora_B, through (alpha / rank) x A^T B^T with a scale that is not 0",
+        )
     if not second["lora_A"] > 0:
         return Verdict(False, "lora_A got no gradient even once lora_B had moved: forward must use lora_A")
     if not training["moved"] > 1e-6:
@@ -406,12 +467,18 @@ def _judge_trains(probe, report):
 
 @judges_value
 def _judge_merge(probe, report):
+    """The adapter's own output at this probe's alpha (merge() must give it), then the merged
+    layer's output and the base left alone."""
+    e = _layer_outputs(*probe["args"])
+    forward = _forward_verdict(report, e)
+    if not forward.passed:
+        rank, alpha = probe["args"][2:4]
+        return Verdict(False, f"forward at alpha = {alpha:g}, rank {rank}, before merging: {forward.hint}")
     merged, failed = _part(report, "merged")
     if failed:
         return failed
     if merged.get("type") != "Linear":
         return Verdict(False, f"merge() returned a {merged.get('type')}; it should return an nn.Linear")
-    e = _layer_outputs(*probe["args"])
     output = merged.get("output")
     if not isinstance(output, torch.Tensor):
         return Verdict(False, f"the merged layer's output is a {type(output).__name__}, not a torch.Tensor")
@@ -456,7 +523,7 @@ LORA_LINEAR = Exercise(
         Check(
             "trains",
             1,
-            "two optimiser steps: both factors get gradients, the output moves",
+            "two optimiser steps: only lora_A and lora_B train, both get gradients, the output moves",
             _layer_probe(12, 10, 3, None, True),
             _judge_trains,
             visible=True,
@@ -464,7 +531,7 @@ LORA_LINEAR = Exercise(
         Check(
             "merge",
             1,
-            "merge() gives the same outputs and leaves the base alone",
+            "alpha = 8, rank 4: forward and merge() give the adapted outputs, the base is left alone",
             _layer_probe(16, 12, 4, 8.0, True),
             _judge_merge,
             visible=True,
@@ -492,10 +559,11 @@ LORA_LINEAR = Exercise(
         ),
         Requirement("equals the base layer before training (B = 0)", ("starts_at_base",)),
         Requirement(
-            "forward: base(x) + (alpha / rank) x A^T B^T, for x of shape (..., in_features)", ("forward", "alpha")
+            "forward: base(x) + (alpha / rank) x A^T B^T, for x of shape (..., in_features)",
+            ("forward", "alpha", "merge"),
         ),
         Requirement("alpha defaults to the rank (scale 1)", ("forward",)),
-        Requirement("both factors can train: each gets a gradient, the output moves", ("trains",)),
+        Requirement("both factors can train (and only they): each gets a gradient, the output moves", ("trains",)),
         Requirement(
             "merge(): a new nn.Linear with weight + (alpha / rank) B A and the base's bias, same outputs", ("merge",)
         ),
@@ -509,24 +577,59 @@ LORA_LINEAR = Exercise(
 
 @withheld
 def _memory_numbers(params, method) -> tuple[float, list[tuple[str, float]]]:
-    """The fine-tune's GiB by ``method``, and the common mistakes' numbers with their hints."""
-    expected = lora.finetune_memory_gib(params, method)
+    """The fine-tune's GiB by ``method``, and that method's common mistakes' numbers with their hints."""
+    gib = lambda per: params * per / lora.GiB  # noqa: E731
     per = {"full": 16, "lora": 2, "qlora": 0.5}[method]
-    mistakes = [
+    mistakes = {
+        "full": [
+            (
+                "12 bytes per parameter instead of 16: a 4-byte part is missing, the fp32 master copy or one of "
+                "Adam's two fp32 moments (2 + 2 + 8 + 4)",
+                gib(12),
+            ),
+            ("left out the gradients: full fine-tuning keeps one per weight, in bf16 (2 + 2 + 8 + 4)", gib(14)),
+            ("counted the gradients in fp32: they are bf16, 2 bytes (2 + 2 + 8 + 4)", gib(18)),
+            ("counted the weights alone: full fine-tuning adds gradients, Adam's moments and a master copy", gib(2)),
+        ],
+        "lora": [
+            ("counted the frozen weights in fp32, 4 bytes: LoRA keeps them in bf16, 2 bytes", gib(4)),
+            ("counted full fine-tuning's 16 bytes: LoRA's frozen weights have no gradients or moments", gib(16)),
+            ("counted the weights in 4 bits, as QLoRA does: LoRA keeps them in bf16, 2 bytes", gib(0.5)),
+        ],
+        "qlora": [
+            ("counted the NF4 weights as 1 byte: 4 bits is half a byte", gib(1)),
+            ("counted 4 bytes per weight: NF4 stores 4 bits, half a byte", gib(4)),
+            ("counted the frozen weights in bf16, 2 bytes, as LoRA does: QLoRA keeps them in 4 bits", gib(2)),
+            ("counted full fine-tuning's 16 bytes: QLoRA's frozen weights have no gradients or moments", gib(16)),
+        ],
+    }[method]
+    return lora.finetune_memory_gib(params, method), [
         ("divided by 1e9: the answer is in GiB, 2**30 bytes", params * per / 1e9),
-        ("left out the fp32 master copy: 2 + 2 + 8 + 4 = 16 bytes per parameter", params * 12 / lora.GiB),
-        ("left out the gradients: full fine-tuning keeps one per weight", params * 14 / lora.GiB),
-        ("counted one Adam moment: Adam keeps two, in fp32", params * 12 / lora.GiB),
-        ("counted the NF4 weights as 1 byte: 4 bits is half a byte", params * 1 / lora.GiB),
-        ("counted the frozen weights in fp32: LoRA keeps them in bf16", params * 4 / lora.GiB),
+        *mistakes,
     ]
-    return expected, mistakes
 
 
 @judges_value
 def _judge_memory(probe, got):
     method = probe["args"][1]
     return judge_number(got, *_memory_numbers(*probe["args"]), f"the memory of {method}", rel=1e-6)
+
+
+def memory_of_each(function, params) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): the learner's function at
+    ``params`` for each method, by method."""
+    return {method: function(params, method) for method in ("full", "lora", "qlora")}
+
+
+@judges_value
+def _judge_memory_of_each(probe, got):
+    params = probe["args"][0]
+    wrong = [
+        f"{method}: {verdict.hint}"
+        for method, value in got.items()
+        if not (verdict := judge_number(value, *_memory_numbers(params, method), f"the memory of {method}")).passed
+    ]
+    return Verdict(not wrong, "; ".join(wrong))
 
 
 def _memory(method, params=None):
@@ -540,15 +643,22 @@ FINETUNE_MEMORY = Exercise(
     "finetune_memory",
     ("finetune_memory_gib",),
     [
-        Check("full_7b", 1, "full fine-tune of 7B (about 104 GiB)", _memory("full", 7e9), _judge_memory, visible=True),
+        Check(
+            "7b",
+            1,
+            "7B: full fine-tune (about 104 GiB), LoRA (13 GiB), QLoRA (3.3 GiB)",
+            lambda rng: {"call": "finetune_memory_gib", "scenario": memory_of_each, "args": [7e9]},
+            _judge_memory_of_each,
+            visible=True,
+        ),
         Check("lora", 1, "LoRA, another size", _memory("lora"), _judge_memory),
         Check("qlora", 1, "QLoRA, another size", _memory("qlora"), _judge_memory),
     ],
     requirements=[
-        Requirement("full: 16 bytes per parameter (2 + 2 + 8 + 4)", ("full_7b",)),
-        Requirement("lora: 2 bytes per parameter", ("lora",)),
-        Requirement("qlora: 0.5 bytes per parameter", ("qlora",)),
-        Requirement("in GiB (2**30 bytes)", ("full_7b", "lora", "qlora")),
+        Requirement("full: 16 bytes per parameter (2 + 2 + 8 + 4)", ("7b",)),
+        Requirement("lora: 2 bytes per parameter", ("7b", "lora")),
+        Requirement("qlora: 0.5 bytes per parameter", ("7b", "qlora")),
+        Requirement("in GiB (2**30 bytes)", ("7b", "lora", "qlora")),
     ],
 )
 

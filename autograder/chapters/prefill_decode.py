@@ -1,11 +1,15 @@
 """Chapter 1's exercises: weight memory, prefill FLOPs, the roofline's step time, the critical
-batch size, and the throughput of static batching. Each hint names the mistake it recognises."""
+batch size, and the throughput of static batching. Each hint names the mistake it recognises, or
+says what the number it got is; where two mistakes give the same number it names neither. Every
+number in a hint carries its unit."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from autograder.checks import Check, Exercise, Requirement, judge_number, judges_value
+from autograder.checks import Check, Exercise, Requirement, Verdict, fmt, judge_number, judges_value, number
 from course.withheld import withheld
 
 
@@ -14,6 +18,36 @@ def _numbers(call: str, pick):
         return {"call": call, "args": pick(rng)}
 
     return make
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)  # judge_number's tolerances
+
+
+def _told_apart(seen: list[tuple[str, float]], causes: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The hints a judge may give, in order: ``seen``, each saying what a number is (true of every
+    answer that returns it), then each of ``causes`` that no other cause's hint shares a number
+    with. Where two mistakes give the same number the check cannot tell which one an answer made,
+    so it names neither (``[("a", 2.0), ("b", 2.0)]`` keeps neither)."""
+    apart = [
+        (hint, value)
+        for hint, value in causes
+        if not any(other != hint and _same(value, wrong) for other, wrong in causes)
+    ]
+    return seen + apart
+
+
+def _judge_in(unit: str, got, expected: float, mistakes: list[tuple[str, float]], what: str) -> Verdict:
+    """:func:`judge_number`, the expected and the returned number written with ``unit``."""
+    verdict = judge_number(got, expected, mistakes, what)
+    value, problem = number(got, what)
+    if not verdict.passed and not problem:
+        seen = f"expected {fmt(expected)}, got {fmt(value)}"
+        verdict.hint = verdict.hint.replace(seen, f"expected {fmt(expected)} {unit}, got {fmt(value)} {unit}")
+    return verdict
+
+
+ROUNDED = "rounded down (// or int()) where the formula needs true division: use /"
 
 
 # --- weight_memory_gb --------------------------------------------------------------------------
@@ -29,13 +63,15 @@ def _memory_numbers(params, bits) -> tuple[float, list[tuple[str, float]]]:
         ("divided by 2**30: that is GiB; the chapter's GB are 1e9 bytes", params * bits / 8 / 2**30),
         ("multiplied by bits / 8 the wrong way round: bytes = params * bits / 8", params * 8 / bits / 1e9),
         ("counted 2 bytes per weight whatever the bits: use bits / 8 bytes", params * 2 / 1e9),
+        (ROUNDED, math.floor(expected)),
+        (f"bits // 8 is {bits // 8} for {bits:g} bits (integer division): use bits / 8", params * (bits // 8) / 1e9),
     ]
-    return expected, mistakes
+    return expected, _told_apart([], mistakes)
 
 
 @judges_value
 def _judge_memory(probe, got):
-    return judge_number(got, *_memory_numbers(*probe["args"]), "the weight memory in GB")
+    return _judge_in("GB", got, *_memory_numbers(*probe["args"]), "the weight memory in GB")
 
 
 WEIGHT_MEMORY = Exercise(
@@ -51,6 +87,14 @@ WEIGHT_MEMORY = Exercise(
             visible=True,
         ),
         Check(
+            "7b_3bit",
+            1,
+            "7B parameters at 3 bits: 2.625 GB",
+            _numbers("weight_memory_gb", lambda rng: [7e9, 3]),
+            _judge_memory,
+            visible=True,
+        ),
+        Check(
             "other",
             1,
             "another size at 3 bits",
@@ -59,9 +103,9 @@ WEIGHT_MEMORY = Exercise(
         ),
     ],
     requirements=[
-        Requirement("params * bits / 8 bytes", ("70b", "other")),
-        Requirement("in GB of 10^9 bytes", ("70b", "other")),
-        Requirement("any number of bits (3 too)", ("other",)),
+        Requirement("params * bits / 8 bytes", ("70b", "7b_3bit", "other")),
+        Requirement("in GB of 10^9 bytes, fractions kept", ("70b", "7b_3bit", "other")),
+        Requirement("any number of bits (3 too)", ("7b_3bit", "other")),
     ],
 )
 
@@ -81,12 +125,12 @@ def _prefill_numbers(params, tokens) -> tuple[float, list[tuple[str, float]]]:
             6 * params * tokens,
         ),
     ]
-    return 2 * params * tokens, mistakes
+    return 2 * params * tokens, _told_apart([], mistakes)
 
 
 @judges_value
 def _judge_prefill(probe, got):
-    return judge_number(got, *_prefill_numbers(*probe["args"]), "the FLOPs")
+    return _judge_in("FLOPs", got, *_prefill_numbers(*probe["args"]), "the FLOPs")
 
 
 PREFILL = Exercise(
@@ -122,22 +166,35 @@ PREFILL = Exercise(
 def _roofline_numbers(flops, n_bytes, peak, bandwidth) -> tuple[float, list[tuple[str, float]]]:
     """The roofline's step time in seconds, and the common mistakes' numbers with their hints."""
     compute, memory = flops / peak, n_bytes / bandwidth
+    seen = [  # the one that is the answer is left out by judge_number
+        (
+            "got the compute time flops / peak_flops alone; on this memory-bound step n_bytes / bandwidth is "
+            "the larger, and the slower limit decides",
+            compute,
+        ),
+        (
+            "got the memory time n_bytes / bandwidth alone; on this compute-bound step flops / peak_flops is "
+            "the larger, and the slower limit decides",
+            memory,
+        ),
+    ]
     mistakes = [
         ("added the two times: the roofline takes the larger (compute and memory traffic overlap)", compute + memory),
-        ("took the smaller time: the slower limit decides", min(compute, memory)),
         ("FLOPs and bytes were divided by the wrong rates", max(flops / bandwidth, n_bytes / peak)),
         ("returned the arithmetic intensity (FLOPs per byte): the roofline's answer is a time", flops / n_bytes),
         (
             "multiplied by the rates: time = FLOPs / (FLOP/s) and bytes / (bytes/s)",
             max(flops * peak, n_bytes * bandwidth),
         ),
+        ("returned milliseconds: the roofline's time is in seconds", 1e3 * max(compute, memory)),
+        (ROUNDED, math.floor(max(compute, memory))),
     ]
-    return max(compute, memory), mistakes
+    return max(compute, memory), _told_apart(seen, mistakes)
 
 
 @judges_value
 def _judge_roofline(probe, got):
-    return judge_number(got, *_roofline_numbers(*probe["args"]), "the step time in seconds")
+    return _judge_in("s", got, *_roofline_numbers(*probe["args"]), "the step time in seconds")
 
 
 def _roofline_args(memory_bound: bool):
@@ -163,6 +220,14 @@ ROOFLINE = Exercise(
             visible=True,
         ),
         Check(
+            "prefill_8b",
+            1,
+            "a compute-bound step: prefill of 8B parameters, 1000 tokens, on an A100-80G (about 0.051 s)",
+            _numbers("roofline_step_time", lambda rng: [2 * 8e9 * 1000, 16e9, 312e12, 2.039e12]),
+            _judge_roofline,
+            visible=True,
+        ),
+        Check(
             "compute_bound",
             1,
             "a compute-bound step (prefill)",
@@ -171,9 +236,11 @@ ROOFLINE = Exercise(
         ),
     ],
     requirements=[
-        Requirement("max(FLOPs / peak, bytes / bandwidth), in seconds", ("memory_bound", "compute_bound")),
+        Requirement(
+            "max(FLOPs / peak, bytes / bandwidth), in seconds", ("memory_bound", "prefill_8b", "compute_bound")
+        ),
         Requirement("memory-bound work: the bytes decide", ("memory_bound",)),
-        Requirement("compute-bound work: the FLOPs decide", ("compute_bound",)),
+        Requirement("compute-bound work: the FLOPs decide", ("prefill_8b", "compute_bound")),
     ],
 )
 
@@ -185,6 +252,14 @@ ROOFLINE = Exercise(
 def _critical_numbers(peak, bandwidth, bytes_per_param) -> tuple[float, list[tuple[str, float]]]:
     """The critical batch size, and the common mistakes' numbers with their hints."""
     ridge = peak / bandwidth
+    expected = ridge * bytes_per_param / 2
+    seen = [  # left out by judge_number where it is the answer (2 bytes per weight)
+        (
+            f"got peak_flops / bandwidth, the critical batch of 2-byte weights; these weights have "
+            f"{bytes_per_param:g} byte{'' if bytes_per_param == 1 else 's'} each",
+            ridge,
+        )
+    ]
     mistakes = [
         ("the division by 2 is missing: each weight read gives 2 FLOPs per sequence", ridge * bytes_per_param),
         ("bytes per parameter were left out: a weight of b bytes gives 2 / b FLOPs per byte per sequence", ridge / 2),
@@ -193,13 +268,16 @@ def _critical_numbers(peak, bandwidth, bytes_per_param) -> tuple[float, list[tup
             "divided by the bytes per parameter: multiply, since fewer bytes per weight means less work per byte",
             ridge / bytes_per_param / 2,
         ),
+        (ROUNDED, math.floor(expected)),
+        (ROUNDED, (peak // bandwidth) * bytes_per_param / 2),
+        (ROUNDED, ridge * (bytes_per_param // 2)),
     ]
-    return ridge * bytes_per_param / 2, mistakes
+    return expected, _told_apart(seen, mistakes)
 
 
 @judges_value
 def _judge_critical(probe, got):
-    return judge_number(got, *_critical_numbers(*probe["args"]), "the batch size")
+    return _judge_in("sequences", got, *_critical_numbers(*probe["args"]), "the batch size")
 
 
 CRITICAL = Exercise(
@@ -215,6 +293,14 @@ CRITICAL = Exercise(
             visible=True,
         ),
         Check(
+            "a100_int8",
+            1,
+            "A100-80G with int8 weights (about 77)",
+            _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, 1]),
+            _judge_critical,
+            visible=True,
+        ),
+        Check(
             "int8",
             1,
             "another device with int8 weights",
@@ -226,8 +312,8 @@ CRITICAL = Exercise(
         ),
     ],
     requirements=[
-        Requirement("peak / bandwidth * bytes_per_param / 2", ("a100_bf16", "int8")),
-        Requirement("fewer bytes per weight, a smaller batch (int8)", ("int8",)),
+        Requirement("peak / bandwidth * bytes_per_param / 2", ("a100_bf16", "a100_int8", "int8")),
+        Requirement("fewer bytes per weight, a smaller batch (int8)", ("a100_int8", "int8")),
     ],
 )
 
@@ -272,13 +358,19 @@ def _static_numbers(outputs, batch, step) -> tuple[float, list[tuple[str, float]
             sum(outputs[: len(outputs) // batch * batch])
             / max(_static_seconds(outputs[: len(outputs) // batch * batch], batch, step), 1e-300),
         ),
+        (
+            "every batch ran as long as the longest request of all: a batch runs until its own longest is done",
+            tokens / (len(chunks) * max(outputs) * step),
+        ),
+        ("1000 times too small: step_seconds is in seconds already, and the throughput is per second", expected / 1e3),
+        (ROUNDED, math.floor(expected)),
     ]
-    return expected, mistakes
+    return expected, _told_apart([], mistakes)
 
 
 @judges_value
 def _judge_static(probe, got):
-    return judge_number(got, *_static_numbers(*probe["args"]), "the throughput in tokens per second")
+    return _judge_in("tokens/s", got, *_static_numbers(*probe["args"]), "the throughput in tokens per second")
 
 
 STATIC = Exercise(
@@ -288,8 +380,8 @@ STATIC = Exercise(
         Check(
             "example",
             1,
-            "the chapter's example",
-            _numbers("static_batch_throughput", lambda rng: [[10, 40, 20, 30, 5, 15], 3, 0.02]),
+            "the chapter's example: 7 requests in batches of 3, the last batch of 1",
+            _numbers("static_batch_throughput", lambda rng: [[10, 40, 20, 30, 5, 15, 25], 3, 0.02]),
             _judge_static,
             visible=True,
         ),
@@ -313,7 +405,7 @@ STATIC = Exercise(
             "consecutive requests in batches of batch_size, each running as many steps as its longest request",
             ("example", "random"),
         ),
-        Requirement("the last batch may be smaller", ("random",)),
+        Requirement("the last batch may be smaller", ("example", "random")),
         Requirement("generated tokens per second", ("example", "random")),
     ],
 )

@@ -488,9 +488,20 @@ def _probe_bits(bits, group, scale_bits=None):
 
 @withheld.withheld
 def _bits_mistakes(bits, group, scale_bits) -> list[tuple[str, float]]:
-    """(hint, the bits per weight that mistake gives)."""
+    """(hint, the bits per weight that mistake gives). Integer division (``//``) rounds the scales'
+    share down: to 0 it gives the number of leaving the scales out, and that hint names both."""
+    whole = scale_bits // group  # what scale_bits // group_size gives
+    if whole == 0:
+        left_out = (
+            f"the scales' share came out 0: left out (each group also stores one scale) or computed with "
+            f"integer division ({scale_bits} // {group} is 0); add scale_bits / group_size, with /"
+        )
+    else:
+        left_out = "the scales were left out: each group also stores one scale"
+    divided = f"integer division: {scale_bits} // {group} is {whole}, the share rounded down; divide with /"
     return [
-        ("the scales were left out: each group also stores one scale", float(bits)),
+        (left_out, float(bits)),
+        *([(divided, float(bits + whole))] if whole else []),
         ("the fraction is upside down: scale_bits / group_size bits per weight", bits + group / scale_bits),
         ("the scale was counted per weight: divide its bits by the group size", float(bits + scale_bits)),
         ("scale bits were multiplied by the group size: divide instead", float(bits + scale_bits * group)),
@@ -552,7 +563,8 @@ def gptq_mistakes(weight, hessian, bits, group) -> list:
             variant(factor="hessian"),
         ),
         (
-            "no damping: add damping * mean(diag(H)) to H's diagonal before inverting it",
+            "these are the codes of no damping, or of one too small to matter here (a fixed amount such as "
+            "1e-3 * I): add damping * mean(diag(H)) to H's diagonal before inverting it, a fraction of H's own scale",
             variant(damping=0.0),
         ),
         (
@@ -592,9 +604,12 @@ def gptq_on_a_copy(function, weight, *args, **kwargs) -> dict:
     return {"answer": answer, "weight_changed": not weight.equal(before)}
 
 
-def _probe_gptq(rows, cols, bits, group, identity=False, dtype=torch.float64, samples=None, scenario=None):
+def _probe_gptq(rows, cols, bits, group, identity=False, dtype=torch.float64, samples=None, scenario=None, zeros=False):
     def make(rng):
         weight = _normal(rng, rows, cols).to(dtype)
+        if zeros:  # an all-zero row, and an all-zero group in another (an identity Hessian keeps it zero)
+            weight[2] = 0.0
+            weight[-1, group : 2 * group] = 0.0
         hessian = (
             torch.eye(cols, dtype=torch.float64) if identity else _correlated_hessian(rng, cols, samples or 2 * cols)
         )
@@ -605,8 +620,9 @@ def _probe_gptq(rows, cols, bits, group, identity=False, dtype=torch.float64, sa
 
 
 NOT_POSITIVE_DEFINITE = (
-    "no damping: a Hessian from fewer samples than columns is singular and its Cholesky factorisation fails; "
-    "add damping * mean(diag(H)) to H's diagonal before inverting it"
+    "the Cholesky factorisation failed: a Hessian from fewer samples than columns is singular, and with no "
+    "damping, or one too small for H's scale, it stays so; add damping * mean(diag(H)) to H's diagonal before "
+    "inverting it"
 )
 
 
@@ -639,8 +655,7 @@ def _judging_gptq(judge):
     return judged
 
 
-@_judging_gptq
-def _judge_gptq_codes(codes, scale, weight, hessian, bits, group):
+def _gptq_codes_verdict(codes, scale, weight, hessian, bits, group):
     """Codes exactly the reference's (float64 inputs: no rounding ties to forgive), scales close."""
     ref_codes, ref_scale = quantization.gptq_quantize(weight.double(), hessian.double(), bits, group)
     mistakes = [(hint, lambda make=make: make()[0]) for hint, make in gptq_mistakes(weight, hessian, bits, group)]
@@ -654,6 +669,9 @@ def _judge_gptq_codes(codes, scale, weight, hessian, bits, group):
         "scale",
         rtol=1e-6,
     )
+
+
+_judge_gptq_codes = _judging_gptq(_gptq_codes_verdict)
 
 
 @_judging_gptq
@@ -728,6 +746,16 @@ def _judge_gptq_dtype(probe, result):
     return _judge_gptq_codes(probe, result)
 
 
+@_judging_gptq
+def _judge_gptq_zero_groups(codes, scale, weight, hessian, bits, group):
+    """All-zero groups: codes 0 and a scale of 0 (or a tiny one), then the codes of every other group."""
+    empty = weight.double().reshape(len(weight), -1, group).abs().amax(dim=-1) == 0  # (rows, groups)
+    zero_codes = codes.reshape(empty.shape[0], empty.shape[1], -1)[empty] if codes.numel() == weight.numel() else None
+    if torch.isinf(codes).any() or torch.isinf(scale).any() or (zero_codes is not None and zero_codes.any()):
+        return Verdict(False, f"codes of an all-zero group are not 0: {ZERO_GROUP_HINT}")
+    return _gptq_codes_verdict(codes, scale, weight, hessian, bits, group)
+
+
 def _probe_gptq_bad_group(rng):
     return {"call": "gptq_quantize", "args": [_normal(rng, 4, 64), torch.eye(64), 4], "kwargs": {"group_size": 48}}
 
@@ -799,6 +827,14 @@ GPTQ = Exercise(
                 result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
             ),
         ),
+        Check(
+            "zero_groups",
+            1,
+            "an all-zero row and an all-zero group: codes 0 and scale 0, not NaN",
+            _probe_gptq(8, 32, 4, 8, identity=True, zeros=True),
+            _judge_gptq_zero_groups,
+            visible=True,
+        ),
     ],
     requirements=[
         Requirement(
@@ -824,6 +860,7 @@ GPTQ = Exercise(
             ("identity", "groups"),
         ),
         Requirement("ValueError when group_size does not divide the columns", ("bad_group",)),
+        Requirement("an all-zero group: codes 0 and scale 0, no NaN (edge case)", ("zero_groups",)),
         Requirement("works on a copy: the weight passed in is left unchanged", ("copy",)),
         Requirement("computes in the weight's own dtype: float64 in, a float64 scale out", ("dtype",)),
     ],

@@ -330,6 +330,18 @@ def agreement(size: int = 1024, group_size: int = 64, device_type: str = "cpu", 
 
 
 @withheld
+def speedups(sizes: tuple[int, ...], group_size: int = 64) -> dict:
+    """:func:`speedup` of a square layer of each of ``sizes`` on this machine's best device (with the
+    thread count in force), and the machine: ``{"machine": course.device.describe's line, "rows": [...]}``.
+    Plain data, so that the learners' copy, which leaves the int4 layer out, shows the speed-ups
+    measured when it was made."""
+    from course.device import best_device, describe
+
+    device = best_device()
+    return {"machine": describe(device), "rows": [speedup(n, n, group_size, device) for n in sizes]}
+
+
+@withheld
 def pin_threads(size: int, group_size: int = 64) -> str:
     """``course.timing.pin_threads`` on one token through a ``size`` x ``size`` int4 layer on the CPU:
     the thread count it chose for what follows, and its message."""

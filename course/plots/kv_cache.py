@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import textwrap
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -32,13 +33,24 @@ def _architecture(model: str, n_kv_heads: int = 0) -> kv_cache.Architecture:
     return dataclasses.replace(arch, n_kv_heads=min(n_kv_heads, arch.n_heads)) if n_kv_heads else arch
 
 
+def size_label(n_bytes: float) -> str:
+    """Bytes as they read: three significant figures in TB, GB, MB or kB (decimal, as the chart's
+    axis), ``"17.2 GB"``, ``"67.1 MB"``, ``"262 kB"``; bytes themselves below a kilobyte."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= 0.9995 * scale:  # what rounds to 1000 of a unit reads as 1 of the next
+            return f"{n_bytes / scale:.3g} {unit}"
+    return f"{n_bytes:.3g} bytes"
+
+
 class KVCacheChart(Chart):
-    """The cache of ``batch`` sequences against context length, next to the fp16 weights."""
+    """The cache of ``batch`` sequences against context length, next to the fp16 weights, sized by
+    ``kv_cache_bytes`` when given (a notebook's own), else by the course's."""
 
     CONTEXTS = np.array([2**i for i in range(7, 18)])
 
-    def __init__(self):
-        super().__init__(10, 3.5, left=0.07, wspace=0.35)
+    def __init__(self, kv_cache_bytes=None):
+        super().__init__(10, 3.5, left=0.08, wspace=0.35)
+        self.kv_cache_bytes = kv_cache_bytes
         self.ax, self.ax_bar = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
         ax = self.ax
         ax.set_xscale("log")
@@ -68,11 +80,11 @@ class KVCacheChart(Chart):
         bytes_per_element: float = 2,
     ) -> KVCacheChart:
         arch = _architecture(model, n_kv_heads)
-        per_token = kv_cache.cache_bytes(arch, 1, 1, bytes_per_element)  # the cache grows with tokens x batch
+        per_token = kv_cache.cache_bytes(arch, 1, 1, bytes_per_element, self.kv_cache_bytes)  # x tokens x batch
         cache = per_token * self.CONTEXTS * batch / 1e9
         weights = arch.params * 2 / 1e9
         here = per_token * context * batch / 1e9
-        cross = kv_cache.crossover_tokens(arch, batch, bytes_per_element)
+        cross = kv_cache.crossover_tokens(arch, batch, bytes_per_element, kv_cache_bytes=self.kv_cache_bytes)
         self.curve.set_data(self.CONTEXTS, cache)
         self.weights.set_ydata([weights, weights])
         self.here.set_data([context], [here])
@@ -81,27 +93,33 @@ class KVCacheChart(Chart):
         self.cross.set_visible(shown)
         labels = self.legend.get_texts()
         labels[0].set_text(f"KV cache, batch {batch}")
-        labels[1].set_text(f"fp16 weights: {weights:.1f} GB")
-        labels[2].set_text(f"{context:,} tokens: {here:.1f} GB")
+        labels[1].set_text(f"fp16 weights: {size_label(weights * 1e9)}")
+        labels[2].set_text(f"{context:,} tokens: {size_label(here * 1e9)}")
         labels[3].set_text(f"cache = weights at {cross:,} tokens" if shown else "cache < weights at every length")
         self.ax.set_ylim(*decades(cache[0], cache[-1], weights))
         self.ax.set_title(f"{model} ({arch.kind}): {per_token / 2**10:.0f} KiB per token")
         for bar, text, value in zip(self.bars, self.bar_values, (weights, here), strict=True):
             bar.set_height(value)
             text.set_position((text.get_position()[0], value))
-            text.set_text(f"{value:.1f}")
+            text.set_text(size_label(value * 1e9))
         self.ax_bar.set_ylim(0, nice_ceiling(max(weights, here) * 1.12))
         self.ax_bar.set_title(f"at {context:,} tokens x {batch}")
         return self
 
 
 def plot_kv_cache(
-    model: str = "Llama-2-7B", context: int = 4096, batch: int = 1, n_kv_heads: int = 0, bytes_per_element: float = 2
+    model: str = "Llama-2-7B",
+    context: int = 4096,
+    batch: int = 1,
+    n_kv_heads: int = 0,
+    bytes_per_element: float = 2,
+    kv_cache_bytes=None,
 ) -> Figure:
     """The cache of ``batch`` sequences against context length, next to the fp16 weights.
 
-    ``n_kv_heads`` overrides the model's (capped at its query heads); 0 keeps the published number."""
-    return KVCacheChart().update(model, context, batch, n_kv_heads, bytes_per_element).figure
+    ``n_kv_heads`` overrides the model's (capped at its query heads); 0 keeps the published number.
+    ``kv_cache_bytes`` (a notebook's own) sizes the cache instead of the course's."""
+    return KVCacheChart(kv_cache_bytes).update(model, context, batch, n_kv_heads, bytes_per_element).figure
 
 
 KV_HEADS = (1, 2, 4, 8, 16, 32, 64)  # the widget's choices besides the published number
@@ -110,18 +128,21 @@ PAGE_SIZES = (1, 4, 16, 64, 256, 1024)
 
 def withheld_calls() -> None:
     """Every view the widgets can draw beyond their first, so that the learners' copy records them
-    (``course/withheld.py``): each model's cache per token at every kv-head count and dtype, and the
-    pages the paging chart's trace reserves at every page size."""
+    (``course/withheld.py``): each model's cache per token at every kv-head count and dtype, the
+    pages the paging chart's trace reserves at every page size, and the course's numbers that the
+    chapter's cells show before the learner's functions are written."""
     for model in kv_cache.PUBLISHED:
         for n_kv_heads in (0, *KV_HEADS):
             for bytes_per_element in DTYPES.values():
                 kv_cache.crossover_tokens(_architecture(model, n_kv_heads), 1, bytes_per_element)
     for page_size in PAGE_SIZES:
         kv_cache.admission_pages(kv_cache.request_trace(200, seed=0), page_size)
+    kv_cache.chapter_recordings()
 
 
-def widget_kv_cache() -> None:
-    """Sliders for the model, context, batch, kv heads and cache dtype over :class:`KVCacheChart`."""
+def widget_kv_cache(kv_cache_bytes=None) -> None:
+    """Sliders for the model, context, batch, kv heads and cache dtype over :class:`KVCacheChart`,
+    sized by ``kv_cache_bytes`` when given (a notebook's own), else by the course's."""
     controls = {
         "model": slider("Dropdown", options=list(kv_cache.PUBLISHED), value="Llama-2-7B", description="model"),
         "context": slider("SelectionSlider", options=[2**i for i in range(9, 18)], value=4096, description="context"),
@@ -134,21 +155,25 @@ def widget_kv_cache() -> None:
         ),
         "bytes_per_element": slider("Dropdown", options=list(DTYPES.items()), value=2, description="cache dtype"),
     }
-    interactive(KVCacheChart(), controls, "When does the cache outgrow the model?")
+    interactive(KVCacheChart(kv_cache_bytes), controls, "When does the cache outgrow the model?")
 
 
 @functools.lru_cache(maxsize=64)
-def _served(capacity_tokens: int, page_size: int | None, n: int, seed: int) -> kv_cache.AllocationResult:
+def _served(
+    capacity_tokens: int, page_size: int | None, n: int, seed: int, pages_needed=None
+) -> kv_cache.AllocationResult:
     """One simulation, kept: moving the page size slider re-runs only the paged side."""
-    return kv_cache.simulate_allocation(kv_cache.request_trace(n, seed=seed), capacity_tokens, page_size)
+    trace = kv_cache.request_trace(n, seed=seed)
+    return kv_cache.simulate_allocation(trace, capacity_tokens, page_size, pages_needed=pages_needed)
 
 
 class PagingChart(Chart):
-    """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages."""
+    """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages,
+    the pages counted by ``pages_needed`` when given (a notebook's own), else by the course's."""
 
-    def __init__(self, n: int = 200, seed: int = 0):
-        super().__init__(10, 3.4, left=0.1, wspace=0.2)
-        self.n, self.seed = n, seed
+    def __init__(self, n: int = 200, seed: int = 0, pages_needed=None):
+        super().__init__(10, 3.9, left=0.1, wspace=0.2)
+        self.n, self.seed, self.pages_needed = n, seed, pages_needed
         self.ax, text_ax = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.8, 1]})
         self.lines = [self.moving(*self.ax.plot([], [], color=color, label=" ")) for color in (ORANGE, BLUE)]
         self.capacity = self.moving(self.ax.axhline(0, color=GREY, ls="--", label="capacity"))
@@ -161,10 +186,11 @@ class PagingChart(Chart):
 
     def update(self, page_size: int = 16, capacity_tokens: int = 32768) -> PagingChart:
         lines = [f"{self.n} requests, cache of {capacity_tokens:,} tokens", ""]
-        steps = 1
+        steps, results = 1, []
         runs = ((None, "contiguous"), (page_size, f"pages of {page_size}"))
         for line, label, (page, name) in zip(self.lines, self.legend.get_texts(), runs, strict=False):
-            result = _served(capacity_tokens, page, self.n, self.seed)
+            result = _served(capacity_tokens, page, self.n, self.seed, self.pages_needed)
+            results.append(result)
             line.set_data(np.arange(len(result.timeline)), [u for _, u, _ in result.timeline])
             label.set_text(f"{name}: tokens stored")
             steps = max(steps, len(result.timeline))
@@ -178,24 +204,28 @@ class PagingChart(Chart):
         self.capacity.set_ydata([capacity_tokens, capacity_tokens])
         self.ax.set_xlim(0, nice_ceiling(steps))
         self.ax.set_ylim(0, capacity_tokens * 1.08)
-        self.numbers.set_text("\n".join(lines))
+        reading = kv_cache.paging_reading(*results, page_size)
+        self.numbers.set_text("\n".join([*lines, "", *textwrap.wrap(reading, 38)]))
         return self
 
 
-def plot_paging(page_size: int = 16, capacity_tokens: int = 32768, n: int = 200, seed: int = 0) -> Figure:
+def plot_paging(
+    page_size: int = 16, capacity_tokens: int = 32768, n: int = 200, seed: int = 0, pages_needed=None
+) -> Figure:
     """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages."""
-    return PagingChart(n, seed).update(page_size, capacity_tokens).figure
+    return PagingChart(n, seed, pages_needed).update(page_size, capacity_tokens).figure
 
 
-def widget_paging() -> None:
-    """Sliders for the page size and the cache's capacity over :class:`PagingChart`."""
+def widget_paging(pages_needed=None) -> None:
+    """Sliders for the page size and the cache's capacity over :class:`PagingChart`, the pages counted
+    by ``pages_needed`` when given (a notebook's own), else by the course's."""
     controls = {
         "page_size": slider("SelectionSlider", options=list(PAGE_SIZES), value=16, description="page size"),
         "capacity_tokens": slider(
             "SelectionSlider", options=[8192, 16384, 32768, 65536], value=32768, description="cache capacity (tokens)"
         ),
     }
-    interactive(PagingChart(), controls, "Contiguous against paged allocation")
+    interactive(PagingChart(pages_needed=pages_needed), controls, "Contiguous against paged allocation")
 
 
 def plot_cache_speed(lengths: list[int], with_cache: list[float], without_cache: list[float]) -> Figure:

@@ -25,22 +25,30 @@ from course.plots._widgets import (
 
 
 @functools.lru_cache(maxsize=32)
-def _spectrum(true_rank: int, noise: float, size: int, seed: int) -> tuple[np.ndarray, list[float], float]:
-    """Singular values, best error at ranks 1..32 and the noise's own share: kept per change, so the
-    rank slider only moves the marker."""
+def _spectrum(true_rank: int, noise: float, size: int, seed: int) -> tuple[np.ndarray, float]:
+    """Singular values and the noise's own share: kept per change, so the rank slider only moves the marker."""
     delta = lora.low_rank_change(size, size, true_rank, noise, seed)
     singular = torch.linalg.svdvals(delta.double())[:32].numpy()
-    errors = lora.rank_errors(size, size, true_rank, noise, seed, RANKS)
-    noise_only = lora.low_rank_change(size, size, true_rank, 0.0, seed)
-    return singular, errors, (delta - noise_only).norm().item() / delta.norm().item()
+    return singular, lora.noise_share(size, size, true_rank, noise, seed)
+
+
+@functools.lru_cache(maxsize=32)
+def _course_errors(true_rank: int, noise: float, size: int, seed: int) -> list[float]:
+    """The course's best error at ranks 1..32 (in the learners' copy: its recordings), kept per change."""
+    return lora.rank_errors(size, size, true_rank, noise, seed, RANKS)
 
 
 class RankErrorChart(Chart):
-    """A rank-``true_rank`` change plus noise: its singular values, and the best error at each rank."""
+    """A rank-``true_rank`` change plus noise: its singular values, and the best error at each rank.
 
-    def __init__(self, size: int = 64, seed: int = 0):
+    Drawn by ``best_low_rank_error`` and ``lora_parameters`` when given (a notebook's own), else by
+    the course's (in the learners' copy: its recorded curves, those of :func:`withheld_calls`)."""
+
+    def __init__(self, size: int = 64, seed: int = 0, best_low_rank_error=None, lora_parameters=None):
         super().__init__(10, 3.4, left=0.07, wspace=0.28)
         self.size, self.seed = size, seed
+        self.best_low_rank_error, self.lora_parameters = best_low_rank_error, lora_parameters
+        self.errors = {}  # (true_rank, noise) -> the given best_low_rank_error at ranks 1..32
         self.ax_s, self.ax_e = self.figure.subplots(1, 2)
         self.bars = self.moving(*self.ax_s.bar(range(1, 33), [0] * 32, color=GREY))
         self.ax_s.set_xlim(0, 33)
@@ -56,8 +64,17 @@ class RankErrorChart(Chart):
         self.moving(self.ax_e.title)
         self.legend = self.moving(self.ax_e.legend(fontsize=8, loc="upper right"))
 
+    def _errors(self, true_rank: int, noise: float) -> list[float]:
+        if self.best_low_rank_error is None:
+            return _course_errors(true_rank, noise, self.size, self.seed)
+        if (true_rank, noise) not in self.errors:
+            delta = lora.low_rank_change(self.size, self.size, true_rank, noise, self.seed)
+            self.errors[true_rank, noise] = [float(self.best_low_rank_error(delta, rank)) for rank in RANKS]
+        return self.errors[true_rank, noise]
+
     def update(self, rank: int = 4, true_rank: int = 4, noise: float = 0.05) -> RankErrorChart:
-        singular, errors, floor = _spectrum(true_rank, noise, self.size, self.seed)
+        singular, floor = _spectrum(true_rank, noise, self.size, self.seed)
+        errors = self._errors(true_rank, noise)
         for i, (bar, value) in enumerate(zip(self.bars, singular, strict=False)):
             bar.set_height(value)
             bar.set_facecolor(BLUE if i < rank else GREY)
@@ -70,7 +87,7 @@ class RankErrorChart(Chart):
         labels = self.legend.get_texts()
         labels[0].set_text(f"rank {rank}: {100 * errors[rank - 1]:.1f}% error")
         labels[1].set_text(f"the noise alone: {100 * floor:.1f}%")
-        numbers = lora.lora_parameters(self.size, self.size, rank)
+        numbers = (self.lora_parameters or lora.lora_parameters)(self.size, self.size, rank)
         self.ax_e.set_title(f"the floor for any adapter (r = {rank}: {numbers} numbers)")
         return self
 
@@ -97,16 +114,19 @@ def withheld_calls() -> None:
     for params in MODELS:
         for method in PARTS:
             lora.finetune_memory_gib(params * 1e9, method)
+    lora.chapter_recordings()
 
 
-def widget_rank_error() -> None:
-    """Sliders for the adapter's rank, the change's true rank and the noise over :class:`RankErrorChart`."""
+def widget_rank_error(best_low_rank_error=None, lora_parameters=None) -> None:
+    """Sliders for the adapter's rank, the change's true rank and the noise over :class:`RankErrorChart`,
+    drawn by the functions given (a notebook's own) or the course's."""
     controls = {
         "rank": slider("IntSlider", min=1, max=RANKS[-1], value=4, description="adapter rank r"),
         "true_rank": slider("IntSlider", min=1, max=TRUE_RANKS[-1], value=4, description="true rank of the change"),
         "noise": slider("SelectionSlider", options=list(NOISES), value=0.05, description="noise"),
     }
-    interactive(RankErrorChart(), controls, "What rank does a change need?")
+    chart = RankErrorChart(best_low_rank_error=best_low_rank_error, lora_parameters=lora_parameters)
+    interactive(chart, controls, "What rank does a change need?")
 
 
 PARTS = {  # bytes per parameter of each part of the training state, per method
@@ -124,10 +144,14 @@ PART_COLORS = {
 
 
 class FinetuneMemoryChart(Chart):
-    """Weights and training state of full fine-tuning, LoRA and QLoRA, stacked, against one GPU."""
+    """Weights and training state of full fine-tuning, LoRA and QLoRA, stacked, against one GPU.
 
-    def __init__(self):
+    The bars stack the bytes per parameter of :data:`PARTS`; the totals above them are
+    ``finetune_memory_gib``'s when given (a notebook's own), else the course's."""
+
+    def __init__(self, finetune_memory_gib=None):
         super().__init__(7, 3.4, left=0.1, right=0.7)
+        self.finetune_memory_gib = finetune_memory_gib or lora.finetune_memory_gib
         self.ax = ax = self.figure.subplots()
         self.segments = []  # (method, part, bar, bytes per parameter)
         for x, method in enumerate(PARTS):
@@ -154,7 +178,7 @@ class FinetuneMemoryChart(Chart):
             bottoms[method] += height
         for text, method in zip(self.totals, PARTS, strict=True):
             text.set_position((text.get_position()[0], bottoms[method]))
-            text.set_text(f"{lora.finetune_memory_gib(params, method):.1f} GiB")
+            text.set_text(f"{self.finetune_memory_gib(params, method):.1f} GiB")
         self.gpu.set_ydata([gpu_gib, gpu_gib])
         self.gpu_label.set_y(gpu_gib)
         self.gpu_label.set_text(f" {gpu_gib:g} GiB GPU")
@@ -168,8 +192,9 @@ def plot_finetune_memory(params: float = 7e9, gpu_gib: float = 24.0) -> Figure:
     return FinetuneMemoryChart().update(params, gpu_gib).figure
 
 
-def widget_finetune_memory() -> None:
-    """Sliders for the model's size and the GPU's memory over :class:`FinetuneMemoryChart`."""
+def widget_finetune_memory(finetune_memory_gib=None) -> None:
+    """Sliders for the model's size and the GPU's memory over :class:`FinetuneMemoryChart`, its
+    totals by the function given (a notebook's own) or the course's."""
     controls = {
         "params": slider(
             "SelectionSlider",
@@ -181,7 +206,7 @@ def widget_finetune_memory() -> None:
             "SelectionSlider", options=[16.0, 24.0, 40.0, 80.0, 141.0], value=24.0, description="GPU GiB"
         ),
     }
-    interactive(FinetuneMemoryChart(), controls, "Who fits on one GPU?")
+    interactive(FinetuneMemoryChart(finetune_memory_gib), controls, "Who fits on one GPU?")
 
 
 def plot_adapter_losses(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from course import prefill_decode
+from course import prefill_decode, readings
 from course.plots._widgets import (
     BLUE,
     GREY,
@@ -31,8 +31,9 @@ class RooflineChart(Chart):
     """The roofline of a machine with one model's decode step and prefill on it, and the numbers.
 
     ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
-    ``formulas`` compute the predictions (:class:`course.prefill_decode.Formulas`); None leaves them
-    out, and the roof with the measured points is all there is.
+    ``formulas`` compute the predictions (:class:`course.prefill_decode.Formulas`): a prediction
+    whose formulas are missing (None, or a notebook's not written yet) is left out, and the legend
+    lists only what is drawn; the numbers beside the chart say what is left out and why.
     """
 
     def __init__(
@@ -41,7 +42,7 @@ class RooflineChart(Chart):
         formulas: prefill_decode.Formulas | None = prefill_decode.REFERENCE,
     ):
         super().__init__(11, 3.6, left=0.1, wspace=0.3)
-        self.formulas = formulas
+        self.formulas = formulas if formulas is not None else prefill_decode.Formulas(None, None, None, None)
         self.ax, text_ax = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
         ax = self.ax
         ax.set_xscale("log")
@@ -56,13 +57,17 @@ class RooflineChart(Chart):
             self.moving(*ax.plot([x], [y], marker, color=RED, ms=9, mew=2, label=label))
             for (label, x, y), marker in zip(measured, "xP*Dv^", strict=False)
         ]
+        self.predicted = [  # the predictions these formulas draw, each with the formulas it needs
+            artist
+            for artist, needs in ((self.decode, prefill_decode.DECODE), (self.prefill, prefill_decode.PREFILL))
+            if self.formulas.can(*needs)
+        ]
         ax.set_xlim(0.1, 1e4)
         ax.set(xlabel="arithmetic intensity (FLOPs per byte of weights)", ylabel="FLOP/s achievable")
         plain_log_ticks(ax, y_unit="")  # 100 T, 10 T: the unit is in the axis label
         self.moving(ax.title)
-        self.legend = self.moving(
-            ax.legend(handles=[self.decode, self.prefill, *points], fontsize=8, loc="lower right")
-        )
+        handles = [*self.predicted, *points]
+        self.legend = self.moving(ax.legend(handles=handles, fontsize=8, loc="lower right")) if handles else None
         text_ax.axis("off")
         self.numbers = self.moving(text_ax.text(0, 0.95, "", va="top", fontsize=10, family="monospace"))
 
@@ -74,33 +79,72 @@ class RooflineChart(Chart):
         self.ridge_label.set_text(f"ridge {hw.ridge:.0f} FLOP/B")
         self.ax.set_ylim(hw.peak_flops * 1e-4, hw.peak_flops * 3)
         self.ax.set_title(f"the roofline of {hw.name}")
-        texts = self.legend.get_texts()
-        texts[0].set_text(f"decode, batch {batch}")
-        texts[1].set_text(f"prefill, {prompt} tokens")
-        if self.formulas is None:
+        labels = {self.decode: f"decode, batch {batch}", self.prefill: f"prefill, {prompt} tokens"}
+        for artist, text in zip(self.predicted, self.legend.get_texts() if self.legend else (), strict=False):
+            text.set_text(labels[artist])
+        self.decode.set_data([], [])
+        self.prefill.set_data([], [])
+        try:
+            lines, drawn = self._numbers(params, bits, batch, prompt, hw), True
+        except NotRecorded:  # the learners' copy: the course's formulas beside a notebook's answer it never saw
             self.decode.set_data([], [])
             self.prefill.set_data([], [])
-            self.numbers.set_text("the predictions appear once\nyour functions of sections 1-4\nare written")
-            return self
-        step = prefill_decode.decode_step_time(params, bits, batch, hw, self.formulas)
-        ttft = prefill_decode.prefill_time(params, bits, prompt, hw, self.formulas)
-        weights = self.formulas.weight_bytes(params, bits)
-        prefill = self.formulas.prefill_flops(params, prompt)
-        self.decode.set_data([prefill_decode.decode_intensity(batch, bits)], [2 * params * batch / step])
-        self.prefill.set_data([prefill / weights], [prefill / ttft])
-        critical = prefill_decode.critical_batch(hw, bits, self.formulas)
-        lines = [
-            f"weights: {weights / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
-            f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if weights < hw.memory_bytes else 'NO'}",
-            f"time to first token: {1e3 * ttft:.1f} ms",
-            f"decode step: {1e3 * step:.2f} ms",
-            f"tokens/s per sequence: {1 / step:.0f}",
-            f"tokens/s, whole batch: {batch / step:.0f}",
-            f"critical batch: {critical:.0f}",
-            "decode is " + ("compute-bound" if batch >= critical else "memory-bound"),
-        ]
+            lines, drawn = [_not_recorded(self.formulas.not_yours())], False
+        if self.legend:  # it lists the predictions: not while they are not drawn
+            self.legend.set_visible(drawn or not self.predicted)
         self.numbers.set_text("\n".join(lines))
         return self
+
+    def _numbers(self, params, bits, batch, prompt, hw) -> list[str]:
+        """Place the predicted points; return the lines of numbers, and of what is left out."""
+        f = self.formulas
+        lines = []
+        if f.can("weight_bytes"):
+            weights = f.weight_bytes(params, bits)
+            lines += [
+                f"weights: {weights / 1e9:.1f} GB ({count_label(params)} at {bits:g} bits)",
+                f"fits in {hw.memory_bytes / 1e9:.0f} GB: {'yes' if weights < hw.memory_bytes else 'NO'}",
+            ]
+        if f.can(*prefill_decode.PREFILL):
+            ttft = prefill_decode.prefill_time(params, bits, prompt, hw, f)
+            prefill = f.prefill_flops(params, prompt)
+            self.prefill.set_data([prefill / weights], [prefill / ttft])
+            lines.append(f"time to first token: {1e3 * ttft:.1f} ms")
+        if f.can(*prefill_decode.DECODE):
+            step = prefill_decode.decode_step_time(params, bits, batch, hw, f)
+            self.decode.set_data([prefill_decode.decode_intensity(batch, bits)], [2 * params * batch / step])
+            lines += [
+                f"decode step: {1e3 * step:.2f} ms",
+                f"tokens/s per sequence: {1 / step:.0f}",
+                f"tokens/s, whole batch: {batch / step:.0f}",
+            ]
+        if f.can("critical_batch_of"):
+            critical = prefill_decode.critical_batch(hw, bits, f)
+            lines += [
+                f"critical batch: {critical:.0f}",
+                "decode is " + ("compute-bound" if batch >= critical else "memory-bound"),
+            ]
+        if f.missing():
+            lines += ["", "not written yet, so left out:", *(f"  {name}" for name in f.missing())]
+        return lines
+
+
+def _not_recorded(names: list[str], at_defaults: bool = False) -> str:
+    """Why the learners' copy cannot draw a view: the course's formulas for ``names`` stand in for
+    exercises not written yet, and their results are recorded on the course's own numbers only
+    (``at_defaults``: and at the default sliders only)."""
+    where = ["are recorded at the default", "sliders, on the course's own", "numbers, only: write yours"]
+    if not at_defaults:
+        where = ["are recorded on the course's", "own numbers only: write yours"]
+    lines = [
+        "the course's formulas for",
+        *(f"  {name}" for name in names),
+        *where,
+        "(or check the ones you wrote",
+        "with their check cells), then",
+        "run the cell again",
+    ]
+    return "\n".join(lines)
 
 
 def plot_roofline(
@@ -173,21 +217,32 @@ def plot_decode_batch(
     formulas: prefill_decode.Formulas | None = prefill_decode.REFERENCE,
 ) -> Figure:
     """Predicted decode throughput (tokens/s, whole batch) against batch size, measured points on
-    top; ``formulas`` predict (None: the measured points only)."""
+    top; ``formulas`` predict (None, or a notebook's not written yet: that prediction is left out,
+    and the legend's title names what it waits for)."""
     hw = _hardware(hardware)
+    formulas = formulas if formulas is not None else prefill_decode.Formulas(None, None, None, None)
     fig = new_figure(6, 3.4, left=0.14)
     ax = fig.subplots()
-    if formulas is not None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    left_out = []
+    if formulas.can(*prefill_decode.DECODE):
         predicted = [b / prefill_decode.decode_step_time(params, bits, b, hw, formulas) for b in batches]
-        ax.loglog(batches, predicted, "-", color=GREY, label="roofline prediction")
+        ax.plot(batches, predicted, "-", color=GREY, label="roofline prediction")
+    else:
+        left_out.append(f"roofline prediction ({readings.listing(formulas.missing(*prefill_decode.DECODE))})")
+    if formulas.can("critical_batch_of"):
         critical = prefill_decode.critical_batch(hw, bits, formulas)
         ax.axvline(critical, color=GREY, ls=":", lw=1, label="critical batch")
+    else:
+        left_out.append("critical batch (critical_batch_size)")
     if measured:
-        ax.loglog(list(measured), list(measured.values()), "o-", color=RED, label="measured")
+        ax.plot(list(measured), list(measured.values()), "o-", color=RED, label="measured")
     plain_log_ticks(ax, y_unit="")  # 10 k, 1 M: short enough for the axis label to fit
     ax.set_xticks(list(batches), [str(b) for b in batches])
     ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
-    ax.legend(fontsize=8)
+    title = "not written yet, so not drawn:\n" + "\n".join(left_out) if left_out else None
+    ax.legend(handles=ax.get_legend_handles_labels()[0], fontsize=8, title=title, title_fontsize=7)
     return fig
 
 
@@ -226,10 +281,13 @@ class BatchingChart(Chart):
                 for continuous, _, name in self.kinds
             }
         except NotRecorded:  # the learners' copy, with the course's formulas: recorded at the default view only
-            raise ValueError(
-                f"the learners' copy has the course's simulation at the default sliders only: write your "
-                f"{prefill_decode.YOURS} and run this cell again to move them"
-            ) from None
+            for name in self.points:
+                self.points[name].set_data([], [])
+                self.hists[name].set_data([0], [0, 1])
+            self.ax_lat.set_ylim(0, 1)
+            self.ax_ttft.set(xlim=(0, 1), ylim=(0, 1))
+            self.numbers.set_text(_not_recorded(self.formulas.not_yours(*prefill_decode.PREFILL), at_defaults=True))
+            return self
         latest = max(s.latency for runs in served.values() for s in runs)
         slowest = max(s.ttft for runs in served.values() for s in runs)
         edges = np.linspace(0, nice_ceiling(slowest), 31)

@@ -271,10 +271,11 @@ def plot_nf4_levels(seed: int = 0) -> Figure:
     return fig
 
 
-def plot_int4_speedup(rows: list[dict]) -> Figure:
+def plot_int4_speedup(rows: list[dict], machine: str = "") -> Figure:
     """The int4 layer's speed-up over float32 against the float32 weight's size, with the bound the
     bytes set (float32 bytes / int4 bytes) and the 1x line. ``rows``: ``course.kernels.int4.speedup``'s
-    (rows without a ``speedup``, the bound's alone, draw the bound alone)."""
+    (rows without a ``speedup``, the bound's alone, draw the bound alone); ``machine``, where they
+    were measured, goes under the title."""
     rows = sorted(rows, key=lambda r: r["fp32_bytes"])
     mib = [r["fp32_bytes"] / 2**20 for r in rows]
     fig = new_figure(6, 3.4, left=0.12)
@@ -288,7 +289,7 @@ def plot_int4_speedup(rows: list[dict]) -> Figure:
     ax.set(
         xlabel="float32 weight (MiB), one token through one layer",
         ylabel="speed-up over float32",
-        title="int4 against float32, by the size of the layer",
+        title="int4 against float32, by the size of the layer" + (f"\nmeasured on {machine}" if machine else ""),
     )
     ax.legend(fontsize=8, loc="upper left")
     return fig
