@@ -751,11 +751,15 @@ def test_a_loop_that_raises_is_told_its_mistake_before_the_error(name, mistake, 
     assert hint.startswith(f"{checks.LOOP_MISTAKES[mistake][0]} (your loop raised ValueError: the "), printed
 
 
-DECORATED_LOOP = (  # grading fails it (the sandbox has no course package); the check cell printed ok for it
-    "@torch.no_grad()\n"
-    "def speculative_greedy(target, draft, prompt, k, new_tokens):\n"
+HELPER = (  # a cell of the learner's own, which grading runs: it defines a helper that imports the course
+    "def helper(target, draft, prompt, k, new_tokens):\n"
     "    from course import drafts\n"
     "    return drafts.greedy_speculative(target, draft, prompt, k, new_tokens)\n"
+)
+DECORATED_LOOP = (  # grading fails it (the sandbox has no course package)
+    "@torch.no_grad()\n"
+    "def speculative_greedy(target, draft, prompt, k, new_tokens):\n"
+    "    return helper(target, draft, prompt, k, new_tokens)\n"
 )
 DECORATED_FORWARD = (
     "class Int4Linear(torch.nn.Module):\n"
@@ -763,37 +767,37 @@ DECORATED_FORWARD = (
     "        super().__init__()\n"
     "    @torch.no_grad()\n"
     "    def forward(self, x):\n"
-    "        from course import quantization\n"
-    "        return x\n"
+    "        return helper(x)\n"
 )
 UNREAD_WRAPPER = pytest.mark.xfail(
     strict=True,
     reason="autograder/reach.py: _functions keeps only functions whose __globals__ is the notebook's; "
     "torch.no_grad()'s wrapper is torch's (its __globals__ torch.utils._contextlib's), so the learner's "
-    "function behind its __wrapped__ is never read",
+    "function behind its __wrapped__ is never read, nor the helper it calls",
 )
 
 
 @pytest.mark.parametrize(
-    "grade_id, name, source",
+    "grade_id, source",
     [
-        pytest.param(
-            "speculative_greedy", "speculative_greedy", DECORATED_LOOP.replace("@torch.no_grad()\n", ""), id="plain"
-        ),
-        pytest.param("speculative_greedy", "speculative_greedy", DECORATED_LOOP, id="decorated", marks=UNREAD_WRAPPER),
-        pytest.param("int4_linear", "Int4Linear", DECORATED_FORWARD, id="decorated_method", marks=UNREAD_WRAPPER),
+        pytest.param("speculative_greedy", DECORATED_LOOP.replace("@torch.no_grad()\n", ""), id="plain"),
+        pytest.param("speculative_greedy", DECORATED_LOOP, id="decorated", marks=UNREAD_WRAPPER),
+        pytest.param("int4_linear", DECORATED_FORWARD, id="decorated_method", marks=UNREAD_WRAPPER),
     ],
 )
-def test_the_check_cell_sees_an_answer_import_the_course_as_grading_does(grade_id, name, source):
-    """reach.problem, which the check cell asks before any probe, says what grading will say (0 points):
-    a `from course ...` inside a speculative_greedy under @torch.no_grad() printed ok, then scored 0 of 6."""
+def test_the_check_cell_follows_a_decorated_answer_to_the_course_as_grading_does(grade_id, source):
+    """reach.problem, which the check cell asks before any probe, says what grading will say (0
+    points): a speculative_greedy under @torch.no_grad() that reached the course printed ok, then
+    scored 0 of 6. (An import in the answer's own cell is read off the cell; one in a helper that
+    the answer calls is found only by following the answer's code.)"""
     from autograder import reach
     from autograder.chapters import exercise_by_id
 
-    namespace = {"__name__": "__main__", "torch": torch, "In": ["", source]}
+    namespace = {"__name__": "__main__", "torch": torch, "In": ["", HELPER, source]}
+    exec(HELPER, namespace)
     exec(source, namespace)
     found = reach.problem(exercise_by_id(grade_id), "09_choosing_a_technique", namespace)
-    assert found.startswith(f"{name} imports course; grading would fail it"), found
+    assert found.startswith("helper imports course; grading would fail it"), found
 
 
 def test_the_chapter_names_the_line_the_leaderboard_reads():
