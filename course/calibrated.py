@@ -293,7 +293,7 @@ def losses_reading(losses: dict[str, float], baseline: str, rtn: str, gptq: list
     parts = []
     for name in gptq:
         if gap > 0:
-            parts.append(f"{name} takes back {(losses[rtn] - losses[name]) / gap:.0%} of it")
+            parts.append(f"{name} {in_practice.taken_back((losses[rtn] - losses[name]) / gap)}")
         else:
             parts.append(f"{name} {losses[name] - losses[rtn]:+.4f} against it")
     return f"round to nearest costs {gap:+.4f} nats per token; " + ", ".join(parts)

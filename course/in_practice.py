@@ -9,8 +9,8 @@ reference answers of the chapter's exercises (KV bytes and LoRA parameters from 
 config, NF4 packing), and the hooks that take the model apart: its linear layers, the inputs
 they see, and its attention's q, k, v.
 
-A worked example: SmolLM2-135M (30 layers, 3 key-value heads of 64) keeps
-2 * 30 * 3 * 64 * 2 = 23,040 bytes of cache per token in fp16.
+A worked example: ``kv_cache_bytes_from_config`` of SmolLM2-135M's config (30 layers, 3
+key-value heads shared by 9 query heads) gives 23,040 bytes of cache per token in fp16.
 
 Not handled: batches with padding (prompts of one length only), models whose layers are not
 named like Llama's (``q_proj`` ... ``down_proj``), sliding-window caches.
@@ -123,6 +123,7 @@ def chat_prompt(tokenizer, request: str) -> torch.Tensor:
 # --- exercises' references: sizes from a config -------------------------------------------------
 
 
+@withheld
 def head_dim(config: dict) -> int:
     """The config's ``head_dim`` when it has one (Gemma's differs from the width / heads), else
     ``hidden_size // num_attention_heads``."""
@@ -143,6 +144,10 @@ def kv_cache_bytes_from_config(config: dict, seq_len: int, batch: int = 1, bytes
     )
 
 
+LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # one block's
+
+
+@withheld
 def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each linear layer of one Llama-style block, by its name."""
     width, heads, kv_heads = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
@@ -167,6 +172,27 @@ def lora_trainable_parameters(config: dict, target_modules: Iterable[str], r: in
         raise ValueError(f"no layers named {sorted(unknown)}; a Llama block has {', '.join(shapes)}")
     per_layer = sum(lora.lora_parameters(*shapes[name], r) for name in set(target_modules))
     return config["num_hidden_layers"] * per_layer
+
+
+def yours_or_the_course(namespace: dict, name: str, *args, **kwargs) -> tuple[object, str]:
+    """The notebook's own ``name`` (one of chapter 8's formulas, :data:`FORMULAS`) on ``args`` once it
+    is written, else the course's, and the words that say whose it is ("your
+    lora_trainable_parameters"). The course's is called either way, so that the learners' copy,
+    which replays it, has it for the cells before the learner's is written."""
+    course_value = FORMULAS[name](*args, **kwargs)
+    own = namespace.get(name)
+    if callable(own) and own is not FORMULAS[name]:
+        try:
+            return own(*args, **kwargs), f"your {name}"
+        except NotImplementedError:
+            pass
+    return course_value, f"the course's {name} (yours is not written yet)"
+
+
+FORMULAS = {
+    "kv_cache_bytes_from_config": kv_cache_bytes_from_config,
+    "lora_trainable_parameters": lora_trainable_parameters,
+}
 
 
 def lora_linear_from_peft(layer: nn.Module, adapter: str = "default") -> lora.LoRALinear:
@@ -334,11 +360,29 @@ def requantization_reading(losses: dict[str, float], reference: str = "float32")
     grouped = {label: extra for label, extra in cost.items() if label.startswith("int4, groups")}
     if per_row and per_row > 0 and grouped:
         shares = {label: 1 - extra / per_row for label, extra in grouped.items()}
-        said = readings.listing([f"{label.removeprefix('int4, ')} {share:.0%}" for label, share in shares.items()])
-        best = max(shares.values())
-        how = "most of it" if best > 0.5 else "less than half of it"
-        lines.append(f"groups repair {how}: of int4's per-row {per_row:+.3f}, they take back {said}")
+        said = readings.listing(
+            [f"{label.removeprefix('int4, ')} {taken_back(share, plural=True)}" for label, share in shares.items()]
+        )
+        best = round(100 * max(shares.values()))
+        how = "most of it" if best > 50 else "less than half of it" if best > 0 else "none of it"
+        lines.append(f"groups repair {how}: of int4's per-row {per_row:+.3f}, {said}")
     return ";\n".join(lines)
+
+
+def taken_back(share: float, plural: bool = False) -> str:
+    """How a share of a loss's rise that a method undid reads, in words that fit its sign: "takes
+    back 41% of it", "takes back none of it" (0%), "adds 46% to it" (a negative share: the method
+    made it worse), "takes back all of it and 20% more" (beyond 100%: below the baseline). With
+    ``plural``, the verbs agree with a plural subject ("groups of 64 take back ...")."""
+    percent = round(100 * share)
+    take, add = ("take", "add") if plural else ("takes", "adds")
+    if percent < 0:
+        return f"{add} {-percent}% to it"
+    if percent == 0:
+        return f"{take} back none of it"
+    if percent > 100:
+        return f"{take} back all of it and {percent - 100}% more"
+    return f"{take} back {percent}% of it"
 
 
 def outliers_reading(features: dict[str, tuple[int, int]], errors: dict[str, tuple[float, float]]) -> str:

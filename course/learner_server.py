@@ -139,8 +139,8 @@ class LearnerServer:
         except withheld.NotRecorded:  # the learners' copy holds GPTQ's codes of the released configurations only
             self.stored = learner_layers(target(), layer_class, group_size)
             self.note = (
-                "the learners' copy holds no GPTQ codes in these groups, so your layers round to nearest here: "
-                "the same bytes and the same products, so the same time"
+                "this copy of the course holds no GPTQ codes in these groups, so your layers round to nearest "
+                "here: the same bytes and the same products, so the same time"
             )
         self.fused = share_products(
             replace_layers(

@@ -48,7 +48,7 @@ import time
 
 import torch
 
-from course import corpus, evaluation, in_practice, kv_cache, lora, pretrained, quantization, readings, withheld
+from course import corpus, evaluation, in_practice, lora, pretrained, quantization, readings, withheld
 from course import speculative_decoding as speculative
 from course.plots import in_practice as plots
 from course.timing import choose_threads, describe_threads, memory_bandwidth, usable_cpus
@@ -185,7 +185,9 @@ check("lora_trainable_parameters", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Now peft itself. `get_peft_model` wraps the named layers, as `LoRALinear` did, and counts:
+# Now peft itself. `get_peft_model` wraps the named layers, as `LoRALinear` did, and counts. Beside
+# its count, your `lora_trainable_parameters` once it is written (until then the course's, and the
+# cell says which):
 
 # %%
 from peft import LoraConfig, get_peft_model
@@ -194,11 +196,11 @@ lora_config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]
 torch.manual_seed(0)  # peft draws each adapter's A from torch's global stream: the same A in every run
 peft_model = get_peft_model(model, lora_config, adapter_name="comedies")
 trainable, total = peft_model.get_nb_trainable_parameters()
-expected = in_practice.lora_trainable_parameters(config, ["q_proj", "v_proj"], 8)
-agreements["peft's trainable count = the formula"] = f"{trainable:,} and {expected:,}"
-print(
-    f"peft trains {trainable:,} of {total:,} numbers ({100 * trainable / total:.4f}%); the formula gives {expected:,}"
+expected, whose = in_practice.yours_or_the_course(
+    globals(), "lora_trainable_parameters", config, ["q_proj", "v_proj"], 8
 )
+agreements["peft's trainable count = the formula"] = f"{trainable:,} and {expected:,} ({whose})"
+print(f"peft trains {trainable:,} of {total:,} numbers ({100 * trainable / total:.4f}%); {whose} gives {expected:,}")
 print(peft_model.base_model.model.model.layers[0].self_attn.q_proj)
 
 # %% [markdown]
@@ -478,8 +480,8 @@ print(in_practice.requantization_reading(quantized_losses))
 plots.plot_quantized_loss(quantized_losses, "float32")
 
 # %% [markdown]
-# The printed reading says what each scheme cost here and how much of int4's per-row cost the
-# groups took back. Read every figure against what the baseline is: weights already rounded to
+# The printed reading says what each scheme cost here and what the groups did to int4's
+# per-row cost. Read every figure against what the baseline is: weights already rounded to
 # Q4_1's 16 levels per block of 32, each block with its own scale and minimum. A second rounding
 # to symmetric int4, whose groups have no minimum and (per row, or in groups of 64) do not match
 # Q4_1's blocks, lands between those levels. So these figures measure re-quantizing a 4-bit
@@ -503,10 +505,9 @@ plots.plot_quantized_loss(quantized_losses, "float32")
 #
 # To fit the chapter's time this runs on the first `GPTQ_BLOCKS` = 2 of the 30 decoder blocks
 # (14 of the 210 linear layers); `-p GPTQ_BLOCKS 30` quantizes the whole model (several minutes on a
-# CPU). `make bench` runs the same comparison on the whole model, calibrated on 16 windows of 256
-# tokens, and beside it llmcompressor's AWQ (4 bits, groups of 64) and SmoothQuant before int8
-# weights and activations (W8A8), with their losses on held-out plays; the chapter leaves those
-# out for time.
+# CPU). The same comparison on the whole model, calibrated on 16 windows of 256 tokens, and beside
+# it llmcompressor's AWQ (4 bits, groups of 64) and SmoothQuant before int8 weights and activations
+# (W8A8), take longer than this chapter has: they are left out here.
 
 # %% tags=["varies"]
 from course import calibrated
@@ -570,8 +571,8 @@ agreements["GPTQ's output error, course and llmcompressor"] = (
 # kernel. All 210 linear layers of the decoder swapped for it, and the output layer as an int4
 # copy (the embedding it is tied to stays float32 for looking tokens up; reading the 49,152 x 576
 # output matrix is a third of every float32 step), groups of 64, rounded to nearest; greedy
-# decoding against float32, threads chosen as above. (The learners' copy that an instructor gives
-# for credit leaves this measurement out: you write `Int4Linear` yourself in chapter 9.)
+# decoding against float32, threads chosen as above. (Where the course came without its answers,
+# this cell says so and leaves the measurement out: `Int4Linear` is yours to write in chapter 9.)
 
 # %%
 decode_prompt = in_practice.chat_prompt(tokenizer, "Name three rivers of Europe.")
@@ -586,8 +587,8 @@ def timed_greedy():
 
 if withheld.LEARNERS_COPY or withheld.is_recording():  # the copy leaves it out: the release records none of it
     print(
-        "The learners' copy leaves this measurement out: Int4Linear is an exercise of chapter 9, and the copy "
-        "withholds its answer."
+        "This measurement is left out here: it runs the course's Int4Linear, an exercise of chapter 9 that "
+        "this copy of the course leaves for you to write."
     )
 else:
     fp32_tokens, fp32_decode = timed_greedy()
@@ -702,26 +703,34 @@ check("kv_cache_bytes_from_config", hidden=True)
 
 # %% [markdown]
 # transformers keeps the cache in a `DynamicCache` that `generate` returns. Its size after
-# generating, against the formula (float32: 4 bytes an element):
+# generating, against your `kv_cache_bytes_from_config` once it is written (until then the
+# course's, and the cell says which; float32: 4 bytes an element):
 
 # %%
 request = in_practice.chat_prompt(tokenizer, "Name three rivers of Europe.")
 generated = model.generate(request, max_new_tokens=GEN_TOKENS, do_sample=False, return_dict_in_generate=True)
 cache = generated.cache
 cached = cache.get_seq_length()
-formula = in_practice.kv_cache_bytes_from_config(config, cached, bytes_per_element=4)
+
+
+def cache_bytes(config, seq_len, **options):
+    """The KV cache's bytes by your kv_cache_bytes_from_config once written, else the course's."""
+    return in_practice.yours_or_the_course(globals(), "kv_cache_bytes_from_config", config, seq_len, **options)
+
+
+formula, whose = cache_bytes(config, cached, bytes_per_element=4)
 agreements["transformers' cache = the KV formula"] = (
-    f"{in_practice.cache_nbytes(cache):,} and {formula:,} bytes for {cached} positions"
+    f"{in_practice.cache_nbytes(cache):,} and {formula:,} bytes for {cached} positions ({whose})"
 )
 print(
-    f"{cached} positions cached: transformers holds {in_practice.cache_nbytes(cache):,} bytes, the formula says {formula:,}"
+    f"{cached} positions cached: transformers holds {in_practice.cache_nbytes(cache):,} bytes, {whose} says {formula:,}"
 )
-per_token = in_practice.kv_cache_bytes_from_config(config, 1)
-mha = in_practice.kv_cache_bytes_from_config({**config, "num_key_value_heads": config["num_attention_heads"]}, 1)
+per_token, _ = cache_bytes(config, 1)
+mha, _ = cache_bytes({**config, "num_key_value_heads": config["num_attention_heads"]}, 1)
 context = model.config.max_position_embeddings
 print(
-    f"fp16: {per_token:,} bytes per token; with a key-value head per query head (MHA) it would be {mha:,} "
-    f"({mha // per_token}x). A full {context:,}-token context: {kv_cache.kv_cache_bytes(30, 3, 64, context) / 2**20:.0f} MiB "
+    f"fp16, by {whose}: {per_token:,} bytes per token; with a key-value head per query head (MHA) it would be {mha:,} "
+    f"({mha / per_token:.3g}x). A full {context:,}-token context: {cache_bytes(config, context)[0] / 2**20:.0f} MiB "
     f"against {n_params * 2 / 2**20:.0f} MiB of fp16 weights"
 )
 
@@ -867,7 +876,7 @@ print(
 # ## Check yourself
 #
 # 1. SmolLM2-135M has 9 query heads and 3 key-value heads. By how much does GQA shrink its
-#    cache, and what does the formula give per token in fp16?
+#    cache, and which numbers of its config does the cache's size not depend on?
 # 2. peft reports 0.34% trainable for r = 8 on `q_proj` and `v_proj`. Why would `k_proj`
 #    instead of `q_proj` train fewer numbers?
 # 3. The NF4 model takes about a third of the float32 model, not an eighth. Where does the rest go?
@@ -875,7 +884,9 @@ print(
 #
 # <details><summary>Answers</summary>
 #
-# 1. By 3x (3 key-value heads instead of 9): 2 x 30 x 3 x 64 x 2 = 23,040 bytes per token.
+# 1. By 3x: the cache keeps keys and values for the 3 key-value heads, not for the 9 query heads.
+#    `intermediate_size` plays no part (the MLP caches nothing between tokens), and
+#    `num_attention_heads` only through `head_dim` when the config gives none.
 # 2. `k_proj` outputs 3 x 64 = 192 features against `q_proj`'s 576: its B has 192 rows instead
 #    of 576.
 # 3. The tied embedding (49,152 x 576, a fifth of the parameters) and the norms stay in float32,

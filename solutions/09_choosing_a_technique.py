@@ -321,7 +321,9 @@ for row in technique.format_table():
 # ### Your turn: `speculative_greedy`, the loop
 #
 # Write `speculative_greedy(target, draft, prompt, k, new_tokens)`: greedy speculative decoding
-# with a KV cache in **each** model (chapter 4's cache, chapter 6's loop at temperature 0). The
+# with a KV cache in **each** model (chapter 4's cache, chapter 6's loop at temperature 0).
+# `prompt` is a `torch.long` tensor of shape `(1, T)`, the prompt's token ids (a batch of one, as
+# the models take them); `k` and `new_tokens` are ints. The
 # models have the course model's interface, and only that (they are not `nn.Module`s: no
 # `parameters()`; they run on the CPU): `model(tokens, cache)` returns logits `(1, T, vocab)` for
 # the `(1, T)` tokens fed (a `torch.long` tensor) and appends their keys and values to `cache`;
@@ -344,7 +346,10 @@ for row in technique.format_table():
 # %% nbgrader={"grade": false, "grade_id": "speculative_greedy", "locked": false, "schema_version": 3, "solution": true}
 @torch.no_grad()
 def speculative_greedy(target, draft, prompt, k, new_tokens):
-    """The prompt's tokens and new_tokens more, greedy, the draft proposing k per target call."""
+    """The prompt's tokens and new_tokens more, greedy, the draft proposing k per target call.
+
+    prompt: a (1, T) torch.long tensor of token ids; returns a list of T + new_tokens ints.
+    """
     ### BEGIN SOLUTION
     tokens = prompt[0].tolist()
     goal = len(tokens) + new_tokens
@@ -420,7 +425,9 @@ check("capstone_configuration")
 
 # %% [markdown]
 # Your configuration, measured the way the grader measures it: the real speculative loop with
-# the stored target and both KV caches, greedy, on the held-out prompts.
+# the stored target and both KV caches, greedy, on the held-out prompts. The chart marks it with the
+# star (the widget above starts from fp32 without a draft, wherever you left it); without a draft
+# the right panel has no star, since every call then yields one token whatever k.
 
 # %%
 try:
@@ -437,8 +444,8 @@ try:
     figures = technique.measure(chosen)
 except withheld.NotRecorded:  # the learners' copy holds the loop's figures of the configurations it was released with
     figures = technique.counted_figures(chosen)
-    print("(the learners' copy ran the loop for a few configurations only: these tokens per call are counted from")
-    print(" where the draft agrees with the target, which is the loop's count)")
+    print("(this copy of the course holds the loop's runs of a few configurations only: these tokens per call are")
+    print(" counted from where the draft agrees with the target, which is the loop's count)")
 passed = all(figures.within().values())
 print(f"{chosen.label()}: {figures.summary()}")
 for part, met in figures.within().items():
@@ -525,8 +532,9 @@ else:
 # products, bitsandbytes, llama.cpp, Marlin, torchao) dequantize inside the matrix product, as each
 # block of codes arrives: torchao reports Llama-2-7B on an A100 nearly doubling its decoding speed
 # with int4 weights (107 tokens/s in bf16, 201 in int4). The figures the budget grades do not
-# depend on any of this. The last line above is what the class leaderboard reports beside your
-# graded figures (save the notebook with its outputs): it is never graded.
+# depend on any of this. The line of your server's cell that starts with "measured speed-up over the
+# fp32 target:" is what the class leaderboard reports beside your graded figures (save the notebook
+# with its outputs): it is never graded.
 #
 # ## In practice
 #

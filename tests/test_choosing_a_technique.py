@@ -653,6 +653,15 @@ def test_the_capstone_widget_starts_far_from_the_answer():
     assert chart.verdict.get_text().startswith(technique.Configuration().label())  # fp32, no draft
 
 
+@pytest.mark.parametrize("draft_length", [1, 4])
+def test_without_a_draft_no_star_sits_at_a_k_that_changes_nothing(draft_length):
+    """Configuration() has k = 4 and the widget starts at k = 1: without a draft neither marks a k."""
+    chart = plots.CapstoneChart().update("fp32", None, "none", draft_length)
+    assert len(chart.star_t.get_xdata()) == 0 and "no draft, 1 token per call whatever k" in chart.ax_t.get_title()
+    chart.update("fp32", None, "distilled", draft_length)
+    assert list(chart.star_t.get_xdata()) == [draft_length] and "no draft" not in chart.ax_t.get_title()
+
+
 # --- the leaderboard ---------------------------------------------------------------------------------------
 
 
@@ -729,6 +738,74 @@ def test_the_check_cell_names_each_mistake_the_chapter_stresses(name, capsys):
     planted = PLANTED[name]
     printed = check_cell(planted.grade_id, solution_answer("pack_int4") + planted.source, capsys)
     assert "FAIL" in printed and planted.words in printed, printed
+
+
+@pytest.mark.parametrize(
+    "name, mistake",
+    [("loop_cache_not_rolled_back", "target_cache"), ("loop_draft_cache_not_rolled_back", "draft_cache")],
+)
+def test_a_loop_that_raises_is_told_its_mistake_before_the_error(name, mistake, capsys):
+    """A cache never rolled back ends in an error; the hint names the mistake first, then what was raised."""
+    printed = check_cell("speculative_greedy", PLANTED[name].source, capsys)
+    hint = printed.split("hint: ", 1)[1]
+    assert hint.startswith(f"{checks.LOOP_MISTAKES[mistake][0]} (your loop raised ValueError: the "), printed
+
+
+HELPER = (  # a cell of the learner's own, which grading runs: it defines a helper that imports the course
+    "def helper(target, draft, prompt, k, new_tokens):\n"
+    "    from course import drafts\n"
+    "    return drafts.greedy_speculative(target, draft, prompt, k, new_tokens)\n"
+)
+DECORATED_LOOP = (  # grading fails it (the sandbox has no course package)
+    "@torch.no_grad()\n"
+    "def speculative_greedy(target, draft, prompt, k, new_tokens):\n"
+    "    return helper(target, draft, prompt, k, new_tokens)\n"
+)
+DECORATED_FORWARD = (
+    "class Int4Linear(torch.nn.Module):\n"
+    "    def __init__(self, weight, group_size=64, codes=None, scale=None):\n"
+    "        super().__init__()\n"
+    "    @torch.no_grad()\n"
+    "    def forward(self, x):\n"
+    "        return helper(x)\n"
+)
+UNREAD_WRAPPER = pytest.mark.xfail(
+    strict=True,
+    reason="autograder/reach.py: _functions keeps only functions whose __globals__ is the notebook's; "
+    "torch.no_grad()'s wrapper is torch's (its __globals__ torch.utils._contextlib's), so the learner's "
+    "function behind its __wrapped__ is never read, nor the helper it calls",
+)
+
+
+@pytest.mark.parametrize(
+    "grade_id, source",
+    [
+        pytest.param("speculative_greedy", DECORATED_LOOP.replace("@torch.no_grad()\n", ""), id="plain"),
+        pytest.param("speculative_greedy", DECORATED_LOOP, id="decorated", marks=UNREAD_WRAPPER),
+        pytest.param("int4_linear", DECORATED_FORWARD, id="decorated_method", marks=UNREAD_WRAPPER),
+    ],
+)
+def test_the_check_cell_follows_a_decorated_answer_to_the_course_as_grading_does(grade_id, source):
+    """reach.problem, which the check cell asks before any probe, says what grading will say (0
+    points): a speculative_greedy under @torch.no_grad() that reached the course printed ok, then
+    scored 0 of 6. (An import in the answer's own cell is read off the cell; one in a helper that
+    the answer calls is found only by following the answer's code.)"""
+    from autograder import reach
+    from autograder.chapters import exercise_by_id
+
+    namespace = {"__name__": "__main__", "torch": torch, "In": ["", HELPER, source]}
+    exec(HELPER, namespace)
+    exec(source, namespace)
+    found = reach.problem(exercise_by_id(grade_id), "09_choosing_a_technique", namespace)
+    assert found.startswith("helper imports course; grading would fail it"), found
+
+
+def test_the_chapter_names_the_line_the_leaderboard_reads():
+    from course import paths
+
+    source = (paths.SOLUTIONS / "09_choosing_a_technique.py").read_text()
+    assert f'starts with "{learner_server.SPEEDUP_LINE}"' in " ".join(source.replace("\n# ", " ").split())
+    assert "The last line above is what the class leaderboard" not in source
 
 
 def test_the_leaderboard_gets_the_graded_figures(planted_reports):

@@ -9,14 +9,14 @@ import re
 import pytest
 import torch
 
-from autograder.planted import planted
+from autograder.planted import Planted, planted
 from course import evaluation, flash_attention, in_practice, lora, pretrained, quantization
 from course import speculative_decoding as speculative
 from course.model import repeat_kv
 from course.plots import in_practice as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, load_tool
+from conftest import assert_named, judged_in_process, load_tool, verdicts
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +112,27 @@ def test_requantization_reading_says_how_much_groups_repair():
     losses = {"float32": 3.0, "int8, per row": 3.002, "int4, per row": 3.758, "int4, groups of 64": 3.444}
     reading = in_practice.requantization_reading({**losses, "int4, groups of 32": 3.413})
     assert "int8, per row: +0.002 nats per token over float32" in reading
-    assert "groups repair less than half of it: of int4's per-row +0.758, they take back groups of 64 41%" in reading
+    assert (
+        "groups repair less than half of it: of int4's per-row +0.758, groups of 64 take back 41% of it and "
+        "groups of 32 take back 46% of it" in reading
+    )
     assert "groups repair most of it" in in_practice.requantization_reading({**losses, "int4, groups of 64": 3.1})
+    worse = in_practice.requantization_reading({**losses, "int4, groups of 64": 3.9})  # groups that cost more
+    assert "groups repair none of it: of int4's per-row +0.758, groups of 64 add 19% to it" in worse
+
+
+@pytest.mark.parametrize(
+    "share, words",
+    [
+        (0.41, "takes back 41% of it"),
+        (-0.46, "adds 46% to it"),  # a method that made the loss worse than the rounding it was to repair
+        (0.001, "takes back none of it"),
+        (1.2, "takes back all of it and 20% more"),
+        (1.0, "takes back 100% of it"),
+    ],
+)
+def test_what_a_method_took_back_reads_in_words_that_fit_the_sign(share, words):
+    assert in_practice.taken_back(share) == words
 
 
 def test_outliers_reading_tells_many_large_features_from_a_few_outliers():
@@ -436,6 +455,124 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
 
 
+KV = "def kv_cache_bytes_from_config(config, seq_len, batch=1, bytes_per_element=2):\n"
+KV_HEAD_DIM = "    d = config.get('head_dim') or config['hidden_size'] // config['num_attention_heads']\n"
+LORA = (
+    "def lora_trainable_parameters(config, target_modules, r):\n"
+    "    h, f, heads, kv = (config[key] for key in ('hidden_size', 'intermediate_size', "
+    "'num_attention_heads', 'num_key_value_heads'))\n"
+    "{head_dim}"
+    "    shapes = {{'q_proj': (h, heads * d), 'k_proj': (h, kv * d), 'v_proj': (h, kv * d), 'o_proj': (heads * d, h),\n"
+    "              'gate_proj': (h, f), 'up_proj': (h, f), 'down_proj': (f, h)}}\n"
+    "    return config['num_hidden_layers'] * sum(r * sum(shapes[n]) for n in set(target_modules))\n"
+)
+KV_ALL = {f"kv_cache_bytes_from_config.{name}" for name in ("smollm2", "llama3", "head_dim", "random")}
+
+# More plausible mistakes, judged in this process (conftest.assert_caught).
+MISTAKES = {
+    "kv_without_batch": Planted(
+        "kv_cache_bytes_from_config",
+        KV + KV_HEAD_DIM + "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len"
+        " * bytes_per_element\n",
+        {
+            "kv_cache_bytes_from_config.llama3",
+            "kv_cache_bytes_from_config.head_dim",
+            "kv_cache_bytes_from_config.random",
+        },
+        "left out the batch",
+    ),
+    "kv_without_bytes": Planted(
+        "kv_cache_bytes_from_config",
+        KV + KV_HEAD_DIM + "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len"
+        " * batch\n",
+        KV_ALL - {"kv_cache_bytes_from_config.random"},  # whose draw is 1 byte an element here
+        # (at SmolLM2's and Llama's default of 2 bytes it reads as the factor 2 missing too, and says both)
+        "left out bytes_per_element",
+    ),
+    "kv_fp16_always": Planted(
+        "kv_cache_bytes_from_config",
+        KV + KV_HEAD_DIM + "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len"
+        " * batch * 2\n",
+        {"kv_cache_bytes_from_config.head_dim", "kv_cache_bytes_from_config.random"},
+        "bytes_per_element fixed at 2",
+    ),
+    "kv_head_dim_of_the_kv_heads": Planted(
+        "kv_cache_bytes_from_config",
+        KV + "    d = config.get('head_dim') or config['hidden_size'] // config['num_key_value_heads']\n"
+        "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len * batch"
+        " * bytes_per_element\n",
+        {"kv_cache_bytes_from_config.smollm2", "kv_cache_bytes_from_config.llama3"},
+        "hidden_size // num_key_value_heads",
+    ),
+    "lora_head_dim_of_the_kv_heads": Planted(
+        "lora_trainable_parameters",
+        LORA.format(head_dim="    d = config.get('head_dim') or h // kv\n"),
+        {"lora_trainable_parameters.smollm2_qv", "lora_trainable_parameters.all_linear"},
+        "hidden_size // num_key_value_heads",
+    ),
+}
+
+# Correct answers written their own way: each must keep every point.
+VARIANTS = {
+    "kv_math_prod": (
+        "kv_cache_bytes_from_config",
+        KV + "    d = config['head_dim'] if 'head_dim' in config else config['hidden_size'] // "
+        "config['num_attention_heads']\n"
+        "    return math.prod([2, config['num_hidden_layers'], config['num_key_value_heads'], d, seq_len, batch, "
+        "bytes_per_element])\n",
+    ),
+    "lora_table": (
+        "lora_trainable_parameters",
+        LORA.format(head_dim=KV_HEAD_DIM.replace("config['hidden_size']", "h")),
+    ),
+}
+
+test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point = judged_in_process(MISTAKES, VARIANTS)
+
+VISIBLY_CAUGHT = {  # mistakes that passed every visible check once (head_dim, batch, bytes): each fails one now
+    **{name: MISTAKES[name] for name in ("kv_without_batch", "kv_fp16_always", "lora_head_dim_of_the_kv_heads")},
+    **{name: MISTAKES[name] for name in ("kv_without_bytes", "kv_head_dim_of_the_kv_heads")},
+    **{name: PLANTED[name] for name in ("kv_ignores_head_dim", "lora_ignores_head_dim")},
+}
+
+
+@pytest.mark.parametrize("name", sorted(VISIBLY_CAUGHT))
+def test_a_visible_check_names_the_mistake(name):
+    """Before grading: a check of the learner's check cell fails the mistake with its words."""
+    from autograder.chapters import exercise_by_id
+
+    mistake = VISIBLY_CAUGHT[name]
+    found = verdicts(mistake.grade_id, mistake.source)
+    visible = [c.id for c in exercise_by_id(mistake.grade_id).checks if c.visible]
+    assert any(not found[i].passed and mistake.words in found[i].hint for i in visible), {
+        i: found[i].hint for i in visible
+    }
+
+
+def test_the_formula_cells_use_the_learners_function_once_written_and_say_whose():
+    config = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+
+    def kv_cache_bytes_from_config(config, seq_len, batch=1, bytes_per_element=2):
+        raise NotImplementedError()
+
+    namespace = {"kv_cache_bytes_from_config": kv_cache_bytes_from_config}
+    value, whose = in_practice.yours_or_the_course(namespace, "kv_cache_bytes_from_config", config, 1)
+    assert (value, whose) == (23_040, "the course's kv_cache_bytes_from_config (yours is not written yet)")
+    namespace["kv_cache_bytes_from_config"] = lambda config, seq_len, bytes_per_element=2: 7 * seq_len
+    value, whose = in_practice.yours_or_the_course(namespace, "kv_cache_bytes_from_config", config, 3)
+    assert (value, whose) == (21, "your kv_cache_bytes_from_config")
+    assert in_practice.yours_or_the_course({}, "kv_cache_bytes_from_config", config, 1)[1].startswith("the course's")
+
+
+def test_no_course_function_of_chapter_8_left_readable_reads_off_the_config():
+    """head_dim and the table of layer shapes are most of both exercises: the learners' copy withholds them."""
+    import inspect
+
+    for function in (in_practice.head_dim, in_practice.linear_shapes):
+        assert inspect.getsource(function).startswith("@withheld\n"), function.__name__
+    assert "2 * 30 * 3 * 64" not in in_practice.__doc__
+
+
 # --- links and installation -------------------------------------------------------------------------------
 
 
@@ -631,4 +768,4 @@ def test_losses_reading_says_what_each_gptq_took_back():
     from course import calibrated
 
     reading = calibrated.losses_reading({"f": 3.0, "r": 3.4, "a": 3.1, "b": 3.5}, "f", "r", ["a", "b"])
-    assert reading == "round to nearest costs +0.4000 nats per token; a takes back 75% of it, b takes back -25% of it"
+    assert reading == "round to nearest costs +0.4000 nats per token; a takes back 75% of it, b adds 25% to it"

@@ -35,7 +35,7 @@ from course import choosing_a_technique as technique
 from course import model as course_model
 from course.kernels import int4
 from course.model import generate
-from course.withheld import NotRecorded, withheld
+from course.withheld import NotRecorded, is_recording, withheld
 
 # --- fine_tuning_advice -------------------------------------------------------------------------------
 
@@ -315,10 +315,11 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
         return model.eval()
 
     class Served:
-        """The model behind its interface, its calls and the positions fed counted."""
+        """The model behind its interface, its calls and the positions fed counted; feeding it nothing
+        or more than its cache holds fails with what that means (not the model's own error)."""
 
-        def __init__(self, model):
-            self.model, self.calls, self.fed = model, 0, 0
+        def __init__(self, model, name):
+            self.model, self.name, self.calls, self.fed = model, name, 0, 0
 
         def new_cache(self, batch=1, max_len=None):
             if batch != 1:
@@ -327,10 +328,13 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
 
         def __call__(self, tokens, cache=None):
             self.calls, self.fed = self.calls + 1, self.fed + tokens.shape[1]
+            if tokens.dim() == 2 and tokens.shape[1] == 0:
+                cached = f"; its cache holds {cache.length} positions" if cache is not None else ""
+                raise ValueError(f"the {self.name} was fed no tokens (a tensor of shape {tuple(tokens.shape)}{cached})")
             if cache is not None and cache.length + tokens.shape[1] > cache.max_len:
                 raise ValueError(
-                    f"the KV cache holds {cache.max_len} positions, {cache.length + tokens.shape[1]} needed: was it "
-                    "rolled back to the positions kept after a rejection?"
+                    f"the {self.name}'s KV cache holds {cache.max_len} positions, {cache.length + tokens.shape[1]} "
+                    "needed: was it rolled back to the positions kept after a rejection?"
                 )
             return self.model(tokens, cache)
 
@@ -352,7 +356,7 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
             stored = sum(t.numel() * t.element_size() for layer in layers for t in layer.state_dict().values())
             return {"loss": float(loss), "layer_bytes": int(stored), "layers": len(layers)}
-        served, drafter = Served(build(target)), Served(build(draft))
+        served, drafter = Served(build(target), "target"), Served(build(draft), "draft")
         tokens = answer(served, drafter, inputs["prompt"], inputs["k"], inputs["new_tokens"])
         tokens = tokens.flatten().tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
         return {
@@ -835,13 +839,35 @@ def _loop_probe(draft, start, k):
     return make
 
 
+# what the scenario's models say when a cache was not rolled back (on_course_model's Served), by mistake
+RAISED_BY = {
+    "target_cache": ("the target's KV cache holds",),
+    "draft_cache": ("the draft's KV cache holds", "the draft was fed no tokens"),
+}
+
+
+def _raised_hint(draft: str, start: int, k: int, raised: dict) -> str:
+    """The hint of a loop that raised: the mistake first, then what it raised; the mistake is named
+    when the scenario's models said what went wrong (:data:`RAISED_BY`), or when the course's loop
+    with that mistake raises the same exception on this prompt; otherwise what was raised alone."""
+    message = raised.get("message", "")
+    said = f"{raised['raised']}: {message}"[:160]
+    for mistake, signs in RAISED_BY.items():
+        if any(sign in message for sign in signs):
+            return f"{LOOP_MISTAKES[mistake][0]} (your loop raised {said})"
+    for mistake, (hint, _) in LOOP_MISTAKES.items():
+        if mistake not in RAISED_BY and _mistake_outcome(draft, start, k, mistake) == raised["raised"]:
+            return f"{hint} (your loop raised {said}, as the loop with that mistake does)"
+    return outcome(raised)[1].hint
+
+
 def _loop_verdict(probe, got, part) -> Verdict:
     draft, start, k = probe["expected"]
+    if is_recording():  # every mistake's outcome, so that the learners' copy can name any of them
+        for mistake in LOOP_MISTAKES:
+            _mistake_outcome(draft, start, k, mistake)
     if isinstance(got, dict) and "raised" in got:  # the learner's loop raised: a mistake that ends this way?
-        for mistake, (hint, _) in LOOP_MISTAKES.items():
-            if _mistake_outcome(draft, start, k, mistake) == got["raised"]:
-                return Verdict(False, f"raised {got['raised']}: {got.get('message', '')}"[:200] + f"; {hint}")
-        return outcome(got)[1]
+        return Verdict(False, _raised_hint(draft, start, k, got))
     if not isinstance(got, dict) or "tokens" not in got:
         return Verdict(False, f"speculative_greedy did not run on the course's models: {got!r}"[:200])
     expected = _loop_expected(draft, start, k)

@@ -4,6 +4,8 @@ mistakes it can recognise in its hint."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -64,6 +66,19 @@ def _with(config: dict, **changes) -> dict:
     return {**config, **changes}
 
 
+def _merged(mistakes: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``mistakes`` with those that give the same number on these inputs as one entry, their hints
+    joined by "or": a check that cannot tell them apart names each, not the first alone."""
+    merged: list[tuple[list[str], float]] = []
+    for hint, wrong in mistakes:
+        same = next((entry for entry in merged if math.isclose(entry[1], wrong, rel_tol=1e-9)), None)
+        if same is None:
+            merged.append(([hint], wrong))
+        elif hint not in same[0]:
+            same[0].append(hint)
+    return [("; or ".join(hints), wrong) for hints, wrong in merged]
+
+
 # --- kv_cache_bytes_from_config ------------------------------------------------------------------------
 
 
@@ -73,7 +88,8 @@ def _judge_kv(probe, got):
     batch = probe["kwargs"].get("batch", 1)
     element = probe["kwargs"].get("bytes_per_element", 2)
     expected = in_practice.kv_cache_bytes_from_config(config, seq_len, batch, element)
-    return judge_number(got, expected, _kv_mistakes(config, seq_len, batch, element), "the cache size in bytes")
+    mistakes = _merged(_kv_mistakes(config, seq_len, batch, element))
+    return judge_number(got, expected, mistakes, "the cache size in bytes")
 
 
 @withheld
@@ -106,7 +122,11 @@ def _kv_mistakes(config: dict, seq_len: int, batch: int, element: int) -> list[t
             expected / config["num_hidden_layers"],
         ),
         ("left out the batch: every sequence keeps its own cache", expected / batch),
-        ("left out bytes_per_element", expected / element),
+        ("left out bytes_per_element: every element takes that many bytes", expected / element),
+        (
+            "bytes_per_element fixed at 2 (fp16): use the bytes_per_element given (2 is only its default)",
+            expected * 2 / element,
+        ),
     ]
 
 
@@ -146,9 +166,10 @@ KV_FROM_CONFIG = Exercise(
         Check(
             "head_dim",
             1,
-            "Gemma-7B's config, which gives its own head_dim",
-            _kv_probe(GEMMA_7B, 4096, {"bytes_per_element": 2}),
+            "Gemma-7B's config, which gives its own head_dim: 4,096 tokens, batch 3, float32 (4 bytes an element)",
+            _kv_probe(GEMMA_7B, 4096, {"batch": 3, "bytes_per_element": 4}),
             _judge_kv,
+            visible=True,
         ),
         Check(
             "random",
@@ -169,8 +190,8 @@ KV_FROM_CONFIG = Exercise(
         ),
         Requirement("the config's head_dim used when it has one", ("head_dim", "random")),
         Requirement("without head_dim: hidden_size // num_attention_heads", ("smollm2", "llama3")),
-        Requirement("batch=1 and bytes_per_element=2 by default", ("smollm2", "head_dim")),
-        Requirement("batch and bytes_per_element given", ("llama3", "random")),
+        Requirement("batch=1 and bytes_per_element=2 by default", ("smollm2", "llama3")),
+        Requirement("batch and bytes_per_element given", ("llama3", "head_dim", "random")),
     ],
 )
 
@@ -182,7 +203,8 @@ KV_FROM_CONFIG = Exercise(
 def _judge_lora(probe, got):
     config, targets, r = probe["args"]
     expected = in_practice.lora_trainable_parameters(config, targets, r)
-    return judge_number(got, expected, _lora_mistakes(config, targets, r), "the number of trainable parameters")
+    mistakes = _merged(_lora_mistakes(config, targets, r))
+    return judge_number(got, expected, mistakes, "the number of trainable parameters")
 
 
 @withheld
@@ -216,6 +238,12 @@ def _lora_mistakes(config: dict, targets: list, r: int) -> list[tuple[str, float
                 _with(config, head_dim=config["hidden_size"] // config["num_attention_heads"]), targets, r
             ),
         ),
+        (
+            "head_dim taken as hidden_size // num_key_value_heads: the head dimension comes from the query heads",
+            in_practice.lora_trainable_parameters(
+                _with(config, head_dim=config["hidden_size"] // config["num_key_value_heads"]), targets, r
+            ),
+        ),
         ("left out the number of layers: peft adds the adapters to every layer", expected / layers),
     ]
 
@@ -224,7 +252,7 @@ def _lora_probe(config=None, targets=None, r=None):
     def make(rng):
         chosen = config or _random_config(rng)
         names = targets or sorted(
-            rng.choice(list(in_practice.linear_shapes(chosen)), size=int(rng.integers(2, 6)), replace=False).tolist()
+            rng.choice(list(in_practice.LLAMA_LINEARS), size=int(rng.integers(2, 6)), replace=False).tolist()
         )
         return {
             "call": "lora_trainable_parameters",
@@ -259,6 +287,7 @@ LORA_PARAMETERS = Exercise(
             "Gemma-7B's config, which gives its own head_dim, rank 8 on the four attention layers",
             _lora_probe(GEMMA_7B, ["q_proj", "k_proj", "v_proj", "o_proj"], 8),
             _judge_lora,
+            visible=True,
         ),
         Check("random", 1, "other configs, ranks and target_modules", _lora_probe(), _judge_lora),
     ],

@@ -118,7 +118,9 @@ class CapstoneChart(Chart):
     """Left: bytes served (target and draft) against held-out loss for every weight format of the
     table (rounded to nearest), the budget shaded. Right: the modelled speed-up against the draft
     length for each draft, with the target in the chosen format. The star (hollow, so that the
-    marker under it shows) is the configuration; the title says which budget parts it meets."""
+    marker under it shows) is the configuration: on the right at its draft and k, and not there at
+    all without a draft (every call yields one token, whatever k; the panel's title says so). The
+    title says which budget parts it meets."""
 
     TOP = 0.015  # losses above this gap are drawn at the top edge, their value in the legend
     ZOOM = 0.25  # MB either side of the bytes budget in the linear inset
@@ -213,10 +215,13 @@ class CapstoneChart(Chart):
         for name, line in self.curves.items():
             line.set_data(self.ks, curves[name])
         speedup = curves[draft][draft_length - 1] if draft in curves else 1.0
-        self.star_t.set_data([draft_length], [speedup])
+        self.star_t.set_data(([draft_length], [speedup]) if draft in curves else ([], []))
         highest = max(technique.BUDGET["modelled_speedup"], *(max(c) for c in curves.values()))
         self.ax_t.set_ylim(0.8, nice_ceiling(highest * 1.1))
-        self.ax_t.set_title(f"speculation with the target in {config.weights_label()}")
+        self.ax_t.set_title(
+            f"speculation with the target in {config.weights_label()}"
+            + ("" if draft in curves else "\nyour choice: no draft, 1 token per call whatever k")
+        )
         met = technique.within_budget(n_bytes + draft_bytes, loss - self.fp32_loss, speedup)
         missed = [name.replace("_", " ") for name, ok in met.items() if not ok]
         self.verdict.set_text(
