@@ -10,7 +10,8 @@ functions and classes of the notebook it calls, recursively. Which cell defined 
 the kernel's input history (``In``): a name is the chapter's when every executed cell that binds
 it is a chapter cell as released.
 
-Not handled: names reached through ``getattr`` or ``globals()`` with computed strings, and code
+Decorated functions (``@torch.no_grad()``, any ``functools.wraps`` decorator) are read behind their
+wrapper. Not handled: names reached through ``getattr`` or ``globals()`` with computed strings, and code
 run outside IPython (no history: only the course package is looked for).
 """
 
@@ -57,7 +58,17 @@ def _functions(obj, namespace: dict) -> list:
                     found += [f for f in (member.fget, member.fset) if f is not None]
                 elif inspect.isfunction(member):
                     found.append(member)
+    found = [_unwrapped(f) for f in found]  # @torch.no_grad() and other functools.wraps decorators
     return [f for f in found if getattr(f, "__globals__", None) is namespace]
+
+
+def _unwrapped(function):
+    """The function a ``functools.wraps`` decorator wraps (``__wrapped__``, followed to the end), or
+    ``function`` itself; a wrapper whose chain loops is left as it is."""
+    try:
+        return inspect.unwrap(function)
+    except ValueError:
+        return function
 
 
 def _reads(function) -> tuple[set[str], set[str]]:

@@ -769,20 +769,14 @@ DECORATED_FORWARD = (
     "    def forward(self, x):\n"
     "        return helper(x)\n"
 )
-UNREAD_WRAPPER = pytest.mark.xfail(
-    strict=True,
-    reason="autograder/reach.py: _functions keeps only functions whose __globals__ is the notebook's; "
-    "torch.no_grad()'s wrapper is torch's (its __globals__ torch.utils._contextlib's), so the learner's "
-    "function behind its __wrapped__ is never read, nor the helper it calls",
-)
 
 
 @pytest.mark.parametrize(
     "grade_id, source",
     [
         pytest.param("speculative_greedy", DECORATED_LOOP.replace("@torch.no_grad()\n", ""), id="plain"),
-        pytest.param("speculative_greedy", DECORATED_LOOP, id="decorated", marks=UNREAD_WRAPPER),
-        pytest.param("int4_linear", DECORATED_FORWARD, id="decorated_method", marks=UNREAD_WRAPPER),
+        pytest.param("speculative_greedy", DECORATED_LOOP, id="decorated"),
+        pytest.param("int4_linear", DECORATED_FORWARD, id="decorated_method"),
     ],
 )
 def test_the_check_cell_follows_a_decorated_answer_to_the_course_as_grading_does(grade_id, source):
