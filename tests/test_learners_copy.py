@@ -175,3 +175,22 @@ def test_the_learners_copy_installs_with_pip_for_a_hubs_shared_environment(learn
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     seen = subprocess.run([python, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
     assert seen.stdout.split() == [str(copy.resolve()), "True", "True"], seen.stderr[-2000:]
+
+
+def test_the_learners_copy_names_only_commands_it_has(learners_copy_folder):
+    """What learners read (the README, the notebooks' text) names no command the copy lacks: the
+    instructor's make targets (release, reference, bench, ...) and grader commands are not in it."""
+    import re
+
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (learners_copy_folder / "Makefile").read_text(), re.M))
+    texts = {"README.md": (learners_copy_folder / "README.md").read_text()}
+    for path in sorted((learners_copy_folder / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        texts[path.name] = "\n".join("".join(c["source"]) for c in cells)
+    missing = [
+        f"{name}: {found[0]}"
+        for name, text in texts.items()
+        for found in re.finditer(r"make ([a-z][a-z-]*)`|python -m autograder [a-z-]+", text)
+        if found[1] not in targets
+    ]
+    assert missing == [], missing
