@@ -227,7 +227,7 @@ KINDS: dict[str, Kind] = {
             ),
         ),
         FULL - 2,
-        "scales were left out",
+        "the scales' share came out 0",
     ),
     "always_equal_object": Kind(
         answer(

@@ -511,7 +511,10 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
 }
 
 # the course's answers to the exercises its checks drive with a scenario
-SCENARIO_ANSWERS = {"speculative_token": speculative_decoding.speculative_token}
+SCENARIO_ANSWERS = {
+    "speculative_token": speculative_decoding.speculative_token,
+    "speculative_speedup": speculative_decoding.speedup,
+}
 
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "What does speculative decoding preserve",
