@@ -520,3 +520,20 @@ SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, 
     "What does speculative decoding preserve",
     "drafting more tokens per call stop helping",
 ]
+
+
+def test_every_random_ngram_case_names_a_context_that_was_not_grown():
+    """Grading draws the random n-gram case afresh for each submission: each draw must tell the
+    context not grown by the proposals from the right answer, and name it (before, one draw in five
+    did not, and 2 of 1,000 graded submissions kept that point)."""
+    import numpy as np
+
+    from autograder.chapters import exercise_by_id
+    from autograder.chapters import speculative_decoding as judged
+
+    check = next(c for c in exercise_by_id("ngram_draft").checks if c.id == "ngram_draft.random")
+    for seed in range(200):
+        probe = check.probe(np.random.default_rng(seed))
+        text, context, n, k = probe["args"]
+        verdict = judged._judge_ngram.__wrapped__(probe, judged._ngram_variant(text, context, n, k, grow=False))
+        assert not verdict.passed and judged.NGRAM_MISTAKES[0][0] in verdict.hint, (seed, verdict.hint)
