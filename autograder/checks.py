@@ -284,9 +284,11 @@ def judge_number(
     rel: float = 1e-6,
     abs_tol: float = 1e-9,
     python_float: bool = False,
+    unit: str = "",
 ) -> Verdict:
     """Compare a number, naming the matching mistake when it is wrong. With ``python_float``, a
-    one-element tensor fails (where the prompt asks for a Python float); otherwise it is accepted."""
+    one-element tensor fails (where the prompt asks for a Python float); otherwise it is accepted.
+    With ``unit`` ("s", "GB"), a hint writes the expected and the returned number with it."""
     value, problem = number(got, what)
     if problem:
         return Verdict(False, problem)
@@ -298,14 +300,16 @@ def judge_number(
         )
     if math.isfinite(value) and math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol):
         return Verdict(True)
+    in_unit = f" {unit}" if unit else ""
+    seen = f"expected {fmt(expected)}{in_unit}, got {fmt(value)}{in_unit}"
     for hint, wrong in mistakes:
         if (
             math.isfinite(value)
             and not math.isclose(wrong, expected, rel_tol=rel, abs_tol=abs_tol)
             and math.isclose(value, wrong, rel_tol=rel, abs_tol=abs_tol)
         ):
-            return Verdict(False, f"{hint} (expected {fmt(expected)}, got {fmt(value)})")
-    return Verdict(False, f"expected {fmt(expected)}, got {fmt(value)}")
+            return Verdict(False, f"{hint} ({seen})")
+    return Verdict(False, seen)
 
 
 def judge_raises(result: dict, error: str, why: str) -> Verdict:

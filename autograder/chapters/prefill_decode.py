@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from autograder.checks import Check, Exercise, Requirement, Verdict, fmt, judge_number, judges_value, number
+from autograder.checks import Check, Exercise, Requirement, judge_number, judges_value
 from course.withheld import withheld
 
 
@@ -37,16 +37,6 @@ def _told_apart(seen: list[tuple[str, float]], causes: list[tuple[str, float]]) 
     return seen + apart
 
 
-def _judge_in(unit: str, got, expected: float, mistakes: list[tuple[str, float]], what: str) -> Verdict:
-    """:func:`judge_number`, the expected and the returned number written with ``unit``."""
-    verdict = judge_number(got, expected, mistakes, what)
-    value, problem = number(got, what)
-    if not verdict.passed and not problem:
-        seen = f"expected {fmt(expected)}, got {fmt(value)}"
-        verdict.hint = verdict.hint.replace(seen, f"expected {fmt(expected)} {unit}, got {fmt(value)} {unit}")
-    return verdict
-
-
 ROUNDED = "rounded down (// or int()) where the formula needs true division: use /"
 
 
@@ -71,7 +61,7 @@ def _memory_numbers(params, bits) -> tuple[float, list[tuple[str, float]]]:
 
 @judges_value
 def _judge_memory(probe, got):
-    return _judge_in("GB", got, *_memory_numbers(*probe["args"]), "the weight memory in GB")
+    return judge_number(got, *_memory_numbers(*probe["args"]), "the weight memory in GB", unit="GB")
 
 
 WEIGHT_MEMORY = Exercise(
@@ -130,7 +120,7 @@ def _prefill_numbers(params, tokens) -> tuple[float, list[tuple[str, float]]]:
 
 @judges_value
 def _judge_prefill(probe, got):
-    return _judge_in("FLOPs", got, *_prefill_numbers(*probe["args"]), "the FLOPs")
+    return judge_number(got, *_prefill_numbers(*probe["args"]), "the FLOPs", unit="FLOPs")
 
 
 PREFILL = Exercise(
@@ -194,7 +184,7 @@ def _roofline_numbers(flops, n_bytes, peak, bandwidth) -> tuple[float, list[tupl
 
 @judges_value
 def _judge_roofline(probe, got):
-    return _judge_in("s", got, *_roofline_numbers(*probe["args"]), "the step time in seconds")
+    return judge_number(got, *_roofline_numbers(*probe["args"]), "the step time in seconds", unit="s")
 
 
 def _roofline_args(memory_bound: bool):
@@ -277,7 +267,7 @@ def _critical_numbers(peak, bandwidth, bytes_per_param) -> tuple[float, list[tup
 
 @judges_value
 def _judge_critical(probe, got):
-    return _judge_in("sequences", got, *_critical_numbers(*probe["args"]), "the batch size")
+    return judge_number(got, *_critical_numbers(*probe["args"]), "the batch size", unit="sequences")
 
 
 CRITICAL = Exercise(
@@ -370,7 +360,7 @@ def _static_numbers(outputs, batch, step) -> tuple[float, list[tuple[str, float]
 
 @judges_value
 def _judge_static(probe, got):
-    return _judge_in("tokens/s", got, *_static_numbers(*probe["args"]), "the throughput in tokens per second")
+    return judge_number(got, *_static_numbers(*probe["args"]), "the throughput in tokens per second", unit="tokens/s")
 
 
 STATIC = Exercise(
