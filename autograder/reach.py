@@ -104,6 +104,11 @@ def _chapter_cells(chapter: str) -> tuple[frozenset[str], frozenset[str], frozen
     return frozenset(notebook.normalised(s) for s in cells.chapter_sources), bound, setup
 
 
+def _binders(name: str, history: list) -> list[str]:
+    """The cells of the kernel's input history that bind ``name``, in the order they ran."""
+    return [s for s in history if isinstance(s, str) and name in notebook.defined_names(s)]
+
+
 def _chapter_only(name: str, history: list[str], chapter: str, answer_names: set[str]) -> bool:
     """Whether ``name`` was bound only by chapter cells as released (never by a cell of the learner's)."""
     try:
@@ -112,7 +117,7 @@ def _chapter_only(name: str, history: list[str], chapter: str, answer_names: set
         return False
     if name not in bound or name in setup or name in answer_names:
         return False
-    binders = [s for s in history if isinstance(s, str) and name in notebook.defined_names(s)]
+    binders = _binders(name, history)
     return bool(binders) and all(notebook.normalised(s) in sources for s in binders)
 
 
@@ -135,7 +140,7 @@ def _defining_cell_problem(exercise: Exercise, history: list) -> str:
     """Why grading would stop in the cell that last defined one of ``exercise``'s names: it imports
     the course package (even a name the answer never uses); "" when it does not."""
     for name in exercise.defines:
-        binders = [s for s in history if isinstance(s, str) and name in notebook.defined_names(s)]
+        binders = _binders(name, history)
         blocked = _cell_imports(binders[-1]) if binders else []
         if blocked:
             return (
