@@ -615,16 +615,16 @@ def _ngram_probe(kind):
         for _ in range(200):  # a random case where the context not grown shows, and is named; for "tie",
             # one where each wrong tie-break shows, differently
             text, context, n = _ngram_case(rng, alphabet=3 if kind == "tie" else 4, length=60 if kind == "tie" else 300)
+            probe = {"call": "ngram_draft", "args": [text, context, n, 6]}
             if kind == "tie":
                 outputs = [_ngram_variant(text, context, n, 6, tie=rule) for rule in ("smallest", *TIES)]
                 if len({tuple(o) for o in outputs}) == len(outputs):
                     break
             else:
-                probe = {"call": "ngram_draft", "args": [text, context, n, 6]}
                 not_grown = _ngram_variant(text, context, n, 6, grow=False)
                 if NGRAM_MISTAKES[0][0] in _judge_ngram.__wrapped__(probe, not_grown).hint:
                     break
-        return {"call": "ngram_draft", "args": [text, context, n, 6]}
+        return probe
 
     return make
 
