@@ -5,6 +5,7 @@ mistakes graded as one batch (a chapter's test module lists them in ``PLANTED``,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,22 @@ LONGEST = (
     "test_speculative_decoding",
     "test_layout",
 )
+
+
+def pytest_configure(config):
+    """Each pytest-xdist worker's torch on its share of the CPUs (one thread each for `make test`'s
+    two workers on two cores), and the kernels and processes it starts too (``OMP_NUM_THREADS``).
+    With torch's default of a thread per core in each worker, the workers' thread pools wait for
+    each other's descheduled threads: the course model's forward passes ran 12 times slower here."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        import torch
+
+        from course import timing
+
+        share = str(max(1, timing.usable_cpus() // int(workers)))
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = share
+        torch.set_num_threads(int(share))
 
 
 def _module(nodeid: str) -> str:
