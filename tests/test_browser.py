@@ -1,6 +1,7 @@
-"""The course as a learner meets it: JupyterLab in headless Chromium runs a chapter, a slider moves,
-the chart changes, and no cell shows an error. Screenshots go to test-artifacts/, after each step
-and on any failure.
+"""The course as a learner meets it: JupyterLab in headless Chromium runs a chapter's opening up to
+one of its widgets, a slider moves, the chart changes, and no cell shows an error. Screenshots go to
+test-artifacts/, after each step and on any failure. The whole chapters run headless, in
+tests/test_notebooks.py and the learners' copy's runs: what only a browser shows is the widgets.
 
 Every wait follows an event (the server answers, the kernel connects, a cell finishes, the readout
 or the image changes) under a generous ceiling, so a machine busy with other work makes the test
@@ -47,12 +48,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# chapter -> (the widget the test moves, its slider's label)
+WIDGETS = {"02_lora": ("widget_rank_error", "adapter rank r"), "03_quantization": ("widget_quantization", "bits")}
+
+
+def up_to(notebook: dict, widget: str) -> dict:
+    """``notebook`` with its cells up to the first that calls ``plots.<widget>``, that one included."""
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in notebook["cells"]]
+    calls = [i for i, source in enumerate(sources) if f"plots.{widget}(" in source]
+    assert calls, f"no cell calls plots.{widget}: name the widget this chapter shows in WIDGETS"
+    last = calls[0]
+    return {**notebook, "cells": notebook["cells"][: last + 1]}
+
+
 @pytest.fixture(scope="module")
 def lab(instructor_notebooks, kernel, tmp_path_factory):
-    """JupyterLab on a free localhost port, serving copies of two instructor notebooks."""
+    """JupyterLab on a free localhost port, serving the instructor notebooks of ``WIDGETS`` up to
+    their widget (:func:`up_to`)."""
     folder = tmp_path_factory.mktemp("lab")
-    for chapter in ("02_lora", "03_quantization"):
-        notebook = json.loads(instructor_notebooks[chapter].read_text())
+    for chapter, (widget, _) in WIDGETS.items():
+        notebook = up_to(json.loads(instructor_notebooks[chapter].read_text()), widget)
         notebook["metadata"]["kernelspec"] = {"name": kernel, "display_name": "Python 3 (course)", "language": "python"}
         (folder / f"{chapter}.ipynb").write_text(json.dumps(notebook))
     # every cell in the page (no virtual scrolling), so run-all's progress and every widget can be read
@@ -140,8 +155,9 @@ def run_all_and_wait(page) -> None:
         ran = page.evaluate(RAN)
 
 
-@pytest.mark.parametrize("chapter, label", [("03_quantization", "bits"), ("02_lora", "adapter rank r")])
-def test_run_all_move_a_slider_and_the_chart_changes(lab, browser, artifacts, chapter, label):
+@pytest.mark.parametrize("chapter", sorted(WIDGETS, reverse=True))
+def test_run_all_move_a_slider_and_the_chart_changes(lab, browser, artifacts, chapter):
+    label = WIDGETS[chapter][1]
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     with screenshot_on_failure(page, artifacts / f"browser-{chapter}-failure.png"):
         page.goto(f"{lab}/lab/workspaces/{chapter}/tree/{chapter}.ipynb?reset")  # a fresh workspace per chapter
