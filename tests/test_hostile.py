@@ -371,8 +371,10 @@ def batch(instructor_notebooks, tmp_path_factory, answer_server):
         built = kind.build(json.loads(solution.read_text()), context)
         (folder / name).mkdir()
         (folder / name / "03_quantization.ipynb").write_text(built if isinstance(built, str) else json.dumps(built))
-    # 1.5 GiB: room for torch (CPU or CUDA build), while the memory bomb reaches it well within the probe's 5 s
-    limits = sandbox.Limits(wall_seconds=60, probe_seconds=5, cell_seconds=5, memory_bytes=3 * 2**29)
+    # 1.5 GiB: room for torch (CPU or CUDA build). The memory bomb's pages fault in at about 1 GiB/s
+    # here: it reached 1.5 GiB in 1.5 s idle, 2.4 s beside two busy loops, and past 5 s in a `make test`
+    # whose two workers kept both cores busy, so a probe gets 10 s, which only endless calls pay in full
+    limits = sandbox.Limits(wall_seconds=60, probe_seconds=10, cell_seconds=5, memory_bytes=3 * 2**29)
     reports = grade.grade_folder(folder, out, limits, workers=2, seed=11, chapter="03_quantization")
     learners = [grade._learner(folder, p) for p in sorted(folder.rglob("*.ipynb"))]
     return dict(zip(learners, reports, strict=True)), out
