@@ -522,16 +522,18 @@ SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, 
 ]
 
 
-def test_every_random_ngram_case_names_a_context_that_was_not_grown():
-    """Grading draws the random n-gram case afresh for each submission: each draw must tell the
-    context not grown by the proposals from the right answer, and name it (before, one draw in five
-    did not, and 2 of 1,000 graded submissions kept that point)."""
+@pytest.mark.parametrize("case", ["random", "tie"])
+def test_every_random_ngram_case_names_a_context_that_was_not_grown(case):
+    """Grading draws the random and the tie n-gram cases afresh for each submission: each draw must
+    tell the context not grown by the proposals from the right answer, and name it (before, one
+    random draw in five did not, and 2 of 1,000 graded submissions kept that point; then 1 of 1,000
+    had the tie case not name it)."""
     import numpy as np
 
     from autograder.chapters import exercise_by_id
     from autograder.chapters import speculative_decoding as judged
 
-    check = next(c for c in exercise_by_id("ngram_draft").checks if c.id == "ngram_draft.random")
+    check = next(c for c in exercise_by_id("ngram_draft").checks if c.id == f"ngram_draft.{case}")
     for seed in range(200):
         probe = check.probe(np.random.default_rng(seed))
         text, context, n, k = probe["args"]

@@ -613,17 +613,16 @@ def _ngram_probe(kind):
             text = torch.tensor([*rng.integers(0, 4, 100).tolist(), 9, 5, *rng.integers(0, 4, 100).tolist(), 7, 8, 9])
             return {"call": "ngram_draft", "args": [text, [1, 7, 8], 2, 6]}
         for _ in range(200):  # a random case where the context not grown shows, and is named; for "tie",
-            # one where each wrong tie-break shows, differently
+            # one where each wrong tie-break shows, differently, and so does the context not grown
             text, context, n = _ngram_case(rng, alphabet=3 if kind == "tie" else 4, length=60 if kind == "tie" else 300)
             probe = {"call": "ngram_draft", "args": [text, context, n, 6]}
+            not_grown = _ngram_variant(text, context, n, 6, grow=False)
+            named = NGRAM_MISTAKES[0][0] in _judge_ngram.__wrapped__(probe, not_grown).hint
             if kind == "tie":
                 outputs = [_ngram_variant(text, context, n, 6, tie=rule) for rule in ("smallest", *TIES)]
-                if len({tuple(o) for o in outputs}) == len(outputs):
-                    break
-            else:
-                not_grown = _ngram_variant(text, context, n, 6, grow=False)
-                if NGRAM_MISTAKES[0][0] in _judge_ngram.__wrapped__(probe, not_grown).hint:
-                    break
+                named = named and len({tuple(o) for o in outputs}) == len(outputs)
+            if named:
+                break
         return probe
 
     return make
