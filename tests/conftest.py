@@ -59,9 +59,9 @@ def pytest_configure(config):
 
         from course import timing
 
-        share = str(max(1, timing.usable_cpus() // int(workers)))
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = share
-        torch.set_num_threads(int(share))
+        share = max(1, timing.usable_cpus() // int(workers))
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(share)
+        torch.set_num_threads(share)
 
 
 def _module(nodeid: str) -> str:

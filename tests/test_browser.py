@@ -1,7 +1,7 @@
 """The course as a learner meets it: JupyterLab in headless Chromium runs a chapter's opening up to
 one of its widgets, a slider moves, the chart changes, and no cell shows an error. Screenshots go to
-test-artifacts/, after each step and on any failure. The whole chapters run headless, in
-tests/test_notebooks.py and the learners' copy's runs: what only a browser shows is the widgets.
+test-artifacts/, after each step and on any failure. The whole chapters run headless in the
+learners' copy's build and runs (tests/test_learners_copy*.py): what only a browser shows is the widgets.
 
 Every wait follows an event (the server answers, the kernel connects, a cell finishes, the readout
 or the image changes) under a generous ceiling, so a machine busy with other work makes the test
@@ -55,10 +55,9 @@ WIDGETS = {"02_lora": ("widget_rank_error", "adapter rank r"), "03_quantization"
 def up_to(notebook: dict, widget: str) -> dict:
     """``notebook`` with its cells up to the first that calls ``plots.<widget>``, that one included."""
     sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in notebook["cells"]]
-    calls = [i for i, source in enumerate(sources) if f"plots.{widget}(" in source]
-    assert calls, f"no cell calls plots.{widget}: name the widget this chapter shows in WIDGETS"
-    last = calls[0]
-    return {**notebook, "cells": notebook["cells"][: last + 1]}
+    first = next((i for i, source in enumerate(sources) if f"plots.{widget}(" in source), None)
+    assert first is not None, f"no cell calls plots.{widget}: name the widget this chapter shows in WIDGETS"
+    return {**notebook, "cells": notebook["cells"][: first + 1]}
 
 
 @pytest.fixture(scope="module")
