@@ -257,9 +257,10 @@ def _recording_cells(instructor, calls: Path) -> None:
     instructor.cells = [*cells, cell(_WRITE_RECORDED.format(path=str(calls)))]
 
 
-def run_chapter(chapter: str, executed: Path, kernel: str = "course") -> dict:
+def run_chapter(chapter: str, executed: Path, kernel: str = "course", parameters: dict | None = None) -> dict:
     """Execute the instructor's notebook of ``chapter`` headless (a kernel of ``kernel``, every
-    cell within the per-cell limit) into ``executed/<chapter>.solution.ipynb``, recording its
+    cell within the per-cell limit, its parameters cell given ``parameters``: sizes of its
+    measurements) into ``executed/<chapter>.solution.ipynb``, recording its
     withheld calls, then the chapter's plots module's ``withheld_calls()`` (what its widgets can
     ask for beyond their first view) in this process; return the kernel's recordings. A cell that
     raises stops the release, naming the cell."""
@@ -277,7 +278,7 @@ def run_chapter(chapter: str, executed: Path, kernel: str = "course") -> dict:
         _recording_cells(instructor, calls)
         source = Path(folder) / f"{chapter}.ipynb"
         nbformat.write(instructor, source)
-        ran = headless.execute(source, source, kernel, cwd=paths.NOTEBOOKS)
+        ran = headless.execute(source, source, kernel, cwd=paths.NOTEBOOKS, parameters=parameters)
         failed = [
             ("".join(cell["source"]).partition("\n")[0], f"{out['ename']}: {out['evalue']}")
             for cell in ran["cells"]
@@ -295,10 +296,10 @@ def run_chapter(chapter: str, executed: Path, kernel: str = "course") -> dict:
     return recorded
 
 
-def record(chapters: list[str], executed: Path, kernel: str = "course") -> dict:
+def record(chapters: list[str], executed: Path, kernel: str = "course", parameters: dict | None = None) -> dict:
     """The withheld calls made by every visible check on every chapter's solution, blank copy and
     planted mistakes, and by the cells of the chapters that run without the answers (executed
-    into ``executed``, see :func:`run_chapter`)."""
+    into ``executed``, see :func:`run_chapter`, with ``parameters[chapter]`` where given)."""
     from tqdm.auto import tqdm
 
     with withheld.recording() as recordings:
@@ -306,7 +307,8 @@ def record(chapters: list[str], executed: Path, kernel: str = "course") -> dict:
             for answers, only in _namespaces(chapter).values():
                 run_visible_checks(chapter, answers, only)
             if chapter in RUNS_WITHOUT_ANSWERS:
-                for name, calls in run_chapter(chapter, executed, kernel).items():
+                sizes = (parameters or {}).get(chapter)
+                for name, calls in run_chapter(chapter, executed, kernel, sizes).items():
                     recordings.setdefault(name, []).extend(calls)
     return recordings
 
@@ -339,17 +341,24 @@ def _module_file(module: str) -> Path:
 
 
 def build(
-    out: Path = OUT, chapters: list[str] | None = None, executed: Path | None = None, kernel: str = "course"
+    out: Path = OUT,
+    chapters: list[str] | None = None,
+    executed: Path | None = None,
+    kernel: str = "course",
+    parameters: dict | None = None,
 ) -> Path:
     """Write the learners' copy of ``chapters`` (all by default) into ``out``, emptied first, and
     its zip beside it; return the zip's path. The instructor's notebooks of the chapters that run
     without the answers are executed into ``executed`` (by default a temporary folder: they hold
-    the answers, so nothing of them stays beside the copy)."""
+    the answers, so nothing of them stays beside the copy), each with its own measurements' sizes
+    or those of ``parameters[chapter]`` (chapter -> parameter -> value; the copy then records the
+    calls of those sizes: what a learner runs with them is answered, the default sizes' calls only
+    where they are the same)."""
     import tempfile
 
     chapters = chapters or [source.stem for source in paths.chapter_sources()]
     with tempfile.TemporaryDirectory() as folder:
-        recordings = record(chapters, executed or Path(folder), kernel)
+        recordings = record(chapters, executed or Path(folder), kernel, parameters)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -199,6 +199,18 @@ def once_a_run(name: str, make, tmp_path_factory, worker_id: str) -> Path:
     return done
 
 
+# The sizes of the measurements (each chapter's papermill parameters cell) where the learners' copy's
+# tests run the chapters: timings repeated once, chapter 4's without-cache runs not to 256 tokens. The
+# cells that time the machine are not compared between runs (tests/test_learners_copy_runs.py), and
+# repeating them is most of those chapters' time; every cell still runs. The copy's build and its
+# runs take the same sizes, so its recordings answer them (`make student-release` uses the defaults).
+MEASUREMENT_SIZES = {
+    "04_kv_cache": {"GEN_LENGTHS": [32, 64, 128], "REPEATS": 1},
+    "06_speculative_decoding": {"REPEATS": 1},
+    "07_distillation": {"REPEATS": 1},
+}
+
+
 def learners_copy_chapters() -> list[str]:
     """The chapters the learners' copy tests build: ``LEARNERS_COPY_CHAPTERS=05_flash_attention,...``
     (for working on one chapter), else all."""
@@ -216,7 +228,8 @@ def learners_copy_folder(kernel, tmp_path_factory, worker_id) -> Path:
     from autograder import learners_copy
 
     def made(done: Path) -> None:
-        learners_copy.build(done / "student", learners_copy_chapters(), done / "instructor-executed", kernel)
+        chosen = learners_copy_chapters()
+        learners_copy.build(done / "student", chosen, done / "instructor-executed", kernel, MEASUREMENT_SIZES)
 
     return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "student"
 

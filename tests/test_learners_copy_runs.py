@@ -1,7 +1,8 @@
 """The learners' copy's chapters that run without the answers (``RUNS_WITHOUT_ANSWERS``), executed
 headless from the copy: blank, as a learner first opens them, and solved, with the solution's answers
 written in. The copy is built once a test run (``conftest.learners_copy_folder``); these tests go to
-whichever worker is free."""
+whichever worker is free. The build and these runs give the chapters the same sizes of measurements
+(``conftest.MEASUREMENT_SIZES``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from autograder import learners_copy
 
 from conftest import (
+    MEASUREMENT_SIZES,
     assert_every_figure_drawn,
     errors,
     learners_copy_chapters,
@@ -72,7 +74,10 @@ def test_the_learners_copy_runs_headless(
     if kind == "solved":
         notebook = tmp_path / notebook.name
         nbformat.write(with_the_solutions_answers(chapter, learners_copy_folder), notebook)
-    executed = headless.execute(notebook, tmp_path / "out.ipynb", kernel, cwd=learners_copy_folder / "notebooks")
+    sizes = MEASUREMENT_SIZES.get(chapter)  # the build's: its recordings answer these
+    executed = headless.execute(
+        notebook, tmp_path / "out.ipynb", kernel, cwd=learners_copy_folder / "notebooks", parameters=sizes
+    )
     found = errors(executed)
     said = printed(executed)
     assert "withheld from the learners' copy" not in said
