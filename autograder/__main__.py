@@ -66,7 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     for command in (one, many, bridge):
         command.add_argument("--seed", type=int, default=None, help="fix the hidden inputs (default: fresh)")
         command.add_argument(
-            "--timeout", type=float, default=sandbox.Limits.wall_seconds, help="seconds per submission"
+            "--timeout", type=_seconds, default=sandbox.Limits.wall_seconds, help="seconds per submission"
+        )
+        command.add_argument(
+            "--call-timeout",
+            type=_seconds,
+            default=sandbox.Limits.probe_seconds,
+            help="seconds per call of a learner's function (raise it on a slow or busy machine)",
         )
         command.add_argument(
             "--memory",
@@ -75,6 +81,23 @@ def _parser() -> argparse.ArgumentParser:
             help="GiB of resident memory per submission",
         )
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A time limit from the command line: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit: give a positive number of seconds")
+    return value
+
+
+def _limits(args) -> sandbox.Limits:
+    return sandbox.Limits(
+        wall_seconds=args.timeout, probe_seconds=args.call_timeout, memory_bytes=int(args.memory * 2**30)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             return _nbgrader(args)
         if args.command == "hub-setup":
             return _hub_setup(args)
-        limits = sandbox.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
+        limits = _limits(args)
         if args.command == "grade":
             report = grade.grade(args.notebook, limits, args.seed)
             print(json.dumps(report.as_json()) if args.json else report.text())
@@ -136,7 +159,7 @@ def _nbgrader(args: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
-    limits = sandbox.Limits(wall_seconds=args.timeout, memory_bytes=int(args.memory * 2**30))
+    limits = _limits(args)
     print(f"sandbox: {sandbox.describe(sandbox.isolation(limits.memory_bytes))}", file=sys.stderr)
     return nbgrader_course.autograde(args.course, args.assignment, args.student, limits, args.seed)
 

@@ -99,6 +99,8 @@ def test_command_line_json(instructor_notebooks):
             "3",
             "--timeout",
             str(GENEROUS.wall_seconds),
+            "--call-timeout",
+            str(GENEROUS.probe_seconds),
         ],
         capture_output=True,
         text=True,
@@ -109,6 +111,17 @@ def test_command_line_json(instructor_notebooks):
     assert {"notebook", "score", "max_score", "tests"} <= set(report)
     assert report["score"] == report["max_score"] == QUANTIZATION_POINTS
     assert all({"id", "points", "max_points", "passed", "hint"} <= set(t) for t in report["tests"])
+
+
+@pytest.mark.parametrize("flag", ["--timeout", "--call-timeout"])
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "ten"])
+def test_command_line_refuses_a_time_limit_that_is_not_one(flag, value, capsys):
+    from autograder.__main__ import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["grade", "any.ipynb", flag, value])
+    assert ended.value.code == 2
+    assert f"{value!r} is not a time limit: give a positive number of seconds" in capsys.readouterr().err
 
 
 def test_scenarios_run_on_their_own():

@@ -7,6 +7,7 @@ reserves at import, and that a sandbox which cannot start stops grading with the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import pytest
 
 from autograder import sandbox
 from autograder.sandbox import modes
+from autograder.sandbox.limits import settings
 
 from conftest import copy_into
 
@@ -384,6 +386,58 @@ def threads():
 """
 
 
+@contextlib.contextmanager
+def threads_held(count: int):
+    """Another process of ours holding ``count`` threads while the block runs (what the kernel
+    counts against a shared user's process limit, as a second `make test` or a browser would)."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, threading\nstop = threading.Event()\n"
+            f"for _ in range({count}):\n    threading.Thread(target=stop.wait, daemon=True).start()\n"
+            "print('held', flush=True)\nsys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.communicate("")
+
+
+def _process_limit(mode: str) -> int:
+    return dict(settings(SMALL, mode))["RLIMIT_NPROC"]
+
+
+def test_a_sandbox_sharing_our_user_starts_above_every_thread_we_run():
+    """Sharing our uid (the ``limits`` mode: macOS, and Linux without user namespaces), a sandbox's
+    process limit counts every process of ours, and on Linux every thread: the limit it starts with
+    is above what we run, by the room it leaves, whatever our other programs hold."""
+    before = _process_limit("limits")
+    with threads_held(400):
+        during = _process_limit("limits")
+    per_thread = sys.platform.startswith("linux")
+    assert during - before >= (300 if per_thread else 1), (before, during)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="the kernel counts no process of root's against a process limit")
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "fresh"])
+def test_a_sandbox_sharing_our_user_forks_its_calls_beside_a_busy_program_of_ours(warm):
+    """In the ``limits`` mode a normal user's sandbox forks a child per call even while another
+    program of ours holds 400 threads: before, it counted our processes but not their threads, and
+    every call of a submission graded beside a second `make test` failed with the sandbox."""
+    with threads_held(400):
+        outcome = sandbox.run(
+            _job(answer="def one():\n    return 1\n", calls=("one", "one")), SMALL, mode="limits", warm=warm
+        )
+    assert outcome.results is not None, outcome.problem + outcome.output
+    assert outcome.results["probes"] == {"probe0": {"returned": 1}, "probe1": {"returned": 1}}
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="the kernel counts no process of root's against a process limit")
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "fresh"])
 def test_a_sandboxs_process_limit_counts_its_own_processes_alone(warm, tmp_path):
@@ -404,30 +458,15 @@ def test_a_sandboxs_process_limit_counts_its_own_processes_alone(warm, tmp_path)
         target=lambda: outcome.update(done=sandbox.run(_job(answer=answer, calls=("threads",)), ROOMY, warm=warm))
     )
     run.start()
-    holder = None
     try:
         for _ in range(1200):
             if started.exists() or not run.is_alive():
                 break
             threading.Event().wait(0.05)
-        holder = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys, threading\nstop = threading.Event()\n"
-                "for _ in range(150):\n    threading.Thread(target=stop.wait, daemon=True).start()\n"
-                "print('held', flush=True)\nsys.stdin.read()\n",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert holder.stdout.readline() == "held\n"
-        go.touch()
-        run.join()
+        with threads_held(150):
+            go.touch()
+            run.join()
     finally:
-        if holder is not None:
-            holder.communicate("")
         for path in (started, go):
             path.unlink(missing_ok=True)
     done = outcome["done"]

@@ -275,6 +275,9 @@ class Attempt:
             problem = f"the grading process ended (exit code {code}) before reporting"
         if "MemoryError" in self.printed or code == -getattr(signal, "SIGKILL", 9):
             problem += "; it may have run out of memory"
+        last = next((line.strip() for line in reversed(self.printed.splitlines()) if line.strip()), "")
+        if last:  # where the sandbox itself failed, its traceback's last line says why
+            problem += f"; it printed: …{last[:200]}"
         return problem
 
 

@@ -11,12 +11,15 @@ put in one of its own (:mod:`autograder.sandbox.system`).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import psutil
 
 from autograder.sandbox import system
 from autograder.sandbox.modes import OWN_UID, PROCESSES_INSIDE
+
+ROOM_FOR_OURS = 256  # a sandbox sharing our uid: the processes our other programs may start while it runs
 
 
 @dataclass
@@ -31,12 +34,15 @@ class Limits:
     processes: int = 64  # per sandbox (threads count too)
 
 
-def _own_processes() -> int:
-    """How many processes this user has now (what RLIMIT_NPROC counts when the sandbox shares our uid)."""
+def _own_tasks() -> int:
+    """What RLIMIT_NPROC counts of this user's now (when the sandbox shares our uid): on Linux every
+    thread, which the kernel counts as a process of its own; elsewhere processes."""
     uid, count = os.getuid(), 0
-    for process in psutil.process_iter(["uids"]):
+    threads = sys.platform.startswith("linux")
+    for process in psutil.process_iter(["uids", "num_threads"]):
         uids = process.info["uids"]
-        count += uids is not None and uids.real == uid
+        if uids is not None and uids.real == uid:
+            count += (process.info["num_threads"] or 1) if threads else 1
     return count
 
 
@@ -46,9 +52,10 @@ def settings(limits: Limits, mode: str) -> list[tuple[str, int]]:
     ``PROCESSES_INSIDE`` the process limit is set inside the sandbox's user namespace instead
     (``modes.command``, and ``serve.py`` for a warm sandbox's child)."""
     # a uid or a user namespace of its own: the count is the sandbox's alone; sharing our uid and
-    # namespace: on top of what we already run (so that it also counts what other sandboxes run)
+    # namespace: on top of what we already run, and what our other programs (other sandboxes, a
+    # second make test, a browser) may start meanwhile, which counts against it too
     alone = mode in OWN_UID or mode in PROCESSES_INSIDE
-    processes = limits.processes if alone else _own_processes() + limits.processes
+    processes = limits.processes if alone else _own_tasks() + ROOM_FOR_OURS + limits.processes
     return [
         ("RLIMIT_CPU", int(limits.wall_seconds) + 5),
         ("RLIMIT_FSIZE", limits.file_bytes),
