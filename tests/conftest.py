@@ -200,14 +200,20 @@ def once_a_run(name: str, make, tmp_path_factory, worker_id: str) -> Path:
 
 
 # The sizes of the measurements (each chapter's papermill parameters cell) where the learners' copy's
-# tests run the chapters: timings repeated once, chapter 4's without-cache runs not to 256 tokens. The
-# cells that time the machine are not compared between runs (tests/test_learners_copy_runs.py), and
-# repeating them is most of those chapters' time; every cell still runs. The copy's build and its
-# runs take the same sizes, so its recordings answer them (`make student-release` uses the defaults).
+# tests run the chapters, each chapter three times (the instructor's copy in the build, then the
+# learners' copy blank and solved): timings repeated once, chapter 4's without-cache runs not to 256
+# tokens, chapter 2's adapters trained 8 steps at ranks 1 and 4 (its later sections use the rank-4
+# one), chapter 8's decode timed at two batch sizes, 24 tokens per generation, GPTQ on one block.
+# The cells that time the machine are not compared between runs (tests/test_learners_copy_runs.py);
+# every cell still runs, and the readings each cell prints are computed from its numbers. The
+# copy's build and its runs take the same sizes, so its recordings answer them (`make
+# student-release` uses the defaults).
 MEASUREMENT_SIZES = {
+    "02_lora": {"ADAPT_STEPS": 8, "RANKS": [1, 4]},
     "04_kv_cache": {"GEN_LENGTHS": [32, 64, 128], "REPEATS": 1},
     "06_speculative_decoding": {"REPEATS": 1},
     "07_distillation": {"REPEATS": 1},
+    "08_in_practice": {"BATCHES": [1, 4], "GEN_TOKENS": 24, "GPTQ_BLOCKS": 1},
 }
 
 
