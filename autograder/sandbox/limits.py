@@ -11,7 +11,6 @@ put in one of its own (:mod:`autograder.sandbox.system`).
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 
 import psutil
@@ -38,11 +37,10 @@ def _own_tasks() -> int:
     """What RLIMIT_NPROC counts of this user's now (when the sandbox shares our uid): on Linux every
     thread, which the kernel counts as a process of its own; elsewhere processes."""
     uid, count = os.getuid(), 0
-    threads = sys.platform.startswith("linux")
     for process in psutil.process_iter(["uids", "num_threads"]):
         uids = process.info["uids"]
         if uids is not None and uids.real == uid:
-            count += (process.info["num_threads"] or 1) if threads else 1
+            count += (process.info["num_threads"] or 1) if system.THREADS_ARE_PROCESSES else 1
     return count
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import sys
 
 FORKS = hasattr(os, "fork")  # a probe in a forked child of its own (Linux, macOS)
 SESSIONS = all(hasattr(os, name) for name in ("setsid", "killpg", "getpgid", "getsid"))
 ALARMS = hasattr(signal, "alarm")  # a cell's time limit by SIGALRM; elsewhere by a timer thread
 RLIMITS = importlib.util.find_spec("resource") is not None  # setrlimit as the sandbox starts
 PASSES_FDS = os.name == "posix" and FORKS  # the result pipe handed to the sandbox by number
+THREADS_ARE_PROCESSES = sys.platform.startswith("linux")  # RLIMIT_NPROC counts each thread (elsewhere: processes)
 
 
 def summary() -> str:
