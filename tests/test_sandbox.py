@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -270,18 +271,24 @@ def test_a_submission_leaves_nothing_for_the_next_one_in_the_same_warm_sandbox()
 
 def test_a_submission_that_kills_its_group_or_fills_memory_costs_the_next_nothing():
     """What a fresh sandbox reports of each, and the next submission in the same warm sandbox is
-    graded in full."""
+    graded in full. In the namespace modes the sandbox's first process, pid 1 of its namespace,
+    survives a signal from inside it, and the killers' signals reach no process outside: their
+    answers are graded (``two`` is not defined), every time, warm and fresh alike."""
     mode = sandbox.isolation(ROOMY.memory_bytes)
     killers = (
         "import os, signal\nos.killpg(0, signal.SIGKILL)\n",
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(os.getpid(), signal.SIGKILL)\n",
-        "hog = bytearray(4 * 2**30)\n",
     )
-    for answer in killers:  # as in a fresh sandbox (where, as here, the first process of a pid namespace survives)
+    unkillable = {"cells": [], "probes": {"probe0": {"raised": "NameError", "message": ANY, "where": ANY}}}
+    for answer in (*killers, "hog = bytearray(4 * 2**30)\n"):
         outcome = sandbox.run(_job(answer=answer, calls=("two",)), ROOMY)
         fresh = sandbox.run(_job(answer=answer, calls=("two",)), ROOMY, warm=False)
         assert outcome.warm and outcome.results == fresh.results, (answer, outcome, fresh)
         assert bool(outcome.problem) == bool(fresh.problem), (answer, outcome, fresh)
+        if answer in killers and mode in sandbox.HIDES_FILES:
+            assert outcome.results == unkillable and not outcome.problem, (answer, outcome)
+        if answer not in killers:
+            assert outcome.problem.startswith("the submission used"), outcome.problem  # its main group
     server = _warm_server(mode)
     outcome = sandbox.run(_job(answer="def two():\n    return 2\n", calls=("two",)), ROOMY)
     assert outcome.warm and _warm_server(mode) is server and server.alive

@@ -329,6 +329,11 @@ def run_job(job_path: str, where: str) -> None:
     with open(job_path) as handle:
         job = json.load(handle)
     results = open_results(where)  # opened before learner code can close it
+    if os.getpid() == 1:  # the first process of the sandbox's pid namespace (the namespace modes)
+        # a process group of its own: the one it was started in holds the process above it, outside
+        # the namespace, so that a learner's kill(0, ...) would end that process, and with it the
+        # sandbox, or not, as the scheduler ran them (the grader kills every group of a sandbox)
+        os.setpgid(0, 0)
     forks = job.get("fork", True)
     import torch
 

@@ -26,8 +26,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from autograder.sandbox import inside, memory, modes, system
 from autograder.sandbox import warm as _warm
 from autograder.sandbox.limits import Limits, preexec, settings
@@ -452,19 +450,8 @@ def _environment(work: Path) -> dict:
 
 
 def _kill(process: subprocess.Popen) -> None:
-    """The sandbox and whatever it started: its session's process group, or its process tree where
-    the system has no process groups."""
-    if system.SESSIONS:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    else:
-        for member in reversed(memory.members(process.pid)):
-            try:
-                member.kill()
-            except psutil.Error:
-                pass
+    """The sandbox and whatever it started (:func:`memory.kill_sandbox`), then its exit reaped."""
+    memory.kill_sandbox(process.pid)
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:

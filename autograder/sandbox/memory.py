@@ -62,14 +62,55 @@ def proportional_bytes(process: psutil.Process, leader: int) -> int:
 
 
 def group_of(process: psutil.Process, leader: int) -> int:
-    """The process group a call's processes share (its own per forked call), or ``leader`` where
-    the system has no process groups (Windows: the sandbox is one group)."""
+    """The process group a call's processes share (its own per forked call), or ``leader`` for the
+    sandbox's main group: ``leader``'s own, the one its pid namespace's first process leads (see
+    ``inside.run_job``), and the only one where the system has no process groups (Windows)."""
     if not system.SESSIONS:
         return leader
     try:
-        return os.getpgid(process.pid)
+        group = os.getpgid(process.pid)
     except OSError:
         return leader
+    return leader if _first_of_its_pid_namespace(group) else group
+
+
+def _first_of_its_pid_namespace(pid: int) -> bool:
+    """Whether ``pid`` is pid 1 of a pid namespace below ours (Linux's ``NSpid`` line: its number
+    in each namespace it is in, innermost last); False on systems without ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    numbers = line.split()[1:]
+                    return len(numbers) > 1 and numbers[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
+def kill_sandbox(leader: int) -> None:
+    """Kill the sandbox whose first process is ``leader`` and whatever it started: every process
+    group its processes are in (a pid namespace's first process leads one of its own, which ends
+    the namespace), or each process of its tree where the system has no process groups."""
+    found = members(leader)
+    if not system.SESSIONS:
+        for member in reversed(found):
+            try:
+                member.kill()
+            except psutil.Error:
+                pass
+        return
+    groups = {leader}
+    for process in found:
+        try:
+            groups.add(os.getpgid(process.pid))
+        except OSError:
+            pass
+    for group in sorted(groups, key=lambda g: g != leader):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def tree_bytes(leader: int) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from autograder.sandbox import modes
+from autograder.sandbox import memory, modes
 
 SERVE = Path(__file__).resolve().with_name("serve.py")
 START_SECONDS = 120.0  # for the server's imports, on a busy machine
@@ -79,10 +79,7 @@ class Child:
         return self.returncode
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        memory.kill_sandbox(self.pid)
 
 
 class Server:
