@@ -71,17 +71,17 @@ def _encode_array(array: np.ndarray, kind: str, dtype: str, shared: dict | None 
 
 
 def decode(data, shared: dict | None = None):
-    """The inverse of :func:`encode` (given the same ``shared`` table): tensors come back as torch
-    tensors, a fresh copy at each decoding."""
+    """The inverse of :func:`encode` (given the same ``shared`` table, or that table
+    :func:`unpacked`): tensors come back as torch tensors, a fresh copy at each decoding."""
     import torch
 
     if isinstance(data, dict):
         if "shared" in data and shared is not None and data["shared"] in shared:
-            return decode(shared[data["shared"]])
+            entry = shared[data["shared"]]
+            return torch.from_numpy(entry.copy()) if isinstance(entry, np.ndarray) else decode(entry)
         for kind in ("tensor", "ndarray"):
             if kind in data:
-                array = np.frombuffer(base64.b64decode(data[kind]), dtype=data["dtype"]).reshape(data["shape"])
-                return torch.from_numpy(array.copy())
+                return torch.from_numpy(_array(data, kind).copy())
         if "tuple" in data:
             return tuple(decode(item, shared) for item in data["tuple"])
         if "list" in data:
@@ -90,6 +90,17 @@ def decode(data, shared: dict | None = None):
             return {str(key): decode(value, shared) for key, value in data["dict"].items()}
         return Opaque(data.get("object", "?"), data.get("repr", ""))
     return data
+
+
+def unpacked(shared: dict) -> dict:
+    """A ``shared`` table with each array's bytes decoded once, for :func:`decode` to copy from
+    (where the calls of a job decode the same model's weights again and again); the arrays it
+    holds are read-only and never handed out."""
+    return {key: _array(entry, "tensor" if "tensor" in entry else "ndarray") for key, entry in shared.items()}
+
+
+def _array(data: dict, kind: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(data[kind]), dtype=data["dtype"]).reshape(data["shape"])
 
 
 class Opaque:

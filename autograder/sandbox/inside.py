@@ -341,7 +341,7 @@ def run_job(job_path: str, where: str) -> None:
     block_course_packages()
     limit = TimeLimit(alarm=forks)
     namespace, problems = define(job, limit)
-    shared = job.get("shared", {})
+    shared = wire.unpacked(job.pop("shared", {}))  # decoded once here, copied by each call
     report(results, {"cells": problems})
     hung = set()
     for probe in job["probes"]:

@@ -204,6 +204,7 @@ class Attempt:
         watch.leader = process.pid
         printed = Reader(process.stdout, PRINTED_KEPT)
         wake = threading.Event()
+        _wake_when_it_ends(process, wake)
         printed.start(wake)
         channel.reader.start(wake)
         attempt.pump(process, printed, channel.reader, limits, watch, deadline, by_id, wake)
@@ -277,6 +278,23 @@ class Attempt:
         if last:  # where the sandbox itself failed, its traceback's last line says why
             problem += f"; it printed: …{last[:200]}"
         return problem
+
+
+def _wake_when_it_ends(process, wake: threading.Event) -> None:
+    """Set ``wake`` once the sandbox's first process has ended, so that :meth:`Attempt.pump` sees it
+    then rather than at its next look (a warm sandbox's child when the server says so, a process of
+    ours when a thread has reaped it)."""
+    if isinstance(process, _warm.Child):
+        process.when_ended = wake
+        if process.finished():
+            wake.set()
+        return
+
+    def reap() -> None:
+        process.wait()
+        wake.set()
+
+    threading.Thread(target=reap, daemon=True).start()
 
 
 def _finished(process) -> bool:

@@ -173,6 +173,7 @@ def _child(request: dict, fds: list[int], mode: str) -> None:
     for source, target in ((null, 0), (output, 1), (output, 2), (results, RESULTS)):
         os.dup2(source, target)
     os.closerange(RESULTS + 1, 1 << 20)  # nothing of the server's, nor of another submission's
+    signal.set_wakeup_fd(-1)  # the server's, whose descriptor closerange closed
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         os.setsid()
@@ -206,6 +207,17 @@ def _child(request: dict, fds: list[int], mode: str) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
+def _child_exits() -> int:
+    """A descriptor that becomes readable each time a child ends (SIGCHLD, by Python's wake-up fd),
+    so that the server reaps it and says so at once rather than at its next look."""
+    read_end, write_end = os.pipe()
+    for fd in (read_end, write_end):
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    return read_end
+
+
 def serve(mode: str, requests: socket.socket, replies) -> None:
     """Fork a child per request until the grader says quit or goes away."""
 
@@ -214,10 +226,13 @@ def serve(mode: str, requests: socket.socket, replies) -> None:
         replies.flush()
 
     parent, children = os.getppid(), set()
+    ended = _child_exits()
     reply({"ready": True})
     while os.getppid() == parent:
-        ready, _, _ = select.select([requests], [], [], 0.05)
-        if ready:
+        ready, _, _ = select.select([requests, ended], [], [], 0.05)
+        if ended in ready:
+            os.read(ended, 4096)
+        if requests in ready:
             message, fds, _, _ = socket.recv_fds(requests, 1 << 20, 2)
             request = json.loads(message)
             if request.get("quit"):

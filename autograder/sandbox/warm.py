@@ -46,12 +46,15 @@ class Child:
         self.pid, self.stdout = pid, stdout
         self.returncode: int | None = None
         self._ended = threading.Event()
+        self.when_ended: threading.Event | None = None  # also set once it has ended (the grader's wake-up)
 
     def ended(self, status: int | None) -> None:
         """Its exit status as the server reaped it (None: the server went away first)."""
         if status is not None:
             self.returncode = os.waitstatus_to_exitcode(status)
         self._ended.set()
+        if self.when_ended is not None:
+            self.when_ended.set()
 
     def finished(self) -> bool:
         """Whether it has ended: as the server said, or, once the server has gone, as the system shows."""
