@@ -475,6 +475,24 @@ def test_mistaken_loops_differ_from_greedy():
     assert checks._mistake_outcome("distilled", 0, 4, "draft_cache") == "RuntimeError"  # the draft is fed nothing
 
 
+def test_the_calibrated_checks_losses_are_told_apart():
+    """The losses the calibrated check tells apart (GPTQ's codes kept, ignored, rounded again, their
+    nibbles swapped) are each more than twice the tolerance from the others on this machine, so
+    that a loss within the tolerance of one is no other's: GPTQ's codes rounded again once came
+    1.5e-4 from the right loss, under the tolerance of the time (2e-4), and kept full marks."""
+    group = checks.CALIBRATED_GROUP
+    losses = {
+        "kept": checks._course_loss(group, calibration="gptq"),
+        "ignored": checks._course_loss(group),
+        "rounded again": checks._course_loss(group, "rerounded", "gptq"),
+        "swapped": checks._course_loss(group, "swapped", "gptq"),
+    }
+    close = [
+        (a, b) for a, b in itertools.combinations(losses, 2) if abs(losses[a] - losses[b]) <= 2 * checks.LOSS_TOLERANCE
+    ]
+    assert close == [], losses
+
+
 def test_the_grader_leaves_the_models_it_keeps_as_loaded():
     """The grader's cached target and state dicts are shared by every probe: its recomputed losses
     change weights of a copy only (a worker's state must not change a later submission's figures)."""

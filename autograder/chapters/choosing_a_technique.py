@@ -707,7 +707,9 @@ def _judge_model_loss(probe, got):
     )
 
 
-LOSS_TOLERANCE = 2e-4  # nats/byte: the sandbox's model against the course's, both float32 (seen: under 1e-5)
+# nats/byte: the sandbox's model against the course's, both float32 (seen: under 1e-5); GPTQ's codes
+# rounded again moved the loss by 1.5e-4 on one machine, so a wider tolerance passed that mistake
+LOSS_TOLERANCE = 3e-5
 
 
 INT4_LAYER = Exercise(
