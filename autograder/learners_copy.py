@@ -239,12 +239,20 @@ RECORDING = "release-recording"  # their tag
 _RECORD_FROM_HERE = "from course import withheld as _withheld\n_recorded = _withheld.record_into({})"
 _RECORD = "_withheld.record_into(_recorded)"
 _PAUSE = "_withheld.record_into(None)"
+# what the chapter's widgets can ask beyond its cells, asked in the same kernel: its caches are warm
+_WIDGETS = (
+    "import importlib as _importlib\n"
+    "_plots = _importlib.import_module({module!r})\n"
+    "if hasattr(_plots, 'withheld_calls'):\n"
+    "    _plots.withheld_calls()"
+)
 _WRITE_RECORDED = "import json as _json\nwith open({path!r}, 'w') as _file:\n    _json.dump(_recorded, _file)"
 
 
-def _recording_cells(instructor, calls: Path) -> None:
-    """Put the recording cells into ``instructor``: a start, a pause around each check cell, and
-    the write of the recordings to ``calls``."""
+def _recording_cells(instructor, chapter: str, calls: Path) -> None:
+    """Put the recording cells into ``instructor``: a start, a pause around each check cell, the
+    chapter's plots module's ``withheld_calls()`` (what its widgets can ask for beyond their first
+    view) after the last cell, and the write of the recordings to ``calls``."""
     import nbformat
 
     def cell(source: str):
@@ -254,17 +262,16 @@ def _recording_cells(instructor, calls: Path) -> None:
     for original in instructor.cells:
         checks = original.cell_type == "code" and original.metadata.get("nbgrader", {}).get("grade")
         cells += [cell(_PAUSE), original, cell(_RECORD)] if checks else [original]
-    instructor.cells = [*cells, cell(_WRITE_RECORDED.format(path=str(calls)))]
+    widgets = cell(_WIDGETS.format(module=f"course.plots.{paths.slug(chapter)}"))
+    instructor.cells = [*cells, widgets, cell(_WRITE_RECORDED.format(path=str(calls)))]
 
 
 def run_chapter(chapter: str, executed: Path, kernel: str = "course", parameters: dict | None = None) -> dict:
     """Execute the instructor's notebook of ``chapter`` headless (a kernel of ``kernel``, every
     cell within the per-cell limit, its parameters cell given ``parameters``: sizes of its
     measurements) into ``executed/<chapter>.solution.ipynb``, recording its
-    withheld calls, then the chapter's plots module's ``withheld_calls()`` (what its widgets can
-    ask for beyond their first view) in this process; return the kernel's recordings. A cell that
-    raises stops the release, naming the cell."""
-    import importlib
+    withheld calls and those of its widgets (:func:`_recording_cells`); return the kernel's
+    recordings. A cell that raises stops the release, naming the cell."""
     import tempfile
 
     import nbformat
@@ -275,7 +282,7 @@ def run_chapter(chapter: str, executed: Path, kernel: str = "course", parameters
     executed.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         calls = Path(folder) / "calls.json"
-        _recording_cells(instructor, calls)
+        _recording_cells(instructor, chapter, calls)
         source = Path(folder) / f"{chapter}.ipynb"
         nbformat.write(instructor, source)
         ran = headless.execute(source, source, kernel, cwd=paths.NOTEBOOKS, parameters=parameters)
@@ -289,11 +296,7 @@ def run_chapter(chapter: str, executed: Path, kernel: str = "course", parameters
             raise RuntimeError(f"{chapter}: the instructor's notebook raised in cells (first line, error) {failed}")
         ran["cells"] = [c for c in ran["cells"] if RECORDING not in c.get("metadata", {}).get("tags", [])]
         (executed / f"{chapter}.solution.ipynb").write_text(json.dumps(ran, indent=1) + "\n", encoding="utf-8")
-        recorded = json.loads(calls.read_text(encoding="utf-8"))
-    plots = importlib.import_module(f"course.plots.{paths.slug(chapter)}")
-    if hasattr(plots, "withheld_calls"):
-        plots.withheld_calls()
-    return recorded
+        return json.loads(calls.read_text(encoding="utf-8"))
 
 
 def record(chapters: list[str], executed: Path, kernel: str = "course", parameters: dict | None = None) -> dict:

@@ -91,13 +91,25 @@ def _read_quota(folder: Path, name: str) -> float | None:
 
 def usable_cpus() -> int:
     """How many CPUs this process may really use: its CPU affinity, capped by a container's CPU
-    quota. Not the host's core count, which a container or a shared server can far exceed."""
+    quota and by ``OMP_NUM_THREADS`` where that is set (the share that whoever started the process
+    gave it: a batch job, a test worker beside others). Not the host's core count, which a
+    container or a shared server can far exceed."""
     try:
         count = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         count = os.cpu_count() or 1
     quota = _cgroup_cpu_quota()
-    return max(1, min(count, math.floor(quota))) if quota else count
+    count = max(1, min(count, math.floor(quota))) if quota else count
+    return min(count, _omp_threads() or count)
+
+
+def _omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a positive whole number, else None (unset, or not a number)."""
+    try:
+        threads = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return None
+    return threads if threads > 0 else None
 
 
 _THREAD_COUNT = threading.RLock()  # torch's thread count is the process's: one block sets it at a time
@@ -164,7 +176,7 @@ def describe_threads(chosen: int, times: dict[int, float]) -> str:
     tried = ", ".join(f"{n} thread{'s' if n > 1 else ''} {1e3 * t:.1f} ms" for n, t in sorted(times.items()))
     usable = max(times)
     if usable == 1:
-        why = "the only CPU this process may use"
+        why = "the only CPU this process may use: its affinity, a container's quota or OMP_NUM_THREADS"
     elif chosen == usable:
         why = f"all usable CPUs help: {times[1] / times[usable]:.1f}x one thread's speed"
     elif times[usable] >= times[chosen]:

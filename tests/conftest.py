@@ -203,7 +203,9 @@ def once_a_run(name: str, make, tmp_path_factory, worker_id: str) -> Path:
 # tests run the chapters, each chapter three times (the instructor's copy in the build, then the
 # learners' copy blank and solved): timings repeated once, chapter 4's without-cache runs not to 256
 # tokens, chapter 2's adapters trained 8 steps at ranks 1 and 4 (its later sections use the rank-4
-# one), chapter 8's decode timed at two batch sizes, 24 tokens per generation, GPTQ on one block.
+# one), chapter 8's decode timed at two batch sizes, 24 tokens per generation, GPTQ on one block
+# calibrated on 4 windows of 64 tokens, losses on 128 tokens; chapter 9's servers timed on 16
+# tokens, SmolLM2 on 4.
 # The cells that time the machine are not compared between runs (tests/test_learners_copy_runs.py);
 # every cell still runs, and the readings each cell prints are computed from its numbers. The
 # copy's build and its runs take the same sizes, so its recordings answer them (`make
@@ -213,7 +215,14 @@ MEASUREMENT_SIZES = {
     "04_kv_cache": {"GEN_LENGTHS": [32, 64, 128], "REPEATS": 1},
     "06_speculative_decoding": {"REPEATS": 1},
     "07_distillation": {"REPEATS": 1},
-    "08_in_practice": {"BATCHES": [1, 4], "GEN_TOKENS": 24, "GPTQ_BLOCKS": 1},
+    "08_in_practice": {
+        "BATCHES": [1, 4],
+        "GEN_TOKENS": 24,
+        "GPTQ_BLOCKS": 1,
+        "CALIBRATION": [4, 64],
+        "EVAL_TOKENS": 128,
+    },
+    "09_choosing_a_technique": {"TIMED_TOKENS": 16, "SMOLLM2_TOKENS": 4},
 }
 
 

@@ -40,6 +40,17 @@ def test_usable_cpus_never_exceeds_the_affinity_mask():
     assert 1 <= timing.usable_cpus() <= len(os.sched_getaffinity(0))
 
 
+@pytest.mark.parametrize("value, cap", [("1", 1), ("3", 3), ("0", None), ("many", None), ("", None)])
+def test_usable_cpus_keeps_to_omp_num_threads(monkeypatch, value, cap):
+    """A process given OMP_NUM_THREADS (a test worker's share of the cores, a batch job's) times
+    and chooses among that many threads: a chapter's choice of thread count, and with it the last
+    bits of its figures, is then the same however busy the machine is."""
+    monkeypatch.setattr(timing, "_cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(timing.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert timing.usable_cpus() == (cap or 4)
+
+
 def test_choose_threads_times_one_thread_and_all_and_restores_the_count():
     before = torch.get_num_threads()
     calls = []
