@@ -50,7 +50,9 @@ LONGEST = (
 
 def pytest_configure(config):
     """Each pytest-xdist worker's torch on its share of the CPUs (one thread each for `make test`'s
-    two workers on two cores), and the kernels and processes it starts too (``OMP_NUM_THREADS``).
+    two workers on two cores), and the kernels and processes it starts too (``OMP_NUM_THREADS``,
+    which ``timing.usable_cpus`` keeps to: a chapter chooses its thread count among that share, so
+    its figures do not depend on whether the other worker is busy at that moment).
     With torch's default of a thread per core in each worker, the workers' thread pools wait for
     each other's descheduled threads: the course model's forward passes ran 12 times slower here."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")

@@ -476,15 +476,15 @@ def test_mistaken_loops_differ_from_greedy():
 
 
 def test_the_calibrated_checks_losses_are_told_apart():
-    """The losses the calibrated check tells apart (GPTQ's codes kept, ignored, rounded again, their
-    nibbles swapped) are each more than twice the tolerance from the others on this machine, so
-    that a loss within the tolerance of one is no other's: GPTQ's codes rounded again once came
-    1.5e-4 from the right loss, under the tolerance of the time (2e-4), and kept full marks."""
+    """The losses the calibrated check tells apart (GPTQ's codes kept, ignored, their nibbles
+    swapped) are each more than twice the tolerance from the others, so that a loss within the
+    tolerance of one is no other's. GPTQ's codes rounded again are not told by the loss (1.5e-4
+    from the right one on one machine, under the tolerance that torch's fused int4 product needs)
+    but by the codes the layers serve (the planted mistake ``layer_rerounds_given_codes``)."""
     group = checks.CALIBRATED_GROUP
     losses = {
         "kept": checks._course_loss(group, calibration="gptq"),
         "ignored": checks._course_loss(group),
-        "rounded again": checks._course_loss(group, "rerounded", "gptq"),
         "swapped": checks._course_loss(group, "swapped", "gptq"),
     }
     close = [

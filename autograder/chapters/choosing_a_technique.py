@@ -289,8 +289,9 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
       target becomes ``answer(weight, group_size)`` (``group_size`` None: the layer's input width,
       one scale per row), or ``answer(weight, group_size, codes=codes, scale=scale)`` where
       ``inputs["codes"]`` gives the layer's (codes, scale) by name (GPTQ's); reports the mean next-byte loss over the
-      windows ``inputs["windows"]`` (B, T + 1) computed through those layers, and the bytes of
-      every layer's own tensors (its state dict).
+      windows ``inputs["windows"]`` (B, T + 1) computed through those layers, the bytes of
+      every layer's own tensors (its state dict) and, where codes were given, the share of the
+      weights the layers serve that are the given code times its scale (``codes_kept``).
     * ``job == "speculate"``: ``answer`` is the learner's loop, given the models behind the course
       model's interface only (``model(tokens, cache)``, ``model.new_cache(1, max_len)``); reports
       the tokens of ``answer(target, draft, prompt, k, new_tokens)``, the target's and the
@@ -338,9 +339,19 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
                 )
             return self.model(tokens, cache)
 
+    def codes_served(layer, codes, scale) -> int:
+        """How many of the weights ``layer`` serves are the code given times its scale (in float16,
+        as the layer keeps it), within an eighth of a step (torch's fused int4 product serves them
+        within 0.05 of one; a code rounded again on a finer grid moves by 0.14 or more): read off
+        the layer's output for each unit input."""
+        out, columns = codes.shape
+        step = scale.half().float().repeat_interleave(columns // scale.shape[1], dim=1)
+        served_weight = layer(torch.eye(columns)[None]).float()[0].T  # (out, in): row j of I picks column j
+        return int(((served_weight - codes.float() * step).abs() <= step / 8).sum())
+
     with torch.no_grad():
         if job == "loss":
-            served, layers = build(target), []
+            served, layers, kept, weights = build(target), [], 0, 0
             for name, module in list(served.named_modules()):
                 if isinstance(module, torch.nn.Linear):
                     weight, given = module.weight.detach(), inputs.get("codes", {}).get(name + ".weight")
@@ -349,13 +360,15 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
                         layers.append(answer(weight, group))
                     else:
                         layers.append(answer(weight, group, codes=given[0], scale=given[1]))
+                        kept, weights = kept + codes_served(layers[-1], *given), weights + weight.numel()
                     parent, _, leaf = name.rpartition(".")
                     setattr(served.get_submodule(parent), leaf, layers[-1])
             windows = inputs["windows"]
             logits = served(windows[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
             stored = sum(t.numel() * t.element_size() for layer in layers for t in layer.state_dict().values())
-            return {"loss": float(loss), "layer_bytes": int(stored), "layers": len(layers)}
+            found = {"loss": float(loss), "layer_bytes": int(stored), "layers": len(layers)}
+            return found | ({"codes_kept": kept / weights} if weights else {})
         served, drafter = Served(build(target), "target"), Served(build(draft), "draft")
         tokens = answer(served, drafter, inputs["prompt"], inputs["k"], inputs["new_tokens"])
         tokens = tokens.flatten().tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
@@ -575,8 +588,7 @@ def _course_loss(group: int | None | str, mistake: str = "", calibration: str = 
     """The held-out loss on :func:`_loss_windows` of the target with int4 weights in groups of
     ``group`` (None: one scale per row; :data:`FP32`: float32 weights), rounded to nearest or with
     GPTQ's codes (``calibration``); ``mistake`` "rows": one scale per row, "swapped": each byte's two
-    codes unpacked in the other order, "rerounded": GPTQ's codes and scales turned back into a weight
-    and rounded to nearest again. The course's model computes it."""
+    codes unpacked in the other order. The course's model computes it."""
     model = copy.deepcopy(technique.target())
     if group != FP32:
         codes = _gptq_inputs(group) if calibration == "gptq" else {}
@@ -584,8 +596,6 @@ def _course_loss(group: int | None | str, mistake: str = "", calibration: str = 
             if isinstance(module, nn.Linear):
                 if name + ".weight" in codes:
                     signed, scale = codes[name + ".weight"]
-                    if mistake == "rerounded":
-                        signed, scale = quantization.quantize(quantization.dequantize(signed, scale), 4, group)
                 else:  # the codes of stored_weights.int4_layer_buffers, before packing (which changes none)
                     signed, scale = quantization.quantize(
                         module.weight.detach().float(), 4, None if mistake == "rows" else group
@@ -673,8 +683,8 @@ def _judge_model_loss(probe, got):
             "only the packed codes and the float16 scales",
             data=data,
         )
-    expected = _course_loss(group, calibration=calibration)
-    if abs(loss - expected) <= LOSS_TOLERANCE:
+    expected, changed = _course_loss(group, calibration=calibration), 1 - got.get("codes_kept", 1)
+    if abs(loss - expected) <= LOSS_TOLERANCE and not changed:
         return Verdict(True, data=data)
     if calibration == "gptq" and abs(loss - _course_loss(group)) <= LOSS_TOLERANCE:
         return Verdict(
@@ -683,11 +693,12 @@ def _judge_model_loss(probe, got):
             "codes and scale are passed, pack those codes and keep that scale",
             data=data,
         )
-    if calibration == "gptq" and abs(loss - _course_loss(group, "rerounded", calibration)) <= LOSS_TOLERANCE:
+    if changed and abs(loss - _course_loss(group, "swapped", calibration)) > LOSS_TOLERANCE:
         return Verdict(
             False,
-            "re-rounded the GPTQ codes: use the codes you are given, packed as they are, and the scale given in "
-            "float16, without rebuilding the weight and rounding it to nearest again (that undoes part of GPTQ's work)",
+            f"{100 * changed:.2g}% of the weights your layers serve are not the code given times its scale: use "
+            "the codes you are given, packed as they are, and the scale given in float16, without rebuilding the "
+            "weight and rounding it to nearest again (that undoes part of GPTQ's work)",
             data=data,
         )
     if abs(loss - _course_loss(group, "swapped", calibration)) <= LOSS_TOLERANCE:
@@ -707,9 +718,10 @@ def _judge_model_loss(probe, got):
     )
 
 
-# nats/byte: the sandbox's model against the course's, both float32 (seen: under 1e-5); GPTQ's codes
-# rounded again moved the loss by 1.5e-4 on one machine, so a wider tolerance passed that mistake
-LOSS_TOLERANCE = 3e-5
+# nats/byte: the sandbox's model against the course's, both float32 (seen: under 1e-5; through torch's
+# fused int4 product, 1.2e-4). GPTQ's codes rounded again move the loss less than that on some machines
+# (1.5e-4 seen): the calibrated check reads the codes each layer serves instead (codes_served)
+LOSS_TOLERANCE = 2e-4
 
 
 INT4_LAYER = Exercise(

@@ -139,7 +139,7 @@ PLANTED = {
             "        if True:",
         ),
         {"int4_linear.calibrated"},
-        "re-rounded the GPTQ codes: use the codes you are given",
+        "of the weights your layers serve are not the code given times its scale",
     ),
     "layer_without_codes_argument": Planted(  # the layer of rounding alone: Int4Linear(weight, group_size)
         "int4_linear",
