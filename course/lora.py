@@ -311,7 +311,7 @@ def finetune(
     losses = []
     model.train()
     for _ in tqdm(range(steps), desc=description, disable=not progress, mininterval=1, leave=False):
-        window = next(stream)  # (B, T + 1)
+        window = next(stream).to(parameters[0].device)  # (B, T + 1), where the model is
         logits = model(window[:, :-1])  # (B, T, vocab)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)

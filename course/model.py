@@ -249,7 +249,9 @@ class LanguageModel(nn.Module):
 def sample(
     logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """Next tokens (B,) from last-position logits (B, vocab): greedy at temperature 0."""
+    """Next tokens (B,) from last-position logits (B, vocab): greedy at temperature 0. A
+    ``generator`` of another device than the logits' (a CPU one for a model on the GPU) draws
+    there: the same seed gives the same tokens on every device."""
     if temperature < 0:
         raise ValueError(f"temperature must be 0 (greedy) or positive, got {temperature}")
     if temperature == 0:
@@ -261,6 +263,8 @@ def sample(
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.softmax(dim=-1)
+    if generator is not None and generator.device != probs.device:
+        return torch.multinomial(probs.to(generator.device), 1, generator=generator).squeeze(-1).to(probs.device)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 

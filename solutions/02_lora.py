@@ -492,7 +492,7 @@ else:
     for path, module in list(merged.named_modules()):
         if isinstance(module, your_layer):
             parent, _, leaf = path.rpartition(".")
-            setattr(merged.get_submodule(parent), leaf, module.merge())
+            setattr(merged.get_submodule(parent), leaf, module.merge().to(device))  # where the model is
     lora.use_adapter(target, None)
     with torch.no_grad():
         print(

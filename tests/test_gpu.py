@@ -8,6 +8,7 @@ and each of its steps works here on small sizes."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from course import checkpoints, corpus, device, evaluation, flash_attention, kernels, paths, quantization, timing
-from course.model import generate
+from course.model import generate, sample
 
 CUDA = torch.device("cuda")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check runs it)")
@@ -102,6 +103,31 @@ def test_cached_decoding_on_the_gpu_equals_recomputation():
     tokens, steps = generate(model, prompt, 64, use_cache=True, return_logits=True)  # steps: (1, 64, vocab)
     full = model(tokens[:, :-1])[:, prompt.shape[1] - 1 :]  # (1, 64, vocab): the same positions at once
     assert (steps - full).abs().max().item() < 1e-3
+
+
+@on_the_gpu
+@torch.no_grad()
+def test_sampling_on_the_gpu_with_a_cpu_generator_draws_the_cpus_tokens():
+    """Chapters 6 and 7 time sampled generation with CPU generators, whatever the model's device
+    (their figures then come from the same draws everywhere): on a GPU this raised."""
+    logits = torch.randn(4, 256, generator=torch.Generator().manual_seed(0))
+    on_cpu = sample(logits, 0.8, generator=torch.Generator().manual_seed(1))
+    on_gpu = sample(logits.to(CUDA), 0.8, generator=torch.Generator().manual_seed(1))
+    assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), on_cpu)
+
+
+@on_the_gpu
+def test_fine_tuning_a_model_on_the_gpu():
+    """Chapter 2 fine-tunes the course model where it is: the training windows go to its device."""
+    from course import lora
+
+    model = checkpoints.load("target", CUDA)
+    adapter = lora.make_adapter(model, 2)
+    lora.use_adapter(model, adapter)
+    losses = lora.finetune(
+        model, lora.adapter_parameters(adapter), corpus.domain_tokens("adapt"), 2, 3e-3, progress=False
+    )
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
 
 
 @on_the_gpu

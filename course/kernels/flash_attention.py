@@ -17,6 +17,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from course.flash_attention import check_shapes
 
@@ -100,6 +101,22 @@ def blockwise_attention(
     out = torch.empty_like(q3)
     block_m = 64 if q.is_cuda else 16  # small programs keep the interpreter quick
     grid = (triton.cdiv(n_q, block_m), q3.shape[0])
+    # fewer pipelined blocks of keys where they do not fit the GPU's shared memory (float32 tiles of
+    # 128 keys at head dim 128 need 256 KiB with Triton's default on Hopper, which has 227 KiB)
+    for stages in STAGES if q.is_cuda else (None,):
+        try:
+            _launch(grid, q3, k3, v3, out, n_q, n_k, d, causal, block_m, block, stages)
+            break
+        except OutOfResources:
+            if stages == STAGES[-1]:
+                raise
+    return out.reshape(*lead, n_q, d)
+
+
+STAGES = (3, 2, 1)  # the pipeline depths tried on a GPU, deepest first
+
+
+def _launch(grid, q3, k3, v3, out, n_q, n_k, d, causal, block_m, block, stages) -> None:
     _forward[grid](
         q3,
         k3,
@@ -120,5 +137,5 @@ def blockwise_attention(
         BLOCK_M=block_m,
         BLOCK_N=block,
         D=d,
+        **({"num_stages": stages} if stages else {}),
     )
-    return out.reshape(*lead, n_q, d)
