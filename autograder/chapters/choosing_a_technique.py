@@ -344,7 +344,7 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
         as the layer keeps it), within an eighth of a step (torch's fused int4 product serves them
         within 0.05 of one; a code rounded again on a finer grid moves by 0.14 or more): read off
         the layer's output for each unit input."""
-        out, columns = codes.shape
+        columns = codes.shape[1]
         step = scale.half().float().repeat_interleave(columns // scale.shape[1], dim=1)
         served_weight = layer(torch.eye(columns)[None]).float()[0].T  # (out, in): row j of I picks column j
         return int(((served_weight - codes.float() * step).abs() <= step / 8).sum())
@@ -693,18 +693,18 @@ def _judge_model_loss(probe, got):
             "codes and scale are passed, pack those codes and keep that scale",
             data=data,
         )
-    if changed and abs(loss - _course_loss(group, "swapped", calibration)) > LOSS_TOLERANCE:
+    if abs(loss - _course_loss(group, "swapped", calibration)) <= LOSS_TOLERANCE:
+        return Verdict(
+            False,
+            "wrong nibble order in forward: the high four bits hold the first code of each pair, (byte >> 4) - 8",
+            data=data,
+        )
+    if changed:
         return Verdict(
             False,
             f"{100 * changed:.2g}% of the weights your layers serve are not the code given times its scale: use "
             "the codes you are given, packed as they are, and the scale given in float16, without rebuilding the "
             "weight and rounding it to nearest again (that undoes part of GPTQ's work)",
-            data=data,
-        )
-    if abs(loss - _course_loss(group, "swapped", calibration)) <= LOSS_TOLERANCE:
-        return Verdict(
-            False,
-            "wrong nibble order in forward: the high four bits hold the first code of each pair, (byte >> 4) - 8",
             data=data,
         )
     if group is not None and abs(loss - _course_loss(group, "rows")) <= LOSS_TOLERANCE:

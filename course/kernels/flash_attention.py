@@ -103,12 +103,13 @@ def blockwise_attention(
     grid = (triton.cdiv(n_q, block_m), q3.shape[0])
     # fewer pipelined blocks of keys where they do not fit the GPU's shared memory (float32 tiles of
     # 128 keys at head dim 128 need 256 KiB with Triton's default on Hopper, which has 227 KiB)
-    for stages in STAGES if q.is_cuda else (None,):
+    tries = STAGES if q.is_cuda else (None,)  # None: Triton's own choice (the interpreter has no limit)
+    for stages in tries:
         try:
             _launch(grid, q3, k3, v3, out, n_q, n_k, d, causal, block_m, block, stages)
             break
         except OutOfResources:
-            if stages == STAGES[-1]:
+            if stages == tries[-1]:
                 raise
     return out.reshape(*lead, n_q, d)
 
