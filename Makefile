@@ -8,6 +8,8 @@
 #   make release    rebuild the student notebooks in notebooks/ from solutions/
 #   make student-release   the learners' copy, for credit: dist/student/ and dist/student.zip (the
 #                   notebooks, the package and reference numbers; no solutions, hidden checks or answers)
+#   make site       the course's site in dist/site/, built offline from the learners' copy: each chapter
+#                   executed blank as a page, the guides of tools/site/, search (tools/build_site.py)
 #   make chapter SLUG=pruning N=10   write a new chapter's files from tools/chapter_template/
 #   make autograde  grade every notebook under submissions/ into feedback/: gradebook, Canvas CSV,
 #                   HTML feedback, similar answers (ROSTER=canvas-export.csv names learners)
@@ -42,7 +44,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test hub-env lint format release student-release chapter autograde reference bench gpu-check model clean
+.PHONY: lab test hub-env lint format release student-release site chapter autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	$(NEEDS_PYTHON)
@@ -76,6 +78,9 @@ release: $(BIN)/.installed-dev
 
 student-release: $(BIN)/.installed-dev
 	$(BIN)/python -m autograder.learners_copy
+
+site: student-release
+	$(BIN)/python tools/build_site.py
 
 chapter: $(BIN)/.installed-base
 	@test -n "$(SLUG)" -a -n "$(N)" || { echo "usage: make chapter SLUG=pruning N=10"; exit 2; }
