@@ -35,6 +35,7 @@ LONGEST = (
     "test_platforms",
     "test_grader",
     "test_learners_copy",
+    "test_site",
     "test_choosing_a_technique",
     "test_quantization",
     "test_in_practice",
@@ -249,6 +250,29 @@ def learners_copy_folder(kernel, tmp_path_factory, worker_id) -> Path:
         learners_copy.build(done / "student", chosen, done / "instructor-executed", kernel, MEASUREMENT_SIZES)
 
     return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "student"
+
+
+@pytest.fixture(scope="session")
+def blank_run(learners_copy_folder, kernel, tmp_path_factory, worker_id):
+    """``blank_run(chapter)``: the path of the learners' copy's notebook of ``chapter`` executed
+    headless as learners get it (blank, the build's ``MEASUREMENT_SIZES``), its own folder first on
+    the path; once a test run, by whichever test asks first (the workers share it through a lock):
+    tests/test_learners_copy_runs.py checks it, tests/test_site.py makes the chapter's page of it."""
+
+    def run(chapter: str) -> Path:
+        notebook = learners_copy_folder / "notebooks" / f"{chapter}.ipynb"
+        environment = {**os.environ, "PYTHONPATH": str(learners_copy_folder)}
+
+        def make(folder: Path) -> None:
+            folder.mkdir()
+            sizes = MEASUREMENT_SIZES.get(chapter)  # the build's: its recordings answer these
+            headless.execute(
+                notebook, folder / notebook.name, kernel, cwd=notebook.parent, parameters=sizes, env=environment
+            )
+
+        return once_a_run(f"blank-{chapter}", make, tmp_path_factory, worker_id) / notebook.name
+
+    return run
 
 
 def with_the_solutions_answers(chapter: str, folder: Path):

@@ -72,6 +72,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_release",
             "test_sandbox",
             "test_setup_course",
+            "test_site",
             "test_suite_time",
             "test_timing",
             "test_widgets",

@@ -49,7 +49,8 @@ mathjax2_config = {
         "preferredFont": None,
         "scale": 90,
     },
-    "menuSettings": {"zoom": "None"},
+    # no hidden MathML copy for screen readers: its styles ask for TeX fonts this MathJax does not ship
+    "menuSettings": {"zoom": "None", "assistiveMML": False},
 }
 
 html_theme = "pydata_sphinx_theme"
