@@ -26,6 +26,7 @@ FILES = {  # template -> where the chapter's copy goes
     "planted.py.tmpl": "autograder/planted/{slug}.py",
     "test.py.tmpl": "tests/test_{slug}.py",
     "quiz.toml.tmpl": "data/quizzes/{slug}.toml",
+    "quiz_key.toml.tmpl": "solutions/quizzes/{slug}.toml",
 }
 
 
