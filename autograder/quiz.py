@@ -12,6 +12,11 @@ exercise has the visible check alone and counts the questions' checks as hidden 
 
 from __future__ import annotations
 
+import gzip
+import json
+import tomllib
+from pathlib import Path
+
 from autograder.checks import Check, Exercise, Requirement, Verdict, judges_value
 from course import quiz
 
@@ -116,3 +121,78 @@ def key(slug: str) -> dict[int, str]:
     if not quiz.has_key(slug):
         raise FileNotFoundError(f"solutions/quizzes/{slug}.toml is the instructor's: this copy of the course lacks it")
     return {q.number: q.answer for q in quiz.questions(slug)}
+
+
+TEXT_FILES = (".py", ".toml", ".json", ".ipynb", ".md", ".txt", ".yml", ".yaml", ".html", ".csv")
+
+
+def _secrets(slug: str) -> dict[str, str]:
+    """What of chapter ``slug``'s key would give its answers away, by what it is: each explanation and
+    each note on a choice, and the answers as a ``quiz_answers()`` returns them in the solution."""
+    found = {}
+    for q in quiz.questions(slug):
+        found[f"question {q.number}'s explanation"] = q.why
+        found |= {f"question {q.number}'s note on {letter}": text for letter, text in q.notes.items()}
+    as_code = "{" + ", ".join(f'{n}: "{letter}"' for n, letter in key(slug).items()) + "}"
+    return found | {"the answers as code": as_code, "the answers as code, in JSON": json.dumps(as_code)[1:-1]}
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _strings(value) -> str:
+    """The text of a JSON document (a notebook's cells and outputs): its strings, a list of strings
+    (a notebook's lines) joined as they are, the rest with spaces."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        joiner = "" if all(isinstance(v, str) for v in value) else " "
+        return joiner.join(_strings(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(_strings(v) for v in value.values())
+    return ""
+
+
+def _text(path: Path) -> str | None:
+    """A file's text as a reader would find a key in it: JSON's strings, a gzip file's content; None
+    for other than text."""
+    if path.suffix == ".gz":
+        return gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+    if path.suffix not in TEXT_FILES:
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix in (".json", ".ipynb"):
+        try:
+            return text + " " + _strings(json.loads(text))
+        except ValueError:
+            return text
+    return text
+
+
+def keys_in(folder: Path) -> list[str]:
+    """Where ``folder`` (a learners' copy) holds a quiz key: a ``solutions/`` file, a key's field in
+    its ``data/quizzes``, or, in any of its text files (recordings unzipped), an explanation, a note
+    on a choice or the answers as code of a quiz whose key this copy of the course holds."""
+    folder = Path(folder)
+    found = [
+        f"{p.relative_to(folder).as_posix()}: the instructor's" for p in folder.glob("solutions/**/*") if p.is_file()
+    ]
+    for path in sorted(folder.glob("data/quizzes/*.toml")):
+        entries = tomllib.loads(path.read_text(encoding="utf-8")).get("question", [])
+        for number, entry in enumerate(entries, start=1):
+            found += [
+                f"data/quizzes/{path.name}, question {number}: {name}" for name in quiz.KEY_FIELDS if name in entry
+            ]
+    secrets = {
+        (slug, what): _flat(text)
+        for slug in (p.stem for p in sorted(quiz.KEYS.glob("*.toml")))
+        for what, text in _secrets(slug).items()
+    }
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "solutions" not in p.relative_to(folder).parts):
+        text = _text(path)
+        if text is None:
+            continue
+        flat, where = _flat(text), path.relative_to(folder).as_posix()
+        found += [f"{where}: {what} of the {slug} quiz" for (slug, what), secret in secrets.items() if secret in flat]
+    return found

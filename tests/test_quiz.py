@@ -6,6 +6,7 @@ carry the questions and none of the answers, and the grader judges each answer w
 gives the answer and why in its feedback."""
 
 import html
+import json
 import re
 import tomllib
 from collections import Counter
@@ -310,3 +311,33 @@ def test_the_grader_tells_chapters_apart_although_every_quiz_defines_quiz_answer
 def test_probes_need_no_inputs():
     probe = graded.exercise("lora").checks[0].probe(np.random.default_rng(0))
     assert probe["call"] == "quiz_answers" and probe["scenario"] is graded.choices_of
+
+
+def test_the_audit_finds_a_quiz_key_wherever_it_is(tmp_path):
+    """``keys_in`` (run by ``make student-release`` and the learners' copy's tests): a copy of the
+    questions alone is clean; a key file, a key's field in the questions, an explanation in a
+    notebook, a note in the recordings and the answers as code are each found."""
+    import gzip
+    import shutil
+
+    shutil.copytree(quiz.QUIZZES, tmp_path / "data" / "quizzes")
+    assert graded.keys_in(tmp_path) == []
+    q = quiz.questions("lora")[2]
+    wrong = next(letter for letter in q.letters if letter != q.answer)
+    (tmp_path / "solutions" / "quizzes").mkdir(parents=True)
+    shutil.copy(quiz.KEYS / "lora.toml", tmp_path / "solutions" / "quizzes")
+    leaky = tmp_path / "data" / "quizzes" / "kv_cache.toml"
+    leaky.write_text(leaky.read_text().replace("[[question]]", '[[question]]\nanswer = "a"', 1))
+    (tmp_path / "notes.ipynb").write_text(json.dumps({"cells": [{"source": q.why.replace(" ", "\n", 3)}]}))
+    (tmp_path / "calls.json.gz").write_bytes(gzip.compress(q.notes[wrong].encode()))
+    (tmp_path / "answers.py").write_text(
+        f"def quiz_answers():\n    return {graded.key('flash_attention')!r}\n".replace("'", '"')
+    )
+    found = graded.keys_in(tmp_path)
+    assert found == [
+        "solutions/quizzes/lora.toml: the instructor's",
+        "data/quizzes/kv_cache.toml, question 1: answer",
+        "answers.py: the answers as code of the flash_attention quiz",
+        f"calls.json.gz: question 3's note on {wrong} of the lora quiz",
+        "notes.ipynb: question 3's explanation of the lora quiz",
+    ], found
