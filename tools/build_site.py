@@ -236,11 +236,12 @@ def answers_in_pages(site: Path) -> list[str]:
     check (:func:`secrets`), or, in a page's code, a region's marker, an exercise's answer or a withheld
     function's body (the learners' copy's audit, :func:`autograder.learners_copy.answers_in`, run on
     each code block; an exercise's stub as the student notebooks give it, which may call
-    ``super().__init__()`` before its raise, is no answer). The guides may name the markers in their
-    prose, as nbgrader's documentation does."""
+    ``super().__init__()`` before its raise, is no answer), or a quiz's key (its audit,
+    :func:`autograder.quiz.keys_in`, on each page's text and the site's files). The guides may name
+    the markers in their prose, as nbgrader's documentation does."""
     import tempfile
 
-    from autograder import learners_copy
+    from autograder import learners_copy, quiz
 
     hidden = secrets()
     found = []
@@ -250,6 +251,8 @@ def answers_in_pages(site: Path) -> list[str]:
             parsed = _Text()
             parsed.feed(page.read_text(encoding="utf-8"))
             text = " ".join("".join(parsed.text).split())
+            (Path(folder) / name).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / name / "text.txt").write_text(text, encoding="utf-8")  # for the quiz keys' audit
             found += [
                 f"{name}: {where}: {secret!r}" for secret, where in hidden.items() if " ".join(secret.split()) in text
             ]
@@ -263,6 +266,7 @@ def answers_in_pages(site: Path) -> list[str]:
                 block = Path(folder) / name / f"block{index}.py"
                 block.parent.mkdir(parents=True, exist_ok=True)
                 block.write_text(python, encoding="utf-8")
+        found += [where.replace("/text.txt", "") for where in quiz.keys_in(Path(folder)) + quiz.keys_in(site)]
         stubs = _stubs()
         for finding in learners_copy.answers_in(Path(folder)):
             where, name = finding.rsplit(" ", 1)
