@@ -33,6 +33,7 @@ from autograder.sandbox.memory import HINT, WATCH_SECONDS, MemoryWatch
 from course import paths
 
 INSIDE = Path(__file__).resolve().with_name("inside.py")
+CONFINE = INSIDE.with_name("confine.py")
 WIRE = Path(__file__).resolve().parent.parent.parent / "course" / "wire.py"
 MAX_RESULTS = 64 * 2**20
 PRINTED_KEPT = 4096  # what the report keeps of what a submission printed
@@ -78,8 +79,11 @@ def hides_files() -> bool:
 
 def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = None, warm: bool | None = None) -> Outcome:
     """Run ``job`` (see :mod:`autograder.sandbox.inside`) in a fresh sandbox and collect its results:
-    a child of a warm sandbox (:mod:`autograder.sandbox.warm`) where the system forks, unless
-    ``warm`` is False (by default: unless ``AUTOGRADER_WARM=0``), else a new interpreter.
+    a child of a warm sandbox (:mod:`autograder.sandbox.warm`) where the system forks and the mode
+    keeps each child to itself (``modes.WARM``), unless ``warm`` is False (by default: unless
+    ``AUTOGRADER_WARM=0``), else a new interpreter. ``hide``: the class's folders, which no mode
+    but ``limits`` lets a submission reach (none is on the allowlist); a class's warm sandbox is
+    ended with them (:func:`end_warm`).
 
     ``mode`` defaults to :func:`isolation`'s choice (which may raise :class:`SandboxUnavailable`).
     """
@@ -95,27 +99,35 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
     server = None
     if warm is None:
         warm = os.environ.get("AUTOGRADER_WARM") != "0"
-    if system.FORKS and warm:
+    if system.FORKS and warm and mode in modes.WARM:
         server = _warm.server(mode, hidden, _environment(Path(tempfile.gettempdir())))
-    work = Path(tempfile.mkdtemp(prefix="autograder-"))
+    uid = modes.sandbox_uid() if modes.own_user(mode) else None
+    work = Path(tempfile.mkdtemp(prefix="autograder-", dir=server.work if server else None))
     started = time.monotonic()
     try:
-        for source in (INSIDE, WIRE):
+        for source in (INSIDE, CONFINE, WIRE):
             shutil.copy(source, work / source.name)
-        work.chmod(0o755)
+        if (
+            uid is not None
+        ):  # the sandbox's own; readable, so that Python started as root without capabilities imports from it
+            os.chown(work, uid, uid)
+            work.chmod(0o755)
+        policy = modes.policy(mode, work, limits.processes, uid)
         args = ["-I", str(work / INSIDE.name), str(work / "job.json")]
-        command = modes.command(mode, work, hidden, args, limits.processes)
+        command = modes.command(mode, work, args)
         watch = MemoryWatch(0, limits.memory_bytes)
         deadline = started + limits.wall_seconds
         attempt = None
         if server is not None:
-            attempt = Attempt.run(job, _warm_start(server, work, limits, mode), work, limits, watch, deadline)
+            start = _warm_start(server, work, limits, mode, policy)
+            attempt = Attempt.run(job, start, work, limits, watch, deadline)
             if attempt.unstarted:  # before any of the learner's code ran: a fresh sandbox instead
                 if not attempt.server_lost:
                     _warm.give_up(server, attempt.unstarted)
                 attempt, watch = None, MemoryWatch(0, limits.memory_bytes)
         if attempt is None:
-            attempt = Attempt.run(job, _fresh_start(command, work, limits, mode), work, limits, watch, deadline)
+            start = _fresh_start(command, work, limits, mode, policy)
+            attempt = Attempt.run(job, start, work, limits, watch, deadline)
         if not system.FORKS:
             attempt = _resumed(attempt, job, command, work, limits, mode, watch, deadline)
         if not attempt.done and not attempt.problem:
@@ -132,31 +144,31 @@ def end_warm(hide: list[Path] = ()) -> None:
     _warm.close([paths.ROOT, *hide])
 
 
-def _fresh_start(command: list[str], work: Path, limits: Limits, mode: str):
-    """How :meth:`Attempt.run` starts a new interpreter for the sandbox."""
+def _fresh_start(command: list[str], work: Path, limits: Limits, mode: str, policy: dict):
+    """How :meth:`Attempt.run` starts a new interpreter for the sandbox (which confines itself as
+    ``policy`` says before the learner's code runs: ``inside.main``)."""
 
     def start(channel: ResultChannel) -> subprocess.Popen:
         return subprocess.Popen(
-            command + [channel.argument],
+            command + [channel.argument, json.dumps(policy)],
             cwd=work,
             env=_environment(work),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=preexec(limits, mode),
+            preexec_fn=preexec(limits),
             **channel.popen_options,
         )
 
     return start
 
 
-def _warm_start(server: _warm.Server, work: Path, limits: Limits, mode: str):
+def _warm_start(server: _warm.Server, work: Path, limits: Limits, mode: str, policy: dict):
     """How :meth:`Attempt.run` has the warm sandbox fork a child for the sandbox: the same
-    environment, limits and user id as :func:`_fresh_start` gives a new interpreter."""
+    environment, limits and confinement as :func:`_fresh_start` gives a new interpreter."""
 
     def start(channel: ResultChannel) -> _warm.Child:
-        uid = modes.sandbox_uid() if mode in modes.OWN_UID else None
-        return server.start(work, _environment(work), settings(limits, mode), uid, channel.write_end)
+        return server.start(work, _environment(work), settings(limits), policy, channel.write_end)
 
     start.warm = True
     return start
@@ -322,9 +334,8 @@ def _resumed(attempt: Attempt, job, command, work, limits: Limits, mode, watch, 
         if not pending:
             attempt = Attempt(done=True, printed=attempt.printed)
             break
-        attempt = Attempt.run(
-            {**job, "probes": pending}, _fresh_start(command, work, limits, mode), work, limits, watch, deadline
-        )
+        start = _fresh_start(command, work, limits, mode, {})
+        attempt = Attempt.run({**job, "probes": pending}, start, work, limits, watch, deadline)
         probes.update(attempt.probes)
     attempt.probes, attempt.cells = probes, cells  # the cells as the first start ran them: each start runs them alike
     return attempt
@@ -453,6 +464,7 @@ def _environment(work: Path) -> dict:
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(work),
+        "TMPDIR": str(work),
         "WORK": str(work),
         "LANG": "C.UTF-8",
         "OMP_NUM_THREADS": "1",
