@@ -7,6 +7,7 @@ plain data comes back; where the system forks, a child of a warm sandbox that im
   only), what a submission may read there (an allowlist), and which mode is chosen on this machine;
 - ``confine.py``: what a sandbox's process does to itself before the learner's code runs (Landlock,
   a user and namespaces of its own, no capabilities, no sockets); copied into the sandbox;
+- ``doctor.py``: ``python -m autograder doctor``, what this machine allows and how to make it stronger;
 - ``limits.py``: its resource limits, and those the kernel enforces as it starts;
 - ``memory.py``: the memory watch, from outside, and the memory a process tree holds (``make bench``);
 - ``launch.py``: starts one for a job and reads its output and results, enforcing the wall clock,
