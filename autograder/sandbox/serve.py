@@ -123,6 +123,7 @@ def _child(request: dict, fds: list[int]) -> None:
             resource.setrlimit(getattr(resource, name), (value, value))
         if LINUX:
             confine.prctl(PR_SET_CHILD_SUBREAPER, 1)
+            confine.prctl(PR_SET_DUMPABLE, 1)  # as after exec: its own /proc/self is its own (the server's is not)
         uid = policy.pop("uid", None)
         if uid is not None:
             confine.become(uid)
