@@ -85,12 +85,14 @@ def is_root() -> bool:
 
 @functools.cache
 def readable() -> tuple[str, ...]:
-    """What a submission may read: the interpreter, the folders its imports come from, and the
-    system's shared libraries, as the paths that exist here, each as Python names it and as it
-    resolves (a symlink at the top, such as ``/lib`` on a merged ``/usr``, stays one). The course's
-    own folder is never among them, though an editable install puts it on ``sys.path``: only the
-    environment's folders and site-packages are (``sys.prefix`` may lie inside it)."""
+    """What a submission may read: the interpreter, the folders its imports come from (this
+    environment's prefixes, and every ``site-packages`` or ``dist-packages`` on ``sys.path``, such as
+    one a ``.pth`` file adds) and the system's shared libraries, as the paths that exist here, each
+    as Python names it and as it resolves (a symlink at the top, such as ``/lib`` on a merged
+    ``/usr``, stays one). The course's own folder is never among them, though an editable install
+    puts it on ``sys.path``, nor anything else there (``PYTHONPATH``, the working folder)."""
     prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()]
+    prefixes += [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
     prefixes.append(str(Path(sys.executable).resolve().parent.parent))
     found = [os.path.abspath(p) for p in prefixes] + [os.path.realpath(p) for p in prefixes]
     found += [p for p in (*SYSTEM, *SYSTEM_FILES)]
