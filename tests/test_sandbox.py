@@ -20,8 +20,9 @@ from unittest.mock import ANY
 import pytest
 
 from autograder import sandbox
-from autograder.sandbox import modes
+from autograder.sandbox import modes, system
 from autograder.sandbox.limits import settings
+from course import paths
 
 from conftest import copy_into
 
@@ -150,6 +151,60 @@ def test_an_allowlist_mode_lets_in_only_the_interpreter_and_its_own_folder(mode,
     assert capabilities == "0000000000000000", "no capabilities left"
     assert "mine.txt" in own["list"], own
     assert sorted(p.name for p in secret.iterdir()) == ["answer.txt"]
+
+
+def test_the_allowlist_holds_the_interpreter_and_its_libraries_never_the_course():
+    """The independent check: where Python and torch live, and where the course lives."""
+    import torch
+
+    allowed = [Path(p).resolve() for p in modes.readable()]
+
+    def covered(path) -> bool:
+        return any(Path(path).resolve().is_relative_to(folder) for folder in allowed)
+
+    assert covered(sys.executable) and covered(torch.__file__) and covered(os.__file__)
+    assert not covered(paths.SOLUTIONS / "03_quantization.py") and not covered(paths.ROOT / "course")
+    assert not any(paths.ROOT.resolve().is_relative_to(folder) for folder in allowed), "no folder above the course"
+    assert not covered(Path.home())
+
+
+def test_what_each_mode_contains_is_said_with_the_kernels_landlock(monkeypatch):
+    """A report names the layers, and what an older kernel's Landlock leaves out (Ubuntu 24.04's 6.8
+    has ABI 4: no signal scoping), from AUTOGRADER_LANDLOCK_ABI, as the sandbox uses it."""
+    if not system.LANDLOCK_ABI:
+        pytest.skip("this kernel has no Landlock")
+    monkeypatch.setenv("AUTOGRADER_LANDLOCK_ABI", "4")
+    assert modes.landlock_abi() == min(4, system.LANDLOCK_ABI)
+    older = modes.describe("landlock")
+    assert "Landlock ABI 4" in older and "no TCP" in older and "no signal" not in older
+    assert ("not contained: signals" in older) == (not modes.own_user("landlock")), older
+    assert modes.policy("landlock", Path("/w"), 64, None)["landlock"] == 4
+    monkeypatch.setenv("AUTOGRADER_LANDLOCK_ABI", "7")
+    if system.LANDLOCK_ABI >= 6:
+        assert "not contained" not in modes.describe("landlock") and "no signal" in modes.describe("landlock")
+    assert modes.describe("bubblewrap+landlock").startswith("bubblewrap (")
+    assert modes.describe("limits").startswith("limits only")
+
+
+def test_macos_gets_a_seatbelt_profile_per_submission(monkeypatch, tmp_path):
+    """What can be checked without a Mac (none runs here): sandbox-exec is chosen where it exists,
+    each submission gets a new interpreter under a profile naming its own folder, and the profile's
+    later rules, which win, allow writing there only and reading the interpreter back."""
+    monkeypatch.delenv("AUTOGRADER_ISOLATION", raising=False)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: f"/usr/bin/{name}")
+    assert modes.candidates() == ["sandbox-exec", "limits"] and "sandbox-exec" not in modes.WARM
+    command = modes.command("sandbox-exec", tmp_path, ["-I", "inside.py"])
+    assert command[:2] == ["sandbox-exec", "-p"] and command[3:] == [sys.executable, "-I", "inside.py"]
+    rules = command[2].splitlines()
+    assert rules[:2] == ["(version 1)", "(allow default)"] and command[2].count("(") == command[2].count(")")
+    work = f'(subpath "{tmp_path.resolve()}")'
+    writes = next(i for i, rule in enumerate(rules) if rule.startswith("(allow file-write*"))
+    assert rules.index("(deny file-write*)") < writes and work in rules[writes]
+    reads = next(i for i, rule in enumerate(rules) if rule.startswith("(allow file-read*"))
+    hidden = next(i for i, rule in enumerate(rules) if rule.startswith("(deny file-read*"))
+    assert hidden < reads and work in rules[reads] and '(subpath "/Users")' in rules[hidden]
+    assert "(deny network*)" in rules and rules[-2:] == ["(deny signal)", "(allow signal (target same-sandbox))"]
 
 
 def test_modes_can_be_forced_off_for_macos_like_runs(monkeypatch):
