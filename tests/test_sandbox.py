@@ -82,6 +82,17 @@ def test_memory_watch_counts_shared_pages_once():
     assert all(p == {"returned": 0} for p in outcome.results["probes"].values()), outcome.results["probes"]
 
 
+@pytest.mark.parametrize("what", ["bytes", "files"])
+def test_a_submission_that_fills_its_own_folder_is_stopped(what):
+    """Its work folder is the one place a submission may write: where no file system gives it a
+    quota, the grader stops it past 64 MiB or 1,000 files (here while it writes 200 MiB or 3,000)."""
+    write = "open(f'big{i}', 'wb').write(b'x' * 2**20)" if what == "bytes" else "open(f'small{i}', 'w').close()"
+    count = 200 if what == "bytes" else 3000
+    answer = f"import time\nfor i in range({count}):\n    {write}\n    time.sleep(0.02 if {count} < 1000 else 0.002)\n"
+    outcome = sandbox.run(_job(answer=answer), SMALL)
+    assert outcome.results is None and outcome.problem == "wrote more than 64 MiB or 1000 files", outcome
+
+
 def test_tree_bytes_counts_what_a_child_holds():
     """What make bench reads: a child that touches 256 MiB adds about that to its parent's tree."""
     before = sandbox.tree_bytes(os.getpid())

@@ -38,6 +38,7 @@ WIRE = Path(__file__).resolve().parent.parent.parent / "course" / "wire.py"
 MAX_RESULTS = 64 * 2**20
 PRINTED_KEPT = 4096  # what the report keeps of what a submission printed
 OVERTIME_SECONDS = 2.0  # past a call's own limit, where only a timer thread enforces it, the sandbox is stopped
+FOLDER_FILES = 1000  # files and folders a sandbox may make in its work folder
 
 
 @dataclass
@@ -192,6 +193,7 @@ class Attempt:
     unstarted: str = ""  # why a warm sandbox's child could not set itself up, before any learner code ran
     started: bool = False  # the child said it set itself up (a warm sandbox's only)
     server_lost: bool = False  # the warm sandbox itself had ended or did not answer
+    given: tuple[int, int] = (0, 0)  # the bytes and files its work folder held as it started
 
     @classmethod
     def run(cls, job: dict, start, work: Path, limits: Limits, watch: MemoryWatch, deadline: float) -> Attempt:
@@ -200,7 +202,8 @@ class Attempt:
         (work / "job.json").write_text(json.dumps(job))
         for item in work.iterdir():
             item.chmod(0o644)
-        attempt, by_id = cls(warm=getattr(start, "warm", False)), {p["id"]: p for p in job["probes"]}
+        attempt = cls(warm=getattr(start, "warm", False), given=folder_use(work))
+        by_id = {p["id"]: p for p in job["probes"]}
         channel = ResultChannel(work)
         try:
             process = start(channel)
@@ -219,7 +222,7 @@ class Attempt:
         _wake_when_it_ends(process, wake)
         printed.start(wake)
         channel.reader.start(wake)
-        attempt.pump(process, printed, channel.reader, limits, watch, deadline, by_id, wake)
+        attempt.pump(process, printed, channel.reader, work, limits, watch, deadline, by_id, wake)
         _kill(process)
         for reader in (printed, channel.reader):
             reader.finish()
@@ -231,9 +234,10 @@ class Attempt:
         attempt.code = process.returncode
         return attempt
 
-    def pump(self, process, printed, results, limits: Limits, watch: MemoryWatch, deadline: float, by_id, wake):
+    def pump(self, process, printed, results, work: Path, limits: Limits, watch: MemoryWatch, deadline, by_id, wake):
         """Read output and results until the process ends, enforcing the wall clock, the output cap,
-        the memory limit and, where calls do not fork, each call's own time limit."""
+        the memory limit, what its work folder holds and, where calls do not fork, each call's own
+        time limit."""
         next_watch = 0.0
         while not (printed.ended and (results.ended or results.follows_process) and _finished(process)):
             wake.wait(WATCH_SECONDS)
@@ -255,6 +259,10 @@ class Attempt:
                 next_watch = now + WATCH_SECONDS
                 if watch.check(calling=not system.FORKS and self.running is not None):
                     self.problem, self.stopped_for_memory = f"{watch.stopped[-1]}: {HINT}", True
+                    return
+                most = (self.given[0] + limits.folder_bytes, self.given[1] + FOLDER_FILES)
+                if any(used > allowed for used, allowed in zip(folder_use(work, most), most, strict=True)):
+                    self.problem = f"wrote more than {limits.folder_bytes // 2**20} MiB or {FOLDER_FILES} files"
                     return
             if not system.FORKS and self.running and now - self.running_since > limits.probe_seconds + OVERTIME_SECONDS:
                 self.overtime = True
@@ -290,6 +298,29 @@ class Attempt:
         if last:  # where the sandbox itself failed, its traceback's last line says why
             problem += f"; it printed: …{last[:200]}"
         return problem
+
+
+def folder_use(work: Path, most: tuple[int, int] = (2**62, 2**62)) -> tuple[int, int]:
+    """The bytes and files the sandbox's work folder, the one place it may write, holds: counted
+    until either passes ``most`` (its own disk quota, where no file system gives one)."""
+    total, count, folders = 0, 0, [str(work)]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            count += 1
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                pass
+            if total > most[0] or count > most[1]:
+                return total, count
+    return total, count
 
 
 def _wake_when_it_ends(process, wake: threading.Event) -> None:

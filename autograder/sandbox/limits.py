@@ -1,11 +1,12 @@
 """A sandbox's resource limits, and the ones the kernel enforces as it starts (``setrlimit``).
 
 Every mode gets: CPU seconds, file size, open files, processes, no core dumps (here), and a wall
-clock, a cap on what it may print (:mod:`autograder.sandbox.launch`) and resident memory
-(:mod:`autograder.sandbox.memory`). Address space is not limited: a CUDA build of torch reserves
-gigabytes of it at import. Where the system has no ``resource`` module (Windows), only the wall
-clock, the output cap and the memory watch apply, and where it has no sessions the sandbox is not
-put in one of its own (:mod:`autograder.sandbox.system`).
+clock, a cap on what it may print and on what its work folder may hold
+(:mod:`autograder.sandbox.launch`), and resident memory (:mod:`autograder.sandbox.memory`). Address
+space is not limited: a CUDA build of torch reserves gigabytes of it at import. Where the system has
+no ``resource`` module (Windows), only the wall clock, the output cap and the memory watch apply,
+and where it has no sessions the sandbox is not put in one of its own
+(:mod:`autograder.sandbox.system`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Limits:
     added_seconds: float = 20.0  # all the cells a learner added together; answer cells run whatever they took
     memory_bytes: int = 3 * 2**30  # resident memory of all the sandbox's processes together
     output_bytes: int = 2**20
+    folder_bytes: int = 64 * 2**20  # what its work folder, the one place it may write, may hold
     file_bytes: int = 16 * 2**20
     processes: int = 64  # per sandbox (threads count too)
 
