@@ -560,3 +560,22 @@ def test_a_sandboxs_process_limit_counts_its_own_processes_alone(warm, tmp_path)
     assert done.results is not None, done.problem + done.output
     assert done.warm == warm
     assert done.results["probes"]["probe0"] == {"returned": 48}, done.results
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap and Landlock are Linux's")
+def test_doctor_says_what_this_machine_allows_and_the_step_that_would_make_it_stronger():
+    """The command's own run here, and the steps it gives where a piece is missing (each as the
+    machine that lacks it would show it: no bwrap, AppArmor refusing it, an older Landlock)."""
+    from autograder.sandbox import doctor
+
+    env = {**os.environ, "AUTOGRADER_ISOLATION": "landlock", "AUTOGRADER_LANDLOCK_ABI": "4"}
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "doctor"], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    if system.LANDLOCK_ABI:
+        assert "grading runs in: landlock: Landlock ABI 4" in done.stdout, done.stdout
+        assert "to make it stronger: Linux 6.12 or later" in done.stdout, done.stdout
+    assert "apt install bubblewrap" in doctor.stronger_linux("bwrap is not installed", 7)[0]
+    assert doctor.stronger_linux("", 7) == []
+    assert any("Linux 6.12" in step for step in doctor.stronger_linux("", 5))

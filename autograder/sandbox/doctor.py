@@ -73,7 +73,13 @@ def stronger_linux(bwrap_problem: str, abi: int) -> list[str]:
             )
         elif Path("/proc/sys/user/max_user_namespaces").exists():
             steps.append("allow user namespaces: `sudo sysctl -w user.max_user_namespaces=10000`")
-    if not abi:
+    if not abi and in_container():
+        steps.append(
+            "let the container use Landlock: Docker 23 or later, whose default seccomp profile allows Landlock's "
+            "system calls, or a profile that allows landlock_create_ruleset, landlock_add_rule and "
+            "landlock_restrict_self (and a node whose kernel has Landlock: Linux 5.13 or later)"
+        )
+    elif not abi:
         enabled = LSM.exists() and "landlock" in LSM.read_text()
         steps.append(
             "a kernel with Landlock (Linux 5.13 or later)"
