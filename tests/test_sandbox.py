@@ -179,6 +179,15 @@ def test_the_allowlist_holds_the_interpreter_and_its_libraries_never_the_course(
     assert not covered(Path.home())
 
 
+def test_a_class_folder_inside_the_environment_stops_grading_with_the_reason(tmp_path):
+    """Every submission may read the Python environment: a class kept inside it would be readable
+    too, so the grader refuses to start rather than grade it."""
+    inside_it = Path(sys.prefix) / "class"
+    assert modes.exposed([inside_it, tmp_path]) == [str(inside_it)]
+    with pytest.raises(sandbox.SandboxUnavailable, match="lies inside the Python environment"):
+        sandbox.run(_job(), SMALL, hide=[inside_it], mode="landlock")
+
+
 def test_what_each_mode_contains_is_said_with_the_kernels_landlock(monkeypatch):
     """A report names the layers, and what an older kernel's Landlock leaves out (Ubuntu 24.04's 6.8
     has ABI 4: no signal scoping), from AUTOGRADER_LANDLOCK_ABI, as the sandbox uses it."""

@@ -97,6 +97,11 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
     }
     mode = mode or isolation(limits.memory_bytes)
     hidden = [paths.ROOT, *hide]
+    if mode in modes.HIDES_FILES and (found := modes.exposed(hidden)):
+        raise modes.SandboxUnavailable(
+            f"{', '.join(found)} lies inside the Python environment or interpreter that every submission may read: "
+            "keep the course, the submissions and the feedback folder outside it"
+        )
     server = None
     if warm is None:
         warm = os.environ.get("AUTOGRADER_WARM") != "0"

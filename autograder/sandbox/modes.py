@@ -99,6 +99,13 @@ def readable() -> tuple[str, ...]:
     return tuple(str(p) for p in outermost(p for p in found if os.path.lexists(p)))
 
 
+def exposed(hidden) -> list[str]:
+    """The folders of ``hidden`` (the course, the class's) that lie inside what every submission may
+    read (:func:`readable`): none, unless the environment or the interpreter holds one of them."""
+    allowed = [Path(p).resolve() for p in readable()]
+    return [str(h) for h in hidden if any(Path(h).resolve().is_relative_to(folder) for folder in allowed)]
+
+
 def own_user(mode: str) -> bool:
     """Whether a sandbox in ``mode`` runs as a user of its own: as root, where it can still read
     the interpreter as that user (bubblewrap's mounts make every folder above them reachable)."""
@@ -108,8 +115,8 @@ def own_user(mode: str) -> bool:
 
 
 def _reachable_by_all(path: Path) -> bool:
-    """Whether any user can reach ``path``: every folder above it searchable by others."""
-    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents] if p.is_dir()) and os.access(path, os.R_OK)
+    """Whether any user can read ``path``: readable by others, and every folder above it searchable."""
+    return bool(path.stat().st_mode & 0o004) and all(p.stat().st_mode & 0o001 for p in path.parents)
 
 
 def policy(mode: str, work: Path, processes: int, uid: int | None) -> dict:
