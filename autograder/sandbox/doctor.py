@@ -87,6 +87,11 @@ def stronger_linux(bwrap_problem: str, abi: int) -> list[str]:
             else "enable Landlock: add `lsm=landlock,` before the kernel's other security modules on its command "
             f"line (now: {LSM.read_text().strip() if LSM.exists() else 'unknown'})"
         )
+    elif abi < 6 and bwrap_problem and modes.is_root() and not modes.own_user("landlock"):
+        steps.append(
+            "install Python where every user can read it (not under /root), so that each submission runs as a "
+            f"user of its own: without namespaces, Landlock ABI {abi} lets a submission signal every process of root's"
+        )
     elif abi < 6:
         steps.append(
             f"Linux 6.12 or later (Landlock ABI 6; this kernel has ABI {abi}), which keeps a submission's signals "

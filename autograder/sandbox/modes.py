@@ -150,7 +150,8 @@ def describe(mode: str) -> str:
     sockets = ", no sockets (seccomp)" if system.REFUSES_SOCKETS else ""
     if mode == "landlock":
         open_ += [] if system.REFUSES_SOCKETS else ["UDP and named Unix sockets"] + ([] if abi >= 4 else ["TCP"])
-        open_ += [] if abi >= 6 or own_user(mode) else ["signals to the grader's processes (Landlock before ABI 6)"]
+        whose = "every process of root's" if is_root() else "the grader's processes"
+        open_ += [] if abi >= 6 or own_user(mode) else [f"signals to {whose} (Landlock before ABI 6)"]
     found = {
         "bubblewrap+landlock": f"bubblewrap ({files}; no network; private /tmp; its own processes only) + "
         f"{landlock}{sockets}",
