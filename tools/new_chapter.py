@@ -1,8 +1,8 @@
 """Write a new chapter's files from ``tools/chapter_template/``: ``make chapter SLUG=pruning N=10``.
 
 The template is a small chapter that works as written (one exercise with its checks, a figure, a
-two-question quiz, a planted mistake and the tests), for the author to replace with the chapter's
-own. It writes only the chapter's files, each named by its slug (the table below); `make release`
+four-question quiz and its key, a planted mistake and the tests), for the author to replace with
+the chapter's own. It writes only the chapter's files, each named by its slug (the table below); `make release`
 then writes the grade cells' points, the student copy and its row in the README's chapter table.
 
 Not handled: a slug or a number that a chapter already has (refused), renaming a chapter.
@@ -26,6 +26,7 @@ FILES = {  # template -> where the chapter's copy goes
     "planted.py.tmpl": "autograder/planted/{slug}.py",
     "test.py.tmpl": "tests/test_{slug}.py",
     "quiz.toml.tmpl": "data/quizzes/{slug}.toml",
+    "quiz_key.toml.tmpl": "solutions/quizzes/{slug}.toml",
 }
 
 
