@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -465,7 +466,7 @@ def test_warm_and_fresh_sandboxes_give_the_same_grades(instructor_notebooks, tmp
 GROWS = """
 import os, threading, time
 def threads():
-    open({started!r}, "w").close()
+    open({started!r}, "w").close()  # in its own folder, the one place it may write; the test finds it there
     for _ in range(600):  # until the test's other process of our user holds its threads
         if os.path.exists({go!r}):
             break
@@ -547,24 +548,23 @@ def test_a_sandboxs_process_limit_counts_its_own_processes_alone(warm, tmp_path)
     if mode not in modes.BUBBLEWRAP and not modes.own_user(mode):
         pytest.skip(f"in the {mode} mode a sandbox shares our user and its process count")
     token = secrets.token_hex(4)
-    started, go = (Path("/tmp") / f"sandbox-{name}-{token}" for name in ("started", "go"))
-    answer = GROWS.format(started=str(started), go=str(go))
+    started, go = f"started-{token}", f"go-{token}"
+    answer = GROWS.format(started=started, go=go)
     outcome = {}
     run = threading.Thread(
         target=lambda: outcome.update(done=sandbox.run(_job(answer=answer, calls=("threads",)), ROOMY, warm=warm))
     )
     run.start()
-    try:
-        for _ in range(1200):
-            if started.exists() or not run.is_alive():
-                break
-            threading.Event().wait(0.05)
-        with threads_held(150):
-            go.touch()
-            run.join()
-    finally:
-        for path in (started, go):
-            path.unlink(missing_ok=True)
+    found = []
+    for _ in range(1200):
+        found = list(Path(tempfile.gettempdir()).glob(f"autograder-*/**/{started}"))
+        if found or not run.is_alive():
+            break
+        threading.Event().wait(0.05)
+    with threads_held(150):
+        for marker in found:  # the sandbox's own folder, which its user (ours) may write
+            (marker.parent / go).touch()
+        run.join()
     done = outcome["done"]
     assert done.results is not None, done.problem + done.output
     assert done.warm == warm
