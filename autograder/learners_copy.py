@@ -1,13 +1,20 @@
-"""The learners' copy: ``python -m autograder.learners_copy`` (``make student-release``) writes
-``dist/student/`` and ``dist/student.zip``, what an instructor gives learners for credit.
+"""The learners' copy: ``python -m autograder.learners_copy`` (``make learners-copy``) writes
+``dist/learners-copy/`` and ``dist/learners-copy.zip``, what an instructor gives learners for credit.
 
-It holds the student notebooks, the ``course`` package, the grader's modules that the check cells
-import, the data the chapters read and the install files. It holds no ``solutions/``, no hidden
-check and no reference implementation: every function marked ``@withheld`` (``course/withheld.py``)
-keeps only its docstring and a ``raise``, and answers from recordings made here, while every
-visible check runs on the solution, the blank copy and each planted mistake
-(``autograder/planted``). The chapters' checks modules lose their hidden checks and the code only
-those reach. :func:`answers_in` is the audit that the tests run on the result.
+It is a subset of the repository's files, each copied byte for byte, plus generated data: the
+learners' notebooks, the ``course`` package, the grader's modules that the check cells import, the
+data the chapters read and the install files. What only instructors may read is in files of its
+own that the copy leaves out whole (:data:`LEFT_OUT`): the chapters' sources, whose solution cells
+are the answers, the hidden checks, the known mistakes, the course's answers beyond an exercise's
+signature. What stands in for them is data: the calls the shipped code makes across that line
+(``course/withheld.py``), recorded here while every visible check runs on the solution, the blank
+copy and each known wrong answer (``autograder/mistakes``) and while the instructor's notebooks
+run, and how many hidden checks each exercise has. :func:`answers_in` is the audit that the tests
+run on the result.
+
+The chapters not converted yet to that line between files still have their sources edited here
+(:data:`STILL_EDITED`): every function marked ``@withheld`` keeps only its docstring and a
+``raise``, and their checks modules lose their hidden checks and the code only those reach.
 
 The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
 answers. Not handled: the quizzes' answer keys, which ship (the quiz answers each click at once,
@@ -31,13 +38,45 @@ from pathlib import Path
 from autograder import colab, notebook
 from course import paths, withheld
 
-OUT = paths.ROOT / "dist" / "student"
+OUT = paths.ROOT / "dist" / "learners-copy"
 STUB = 'raise NotImplementedError("withheld from the learners\' copy: the recorded results answer its calls")'
 COPIED_DATA = ("models", "quizzes", "reference", "performance.json")
-LEFT_OUT = (
+LEFT_OUT = (  # what the copy leaves out whole, of the folders it copies (course/, autograder/)
+    "course/answers/",  # the course's answers beyond an exercise's signature (chapter 5's attention, batched)
     "course/kernels/flash_attention.py",  # chapter 5's answer in Triton; course.kernels falls back to torch
-    "course/benchmarks/",  # `make bench`'s, which times the references
+    "course/benchmarks/",  # `make bench`'s, which times the answers
+    "autograder/hidden/",  # the hidden checks
+    "autograder/mistakes/",  # the known mistakes: what they return, and wrong answers written out
+    "autograder/planted/",  # the older home of wrong answers, for the chapters not converted yet
 )
+# The files the copy still edits: those of the chapters not converted yet to the line between files
+# (docs: the recipe). Every other Python file of the copy is the instructor's, byte for byte.
+STILL_EDITED = (
+    "course/advice.py",
+    "course/calibrated.py",
+    "course/choosing_a_technique.py",
+    "course/distillation.py",
+    "course/drafts.py",
+    "course/flash_attention.py",
+    "course/in_practice.py",
+    "course/kernels/int4.py",
+    "course/kv_cache.py",
+    "course/lora.py",
+    "course/prefill_decode.py",
+    "course/quantization.py",
+    "course/speculative_decoding.py",
+    "course/stored_weights.py",
+    "autograder/chapters/choosing_a_technique.py",
+    "autograder/chapters/distillation.py",
+    "autograder/chapters/flash_attention.py",
+    "autograder/chapters/in_practice.py",
+    "autograder/chapters/kv_cache.py",
+    "autograder/chapters/lora.py",
+    "autograder/chapters/prefill_decode.py",
+    "autograder/chapters/quantization.py",
+    "autograder/chapters/speculative_decoding.py",
+)
+GENERATED = ("README.md", "Makefile", "autograder/__main__.py")  # written here, not copied
 INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
 
 
@@ -184,23 +223,18 @@ def _namespaces(chapter: str) -> dict[str, tuple[dict, set | None]]:
     all): the solution and the blank copy, all of them; each planted mistake, its own exercise and
     those that call it (the others are the solution's, already recorded)."""
     from autograder import release
-    from autograder.planted import planted
+    from autograder.chapters import exercises as chapter_exercises
+    from autograder.mistakes import wrong_answers
 
     released = notebook.released(chapter)
-    exercises = _exercises(chapter)
+    exercises = chapter_exercises(chapter)
     solution = notebook.answers(release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py"), exercises, released)
     blank = notebook.answers(released, exercises, released)
     found = {"solution": (dict(solution.sources), None), "blank": (dict(blank.sources), None)}
-    for name, mistake in planted(paths.slug(chapter)).items():
+    for name, mistake in wrong_answers(paths.slug(chapter)).items():
         answers = {**solution.sources, mistake.grade_id: mistake.source}
         found[f"planted/{name}"] = (answers, {mistake.grade_id, *mistake.calls_it})
     return found
-
-
-def _exercises(chapter: str):
-    from autograder.chapters import CHAPTERS
-
-    return CHAPTERS[chapter]
 
 
 def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None = None) -> None:
@@ -208,12 +242,13 @@ def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None =
     setup cells, then each answer cell and its exercise's checks (of the exercises ``only``, when
     given). What a check cell raises (its failures) is the check cell's."""
     from autograder import selfcheck
+    from autograder.chapters import exercises
 
     namespace: dict = {"__name__": "__main__"}
     for setup in notebook.setup_sources(notebook.released(chapter)):
         exec(setup, namespace)
     with contextlib.redirect_stdout(io.StringIO()):
-        for exercise in _exercises(chapter):
+        for exercise in exercises(chapter):
             if exercise.grade_id in answers:
                 with contextlib.suppress(Exception):  # a broken answer cell, as a kernel runs on after one
                     exec(compile(answers[exercise.grade_id], f"<{exercise.grade_id}>", "exec"), namespace)
@@ -331,7 +366,13 @@ def _modules_the_checks_import() -> list[str]:
         "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] == 'autograder')))"
     )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=paths.ROOT)
-    return [m for m in found.stdout.split() if m != "autograder.planted" and not m.startswith("autograder.planted.")]
+    return [m for m in found.stdout.split() if not left_out(_module_file(m))]
+
+
+def left_out(path: Path) -> bool:
+    """Whether the copy leaves ``path`` out (:data:`LEFT_OUT`: a file named there, or in a folder named there)."""
+    name = _posix(path)
+    return any(name == entry or name.startswith(entry) and entry.endswith("/") for entry in LEFT_OUT)
 
 
 def _posix(path: Path) -> str:
@@ -366,11 +407,11 @@ def build(
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for path in sorted((paths.ROOT / "course").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and not _posix(path).startswith(LEFT_OUT):
-            _write(out / path.relative_to(paths.ROOT), path, checks_module=False)
+        if path.is_file() and "__pycache__" not in path.parts and not left_out(path):
+            _write(out / path.relative_to(paths.ROOT), path)
     for module in _modules_the_checks_import():
         path = _module_file(module)
-        _write(out / path.relative_to(paths.ROOT), path, checks_module=module.startswith("autograder.chapters."))
+        _write(out / path.relative_to(paths.ROOT), path)
     for name in COPIED_DATA:
         source = paths.DATA / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, out / "data" / name)
@@ -378,6 +419,7 @@ def build(
         numbers = json.loads(path.read_text(encoding="utf-8"))
         path.write_text(json.dumps({name: {**entry, "how": ""} for name, entry in numbers.items()}, indent=1) + "\n")
     withheld.write(recordings, out / withheld.RECORDINGS.relative_to(paths.ROOT) / "checks.json.gz")
+    (out / withheld.HIDDEN_CHECKS.relative_to(paths.ROOT)).write_text(json.dumps(_hidden_checks(), indent=1) + "\n")
     _notebooks(out / "notebooks", chapters)
     for name in INSTALL_FILES:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
@@ -404,12 +446,28 @@ def _notebooks(out: Path, chapters: list[str]) -> None:
         (out / f"{chapter}.ipynb").write_text(json.dumps(copy, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _write(target: Path, source: Path, checks_module: bool) -> None:
+def _write(target: Path, source: Path) -> None:
+    """Copy ``source`` to ``target`` byte for byte, or, for a file of :data:`STILL_EDITED`, as
+    :func:`learners_source` edits it."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    if source.suffix == ".py":
+    if _posix(source) in STILL_EDITED:
+        checks_module = _posix(source).startswith("autograder/chapters/")
         target.write_text(learners_source(source.read_text(encoding="utf-8"), checks_module), encoding="utf-8")
     else:
-        shutil.copy(source, target)
+        shutil.copyfile(source, target)
+
+
+def _hidden_checks() -> dict[str, int]:
+    """How many hidden checks each exercise has, for the chapters whose hidden checks are a module
+    of their own (``autograder/hidden/<slug>.py``): grade_id -> count."""
+    from autograder.chapters import CHAPTERS, _hidden
+
+    return {
+        e.grade_id: sum(not c.visible for c in e.checks)
+        for chapter, exercises in CHAPTERS.items()
+        if _hidden(paths.slug(chapter))
+        for e in exercises
+    }
 
 
 def _zip(out: Path) -> Path:

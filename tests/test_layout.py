@@ -40,6 +40,9 @@ def test_every_chapter_has_all_of_its_parts(chapter):
         ("course/benchmarks", ""),
         ("autograder/chapters", ""),
         ("autograder/planted", ""),
+        ("autograder/hidden", ""),
+        ("autograder/mistakes", ""),
+        ("course/answers", ""),
         ("tests", "test_"),
     ],
 )
@@ -74,6 +77,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_suite_time",
             "test_timing",
             "test_widgets",
+            "test_withheld",
         }
     }
     names = {p.stem for p in (paths.ROOT / folder).glob("*.py") if not p.stem.startswith("_")}
