@@ -60,7 +60,6 @@ STILL_EDITED = (
     "course/flash_attention.py",
     "course/in_practice.py",
     "course/kernels/int4.py",
-    "course/kv_cache.py",
     "course/lora.py",
     "course/prefill_decode.py",
     "course/quantization.py",
@@ -70,7 +69,6 @@ STILL_EDITED = (
     "autograder/chapters/distillation.py",
     "autograder/chapters/flash_attention.py",
     "autograder/chapters/in_practice.py",
-    "autograder/chapters/kv_cache.py",
     "autograder/chapters/lora.py",
     "autograder/chapters/prefill_decode.py",
     "autograder/chapters/quantization.py",
@@ -419,7 +417,9 @@ def build(
         numbers = json.loads(path.read_text(encoding="utf-8"))
         path.write_text(json.dumps({name: {**entry, "how": ""} for name, entry in numbers.items()}, indent=1) + "\n")
     withheld.write(recordings, out / withheld.RECORDINGS.relative_to(paths.ROOT) / "checks.json.gz")
-    (out / withheld.HIDDEN_CHECKS.relative_to(paths.ROOT)).write_text(json.dumps(_hidden_checks(), indent=1) + "\n")
+    (out / withheld.HIDDEN_CHECKS.relative_to(paths.ROOT)).write_text(
+        json.dumps(_hidden_check_counts(), indent=1) + "\n"
+    )
     _notebooks(out / "notebooks", chapters)
     for name in INSTALL_FILES:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
@@ -457,7 +457,7 @@ def _write(target: Path, source: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _hidden_checks() -> dict[str, int]:
+def _hidden_check_counts() -> dict[str, int]:
     """How many hidden checks each exercise has, for the chapters whose hidden checks are a module
     of their own (``autograder/hidden/<slug>.py``): grade_id -> count."""
     from autograder.chapters import CHAPTERS, _hidden

@@ -139,13 +139,23 @@ class Withheld:
         elif isinstance(self._found[name], type) or not callable(self._found[name]):
             value = self._found[name]  # a class or a constant: not recorded (see the module docstring)
         else:
-            value = functools.wraps(self._found[name])(functools.partial(_recorded_call, key, self._found[name]))
+            value = _recorded(key, self._found[name])
         setattr(self, name, value)  # looked up once
         return value
 
 
 def _replayed(key: str, *args, **kwargs):
     return replay(key, args, kwargs)
+
+
+def _recorded(key: str, function: Callable) -> Callable:
+    """``function``, each outermost call kept under ``key`` while recording (:func:`_recorded_call`)."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        return _recorded_call(key, function, args, kwargs)
+
+    return call
 
 
 @functools.cache
@@ -155,12 +165,9 @@ def answers(chapter: str) -> Withheld:
     ``solutions/``, their recorded calls."""
 
     def load() -> dict | None:
-        source = paths.SOLUTIONS / f"{chapter}.py"
-        if source.exists():
-            return solution_namespace(source)
-        if RECORDINGS.is_dir():
-            return None  # the learners' copy
-        return paths.require(source)  # raises, saying how to get the course's files
+        if in_learners_copy():
+            return None
+        return solution_namespace(paths.require(paths.SOLUTIONS / f"{chapter}.py"))
 
     return Withheld(f"solutions.{chapter}", load)
 
@@ -168,18 +175,14 @@ def answers(chapter: str) -> Withheld:
 @functools.cache
 def module(name: str) -> Withheld:
     """The instructor-only module ``name`` (``"autograder.mistakes.kv_cache"``), imported at its first
-    use; in the learners' copy, which leaves it out, its recorded calls. A module that is there but
-    fails to import raises, whatever copy this is."""
+    use; in the learners' copy, which leaves it out, its recorded calls (never the module, even where
+    another install of the course could import it)."""
+    return Withheld(name, lambda: None if in_learners_copy() else vars(importlib.import_module(name)))
 
-    def load() -> dict | None:
-        try:
-            return vars(importlib.import_module(name))
-        except ModuleNotFoundError as error:
-            if RECORDINGS.is_dir() and error.name and (name == error.name or name.startswith(f"{error.name}.")):
-                return None  # left out: the learners' copy
-            raise
 
-    return Withheld(name, load)
+def in_learners_copy() -> bool:
+    """Whether this is the learners' copy: it has recordings (``RECORDINGS``), the instructor's copy has none."""
+    return RECORDINGS.is_dir()
 
 
 def solution_namespace(source: Path) -> dict:

@@ -34,13 +34,15 @@ def _exercises(slug: str) -> list[Exercise]:
 
 
 def _hidden(slug: str):
-    """The chapter's hidden checks module, ``autograder/hidden/<slug>.py``: None where there is none
-    (the learners' copy, or a chapter whose hidden checks still sit among its visible ones)."""
+    """The chapter's hidden checks module, ``autograder/hidden/<slug>.py``: None in the learners' copy,
+    which leaves it out, and for a chapter whose hidden checks still sit among its visible ones."""
+    if withheld.in_learners_copy():
+        return None
     name = f"autograder.hidden.{slug}"
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
-        if error.name not in (name, "autograder.hidden"):
+        if error.name != name:
             raise
         return None
 
