@@ -1,7 +1,7 @@
 """The grader: full marks for every chapter's solution, none for its blank copy, a report for files
 that are not notebooks. All submissions are graded as one batch, in parallel, so the batch itself
 shows that one submission cannot cost another anything. Each chapter's planted mistakes and the
-hints that must name them (``autograder/planted/<slug>.py``) are graded in its own test file."""
+hints that must name them (``autograder/mistakes/<slug>.py``) are graded in its own test file."""
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ import pytest
 from autograder import check, grade, nbgrader_course, shards
 from autograder.__main__ import main
 from autograder.chapters import CHAPTERS
-from autograder.planted import planted
-from autograder.planted.flash_attention import BLOCKWISE
+from autograder.mistakes import planted
+from autograder.mistakes.flash_attention import BLOCKWISE
 from course import timing
 
 pytest.importorskip("nbgrader")
