@@ -251,7 +251,8 @@ def test_a_new_chapter_is_its_files(tmp_path):
         "course/plots/throwaway.py",
         "course/benchmarks/throwaway.py",
         "autograder/chapters/throwaway.py",
-        "autograder/planted/throwaway.py",
+        "autograder/hidden/throwaway.py",
+        "autograder/mistakes/throwaway.py",
         "tests/test_throwaway.py",
         "data/quizzes/throwaway.toml",
     }
