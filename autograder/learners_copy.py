@@ -13,8 +13,8 @@ run, and how many hidden checks each exercise has. :func:`answers_in` is the aud
 run on the result.
 
 The chapters not converted yet to that line between files still have their sources edited here
-(:data:`STILL_EDITED`): every function marked ``@withheld`` keeps only its docstring and a
-``raise``, and their checks modules lose their hidden checks and the code only those reach.
+(``autograder/edited_sources.py``): every function marked ``@withheld`` keeps only its docstring
+and a ``raise``, and their checks modules lose their hidden checks and the code only those reach.
 
 The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
 answers. Not handled: the quizzes' answer keys, which ship (the quiz answers each click at once,
@@ -32,14 +32,13 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import colab, notebook
+from autograder.edited_sources import STILL_EDITED, is_withheld, learners_source
 from course import paths, withheld
 
 OUT = paths.ROOT / "dist" / "learners-copy"
-STUB = 'raise NotImplementedError("withheld from the learners\' copy: the recorded results answer its calls")'
 COPIED_DATA = ("models", "quizzes", "reference", "performance.json")
 LEFT_OUT = (  # what the copy leaves out whole, of the folders it copies (course/, autograder/)
     "course/answers/",  # the course's answers beyond an exercise's signature (chapter 5's attention, batched)
@@ -49,166 +48,8 @@ LEFT_OUT = (  # what the copy leaves out whole, of the folders it copies (course
     "autograder/mistakes/",  # the known mistakes: what they return, and wrong answers written out
     "autograder/planted/",  # the older home of wrong answers, for the chapters not converted yet
 )
-# The files the copy still edits: those of the chapters not converted yet to the line between files
-# (docs: the recipe). Every other Python file of the copy is the instructor's, byte for byte.
-STILL_EDITED = (
-    "course/advice.py",
-    "course/calibrated.py",
-    "course/choosing_a_technique.py",
-    "course/distillation.py",
-    "course/drafts.py",
-    "course/in_practice.py",
-    "course/kernels/int4.py",
-    "course/lora.py",
-    "course/prefill_decode.py",
-    "course/quantization.py",
-    "course/speculative_decoding.py",
-    "course/stored_weights.py",
-    "autograder/chapters/choosing_a_technique.py",
-    "autograder/chapters/distillation.py",
-    "autograder/chapters/in_practice.py",
-    "autograder/chapters/lora.py",
-    "autograder/chapters/prefill_decode.py",
-    "autograder/chapters/quantization.py",
-    "autograder/chapters/speculative_decoding.py",
-)
 GENERATED = ("README.md", "Makefile", "autograder/__main__.py")  # written here, not copied
 INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
-
-
-# --- the sources, with what learners must not read taken out -----------------------------------------
-
-
-def _is_withheld(node: ast.AST) -> bool:
-    decorators = getattr(node, "decorator_list", [])
-    return any(
-        (isinstance(d, ast.Name) and d.id == "withheld") or (isinstance(d, ast.Attribute) and d.attr == "withheld")
-        for d in decorators
-    )
-
-
-def _docstring_node(node) -> ast.AST | None:
-    first = node.body[0] if node.body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        return first
-    return None
-
-
-def _withhold(tree: ast.Module) -> list[tuple[int, int, str]]:
-    """Line edits (first, last, replacement) that leave each withheld function its docstring and a raise."""
-    edits = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_withheld(node):
-            edits.append(_stub(node))
-        elif isinstance(node, ast.ClassDef) and _is_withheld(node):
-            docstring = _docstring_node(node)
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    edits.append(_stub(item))
-                elif item is not docstring:
-                    edits.append((item.lineno, item.end_lineno, None))
-    return edits
-
-
-def _stub(node) -> tuple[int, int, str]:
-    """The edit that leaves the function ``node`` its signature, its docstring and a raise."""
-    docstring = _docstring_node(node)
-    first = docstring.end_lineno + 1 if docstring else node.body[0].lineno
-    return first, node.end_lineno, f"{' ' * node.body[0].col_offset}{STUB}\n"
-
-
-def _hidden_checks(tree: ast.Module) -> list:
-    """Line edits removing every ``Check(...)`` without ``visible=True`` from an ``Exercise(...)``'s
-    list, and telling the exercise how many were removed (``hidden_checks=N``); and its
-    ``requirements``, which name the hidden checks (and state what the prompt asks, formulas too)."""
-    edits = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Exercise"):
-            continue
-        # what the prompt requires, each with its checks, is the instructor's coverage table's
-        for keyword in node.keywords:
-            if keyword.arg == "requirements":
-                if keyword.col_offset != node.args[0].col_offset:  # ruff puts each argument on a line of its own
-                    raise ValueError(f"line {keyword.lineno}: requirements= must start a line of its own")
-                edits.append((keyword.lineno, keyword.end_lineno, None))
-        listed = next((a for a in node.args if isinstance(a, ast.List)), None)
-        if listed is None:
-            continue
-        hidden = [item for item in listed.elts if isinstance(item, ast.Call) and not _visible(item)]
-        for item in hidden:
-            edits.append((item.lineno, item.end_lineno, None))
-        if hidden:  # the keyword goes right after the list's comma (positional arguments never follow it)
-            edits.append(Insert(listed.end_lineno, listed.end_col_offset, f" hidden_checks={len(hidden)},"))
-    return edits
-
-
-def _visible(check: ast.Call) -> bool:
-    return any(
-        k.arg == "visible" and isinstance(k.value, ast.Constant) and k.value.value is True for k in check.keywords
-    )
-
-
-@dataclass(frozen=True)
-class Insert:
-    """``text`` to insert after the ``,`` that ends at ``column`` of line ``line`` (where an edit
-    given as a tuple (first, last, replacement or None) replaces whole lines)."""
-
-    line: int
-    column: int
-    text: str
-
-
-def _apply(source: str, edits: list) -> str:
-    lines = source.splitlines(keepends=True)
-    for edit in sorted(edits, key=lambda e: e.line if isinstance(e, Insert) else e[0], reverse=True):
-        if isinstance(edit, Insert):
-            line, column = lines[edit.line - 1], edit.column + 1
-            if line[column - 1 : column] != ",":
-                raise ValueError(f"cannot insert {edit.text!r} after line {edit.line}: {line!r}")
-            lines[edit.line - 1] = line[:column] + edit.text + line[column:]
-            continue
-        first, last, replacement = edit
-        lines[first - 1 : last] = [replacement] if replacement else []
-    return "".join(lines)
-
-
-def _unused_private(source: str) -> str:
-    """``source`` without its module-level private functions, classes and constants that nothing
-    else in it names, repeated until none is left (what only the hidden checks used)."""
-    while True:
-        tree = ast.parse(source)
-        named = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-        named += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
-        unused = []
-        for node in tree.body:
-            names = _binds(node)
-            if names and all(n.startswith("_") and named.count(n) == 0 for n in names):
-                unused.append(node)
-        if not unused:
-            return source
-        source = _apply(source, [(_first_line(n), n.end_lineno, None) for n in unused])
-
-
-def _first_line(node: ast.AST) -> int:
-    """Where a definition starts: its first decorator's line, or its own."""
-    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-
-
-def _binds(node: ast.AST) -> list[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
-        return [t.id for t in node.targets]
-    return []
-
-
-def learners_source(source: str, checks_module: bool) -> str:
-    """A module of the package as the learners' copy has it: withheld bodies taken out, and for a
-    chapter's checks module, its hidden checks and the code only they use."""
-    tree = ast.parse(source)
-    edits = _withhold(tree) + (_hidden_checks(tree) if checks_module else [])
-    result = _apply(source, edits)
-    return _unused_private(result) if checks_module else result
 
 
 # --- the recordings -------------------------------------------------------------------------------
@@ -448,7 +289,7 @@ def _write(target: Path, source: Path) -> None:
     """Copy ``source`` to ``target`` byte for byte, or, for a file of :data:`STILL_EDITED`, as
     :func:`learners_source` edits it."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    if _posix(source) in STILL_EDITED:
+    if _posix(source) in STILL_EDITED:  # a chapter not converted yet
         checks_module = _posix(source).startswith("autograder/chapters/")
         target.write_text(learners_source(source.read_text(encoding="utf-8"), checks_module), encoding="utf-8")
     else:
@@ -487,7 +328,7 @@ def graded_names() -> set[str]:
 
 
 def _only_docstring_and_raise(node) -> bool:
-    body = [n for n in node.body if n is not _docstring_node(node)]
+    body = node.body[1:] if ast.get_docstring(node, clean=False) is not None else node.body
     if isinstance(node, ast.ClassDef):
         return all(
             isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _only_docstring_and_raise(n) for n in body
@@ -505,7 +346,7 @@ def answers_in(folder: Path) -> list[str]:
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            if (node.name in names or _is_withheld(node)) and not _only_docstring_and_raise(node):
+            if (node.name in names or is_withheld(node)) and not _only_docstring_and_raise(node):
                 found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno} {node.name}")
     return found
 

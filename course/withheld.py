@@ -28,7 +28,7 @@ raises :class:`NotRecorded`, which says that the instructor's grader judges it.
 Not handled: arguments that are not plain data (modules, generators, learners' functions), which
 no recording answers; classes, which cannot be answered from recordings (a chapter records the
 course's function that uses its class instead). The ``@withheld`` decorator is the older way,
-kept for the chapters not yet converted (``learners_copy.STILL_EDITED``): their learners' copy
+kept for the chapters not yet converted (``autograder/edited_sources.py``): their learners' copy
 keeps only a marked function's docstring and a ``raise``, and the decorator replays its calls.
 """
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autograder import learners_copy, release
+from autograder.edited_sources import STILL_EDITED
 from course import paths
 
 from conftest import learners_copy_chapters, with_the_solutions_answers
@@ -97,8 +98,8 @@ def test_every_source_file_of_the_copy_is_the_instructors_file(learners_copy_fol
         assert original.is_file(), f"{name} is in the copy but not in the repository"
         if path.read_bytes() != original.read_bytes():
             edited.append(name)
-    assert edited == sorted(learners_copy.STILL_EDITED), "edit only, and list, the unconverted chapters' files"
-    assert not [f for f in learners_copy.STILL_EDITED if learners_copy.left_out(paths.ROOT / f)]
+    assert edited == sorted(STILL_EDITED), "edit only, and list, the unconverted chapters' files"
+    assert not [f for f in STILL_EDITED if learners_copy.left_out(paths.ROOT / f)]
 
 
 def test_the_scan_finds_an_answer_under_another_name(tmp_path):
