@@ -5,7 +5,7 @@ checks, its known mistakes, a figure, a two-question quiz and the tests), for th
 with the chapter's own. The exercise's answer is written once, in the solution cell; what the
 learners' copy leaves out is in files of its own (``autograder/hidden/``, ``autograder/mistakes/``).
 It writes only the chapter's files, each named by its slug (the table below); `make release` then
-writes the grade cells' points, the learners' notebook and the README's rows for it.
+writes the grade cells' points, the learners' notebook and its row in the README's chapter table.
 
 Not handled: a slug or a number that a chapter already has (refused), renaming a chapter.
 """
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in written:
         print(f"wrote {path.relative_to(ROOT)}")
-    print("next: `make release` writes its points, its student copy and its README rows; then make it your chapter")
+    print("next: `make release` writes its points, its student copy and its README row; then make it your chapter")
     return 0
 
 
