@@ -133,7 +133,7 @@ class Withheld:
             self._found = self._load()
         key = f"{self._label}.{name}"
         if self._found is None:
-            value = functools.partial(_replayed, key)
+            value = _replayed(key)
         elif name not in self._found:
             raise AttributeError(f"{self._label} has no {name}")
         elif isinstance(self._found[name], type) or not callable(self._found[name]):
@@ -144,8 +144,14 @@ class Withheld:
         return value
 
 
-def _replayed(key: str, *args, **kwargs):
-    return replay(key, args, kwargs)
+def _replayed(key: str) -> Callable:
+    """A function named as ``key``'s that answers from the recordings (:func:`replay`)."""
+
+    def call(*args, **kwargs):
+        return replay(key, args, kwargs)
+
+    call.__name__ = call.__qualname__ = key.rpartition(".")[2]
+    return call
 
 
 def _recorded(key: str, function: Callable) -> Callable:
@@ -203,7 +209,7 @@ def solution_cells(source: Path) -> list[tuple[int, dict, str]]:
     """The code cells of a chapter source in jupytext's percent format, each as (the line before its
     code, 0-based; its metadata, ``tags`` and ``nbgrader``; its code), in order. Markdown cells are
     left out. The course reads its sources without jupytext (an instructor's extra, and seconds to
-    import); ``tests/test_release.py`` holds this reader to jupytext's on every chapter."""
+    import); ``tests/test_withheld.py`` holds this reader to jupytext's on every chapter."""
     text = source.read_text(encoding="utf-8")
     headers = list(_CELL.finditer(text))
     cells = []
