@@ -246,9 +246,9 @@ def learners_copy_folder(kernel, tmp_path_factory, worker_id) -> Path:
 
     def made(done: Path) -> None:
         chosen = learners_copy_chapters()
-        learners_copy.build(done / "student", chosen, done / "instructor-executed", kernel, MEASUREMENT_SIZES)
+        learners_copy.build(done / "learners-copy", chosen, done / "instructor-executed", kernel, MEASUREMENT_SIZES)
 
-    return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "student"
+    return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "learners-copy"
 
 
 def with_the_solutions_answers(chapter: str, folder: Path):
