@@ -5,20 +5,20 @@ It is a subset of the repository's files, each copied byte for byte, plus genera
 learners' notebooks, the ``course`` package, the grader's modules that the check cells import, the
 data the chapters read and the install files. What only instructors may read is in files of its
 own that the copy leaves out whole (:data:`LEFT_OUT`): the chapters' sources, whose solution cells
-are the answers, the hidden checks, the known mistakes, the course's answers beyond an exercise's
-signature. What stands in for them is data: the calls the shipped code makes across that line
-(``course/withheld.py``), recorded here while every visible check runs on the solution, the blank
-copy and each known wrong answer (``autograder/mistakes``) and while the instructor's notebooks
-run, and how many hidden checks each exercise has. :func:`answers_in` is the audit that the tests
-run on the result.
+are the answers, and the quizzes' keys (``solutions/``), the hidden checks, the known mistakes, the
+course's answers beyond an exercise's signature. What stands in for them is data: the calls the
+shipped code makes across that line (``course/withheld.py``), recorded here while every visible
+check runs on the solution, the blank copy and each known wrong answer (``autograder/mistakes``) and
+while the instructor's notebooks run, and how many hidden checks each exercise has. The copy's quiz
+records each choice, and the grader gives the answers and why in its feedback. :func:`answers_in`
+and ``autograder.quiz.keys_in`` are the audits that the build and the tests run on the result.
 
 The chapters not converted yet to that line between files still have their sources edited here
 (``autograder/edited_sources.py``): every function marked ``@withheld`` keeps only its docstring
 and a ``raise``, and their checks modules lose their hidden checks and the code only those reach.
 
 The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
-answers. Not handled: the quizzes' answer keys, which ship (the quiz answers each click at once,
-so its key is one click from any learner anyway).
+answers (its quiz answers each click at once).
 """
 
 from __future__ import annotations
@@ -299,14 +299,10 @@ def _write(target: Path, source: Path) -> None:
 def _hidden_check_counts() -> dict[str, int]:
     """How many hidden checks each exercise has, for the chapters whose hidden checks are a module
     of their own (``autograder/hidden/<slug>.py``): grade_id -> count."""
-    from autograder.chapters import CHAPTERS, _hidden
+    from autograder.chapters import CHAPTERS, hidden_module
 
-    return {
-        e.grade_id: sum(not c.visible for c in e.checks)
-        for chapter, exercises in CHAPTERS.items()
-        if _hidden(paths.slug(chapter))
-        for e in exercises
-    }
+    modules = [hidden_module(paths.slug(chapter)) for chapter in CHAPTERS]
+    return {grade_id: len(checks) for module in modules if module for grade_id, checks in module.HIDDEN.items()}
 
 
 def _zip(out: Path) -> Path:
@@ -441,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     build(args.out)
-    found = answers_in(args.out)
+    from autograder import quiz
+
+    found = answers_in(args.out) + quiz.keys_in(args.out)
     similar, short = similar_code_in(args.out)
     found += similar
     print(f"{len(short)} exercises too short to compare with the copy's code: {', '.join(short)}")

@@ -241,7 +241,8 @@ def test_a_new_chapter_is_its_files(tmp_path):
     found = json.loads(done.stdout.splitlines()[-1])
     solution, blank = found["reports"]["solution"], found["reports"]["blank"]
     assert found["problems"] == [] and solution["chapter"] == blank["chapter"] == "10_throwaway"
-    assert solution["score"] == solution["max_score"] == 3 + 4 and len(solution["tests"]) == 7  # 3 checks, 4 questions
+    assert solution["score"] == solution["max_score"] == 3 + 4
+    assert len(solution["tests"]) == 3 + 1 + 4  # the exercise's checks; the quiz's answered check and 4 questions
     assert blank["score"] == 0 and found["quiz_points"] == 4
 
     after = _digests(tree)
@@ -257,6 +258,7 @@ def test_a_new_chapter_is_its_files(tmp_path):
         "autograder/mistakes/throwaway.py",
         "tests/test_throwaway.py",
         "data/quizzes/throwaway.toml",
+        "solutions/quizzes/throwaway.toml",
     }
     assert changed == mine | {"README.md"}
     added = set((tree / "README.md").read_text().splitlines()) - set(readme.splitlines())

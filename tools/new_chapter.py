@@ -1,11 +1,12 @@
 """Write a new chapter's files from ``tools/chapter_template/``: ``make chapter SLUG=pruning N=10``.
 
 The template is a small chapter that works as written (one exercise with its visible and hidden
-checks, its known mistakes, a figure, a two-question quiz and the tests), for the author to replace
-with the chapter's own. The exercise's answer is written once, in the solution cell; what the
-learners' copy leaves out is in files of its own (``autograder/hidden/``, ``autograder/mistakes/``).
-It writes only the chapter's files, each named by its slug (the table below); `make release` then
-writes the grade cells' points, the learners' notebook and its row in the README's chapter table.
+checks, its known mistakes, a figure, a four-question quiz and its key, and the tests), for the
+author to replace with the chapter's own. The exercise's answer is written once, in the solution
+cell; what the learners' copy leaves out is in files of its own (``autograder/hidden/``,
+``autograder/mistakes/``). It writes only the chapter's files, each named by its slug (the table
+below); `make release` then writes the grade cells' points, the learners' notebook and its row in
+the README's chapter table.
 
 Not handled: a slug or a number that a chapter already has (refused), renaming a chapter.
 """
@@ -29,6 +30,7 @@ FILES = {  # template -> where the chapter's copy goes
     "mistakes.py.tmpl": "autograder/mistakes/{slug}.py",
     "test.py.tmpl": "tests/test_{slug}.py",
     "quiz.toml.tmpl": "data/quizzes/{slug}.toml",
+    "quiz_key.toml.tmpl": "solutions/quizzes/{slug}.toml",
 }
 
 

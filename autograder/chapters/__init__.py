@@ -18,7 +18,7 @@ from course import paths, withheld
 
 def _exercises(slug: str) -> list[Exercise]:
     declared = importlib.import_module(f"{__name__}.{slug}").EXERCISES
-    hidden, counts = _hidden(slug), withheld.hidden_checks()
+    hidden, counts = hidden_module(slug), withheld.hidden_checks()
     exercises = []
     for exercise in declared:
         if hidden:
@@ -33,7 +33,7 @@ def _exercises(slug: str) -> list[Exercise]:
     return exercises + [e for e in [quiz.exercise(slug)] if e is not None]
 
 
-def _hidden(slug: str):
+def hidden_module(slug: str):
     """The chapter's hidden checks module, ``autograder/hidden/<slug>.py``: None in the learners' copy,
     which leaves it out, and for a chapter whose hidden checks still sit among its visible ones."""
     if withheld.in_learners_copy():
