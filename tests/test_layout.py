@@ -67,6 +67,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_learners_copy_runs",
             "test_model",
             "test_nbgrader",
+            "test_neighbours",
             "test_notebooks",
             "test_packaging",
             "test_platforms",
