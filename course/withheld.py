@@ -186,6 +186,18 @@ def module(name: str) -> Withheld:
     return Withheld(name, lambda: None if in_learners_copy() else vars(importlib.import_module(name)))
 
 
+def optional_module(name: str):
+    """The module ``name``, or None where there is no such module (a chapter without one, or the
+    learners' copy, which leaves instructor modules out); a module that fails to import for another
+    reason raises."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name != name:
+            raise
+        return None
+
+
 def in_learners_copy() -> bool:
     """Whether this is the learners' copy: it has recordings (``RECORDINGS``), the instructor's copy has none."""
     return RECORDINGS.is_dir()

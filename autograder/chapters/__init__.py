@@ -36,15 +36,7 @@ def _exercises(slug: str) -> list[Exercise]:
 def hidden_module(slug: str):
     """The chapter's hidden checks module, ``autograder/hidden/<slug>.py``: None in the learners' copy,
     which leaves it out, and for a chapter whose hidden checks still sit among its visible ones."""
-    if withheld.in_learners_copy():
-        return None
-    name = f"autograder.hidden.{slug}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name != name:
-            raise
-        return None
+    return None if withheld.in_learners_copy() else withheld.optional_module(f"autograder.hidden.{slug}")
 
 
 def with_hidden(exercise: Exercise, checks: list, requirements: list) -> Exercise:

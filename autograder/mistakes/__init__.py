@@ -24,7 +24,6 @@ Not handled: right answers written another way, which are the tests' (``VARIANTS
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
 
@@ -47,13 +46,9 @@ class Planted:
 def _chapter_module(slug: str):
     """``autograder/mistakes/<slug>.py``, or the older ``autograder/planted/<slug>.py`` of a chapter
     not converted yet; None for a chapter with neither."""
-    for name in (f"{__name__}.{slug}", f"autograder.planted.{slug}"):
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name != name:
-                raise
-    return None
+    from course.withheld import optional_module
+
+    return optional_module(f"{__name__}.{slug}") or optional_module(f"autograder.planted.{slug}")
 
 
 def planted(slug: str) -> dict[str, Planted]:
