@@ -1,7 +1,7 @@
 """The course's site: ``make site`` (``python tools/build_site.py``) writes ``dist/site/``, static
 HTML that any web server (or a browser from the disk) shows, built offline.
 
-It is built from the learners' copy (``make student-release``; :func:`learners_copy` is the one
+It is built from the learners' copy (``make learners-copy``; :func:`learners_copy` is the one
 place that names it), so that no page can hold an answer the copy does not: each chapter is the
 copy's notebook executed blank, as a learner first runs it (its figures drawn from the recorded
 numbers, a widget as its static picture, the quiz as questions), shown by MyST-NB with an "Open in
@@ -42,7 +42,7 @@ ANCHOR = re.compile(r'^<a id="([\w-]+)"></a>$', re.MULTILINE)
 
 
 def learners_copy() -> Path:
-    """The learners' copy's folder, as ``make student-release`` writes it."""
+    """The learners' copy's folder, as ``make learners-copy`` writes it."""
     from autograder import learners_copy
 
     return learners_copy.OUT
@@ -298,13 +298,13 @@ def _stubs() -> dict[str, set[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the course's site from the learners' copy.")
-    parser.add_argument("--copy", type=Path, default=None, help="the learners' copy (default: make student-release's)")
+    parser.add_argument("--copy", type=Path, default=None, help="the learners' copy (default: make learners-copy's)")
     parser.add_argument("--executed", type=Path, default=None, help="its chapters already executed blank")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     copy = args.copy or learners_copy()
     if not (copy / "notebooks").is_dir():
-        raise SystemExit(f"no learners' copy in {copy}: run `make student-release` first")
+        raise SystemExit(f"no learners' copy in {copy}: run `make learners-copy` first")
     started = time.perf_counter()
     executed = args.executed or execute_blank(copy, args.out.with_name(args.out.name + "-executed"))
     out = build(copy, executed, args.out)
