@@ -24,10 +24,6 @@ STILL_EDITED = (
     "course/kernels/int4.py",
     "course/lora.py",
     "course/prefill_decode.py",
-    "course/quantization/absmax.py",
-    "course/quantization/awq.py",
-    "course/quantization/demos.py",
-    "course/quantization/gptq.py",
     "course/quantization/packing.py",
     "course/speculative_decoding.py",
     "course/stored_weights.py",
@@ -36,7 +32,6 @@ STILL_EDITED = (
     "autograder/chapters/in_practice.py",
     "autograder/chapters/lora.py",
     "autograder/chapters/prefill_decode.py",
-    "autograder/chapters/quantization.py",
     "autograder/chapters/speculative_decoding.py",
 )
 

@@ -1,24 +1,36 @@
 """Symmetric absmax integer quantization at any bit width, with one scale per tensor, per row or
-per group of consecutive columns; int8 codes with per-row scales; the relative error of an
-approximation; the storage cost of the scales.
+per group of consecutive columns; the relative error of an approximation; the storage cost of the
+scales.
 
 A worked example: one row ``[0.5, -0.2, 0.1, 0.0]`` at 4 bits has scale 0.5 / 7 = 0.0714, codes
 ``[7, -3, 1, 0]`` (-2.8 and 1.4 round to -3 and 1) and comes back as ``[0.5, -0.2143, 0.0714, 0.0]``.
 
-Not handled: asymmetric (zero-point) schemes. Everything works in float32 on the tensor's device;
-inputs must be 2-D floating-point matrices. Every bad argument (shape, type, bits, group size)
-raises ValueError with a message that says what to change.
+Chapter 3's exercises (``quantize_dequantize``, ``relative_error``, ``quantize_int8`` and
+``dequantize_int8``, ``effective_bits``, ``gptq_quantize``, ``awq_quantize``) are the learner's:
+their answers are the chapter's solution cells (:func:`course_answer`; recorded, in the learners'
+copy), and the course's functions that need one take it as a parameter or call it here, after
+checking their arguments: :func:`quantize` (the codes and scales, which the exercise's round trip
+does not return), :func:`round_trip` and :func:`relative_norm_error`.
+
+Not handled: asymmetric (zero-point) schemes. Everything works in float32 (float64 kept) on the
+tensor's device; inputs must be 2-D floating-point matrices. Every bad argument (shape, type, bits,
+group size) raises ValueError with a message that says what to change.
 """
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 
-from course.withheld import withheld
+from course import withheld
 
+CHAPTER = "03_quantization"
+COURSE = withheld.module("course.answers.quantization")  # the course's codes, and numbers it shows
 MIN_BITS, MAX_BITS = 2, 16
+
+
+def course_answer(name: str):
+    """The course's answer to the chapter's exercise ``name``: its solution cell (recorded, in the learners' copy)."""
+    return getattr(withheld.answers(CHAPTER), name)
 
 
 def check_matrix(weight: torch.Tensor, name: str = "weight") -> None:
@@ -79,32 +91,15 @@ def group_columns(weight: torch.Tensor, group_size: int | None) -> int:
     return group_size
 
 
-@withheld
-def quantize(
-    weight: torch.Tensor, bits: int, group_size: int | None = None, *, levels: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric absmax quantization: integer codes and one scale per row or per group.
-
-    Args:
-        weight: (rows, cols) floating-point matrix.
-        bits: code width, 2 to 16.
-        group_size: consecutive columns sharing a scale; None for one scale per row.
-        levels: the largest code, 2^(bits-1) - 1 unless given (other values are mistakes the
-            grader names, such as 2^bits - 1).
-
-    Returns:
-        codes: (rows, cols) int32 in [-levels, levels]; scale: (rows, cols // group) in float32
-        (float64 for float64 input), zero for an all-zero group (whose codes are all zero).
-    """
+def quantize(weight: torch.Tensor, bits: int, group_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric absmax quantization: the integer codes (rows, cols) int32 in [-levels, levels] and one
+    scale per row or per group (rows, cols // group), float32 (float64 for float64 input), zero for
+    an all-zero group (whose codes are all zero). What chapters 8 and 9 store; the exercise's round
+    trip multiplies them back (:func:`round_trip`). The course's answer: withheld with the chapter's."""
     check_matrix(weight)
-    levels = absmax_levels(bits) if levels is None else levels
-    group = group_columns(weight, group_size)
-    rows, cols = weight.shape
-    grouped = working(weight).reshape(rows, cols // group, group)  # (rows, groups, group)
-    scale = grouped.abs().amax(dim=-1) / levels  # (rows, groups)
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero group divides by 1
-    codes = torch.round(grouped / safe.unsqueeze(-1)).clamp(-levels, levels)
-    return codes.reshape(rows, cols).to(torch.int32), scale
+    absmax_levels(bits)
+    group_columns(weight, group_size)
+    return COURSE.quantize(working(weight), bits, group_size)
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -127,28 +122,31 @@ def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (grouped * scale.unsqueeze(-1)).reshape(rows, cols)
 
 
-@withheld
-def quantize_dequantize(weight: torch.Tensor, bits: int, group_size: int | None = None) -> torch.Tensor:
-    """Round-trip ``weight`` through ``bits``-bit symmetric absmax codes (per row, or per group).
+def round_trip(weight: torch.Tensor, bits: int, group_size: int | None = None) -> torch.Tensor:
+    """``weight`` after a round trip through ``bits``-bit symmetric absmax codes (per row, or per group
+    of ``group_size`` columns), in its own dtype: the chapter's ``quantize_dequantize`` (its answer,
+    computed in float32, or float64), after checking the arguments.
 
     Raises:
-        ValueError: when ``group_size`` does not divide the number of columns, or ``bits`` is
-            outside 2 to 16.
+        ValueError: when ``group_size`` does not divide the number of columns, ``bits`` is outside
+            2 to 16, or ``weight`` is not a finite floating-point matrix.
     """
-    codes, scale = quantize(weight, bits, group_size)
-    return dequantize(codes, scale).to(weight.dtype)
+    check_matrix(weight)
+    absmax_levels(bits)
+    group_columns(weight, group_size)
+    return course_answer("quantize_dequantize")(working(weight), bits, group_size).to(weight.dtype)
 
 
 def quantize_dequantize_per_tensor(weight: torch.Tensor, bits: int) -> torch.Tensor:
     """Round-trip with a single scale for the whole matrix (the coarsest granularity)."""
     check_matrix(weight)
     flat = weight.reshape(1, -1)  # (1, rows * cols): one row, one scale
-    return quantize_dequantize(flat, bits).reshape(weight.shape)
+    return round_trip(flat, bits).reshape(weight.shape)
 
 
-@withheld
-def relative_error(weight: torch.Tensor, approx: torch.Tensor) -> float:
-    """Frobenius-norm ratio ||W - W_hat|| / ||W||.
+def relative_norm_error(weight: torch.Tensor, approx: torch.Tensor) -> float:
+    """Frobenius-norm ratio ||W - W_hat|| / ||W||: the chapter's ``relative_error`` (its answer, in
+    float32), after checking the arguments.
 
     Both arguments must be torch tensors of the same shape (Python lists and numpy arrays raise
     ValueError: wrap them with torch.as_tensor first), as every function here takes tensors.
@@ -158,65 +156,9 @@ def relative_error(weight: torch.Tensor, approx: torch.Tensor) -> float:
             raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}; wrap it with torch.as_tensor")
     if weight.shape != approx.shape:
         raise ValueError(f"shapes differ: weight {tuple(weight.shape)} vs approx {tuple(approx.shape)}")
-    norm = weight.float().norm()
-    if norm == 0:
+    if not weight.float().norm() > 0:
         raise ValueError("relative error is undefined for an all-zero weight")
-    return ((weight.float() - approx.float()).norm() / norm).item()
-
-
-@withheld
-def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row symmetric int8: codes in [-127, 127] as torch.int8 and a (rows, 1) float32 scale."""
-    codes, scale = quantize(weight, 8)
-    return codes.to(torch.int8), scale.float()  # scale: (rows, 1)
-
-
-@withheld
-def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Map int8 codes back to float32 with their per-row scale.
-
-    ``codes`` is a (rows, cols) matrix and ``scale`` holds one value per row, of shape (rows, 1) as
-    :func:`quantize_int8` returns it, or (rows,); other shapes raise ValueError.
-    """
-    if not isinstance(codes, torch.Tensor) or codes.dim() != 2:
-        raise ValueError(
-            f"codes must be a 2-D matrix (rows, cols), got {described(codes)}; pass the codes quantize_int8 returns"
-        )
-    rows = codes.shape[0]
-    if not isinstance(scale, torch.Tensor) or tuple(scale.shape) not in ((rows,), (rows, 1)):
-        raise ValueError(
-            f"scale of {described(scale)} does not fit codes with "
-            f"{rows} rows: pass one scale per row, shape ({rows}, 1) as quantize_int8 returns it, or ({rows},)"
-        )
-    return codes.float() * scale.float().reshape(-1, 1)  # scale: (rows,) or (rows, 1)
-
-
-@withheld
-def effective_bits(bits: int, group_size: int | None, scale_bits: int = 16, cols: int | None = None) -> float:
-    """Bits stored per weight, the scales included: bits + scale_bits / group_size.
-
-    With ``group_size=None`` (one scale per row) pass ``cols``. Int4 with an fp16 scale per 64
-    weights costs 4 + 16/64 = 4.25 bits. Bits, group sizes and column counts that are not positive
-    numbers raise ValueError.
-    """
-    if not _positive(bits):
-        raise ValueError(f"bits must be a positive number such as 4 or 8, got {bits!r}")
-    if group_size is None:
-        if not _positive(cols):
-            raise ValueError(
-                f"with group_size=None (one scale per row) pass cols, the positive number of columns, got {cols!r}"
-            )
-        return bits + scale_bits / cols
-    if not _positive(group_size):
-        raise ValueError(
-            f"group_size must be a positive number of columns such as 64, got {group_size!r}; "
-            "use None with cols for one scale per row"
-        )
-    return bits + scale_bits / group_size
-
-
-def _positive(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0
+    return course_answer("relative_error")(weight.float(), approx.float())
 
 
 def effective_bits_double_quant(

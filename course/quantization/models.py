@@ -1,14 +1,15 @@
 """Whole models quantized: the course model's linears rounded to nearest, through NF4, GPTQ and AWQ,
-their calibration statistics, and their held-out losses read as sentences."""
+their calibration statistics, and their held-out losses read as sentences. A function that rounds
+with one of chapter 3's exercises takes it as a parameter (a notebook's own, or the course's:
+``round_trip``, ``quantize_gptq``)."""
 
 from __future__ import annotations
 
 import torch
 
-from course.quantization import absmax
-from course.quantization.absmax import dequantize
+from course.quantization.absmax import dequantize, round_trip
 from course.quantization.awq import awq_model
-from course.quantization.gptq import gptq_quantize_dequantize, one_thread_on_cpu
+from course.quantization.gptq import one_thread_on_cpu, quantize_gptq
 from course.quantization.nf4 import nf4_quantize_dequantize
 
 GPTQ_BITS = (6, 5, 4, 3, 2)  # the bit widths chapter 3 compares GPTQ and round-to-nearest at, groups of 64
@@ -19,17 +20,18 @@ LOSS_NOISE = 0.001  # nats/byte: differences of held-out loss this small are not
 
 
 def quantize_model(
-    model: torch.nn.Module, bits: int | str, group_size: int | None = None, quantize_dequantize=None
+    model: torch.nn.Module, bits: int | str, group_size: int | None = None, *, quantize_dequantize=None
 ) -> torch.nn.Module:
     """A copy of ``model`` whose linear layers' weights went through a quantization round trip.
 
-    ``bits`` is an int for absmax integer codes (through :func:`quantize_dequantize`, or the
-    ``quantize_dequantize`` given: a notebook's own) or ``"nf4"``. Weight-only: activations and the
-    tied embedding stay in floating point, as in most weight-only schemes.
+    ``bits`` is an int for absmax integer codes, rounded by ``quantize_dequantize`` (chapter 3's
+    exercise: a notebook's own, or the course's ``round_trip``), or ``"nf4"``. Weight-only:
+    activations and the tied embedding stay in floating point, as in most weight-only schemes.
     """
     import copy
 
-    round_trip = quantize_dequantize or absmax.quantize_dequantize
+    if bits != "nf4" and quantize_dequantize is None:
+        raise ValueError("integer codes are rounded by quantize_dequantize: pass yours, or quantization.round_trip")
     quantized = copy.deepcopy(model)
     with torch.no_grad():
         for module in quantized.modules():
@@ -38,7 +40,7 @@ def quantize_model(
                 approx = (
                     nf4_quantize_dequantize(weight, group_size or 64)
                     if bits == "nf4"
-                    else round_trip(weight, bits, group_size)
+                    else quantize_dequantize(weight, bits, group_size)
                 )
                 weight.copy_(approx)
     return quantized
@@ -97,16 +99,16 @@ def gptq_model(
     hessians: dict[str, torch.Tensor],
     bits: int,
     group_size: int | None = None,
-    gptq_quantize=None,
+    *,
+    gptq_quantize,
 ) -> torch.nn.Module:
-    """A copy of ``model`` whose linear layers went through :func:`gptq_quantize_dequantize` with
-    their calibration Hessians (:func:`calibration_hessians`); everything else as in :func:`quantize_model`.
-    With ``gptq_quantize`` (a notebook's own, returning codes and scales) its codes are used instead."""
+    """A copy of ``model`` whose linear layers hold the weights that ``gptq_quantize``'s codes and
+    scales encode (chapter 3's exercise: a notebook's own, or the course's ``quantize_gptq``), each
+    layer's with its calibration Hessian (:func:`calibration_hessians`); everything else as in
+    :func:`quantize_model`."""
     import copy
 
-    def round_trip(weight, hessian):
-        if gptq_quantize is None:
-            return gptq_quantize_dequantize(weight, hessian, bits, group_size)
+    def gptq_round_trip(weight, hessian):
         return dequantize(*gptq_quantize(weight, hessian, bits, group_size)).to(weight.dtype)
 
     quantized = copy.deepcopy(model)
@@ -114,7 +116,7 @@ def gptq_model(
         for name, module in quantized.named_modules():
             if isinstance(module, torch.nn.Linear):
                 weight = module.weight
-                weight.copy_(round_trip(weight.float(), hessians[name]))
+                weight.copy_(gptq_round_trip(weight.float(), hessians[name]))
     return quantized
 
 
@@ -125,19 +127,20 @@ def gptq_against_rtn(
     bits_list=GPTQ_BITS,
     group_size: int | None = 64,
     windows: int = EVAL_WINDOWS,
-    quantize_dequantize=None,
-    gptq_quantize=None,
+    *,
+    quantize_dequantize,
+    gptq_quantize,
 ) -> dict[str, dict[int, float]]:
-    """Held-out loss (nats per token) of ``model`` rounded to nearest and through GPTQ at each bit
-    width: ``{"round to nearest": {bits: loss}, "GPTQ": {bits: loss}}`` (through a notebook's own
-    ``quantize_dequantize`` and ``gptq_quantize`` when given)."""
+    """Held-out loss (nats per token) of ``model`` rounded to nearest by ``quantize_dequantize`` and
+    through GPTQ by ``gptq_quantize`` at each bit width (chapter 3's exercises: a notebook's own, or
+    the course's): ``{"round to nearest": {bits: loss}, "GPTQ": {bits: loss}}``."""
     from course import evaluation
 
     losses: dict[str, dict[int, float]] = {"round to nearest": {}, "GPTQ": {}}
     for bits in bits_list:
-        rtn = quantize_model(model, bits, group_size, quantize_dequantize)
+        rtn = quantize_model(model, bits, group_size, quantize_dequantize=quantize_dequantize)
         losses["round to nearest"][bits] = evaluation.text_loss(rtn, held_out, max_windows=windows)
-        gptq = gptq_model(model, hessians, bits, group_size, gptq_quantize)
+        gptq = gptq_model(model, hessians, bits, group_size, gptq_quantize=gptq_quantize)
         losses["GPTQ"][bits] = evaluation.text_loss(gptq, held_out, max_windows=windows)
     return losses
 
@@ -235,7 +238,10 @@ def course_model_gptq(calibrated=None) -> tuple[float, dict[str, dict[int, float
     """The course's target, float32 and at :data:`GPTQ_BITS` with groups of 64, calibrated on
     :data:`CALIBRATION_WINDOWS` windows of training text: (float32 loss, :func:`gptq_against_rtn`)."""
     target, held_out, statistics, baseline = calibrated or course_model_calibrated()
-    return baseline, gptq_against_rtn(target, statistics["hessian"], held_out)
+    by_method = gptq_against_rtn(
+        target, statistics["hessian"], held_out, quantize_dequantize=round_trip, gptq_quantize=quantize_gptq
+    )
+    return baseline, by_method
 
 
 def course_model_awq(calibrated=None) -> dict[int, dict]:
@@ -248,14 +254,14 @@ def course_model_awq(calibrated=None) -> dict[int, dict]:
 MODEL_SETTINGS = [(bits, group) for group in (None, 64, 32) for bits in (8, 6, 5, 4, 3, 2)]  # 64, 32 divide every width
 
 
-def model_losses(model, held_out, windows: int = EVAL_WINDOWS, quantize_dequantize=None, progress=None) -> dict:
-    """Held-out loss of ``model`` rounded to nearest at every setting of :data:`MODEL_SETTINGS`:
-    ``{"per row" | "group 64" | "group 32": {bits: loss}}``."""
+def model_losses(model, held_out, windows: int = EVAL_WINDOWS, *, quantize_dequantize, progress=None) -> dict:
+    """Held-out loss of ``model`` rounded to nearest by ``quantize_dequantize`` (chapter 3's exercise)
+    at every setting of :data:`MODEL_SETTINGS`: ``{"per row" | "group 64" | "group 32": {bits: loss}}``."""
     from course import evaluation
 
     losses: dict[str, dict[int, float]] = {}
     for bits, group in progress(MODEL_SETTINGS) if progress else MODEL_SETTINGS:
-        quantized = quantize_model(model, bits, group, quantize_dequantize)
+        quantized = quantize_model(model, bits, group, quantize_dequantize=quantize_dequantize)
         label = "per row" if group is None else f"group {group}"
         losses.setdefault(label, {})[bits] = evaluation.text_loss(quantized, held_out, max_windows=windows)
     return losses
