@@ -1080,3 +1080,47 @@ def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
 # The course's own answer to the exercise a scenario drives (gptq_on_a_copy), for test_grader's
 # check that scenarios run on their own.
 SCENARIO_ANSWERS = {"gptq_quantize": ANSWERS.gptq_quantize}
+
+
+DO_NOTHING = {  # answers that do no work (issue 55), each written for every exercise's names
+    "a constant 0.0": "return 0.0",
+    "the first argument returned": "return args[0]",
+    "zeros of the first argument": "return torch.zeros_like(args[0])",
+    "a ValueError for every call": "raise ValueError('group_size')",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DO_NOTHING))
+@pytest.mark.parametrize("grade_id", sorted(ZERO_ANSWERS))
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_an_answer_that_does_no_work_earns_no_point(grade_id, kind):
+    """Not one check of the chapter, hidden ones included, passes an answer that does nothing: a
+    ValueError for a group size that does not divide the columns earns its point only beside the
+    work on one that does (the scenario ``rejects_a_bad_group``)."""
+    from autograder.chapters import exercise_by_id
+
+    from conftest import verdicts
+
+    body = DO_NOTHING[kind]
+    source = "".join(f"def {name}(*args, **kwargs):\n    {body}\n\n" for name in exercise_by_id(grade_id).defines)
+    passed = [i for i, v in verdicts(grade_id, source).items() if v.passed]
+    assert not passed, f"{kind} passed {passed}"
+
+
+def test_the_bad_group_checks_name_a_missing_value_error_once_the_work_is_right(capsys):
+    """The round trip right but no ValueError for a group size that does not divide the columns: the
+    visible check says so (its point needs both)."""
+    printed = check_cell("quantize_dequantize", PLANTED["no_value_error"].source, capsys)
+    assert "group_size=48" in printed and "expected ValueError" in printed, printed
+
+
+def test_the_visible_effective_bits_inputs_are_drawn_for_each_submission():
+    """Hard-coding what the check cell prints earns nothing: the visible check's width and group size
+    are drawn from the submission's generator (the cell's are not the graded ones, for most seeds)."""
+    from autograder.chapters import exercise_by_id
+    from autograder.selfcheck import VISIBLE_SEED
+
+    check = next(c for c in exercise_by_id("effective_bits").checks if c.visible)
+    shown = check.probe(np.random.default_rng(VISIBLE_SEED))["args"]
+    graded = [check.probe(np.random.default_rng(seed))["args"] for seed in range(200)]
+    assert sum(args == shown for args in graded) < 200 / 10, graded

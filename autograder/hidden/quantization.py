@@ -10,16 +10,17 @@ from autograder.chapters.quantization.absmax import (
     judge_int8,
     judge_relative_error,
     judge_round_trip,
-    normal,
+    judging_rejection,
     probe_bits,
     probe_int8,
     probe_relative_error,
     probe_round_trip,
+    rejects_a_bad_group,
     round_trip_verdict,
 )
 from autograder.chapters.quantization.awq import judge_awq, probe_awq
 from autograder.chapters.quantization.gptq import judge_gptq_codes, judge_gptq_error, probe_gptq
-from autograder.checks import Check, Requirement, Verdict, judge_raises, judges_tensor
+from autograder.checks import Check, Requirement, Verdict, judges_tensor
 from course import quantization, reference
 
 # --- inputs and judges only the hidden checks use -----------------------------------------------------
@@ -51,15 +52,13 @@ def judge_chapter_number(probe, got):
 
 
 def probe_gptq_bad_group(rng):
-    return {"call": "gptq_quantize", "args": [normal(rng, 4, 64), torch.eye(64), 4], "kwargs": {"group_size": 48}}
+    probe = probe_gptq(4, 64, 4, 16)(rng)
+    return probe | {"kwargs": {**probe["kwargs"], "bad_group_size": 48}, "scenario": rejects_a_bad_group}
 
 
 def probe_awq_bad_group(rng):
-    return {
-        "call": "awq_quantize",
-        "args": [normal(rng, 4, 64).double(), torch.eye(64, dtype=torch.float64), torch.ones(64), 4],
-        "kwargs": {"group_size": 48, "grid": 20},
-    }
+    probe = probe_awq(4, 64, 4, 16, grid=8)(rng)
+    return probe | {"kwargs": {**probe["kwargs"], "bad_group_size": 48}, "scenario": rejects_a_bad_group}
 
 
 HIDDEN = {
@@ -108,11 +107,9 @@ HIDDEN = {
         Check(
             "bad_group",
             1,
-            "ValueError when group_size does not divide the columns",
+            "ValueError when group_size does not divide the columns (48 of 64), the codes when it does (16)",
             probe_gptq_bad_group,
-            lambda probe, result: judge_raises(
-                result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
-            ),
+            judging_rejection(judge_gptq_codes),
         ),
     ],
     "awq_quantize": [
@@ -126,11 +123,9 @@ HIDDEN = {
         Check(
             "bad_group",
             1,
-            "ValueError when group_size does not divide the columns",
+            "ValueError when group_size does not divide the columns (48 of 64), AWQ when it does (16)",
             probe_awq_bad_group,
-            lambda probe, result: judge_raises(
-                result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
-            ),
+            judging_rejection(judge_awq),
         ),
     ],
 }
@@ -164,8 +159,8 @@ REQUIREMENTS = {
         Requirement("dequantize_int8: codes * scale as floats", ("dequantize",)),
     ],
     "effective_bits": [
-        Requirement("bits + scale_bits / group_size", ("int4_g64", "other")),
-        Requirement("scale_bits defaults to 16", ("int4_g64",)),
+        Requirement("bits + scale_bits / group_size", ("default_scale", "other")),
+        Requirement("scale_bits defaults to 16", ("default_scale",)),
         Requirement("scale_bits given", ("other",)),
     ],
     "gptq_quantize": [

@@ -91,8 +91,53 @@ def judge_zero_groups(probe, got):
     return round_trip_verdict(probe, got)
 
 
+# --- a group size that does not divide the columns, beside one that does ------------------------------
+
+BAD_GROUP_HINT = "check `cols % group_size` and raise ValueError with a message"
+
+
+def rejects_a_bad_group(function, *args, bad_group_size, **kwargs) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): what ``function(*args,
+    group_size=bad_group_size)`` raised (or that it returned), and ``function(*args, **kwargs)``'s answer."""
+    try:
+        function(*args, group_size=bad_group_size)
+    except Exception as error:
+        rejected = {"raised": type(error).__name__, "message": str(error)[:200]}
+    else:
+        rejected = {"returned": True}
+    return {"rejected": rejected, "answer": function(*args, **kwargs)}
+
+
+def judging_rejection(judge_answer):
+    """A judge of :func:`rejects_a_bad_group`'s report: the answer on the group size that divides the
+    columns (``judge_answer`` of the probe without the bad one), then the ValueError on the one that
+    does not. Raising alone earns nothing: an answer that always raises fails the first."""
+
+    def judge(probe, result):
+        answered = {**probe, "kwargs": {k: v for k, v in probe["kwargs"].items() if k != "bad_group_size"}}
+        answered.pop("scenario", None)
+        got, failed = outcome(result)
+        if failed:
+            return judge_answer(answered, result)  # says what happened, as the other checks do
+        if not isinstance(got, dict) or "answer" not in got or "rejected" not in got:
+            return Verdict(False, f"{probe['call']} could not be tested: {got!r}"[:200])
+        verdict = judge_answer(answered, {"returned": result["returned"]["dict"]["answer"]})
+        if not verdict.passed:
+            return verdict
+        rejected = judge_raises(got["rejected"], "ValueError", BAD_GROUP_HINT)
+        bad = probe["kwargs"]["bad_group_size"]
+        return rejected if rejected.passed else Verdict(False, f"group_size={bad}: {rejected.hint}")
+
+    return judge
+
+
 def probe_bad_group(rng):
-    return {"call": "quantize_dequantize", "args": [normal(rng, 4, 64), 4], "kwargs": {"group_size": 48}}
+    return {
+        "call": "quantize_dequantize",
+        "args": [normal(rng, 4, 64), 4],
+        "kwargs": {"group_size": 16, "bad_group_size": 48},
+        "scenario": rejects_a_bad_group,
+    }
 
 
 QUANTIZE_DEQUANTIZE = Exercise(
@@ -126,11 +171,9 @@ QUANTIZE_DEQUANTIZE = Exercise(
         Check(
             "bad_group",
             1,
-            "ValueError when group_size does not divide the columns",
+            "ValueError when group_size does not divide the columns (48 of 64), the round trip when it does (16)",
             probe_bad_group,
-            lambda probe, result: judge_raises(
-                result, "ValueError", "check `cols % group_size` and raise ValueError with a message"
-            ),
+            judging_rejection(judge_round_trip),
             visible=True,
         ),
     ],
@@ -270,6 +313,13 @@ def probe_bits(bits, group, scale_bits=None):
     return make
 
 
+def probe_random_bits(rng):
+    """A width and a group size drawn for each submission, the default fp16 scale: the values a check
+    cell prints are not the ones graded."""
+    bits = int(rng.choice([2, 3, 4, 5, 6, 8]))
+    group = int(rng.choice([24, 32, 48, 64, 96, 128, 256]))
+    return {"call": "effective_bits", "args": [bits, group], "kwargs": {}}
+
 
 @judges_value
 def judge_bits(probe, got):
@@ -283,6 +333,13 @@ EFFECTIVE_BITS = Exercise(
     "effective_bits",
     ("effective_bits",),
     [
-        Check("int4_g64", 1, "int4 with an fp16 scale per 64 weights", probe_bits(4, 64), judge_bits, visible=True),
+        Check(
+            "default_scale",
+            1,
+            "a width and a group size, an fp16 scale",
+            probe_random_bits,
+            judge_bits,
+            visible=True,
+        ),
     ],
 )

@@ -330,7 +330,7 @@ def dequantize_int8(codes, scale):
 def effective_bits(bits, group_size, scale_bits=16):
     return bits + group_size / scale_bits
 """,
-        {"effective_bits.int4_g64", "effective_bits.other"},
+        {"effective_bits.default_scale", "effective_bits.other"},
         "upside down",
     ),
 }
@@ -375,7 +375,7 @@ def quantize_dequantize(weight, bits, group_size=None):
     "bits_integer_division": Planted(  # 16 // 64 is 0: the number of leaving the scales out, named as both
         "effective_bits",
         "def effective_bits(bits, group_size, scale_bits=16):\n    return bits + scale_bits // group_size\n",
-        {"effective_bits.int4_g64", "effective_bits.other"},
+        {"effective_bits.default_scale", "effective_bits.other"},
         "integer division",
     ),
     "relative_error_mean_absolute": Planted(
