@@ -1020,7 +1020,8 @@ def test_an_answer_of_zeros_is_told_about_zeros_not_another_mistake(grade_id):
 
     failed = {i: v.hint for i, v in verdicts(grade_id, ZERO_ANSWERS[grade_id]).items() if not v.passed}
     assert failed, "an answer of zeros must lose points"
-    numbers_only = re.compile(r"^(codes: )?(\d+ of \d+ values differ|expected [-\d.]+, got 0$)")
+    called = r"effective_bits\([^)]*\): "  # the drawn inputs, named
+    numbers_only = re.compile(rf"^(codes: |{called})?(\d+ of \d+ values differ|expected [-\d.]+, got 0$)")
     about_zeros = ("all zeros", "rounded to 0")
     assert all(any(w in h for w in about_zeros) or numbers_only.match(h) for h in failed.values()), failed
 
@@ -1124,3 +1125,10 @@ def test_the_visible_effective_bits_inputs_are_drawn_for_each_submission():
     shown = check.probe(np.random.default_rng(VISIBLE_SEED))["args"]
     graded = [check.probe(np.random.default_rng(seed))["args"] for seed in range(200)]
     assert sum(args == shown for args in graded) < 200 / 10, graded
+
+
+def test_the_drawn_effective_bits_check_says_what_it_called(capsys):
+    """A hard-coded 4.25 (the prompt's example) fails the visible check, whose hint names the drawn call."""
+    hard_coded = "def effective_bits(bits, group_size, scale_bits=16):\n    return 4.25\n"
+    printed = check_cell("effective_bits", hard_coded, capsys)
+    assert re.search(r"effective_bits\(\d, \d+\): expected [\d.]+, got 4.25", printed), printed

@@ -326,7 +326,11 @@ def judge_bits(probe, got):
     bits, group = probe["args"]
     scale_bits = probe["kwargs"].get("scale_bits", 16)
     expected = ANSWERS.effective_bits(bits, group, scale_bits)
-    return judge_number(got, expected, MISTAKES.of_effective_bits(bits, group, scale_bits), "the bits per weight")
+    verdict = judge_number(got, expected, MISTAKES.of_effective_bits(bits, group, scale_bits), "the bits per weight")
+    if verdict.passed:
+        return verdict
+    given = "".join(f", {key}={value}" for key, value in probe["kwargs"].items())
+    return Verdict(False, f"effective_bits({bits}, {group}{given}): {verdict.hint}")  # the inputs are drawn
 
 
 EFFECTIVE_BITS = Exercise(
