@@ -328,5 +328,6 @@ def copy_note() -> str:
     return (
         "The course's loop and its model and n-gram drafts are held back in this copy of the course (chapter 9 asks "
         "you to write the loop, and this chapter the n-gram draft): these numbers are the ones they gave when the "
-        "copy was made."
+        "copy was made, on the machine named below, the sampled runs verified by the course's rule (your own "
+        "functions do not change them here)."
     )

@@ -26,7 +26,8 @@
 # 3. write the acceptance rule and check by sampling that it reproduces the target (graded);
 # 4. run speculative decoding with the course's draft and target models;
 # 5. write a draft that costs almost nothing, an n-gram table (graded), and meet prompt lookup;
-# 6. measure all four drafts on this machine: acceptance rate, cost and wall-clock speed-up.
+# 6. compare all four drafts, measured by the course's loop: acceptance rate, cost and wall-clock
+#    speed-up.
 
 # %% tags=["parameters"]
 # Sizes of the measurements (papermill can change them: `-p NEW_TOKENS 200`).
@@ -357,7 +358,7 @@ for name in speculative_decoding.COURSE_DRAFTS:
     )
 
 # %% [markdown]
-# ## 5. Measured on this machine: four drafts
+# ## 5. Four drafts, measured
 #
 # Now each draft against the target alone, greedy and sampled at temperature 1, on held-out
 # openings: the acceptance rate alpha; the draft's cost c, its seconds per proposed token over
@@ -365,10 +366,12 @@ for name in speculative_decoding.COURSE_DRAFTS:
 # it); the tokens per target call against the formula at the measured alpha (your
 # `expected_tokens_per_call`); and the wall-clock speed-up against the target generating alone
 # with its KV cache, timed in turn with it, the median of several repeats, on the threads chosen
-# in section 3. The sampled runs verify the proposals with your `speculative_token` once it is
-# written (greedy runs need no draw: a proposal is kept exactly when it is the target's argmax).
-# Where the course's loop is held back from you, the cell says so and shows the numbers it gave
-# on the machine they were measured on.
+# in section 3. Where the course's loop runs (its own repository, on your machine), the sampled
+# runs verify the proposals with your `speculative_token` once it is written: how often it
+# accepts is their alpha (greedy runs need no draw: a proposal is kept exactly when it is the
+# target's argmax). Where the loop is held back from you (a copy given for credit), the cell says
+# so and shows the numbers the course's loop and rule gave when the copy was made, on the machine
+# it names: your `speculative_token` does not change them there.
 
 # %% tags=["measures"]
 rule = speculative_token if withheld.written(globals(), "speculative_token", p, q, torch.Generator()) else None

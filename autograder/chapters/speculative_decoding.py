@@ -49,10 +49,16 @@ def judge_alpha(probe, got):
     )
 
 
-def alpha_probe(fixed=False):
+def alpha_probe(vocab=50, python_float=False):
+    """A pair of distributions over ``vocab`` tokens drawn afresh (a graded notebook gets its own),
+    whose overlap is not near 0.5: there 1 - sum |p - q| (= 2 alpha - 1) would be near 0, a
+    function that returns 0 (the chapter's p and q have alpha 0.5 exactly)."""
+
     def make(rng):
-        args = [FIXED_P, FIXED_Q] if fixed else list(pair(rng, 50))
-        return {"call": "acceptance_rate", "args": args, "python_float": fixed}
+        while True:
+            p, q = pair(rng, vocab)
+            if abs(torch.minimum(p, q).sum().item() - 0.5) > 0.05:
+                return {"call": "acceptance_rate", "args": [p, q], "python_float": python_float}
 
     return make
 
@@ -60,7 +66,7 @@ def alpha_probe(fixed=False):
 ACCEPTANCE = Exercise(
     "acceptance_rate",
     ("acceptance_rate",),
-    [Check("example", 1, "the chapter's p and q (0.5)", alpha_probe(True), judge_alpha, visible=True)],
+    [Check("example", 1, "a pair over 6 tokens, drawn afresh", alpha_probe(6, True), judge_alpha, visible=True)],
 )
 
 
@@ -74,7 +80,15 @@ def judge_tokens(probe, got):
     return judge_number(got, expected, MISTAKES.of_expected_tokens_per_call(alpha, k), "the expected tokens per call")
 
 
+def tokens_at_one(function, draft_length, alpha) -> dict:
+    """The scenario (run in the sandbox, see checks.scenario_source): ``function`` at alpha = 1 and
+    at ``alpha`` below it, with the same draft length."""
+    return {"one": function(1.0, draft_length), "below": function(alpha, draft_length)}
+
+
 def judge_tokens_at_one(probe, result):
+    """k + 1 at alpha = 1, counted beside the formula at an alpha below 1 (a function that returns
+    k + 1 whatever alpha is does no work)."""
     if result.get("raised") in ("ZeroDivisionError", "FloatingPointError"):
         return Verdict(
             False,
@@ -84,30 +98,51 @@ def judge_tokens_at_one(probe, result):
     value, failed = outcome(result)
     if failed:
         return failed
-    if isinstance(value, float) and value != value:
+    k, alpha = probe["args"]
+    if not isinstance(value, dict) or "one" not in value:
+        return Verdict(False, f"expected_tokens_per_call could not be tested: {value!r}"[:200])
+    if isinstance(value["one"], float) and value["one"] != value["one"]:
         return Verdict(False, "returned NaN at alpha = 1 (0 / 0): every proposal is accepted then, return k + 1")
-    return judge_tokens(probe, result)
+    at_one = judge_tokens.__wrapped__({"args": [1.0, k]}, value["one"])
+    if not at_one.passed:
+        return Verdict(False, f"at alpha = 1, k = {k}: {at_one.hint}")
+    below = judge_tokens.__wrapped__({"args": [alpha, k]}, value["below"])
+    if not below.passed:
+        return Verdict(
+            False,
+            f"k + 1 at alpha = 1 counts beside the formula below it, which is wrong: at alpha = {alpha:g}, k = {k}, "
+            f"{below.hint}",
+        )
+    return Verdict(True)
 
 
-def tokens_probe(alpha=None, k=None):
-    def make(rng):
-        return {
-            "call": "expected_tokens_per_call",
-            "args": [
-                float(rng.uniform(0.3, 0.95)) if alpha is None else alpha,
-                int(rng.integers(1, 12)) if k is None else k,
-            ],
-        }
+def tokens_probe(rng):
+    """An alpha and a draft length drawn afresh (a graded notebook gets its own)."""
+    return {
+        "call": "expected_tokens_per_call",
+        "args": [round(float(rng.uniform(0.3, 0.95)), 2), int(rng.integers(2, 12))],
+    }
 
-    return make
+
+def at_one_probe(rng):
+    """alpha = 1 and a draft length drawn afresh, and an alpha below 1 for the formula beside it."""
+    args = [int(rng.integers(2, 12)), round(float(rng.uniform(0.3, 0.95)), 2)]
+    return {"call": "expected_tokens_per_call", "scenario": tokens_at_one, "args": args}
 
 
 TOKENS = Exercise(
     "expected_tokens_per_call",
     ("expected_tokens_per_call",),
     [
-        Check("example", 1, "alpha 0.8, k 4 (3.36)", tokens_probe(0.8, 4), judge_tokens, visible=True),
-        Check("alpha1", 1, "alpha = 1 (no division by zero)", tokens_probe(1.0, 5), judge_tokens_at_one, visible=True),
+        Check("example", 1, "an alpha and a k drawn afresh", tokens_probe, judge_tokens, visible=True),
+        Check(
+            "alpha1",
+            1,
+            "alpha = 1 (no division by zero: k + 1), beside the formula below 1",
+            at_one_probe,
+            judge_tokens_at_one,
+            visible=True,
+        ),
     ],
 )
 
@@ -136,7 +171,8 @@ def draw_contract(function, target, draft, seed: int, n: int) -> dict:
     ``n`` calls with generators seeded alike give the same tokens, and, over ``n`` calls each with
     a generator of its own seed, the first where a kept token is not the proposal that
     ``torch.multinomial(draft, 1, generator=generator)`` draws first from a generator seeded alike
-    (chapter 6's loop draws the proposal so, and gives the rule a generator seeded alike)."""
+    (chapter 6's loop draws the proposal so, and gives the rule a generator seeded alike), how many
+    of them kept the proposal and how many tokens they returned."""
     import torch
 
     state = torch.random.get_rng_state()
@@ -147,19 +183,23 @@ def draw_contract(function, target, draft, seed: int, n: int) -> dict:
         generator = torch.Generator().manual_seed(int(seed))
         runs.append([int(function(target, draft, generator)[0]) for _ in range(n)])
     parts = [type(part).__name__ for part in first] if isinstance(first, tuple) else None
-    order = None
+    order, kept_count, tokens = None, 0, set()
     for i in range(n):
         proposal = int(torch.multinomial(draft, 1, generator=torch.Generator().manual_seed(int(seed) + i)))
         token, kept = function(target, draft, torch.Generator().manual_seed(int(seed) + i))
-        if bool(kept) and int(token) != proposal:
+        kept_count += bool(kept)
+        tokens.add(int(token))
+        if bool(kept) and int(token) != proposal and order is None:
             order = [int(token), proposal]
-            break
     return {
         "parts": parts,
         "returned": type(first).__name__,
         "global_state": touched,
         "same": runs[0] == runs[1],
         "order": order,
+        "kept": kept_count,
+        "tokens": len(tokens),
+        "calls": n,
     }
 
 
@@ -194,11 +234,24 @@ def judge_contract(probe, got):
             f"generator=generator), proposes {proposal}: draw the proposal first, then torch.rand(1, "
             "generator=generator) to accept it (chapter 6's loop draws the proposal that way and relies on the order)",
         )
+    calls, kept = got.get("calls", 0), got.get("kept", 0)
+    if kept in (0, calls) or got.get("tokens", 0) < 2:
+        said = f"accepted was {kept == calls} in all {calls} calls" if kept in (0, calls) else "the token never changed"
+        return Verdict(
+            False,
+            f"{said}, on p and q whose overlap alpha is {torch.minimum(FIXED_P, FIXED_Q).sum().item():.2f}: the rule "
+            "keeps some proposals and rejects others (this check counts beside a rule that does both)",
+        )
     return Verdict(True)
 
 
 def contract_probe(rng):
-    return {"call": "speculative_token", "scenario": draw_contract, "args": [FIXED_P, FIXED_Q, 12345, 200]}
+    """The chapter's p and q, the generators' seeds drawn afresh (a graded notebook gets its own)."""
+    return {
+        "call": "speculative_token",
+        "scenario": draw_contract,
+        "args": [FIXED_P, FIXED_Q, int(rng.integers(1 << 30)), 200],
+    }
 
 
 def sampling_probe(n, fixed=True):
@@ -265,7 +318,8 @@ SPECULATIVE_TOKEN = Exercise(
         Check(
             "contract",
             1,
-            "returns (int, bool); every draw from `generator`, the proposal first (reproducible)",
+            "returns (int, bool); every draw from `generator`, the proposal first (reproducible); keeps some "
+            "proposals, rejects others",
             contract_probe,
             judge_contract,
             visible=True,
@@ -332,7 +386,11 @@ def judge_speedup(probe, got):
 
 def speedup_probe(fixed=None):
     def make(rng):
-        args = fixed or [float(rng.uniform(0.4, 0.95)), int(rng.integers(1, 10)), float(rng.uniform(0.01, 0.3))]
+        args = fixed or [
+            round(float(rng.uniform(0.4, 0.95)), 2),
+            int(rng.integers(1, 10)),
+            round(float(rng.uniform(0.01, 0.3)), 3),
+        ]
         return {"call": "speculative_speedup", "scenario": speedup_and_its_helper, "args": args}
 
     return make
@@ -342,7 +400,14 @@ SPEEDUP = Exercise(
     "speculative_speedup",
     ("speculative_speedup",),
     [
-        Check("paper", 1, "alpha 0.8, k 5, c 0.05 (2.95x)", speedup_probe([0.8, 5, 0.05]), judge_speedup, visible=True),
+        Check(
+            "paper",
+            1,
+            "the paper's formula at an alpha, k and c drawn afresh",
+            speedup_probe(),
+            judge_speedup,
+            visible=True,
+        ),
     ],
     # no builds_on: its judge runs the notebook's expected_tokens_per_call on the check's own alpha and k,
     # and names it only where it is wrong there (a helper failing at alpha = 1 alone is not this check's cause)
@@ -389,15 +454,21 @@ def judge_ngram(probe, got):
             f"backed off to a shorter context when the last {n} tokens never occur in the text (as the chapter's "
             f"NGramDraft table does): this exercise stops there and returns the proposals so far ({difference})",
         )
+    named = {hint for hint, wrong in known["mistakes"] if wrong == tokens}
+    if len(named) == 1:  # a mistake named only where no other known one gives the same proposals here
+        return Verdict(False, f"{named.pop()} ({difference})")
     if len(tokens) > len(expected) and tokens[: len(expected)] == expected:
         return Verdict(
             False,
             f"kept proposing after a context that never occurs in the text: stop there and return what you have "
             f"({difference})",
         )
-    for hint, wrong in known["mistakes"]:
-        if wrong == tokens:
-            return Verdict(False, f"{hint} ({difference})")
+    if not tokens:
+        return Verdict(
+            False,
+            f"proposed nothing, but the context's last {n} tokens {list(context)[-n:]} are followed by {expected[0]} "
+            f"in the text ({difference})",
+        )
     return Verdict(False, difference)
 
 

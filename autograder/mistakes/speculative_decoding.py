@@ -15,6 +15,8 @@ def of_acceptance_rate(p, q) -> list[tuple[str, float]]:
     """The common wrong acceptance rates of ``p`` and ``q``, with their hints."""
     p, q = p.double(), q.double()
     return [
+        ("returned 0: alpha is the overlap of p and q, sum over tokens of min(p(x), q(x))", 0.0),
+        ("returned 0.5, the overlap of the chapter's p and q: compute it from target and draft", 0.5),
         ("took the maximum: alpha sums min(p, q)", torch.maximum(p, q).sum().item()),
         ("summed p * q: alpha sums min(p, q)", (p * q).sum().item()),
         (
@@ -52,6 +54,12 @@ def of_expected_tokens_per_call(alpha, k) -> list[tuple[str, float]]:
         ("one term short: (1 - alpha^(k+1)) / (1 - alpha) counts the target's own token too", series(k)),
         ("one term too many: the sum runs over alpha^0 .. alpha^k", series(k + 2)),
         ("counted the accepted drafts only (k alpha): acceptance stops at the first rejection", k * alpha),
+        (
+            "counted 1 + k alpha, as if every proposal were verified on its own: a proposal counts only if all "
+            "before it were accepted, so proposal i adds alpha^i: 1 + alpha + ... + alpha^k",
+            1 + k * alpha,
+        ),
+        ("returned k + 1, which holds only at alpha = 1, when every proposal is accepted", float(k + 1)),
     ]
 
 
@@ -105,22 +113,24 @@ def of_speculative_speedup(alpha, k, c, tokens: float) -> list[tuple[str, float]
 # --- ngram_draft ---------------------------------------------------------------------------------------
 
 
-def _following(text, last):
-    width = len(last)
-    return [text[i + width] for i in range(len(text) - width) if text[i : i + width] == last]
+def _following(text, last, after=None):
+    """The tokens ``after`` places from each occurrence of ``last`` in ``text`` (default: right after it)."""
+    width, after = len(last), after or len(last)
+    return [text[i + after] for i in range(len(text) - max(width, after)) if text[i : i + width] == last]
 
 
-def ngram_variant(text, context, n, k, grow=True, width=None, pick="most", tie="smallest", back_off=False):
+def ngram_variant(text, context, n, k, grow=True, width=None, after=None, pick="most", tie="smallest", back_off=False):
     """ngram_draft as written, or with one of the usual mistakes: the context not grown by the
-    proposals, ``width`` tokens of context instead of n, the first or last continuation instead of
-    the most frequent, ties to the ``tie`` token ("largest", or "first" found in the text), backing
+    proposals, ``width`` tokens of context instead of n, the token ``after`` places from where the
+    match starts instead of the one right after it, the first or last continuation instead of the
+    most frequent, ties to the ``tie`` token ("largest", or "first" found in the text), backing
     off to shorter contexts instead of stopping."""
     text, context = [int(t) for t in text], [int(t) for t in context]
     width = width or n
     proposed = []
     for _ in range(k):
         last = (context + proposed if grow else context)[-width:]
-        following = _following(text, last)
+        following = _following(text, last, after)
         while back_off and not following and len(last) > 1:
             last = last[1:]
             following = _following(text, last)
@@ -144,6 +154,11 @@ NGRAM_MISTAKES = [
     (NOT_GROWN, {"grow": False}),
     ("looked up n - 1 tokens of context: use exactly the last n", {"width": -1}),
     ("looked up n + 1 tokens of context: use exactly the last n", {"width": +1}),
+    (
+        "matched the last n - 1 tokens of context and took the token n places from the match's start, one too far: "
+        "match the last n tokens and take the token right after them",
+        {"width": -1, "after": 0},
+    ),
     ("took the first continuation found in the text: count them all and take the most frequent", {"pick": "first"}),
     ("took the last continuation found in the text: count them all and take the most frequent", {"pick": "last"}),
 ]
@@ -156,7 +171,9 @@ def of_ngram_draft(text, context, n, k) -> dict:
     mistakes = []
     for hint, change in NGRAM_MISTAKES:
         if "width" in change:
-            change = {"width": n + change["width"]}
+            change = {**change, "width": n + change["width"]}
+            if "after" in change:
+                change["after"] = n + change["after"]
             if change["width"] < 1:
                 continue
         mistakes.append((hint, ngram_variant(text, context, n, k, **change)))
@@ -382,6 +399,65 @@ JUDGED = {  # judged in the tests' process
         "    return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost)\n",
         {"speculative_speedup.paper", "speculative_speedup.random"},
         "the target's own call was left out of the cost",
+    ),
+    # answers that do no work, or hard-code the chapter's numbers (issue 55): each fails a visible check,
+    # and the hints name what was returned
+    "alpha_returns_zero": Planted(
+        "acceptance_rate",
+        "def acceptance_rate(target, draft):\n    return 0.0\n",
+        {"acceptance_rate.example", "acceptance_rate.random"},
+        "returned 0: alpha is the overlap",
+    ),
+    "alpha_hard_coded_to_the_chapters_pair": Planted(  # the chapter's p and q have alpha 0.5
+        "acceptance_rate",
+        "def acceptance_rate(target, draft):\n    return 0.5\n",
+        {"acceptance_rate.example", "acceptance_rate.random"},
+        "the overlap of the chapter's p and q",
+    ),
+    "token_returns_zero_rejected": Planted(
+        "speculative_token",
+        "def speculative_token(target, draft, generator):\n    return 0, False\n",
+        {"speculative_token.contract"},  # and the distribution, whose hint says token 0 came every time
+        "accepted was False in all 200 calls",
+    ),
+    "token_always_the_proposal_rejected": Planted(  # the types and the order are right; no rule runs
+        "speculative_token",
+        "def speculative_token(target, draft, generator):\n"
+        "    return int(torch.multinomial(draft, 1, generator=generator)), False\n",
+        {"speculative_token.contract"},
+        "accepted was False in all 200 calls",
+    ),
+    "tokens_k_plus_one_always": Planted(
+        "expected_tokens_per_call",
+        "def expected_tokens_per_call(alpha, draft_length):\n    return float(draft_length + 1)\n",
+        {"expected_tokens_per_call.example", "expected_tokens_per_call.alpha1", "expected_tokens_per_call.random"},
+        "which holds only at alpha = 1",
+    ),
+    "tokens_one_plus_k_alpha": Planted(
+        "expected_tokens_per_call",
+        "def expected_tokens_per_call(alpha, draft_length):\n    return 1 + draft_length * alpha\n",
+        {"expected_tokens_per_call.example", "expected_tokens_per_call.random"},
+        "counted 1 + k alpha",
+    ),
+    "ngram_matches_n_minus_one_takes_the_nth": Planted(  # the context's last n - 1 tokens, then text[i + n]
+        "ngram_draft",
+        NGRAM_DRAFT.format(last="(context + proposed)[-(n - 1):]", grow="").replace(
+            "if text[i : i + n] == last:", "if text[i : i + n - 1] == last:"
+        ),
+        {"ngram_draft.example"},  # the stop case: "proposed nothing, but ... are followed by"
+        "matched the last n - 1 tokens",
+    ),
+    "ngram_n_minus_one_tokens_of_context": Planted(
+        "ngram_draft",
+        NGRAM_DRAFT.format(last="(context + proposed)[-(n - 1):]", grow="")
+        .replace("range(len(text) - n)", "range(len(text) - n + 1)")
+        .replace("if text[i : i + n] == last:", "if text[i : i + n - 1] == last:")
+        .replace(
+            "counts[text[i + n]] = counts.get(text[i + n], 0) + 1",
+            "counts[text[i + n - 1]] = counts.get(text[i + n - 1], 0) + 1",
+        ),
+        {"ngram_draft.example", "ngram_draft.stop"},  # n = 2 in both: one token of context
+        "looked up n - 1 tokens",
     ),
     "speedup_upside_down": Planted(
         "speculative_speedup",

@@ -235,7 +235,7 @@ def plot_drafts(measured: dict[str, dict], k: int = 4, speculative_speedup=None)
     ax.set(
         xlabel="acceptance rate alpha",
         ylabel="draft cost c (target steps per drafted token)",
-        title=f"formula's speed-up at k = {k} (contours) and the speed-ups measured here (labels)",
+        title=f"formula's speed-up at k = {k} (contours) and the measured speed-ups (labels)",
     )
     ax.legend(
         fontsize=8,
