@@ -19,13 +19,11 @@ STILL_EDITED = (
     "course/calibrated.py",
     "course/choosing_a_technique.py",
     "course/distillation.py",
-    "course/drafts.py",
     "course/in_practice.py",
     "course/kernels/int4.py",
     "course/lora.py",
     "course/prefill_decode.py",
     "course/quantization.py",
-    "course/speculative_decoding.py",
     "course/stored_weights.py",
     "autograder/chapters/choosing_a_technique.py",
     "autograder/chapters/distillation.py",
@@ -33,7 +31,6 @@ STILL_EDITED = (
     "autograder/chapters/lora.py",
     "autograder/chapters/prefill_decode.py",
     "autograder/chapters/quantization.py",
-    "autograder/chapters/speculative_decoding.py",
 )
 
 
