@@ -7,7 +7,7 @@ from torch.nn.utils import prune as torch_prune
 
 from autograder.chapters import exercise_by_id
 from autograder.mistakes import judged, planted
-from autograder.mistakes.distillation import FLAT, FLATTENED, IN_PLACE, PRUNED_VALUES, kl_div
+from autograder.mistakes.distillation import FLAT, FLATTENED, IN_PLACE, PRUNE, PRUNED_VALUES, kl_div
 from course import checkpoints, corpus, distillation, withheld
 from course.plots import distillation as plots
 from course.plots._widgets import figure_png
@@ -298,3 +298,16 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
 
 # the course's answers to the exercises its checks drive with a scenario
 SCENARIO_ANSWERS = {"prune_smallest": ANSWERS.prune_smallest}
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["return weight", "return torch.zeros_like(weight)", "return weight.clone()"],
+)
+def test_an_answer_that_prunes_nothing_earns_no_point_for_leaving_the_input_as_it_was(body):
+    """The copy check once passed the input returned unchanged, or zeros: it now judges the pruned
+    values first, as does the check that a share outside [0, 1] raises."""
+    source = PRUNE.format(body=body).replace("    return pruned\n", "")
+    found = verdicts("prune_smallest", source)
+    assert not any(v.passed for v in found.values()), found
+    assert not found["prune_smallest.copy"].passed and "the pruned matrix" in found["prune_smallest.copy"].hint

@@ -176,11 +176,12 @@ def judge_prune(probe, got):
 
 
 @judges_value
-def judge_unchanged(probe, got):
-    """The matrix passed in is left as it was."""
-    _, failed = _pruned_tensor(got)
-    if failed:
-        return failed
+def judge_pruned_copy(probe, got):
+    """The pruned matrix's values, and the matrix passed in left as it was: an answer that leaves it
+    as it was by doing nothing earns nothing."""
+    values = pruned_values(probe, got)
+    if not values.passed:
+        return values
     if got.get("input_changed"):
         return Verdict(
             False,
@@ -273,9 +274,9 @@ EXERCISES = [
             Check(
                 "copy",
                 1,
-                "an 8 x 12 matrix, share 0.25: the matrix passed in is left unchanged",
+                "an 8 x 12 matrix, share 0.25, pruned in a copy: the matrix passed in is left unchanged",
                 prune_probe(0.25),
-                judge_unchanged,
+                judge_pruned_copy,
                 visible=True,
             ),
         ],

@@ -12,8 +12,9 @@ from autograder.chapters.distillation import (
     judge_prune,
     logits_probe,
     prune_probe,
+    pruned_values,
 )
-from autograder.checks import Check, Requirement, judge_raises
+from autograder.checks import Check, Requirement, Verdict, judges_value
 
 
 def _edges_probe(rng):
@@ -21,8 +22,37 @@ def _edges_probe(rng):
     return {"call": "prune_smallest", "args": [weight], "scenario": edge_shares}
 
 
-def _judge_bad_share(probe, result):
-    return judge_raises(result, "ValueError", "a share outside [0, 1] means nothing: say what is allowed")
+def share_checked(function, weight, share, bad):
+    """The scenario (run in the sandbox, see checks.scenario_source): ``function(weight, share)``, and
+    the name of what ``function`` raised at the share ``bad`` (None where it returned)."""
+    pruned = function(weight.clone(), share)
+    try:
+        function(weight.clone(), bad)
+    except Exception as error:
+        raised = type(error).__name__
+    else:
+        raised = None
+    return {"pruned": pruned, "raised": raised}
+
+
+def _bad_share_probe(rng):
+    weight = torch.from_numpy(rng.normal(size=(6, 5)).astype(np.float32))
+    bad = float(rng.choice([1.5, -0.25]))
+    return {"call": "prune_smallest", "args": [weight, 0.3], "kwargs": {"bad": bad}, "scenario": share_checked}
+
+
+@judges_value
+def judge_share_checked(probe, got):
+    """The pruned matrix at a share in [0, 1], and ValueError at one outside: refusing a share earns
+    nothing without the pruning."""
+    values = pruned_values(probe, got)
+    if not values.passed:
+        return values
+    bad, raised = probe["kwargs"]["bad"], got.get("raised")
+    if raised == "ValueError":
+        return Verdict(True)
+    what = f"raised {raised}" if raised else "returned a result"
+    return Verdict(False, f"share {bad:g} {what}; expected ValueError: a share outside [0, 1] means nothing")
 
 
 HIDDEN = {
@@ -42,9 +72,9 @@ HIDDEN = {
         Check(
             "bad_share",
             1,
-            "a share of 1.5 raises ValueError",
-            lambda rng: {"call": "prune_smallest", "args": [torch.ones(2, 2), 1.5]},
-            _judge_bad_share,
+            "a 6 x 5 matrix pruned at share 0.3, and a share outside [0, 1] raises ValueError",
+            _bad_share_probe,
+            judge_share_checked,
         ),
     ],
 }
@@ -59,7 +89,7 @@ REQUIREMENTS = {
     "prune_smallest": [
         Requirement(
             "zeroes the round(share * numel) weights of smallest magnitude |w|",
-            ("example", "whole_matrix", "rounding"),
+            ("example", "whole_matrix", "rounding", "copy"),
         ),
         Requirement(
             "counts like torch.nn.utils.prune.l1_unstructured: round(share * numel), halves to even",
@@ -67,8 +97,8 @@ REQUIREMENTS = {
         ),
         Requirement("ranked over the whole matrix, not row by row", ("whole_matrix",)),
         Requirement("returns a pruned copy in the shape of weight", ("example", "whole_matrix", "edges")),
-        Requirement("the matrix passed in is left unchanged", ("copy",)),
+        Requirement("the matrix passed in is left unchanged, beside a pruned copy", ("copy",)),
         Requirement("share 0 prunes nothing, share 1 everything (edge cases)", ("edges",)),
-        Requirement("ValueError for a share outside [0, 1] (error)", ("bad_share",)),
+        Requirement("ValueError for a share outside [0, 1] (error), beside a pruned copy", ("bad_share",)),
     ],
 }

@@ -184,7 +184,9 @@ PRUNED_VALUES = {
     "prune_smallest.example",
     "prune_smallest.whole_matrix",
     "prune_smallest.rounding",
+    "prune_smallest.copy",
     "prune_smallest.half",
+    "prune_smallest.bad_share",
 }
 
 PLANTED = {  # graded end to end
