@@ -89,7 +89,7 @@ def lora_parameters(d_in, d_out, rank):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_parameters", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_parameters", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
 
 check("lora_parameters")
@@ -261,7 +261,7 @@ print(f"the base weight is untouched: {learned['untouched']}")
 #
 # The adapters' own weights, gradients and moments are left out: well under 1% of the model.
 # Activations come on top of all three and grow with batch and sequence length. (Without the
-# master copy full fine-tuning is 12 bytes, 84 GB for 7B: still past any single consumer GPU.)
+# master copy full fine-tuning is 12 bytes, 78 GiB for 7B: still past any single consumer GPU.)
 #
 # ### Your turn: `finetune_memory_gib`
 #

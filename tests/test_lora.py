@@ -3,7 +3,10 @@ on the course model, the chapter's figures, and the grader's hints for planted m
 
 import itertools
 import math
+import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -14,7 +17,7 @@ from course import checkpoints, corpus, lora, withheld
 from course.plots import lora as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, check_cell, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process, verdicts
 
 ANSWERS = withheld.answers("02_lora")  # the solution cells
 COURSE = withheld.module("course.answers.lora")  # the course's runs with them
@@ -288,6 +291,9 @@ FOUND_BY_LEARNERS = [  # mistakes that passed every visible check, or got a hint
     "lora_forward_through_data",
     "memory_qlora_4_bytes",
     "memory_qlora_base_at_16_bits",
+    "lora_forward_without_base",  # told "initialise lora_B to zeros" though it was zeros
+    "lora_forward_returns_input",
+    "lora_only_the_base",  # earned starts_at_base and frozen
 ]
 
 
@@ -299,6 +305,110 @@ def test_the_check_cell_fails_what_learners_found_with_its_hint(name, capsys):
     printed = check_cell(mistake.grade_id, mistake.source, capsys)
     assert "FAIL" in printed and mistake.words in printed, printed
     assert "hint: training: raised" not in printed and "LoRA keeps them in bf16" not in printed, printed
+
+
+ONLY_THE_BASE = """
+class LoRALinear(nn.Module):
+    def __init__(self, base, rank, alpha=None):
+        super().__init__()
+        self.base = base
+
+    def forward(self, x):
+        return self.base(x)
+
+    def merge(self):
+        return self.base
+"""
+DOING_NOTHING = {  # answers that do no work: a constant, the first argument, zeros, the base layer alone
+    "lora_parameters": ["return 0.0", "return d_in", "return 0"],
+    "best_low_rank_error": ["return 0.0", "return delta", "return torch.zeros(())"],
+    "finetune_memory": ["return 0.0", "return params", "return torch.zeros(())"],
+}
+SIGNATURES = {
+    "lora_parameters": "def lora_parameters(d_in, d_out, rank):\n    ",
+    "best_low_rank_error": "def best_low_rank_error(delta, rank):\n    ",
+    "finetune_memory": "def finetune_memory_gib(params, method):\n    ",
+}
+NOTHING_CASES = [
+    (grade_id, SIGNATURES[grade_id] + body + "\n") for grade_id, bodies in DOING_NOTHING.items() for body in bodies
+]
+NOTHING_CASES += [
+    ("lora_linear", ONLY_THE_BASE),
+    ("lora_linear", "def LoRALinear(base, rank, alpha=None):\n    return base\n"),
+    ("lora_linear", MISTAKES["lora_only_the_base"].source),  # factors made, forward base(x), merge a copy
+]
+
+
+@pytest.mark.parametrize("grade_id, source", NOTHING_CASES)
+def test_an_answer_that_does_no_work_earns_no_point(grade_id, source):
+    found = verdicts(grade_id, source)
+    assert not any(v.passed for v in found.values()), {i: v.hint for i, v in found.items()}
+
+
+def _hard_coded(grade_id: str) -> str:
+    """An answer that returns the values the exercise's visible checks print, for the inputs they
+    print (the check cell's), and 0.0 for any other."""
+    from autograder.chapters import exercise_by_id
+    from autograder.selfcheck import VISIBLE_SEED
+
+    printed = {
+        "lora_parameters": lambda: {repr((4096, 11008, 8)): ANSWERS.lora_parameters(4096, 11008, 8)},
+        "finetune_memory": lambda: {
+            repr((7e9, m)): ANSWERS.finetune_memory_gib(7e9, m) for m in ("full", "lora", "qlora")
+        },
+    }
+    if grade_id in printed:
+        table = printed[grade_id]()
+    else:  # best_low_rank_error: the value its visible check prints, whatever the change
+        (check,) = [c for c in exercise_by_id(grade_id).checks if c.visible]
+        probe = check.probe(np.random.default_rng(VISIBLE_SEED))
+        table = {"any": ANSWERS.best_low_rank_error(*probe["args"])}
+        return f"def best_low_rank_error(delta, rank):\n    return {table['any']!r}\n"
+    signature = SIGNATURES[grade_id]
+    arguments = "(d_in, d_out, rank)" if grade_id == "lora_parameters" else "(params, method)"
+    return f"{signature}return {table!r}.get(repr({arguments}), 0.0)\n"
+
+
+@pytest.mark.parametrize("grade_id", ["lora_parameters", "best_low_rank_error", "finetune_memory"])
+def test_hard_coding_the_printed_values_earns_at_most_a_third(grade_id):
+    from autograder.chapters import exercise_by_id
+
+    exercise = exercise_by_id(grade_id)
+    found = verdicts(grade_id, _hard_coded(grade_id))
+    earned = sum(c.points for c in exercise.checks if found[c.id].passed)
+    assert earned <= exercise.points / 3, {i: v.hint for i, v in found.items()}
+
+
+def test_the_memory_prose_is_in_the_tables_unit():
+    """Section 4 speaks in GiB, as its table and exercise do: the figure without the master copy too."""
+    text = (Path(__file__).parents[1] / "solutions" / "02_lora.py").read_text()
+    section = text.partition("## 4. The memory bill")[2].partition("## 5.")[0]
+    assert " GB" not in section
+    (found,) = re.findall(r"(\d+) bytes, (\d+) GiB for 7B", section)
+    assert int(found[1]) == round(7e9 * int(found[0]) / 2**30) == 78
+
+
+def test_the_gains_reading_follows_the_gains():
+    """Section 5's reading of the adapters' gains: at 200 steps rank 1 gained four times rank 16's,
+    which is not close together."""
+    far = lora.gains_reading({1: 0.043, 4: 0.030, 16: 0.011}, 0.05)
+    assert "close together" not in far and "the smallest rank gains most, rank 1 +0.043, 3.9x rank 16's +0.011" in far
+    close = lora.gains_reading({1: 0.040, 4: 0.042, 16: 0.041}, 0.05)
+    assert "the ranks sit close together: the least gain (rank 1, +0.040) is 95% of the most (rank 4, +0.042)" in close
+    assert "no adapter gained" in lora.gains_reading({1: -0.01, 4: -0.02}, 0.05)
+
+
+def test_before_the_learners_class_the_adapter_cells_show_the_courses_runs():
+    """With no LoRALinear written, an experiment is the course's run with the solution's class (in
+    the learners' copy, its recording: tests/test_learners_copy_runs.py runs the blank copy, where an
+    unrecorded call raises), so the adapter-loss chart has a curve to read, labelled whose it is."""
+    learned = lora.experiment("learned_change", None)
+    assert learned["untouched"] and learned["error"] < 0.05
+    figure = plots.plot_adapter_losses(
+        1.6, {1: 1.5, 4: 1.45}, 1.42, adapters="LoRA (the course's LoRALinear, recorded)"
+    )
+    (curve,) = [line for line in figure.axes[0].get_lines() if line.get_label().startswith("LoRA (")]
+    assert list(curve.get_ydata()) == [1.5, 1.45] and "recorded" in curve.get_label()
 
 
 def test_the_rank_reading_follows_the_errors():
@@ -391,7 +501,11 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
 }
 
 # the course's answers to the exercises its checks drive with a scenario
-SCENARIO_ANSWERS = {"LoRALinear": ANSWERS.LoRALinear, "finetune_memory_gib": ANSWERS.finetune_memory_gib}
+SCENARIO_ANSWERS = {
+    "LoRALinear": ANSWERS.LoRALinear,
+    "finetune_memory_gib": ANSWERS.finetune_memory_gib,
+    "best_low_rank_error": ANSWERS.best_low_rank_error,
+}
 
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "initialise B to zero",

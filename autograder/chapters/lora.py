@@ -138,6 +138,7 @@ def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
         attempt("trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
         attempt("base_kept", lambda: getattr(layer, "base", None) is base)
         attempt("shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
+        attempt("b_zero", lambda: bool((layer.lora_B.detach() == 0).all()))
 
         def training():
             fresh = linear()
@@ -227,6 +228,7 @@ STEPS = {  # what the scenario was doing at each key of its report, as a hint na
     "trainable": "listing the layer's parameters",
     "base_kept": "reading self.base",
     "shapes": "reading lora_A.shape and lora_B.shape",
+    "b_zero": "reading lora_B",
     "training": "two training steps on a fresh layer (forward, backward, update)",
     "output": "forward once lora_A and lora_B are set",
     "merged": "merge() and the merged layer's output",
@@ -253,6 +255,47 @@ def _tensor_verdict(got, expected, what) -> Verdict:
     return Verdict(same, "" if same else f"{what}: {difference}")
 
 
+def _start_mistake(report, probe, initial, hint: str) -> Verdict:
+    """Why the new layer's output is not the base layer's: lora_B not at zeros, or (lora_B at zeros)
+    a forward that returns its input or leaves out ``base(x)``."""
+    x = probe["args"][4]
+    b_zero = report.get("b_zero")
+    if b_zero is False:
+        return Verdict(
+            False,
+            f"before training the adapted layer must equal the base layer: initialise lora_B to zeros so that B A = 0 "
+            f"({hint})",
+        )
+    if isinstance(initial, torch.Tensor) and initial.shape == x.shape and torch.equal(initial, x):
+        return Verdict(
+            False, f"forward returns its input x: it must return self.base(x) + (alpha / rank) x A^T B^T ({hint})"
+        )
+    start = "lora_B starts at zeros, yet before training the output is not the base layer's"
+    if isinstance(initial, torch.Tensor) and bool((initial == 0).all()):
+        return Verdict(
+            False,
+            f"{start}: it is all zeros, so forward leaves out base(x): return self.base(x) + (alpha / rank) x A^T B^T "
+            f"({hint})",
+        )
+    return Verdict(False, f"{start}: forward must start from self.base(x) and add (alpha / rank) x A^T B^T ({hint})")
+
+
+def _adapter_used(report, probe) -> Verdict:
+    """Once lora_A and lora_B are set (B not zero), the output must differ from the base layer's: a
+    layer that is only its base (forward ``base(x)``) earns nothing for starting at it or for
+    freezing it."""
+    output, failed = _part(report, "output")
+    if failed:
+        return failed
+    if isinstance(output, torch.Tensor) and _tensor_verdict(output, base_output(probe), "").passed:
+        return Verdict(
+            False,
+            "with lora_A and lora_B set (lora_B not zero) the output is still the base layer's: forward must add "
+            "(alpha / rank) x A^T B^T to self.base(x)",
+        )
+    return Verdict(True)
+
+
 @judges_value
 def judge_start(probe, report):
     initial, failed = _part(report, "initial")
@@ -260,11 +303,10 @@ def judge_start(probe, report):
         return failed
     verdict = _tensor_verdict(initial, base_output(probe), "before training, the output")
     if not verdict.passed:
-        return Verdict(
-            False,
-            "before training the adapted layer must equal the base layer: initialise lora_B to "
-            f"zeros so that B A = 0 ({verdict.hint})",
-        )
+        return _start_mistake(report, probe, initial, verdict.hint)
+    used = _adapter_used(report, probe)
+    if not used.passed:
+        return used
     shapes, failed = _part(report, "shapes")
     weight, _, rank = probe["args"][:3]
     if failed:
@@ -330,7 +372,7 @@ def judge_frozen(probe, report):
     kept, failed = _part(report, "base_kept")
     if failed or not kept:
         return Verdict(False, "keep the base layer itself as self.base (wrap it, do not copy it)")
-    return Verdict(True)
+    return _adapter_used(report, probe)
 
 
 @judges_value

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from autograder.chapters.lora import (
+    ANSWERS,
+    MISTAKES,
     change_probe,
     judge_error,
     judge_forward,
@@ -12,7 +14,39 @@ from autograder.chapters.lora import (
     layer_probe,
     sizes_probe,
 )
-from autograder.checks import Check, Requirement
+from autograder.checks import Check, Requirement, Verdict, judge_number, judges_value
+
+
+def errors_at_ranks(function, delta, ranks) -> list:
+    """The scenario (run in the sandbox, see checks.scenario_source): the learner's function on one
+    change at each of ``ranks``."""
+    return [function(delta, rank) for rank in ranks]
+
+
+def exact_probe(rng):
+    """An exactly rank-3 change, at rank 2 (a real error) and at rank 3 (zero): the zero earns its
+    point only beside an error the function computed."""
+    made = change_probe(30, 50, 3, 0.0, 3)(rng)
+    return {**made, "scenario": errors_at_ranks, "args": [made["args"][0], [2, 3]]}
+
+
+@judges_value
+def judge_exact(probe, got):
+    delta, ranks = probe["args"]
+    if not isinstance(got, list | tuple) or len(got) != len(ranks):
+        return Verdict(False, f"expected one error for each of the ranks {ranks}, got {got!r}"[:300])
+    for rank, value in zip(ranks, got, strict=True):
+        verdict = judge_number(
+            value,
+            ANSWERS.best_low_rank_error(delta, rank),
+            MISTAKES.of_best_low_rank_error(delta, rank),
+            "the relative error",
+            rel=1e-4,
+            abs_tol=1e-5,
+        )
+        if not verdict.passed:
+            return Verdict(False, f"at rank {rank} of this rank-3 change: {verdict.hint}")
+    return Verdict(True)
 
 
 def _memory(method):
@@ -23,7 +57,7 @@ def _memory(method):
 
 
 HIDDEN = {
-    "lora_parameters": [Check("other", 1, "a rectangular layer", sizes_probe(), judge_parameters)],
+    "lora_parameters": [Check("other", 2, "a rectangular layer", sizes_probe(), judge_parameters)],
     "best_low_rank_error": [
         Check(
             "at_rank",
@@ -32,7 +66,7 @@ HIDDEN = {
             change_probe(64, 40, 4, 0.1, 6),
             judge_error,
         ),
-        Check("exact", 1, "an exactly rank-3 change at rank 3 (zero)", change_probe(30, 50, 3, 0.0, 3), judge_error),
+        Check("exact", 1, "an exactly rank-3 change at rank 2, and at rank 3 (zero)", exact_probe, judge_exact),
     ],
     "lora_linear": [
         Check(

@@ -77,6 +77,7 @@ def of_lora_linear(weight, bias, rank, alpha, x, a, b) -> dict:
         ("the update was not scaled: multiply it by alpha / rank", base + update),
         ("the scale is upside down: alpha / rank, not rank / alpha", base + rank / alpha_value * update),
         ("the base layer's output is missing: return base(x) plus the scaled update", adapted - base),
+        ("the output is still the base layer's: forward must add (alpha / rank) x A^T B^T to base(x)", base),
     ]
     merge = [
         ("the merged weight was not scaled: weight + (alpha / rank) * lora_B @ lora_A", base + update),
@@ -228,6 +229,27 @@ JUDGED = {  # judged in the tests' process
         .replace("for parameter in base.parameters()", "for parameter in self.base.parameters()"),
         {"lora_linear.frozen"},
         "keep the base layer itself as self.base",
+    ),
+    # a forward without the base, or a layer that is only its base: named, and no point for starting at the base
+    "lora_forward_without_base": Planted(
+        "lora_linear",
+        lora_class().replace("return self.base(x) + self.scale", "return self.scale"),
+        {"lora_linear.starts_at_base"},
+        "forward leaves out base(x)",
+    ),
+    "lora_forward_returns_input": Planted(
+        "lora_linear",
+        lora_class().replace("return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)", "return x"),
+        {"lora_linear.starts_at_base"},
+        "forward returns its input x",
+    ),
+    "lora_only_the_base": Planted(
+        "lora_linear",
+        lora_class(merge="        return copy.deepcopy(self.base)").replace(
+            "return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)", "return self.base(x)"
+        ),
+        {"lora_linear.starts_at_base", "lora_linear.frozen", "lora_linear.forward"},
+        "still the base layer's",
     ),
     "error_spectral_norm": Planted(
         "best_low_rank_error",
