@@ -21,12 +21,11 @@ STILL_EDITED = (
     "course/in_practice.py",
     "course/kernels/int4.py",
     "course/prefill_decode.py",
-    "course/quantization.py",
+    "course/quantization/packing.py",
     "course/stored_weights.py",
     "autograder/chapters/choosing_a_technique.py",
     "autograder/chapters/in_practice.py",
     "autograder/chapters/prefill_decode.py",
-    "autograder/chapters/quantization.py",
 )
 
 
