@@ -346,9 +346,9 @@ def _visible(exercise: str, namespace: dict, capsys) -> str:
 @pytest.mark.parametrize(
     "answer",
     [
-        "from course.quantization import relative_error\n",
+        "from course.quantization import relative_norm_error as relative_error\n",
         "from course import quantization\n\ndef relative_error(weight, approx):\n"
-        "    return quantization.relative_error(weight, approx)\n",
+        "    return quantization.relative_norm_error(weight, approx)\n",
         "def _norm(x):\n    import course.quantization\n    return x.norm()\n\n"
         "def relative_error(weight, approx):\n    return (_norm(weight - approx) / _norm(weight)).item()\n",
         "import course.quantization\n\ndef relative_error(weight, approx):\n"
