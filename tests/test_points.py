@@ -59,7 +59,6 @@ NOT_FIXED = {
     "starts_at_base and frozen; hard-coding pays: lora_parameters 1/2",
     "04_kv_cache": "hard-coding pays: kv_cache_bytes 2/3, pages_needed 1/2",
     "07_distillation": "prune_smallest returning its input, or zeros, earns copy",
-    "08_in_practice": "hard-coding pays: kv_cache_bytes_from_config 2/4, lora_trainable_parameters 2/4",
     "09_choosing_a_technique": "trivial answers and hard-coding earn points",
 }
 

@@ -79,6 +79,12 @@ def _merged(mistakes: list[tuple[str, float]]) -> list[tuple[str, float]]:
     return [("; or ".join(hints), wrong) for hints, wrong in merged]
 
 
+def _with_inputs(verdict: Verdict, inputs: str) -> Verdict:
+    """``verdict``, its hint led by the call's inputs when it failed (some are drawn afresh, so the
+    check's line cannot print them)."""
+    return verdict if verdict.passed else Verdict(False, f"with {inputs}: {verdict.hint}")
+
+
 # --- kv_cache_bytes_from_config ------------------------------------------------------------------------
 
 
@@ -89,7 +95,8 @@ def _judge_kv(probe, got):
     element = probe["kwargs"].get("bytes_per_element", 2)
     expected = in_practice.kv_cache_bytes_from_config(config, seq_len, batch, element)
     mistakes = _merged(_kv_mistakes(config, seq_len, batch, element))
-    return judge_number(got, expected, mistakes, "the cache size in bytes")
+    verdict = judge_number(got, expected, mistakes, "the cache size in bytes")
+    return _with_inputs(verdict, f"seq_len={seq_len}, batch={batch}, bytes_per_element={element}")
 
 
 @withheld
@@ -144,6 +151,13 @@ def _kv_probe(config=None, seq_len=None, kwargs=None, with_head_dim=False):
     return make
 
 
+def _gemma_kv_probe(rng):
+    """Gemma-7B's config in float32, its length and batch drawn afresh (a graded notebook gets its
+    own: the printed value is no answer to hard-code)."""
+    extra = {"batch": int(rng.integers(2, 9)), "bytes_per_element": 4}
+    return _kv_probe(GEMMA_7B, int(rng.integers(256, 8193)), extra)(rng)
+
+
 KV_FROM_CONFIG = Exercise(
     "kv_cache_bytes_from_config",
     ("kv_cache_bytes_from_config",),
@@ -166,8 +180,9 @@ KV_FROM_CONFIG = Exercise(
         Check(
             "head_dim",
             1,
-            "Gemma-7B's config, which gives its own head_dim: 4,096 tokens, batch 3, float32 (4 bytes an element)",
-            _kv_probe(GEMMA_7B, 4096, {"batch": 3, "bytes_per_element": 4}),
+            "Gemma-7B's config, which gives its own head_dim, in float32 (4 bytes an element): a length and a "
+            "batch drawn afresh",
+            _gemma_kv_probe,
             _judge_kv,
             visible=True,
         ),
@@ -204,7 +219,8 @@ def _judge_lora(probe, got):
     config, targets, r = probe["args"]
     expected = in_practice.lora_trainable_parameters(config, targets, r)
     mistakes = _merged(_lora_mistakes(config, targets, r))
-    return judge_number(got, expected, mistakes, "the number of trainable parameters")
+    verdict = judge_number(got, expected, mistakes, "the number of trainable parameters")
+    return _with_inputs(verdict, f"target_modules={list(targets)}, r={r}")
 
 
 @withheld
@@ -262,6 +278,14 @@ def _lora_probe(config=None, targets=None, r=None):
     return make
 
 
+def _gemma_lora_probe(rng):
+    """Gemma-7B's config, two to four of its attention layers (whose widths head_dim sets) and the
+    rank drawn afresh (a graded notebook gets its own: the printed value is no answer to hard-code)."""
+    attention = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    targets = [name for name in attention if name in rng.choice(attention, size=int(rng.integers(2, 5)), replace=False)]
+    return _lora_probe(GEMMA_7B, targets, int(rng.integers(2, 129)))(rng)
+
+
 LORA_PARAMETERS = Exercise(
     "lora_trainable_parameters",
     ("lora_trainable_parameters",),
@@ -284,8 +308,8 @@ LORA_PARAMETERS = Exercise(
         Check(
             "head_dim",
             1,
-            "Gemma-7B's config, which gives its own head_dim, rank 8 on the four attention layers",
-            _lora_probe(GEMMA_7B, ["q_proj", "k_proj", "v_proj", "o_proj"], 8),
+            "Gemma-7B's config, which gives its own head_dim: attention layers and a rank drawn afresh",
+            _gemma_lora_probe,
             _judge_lora,
             visible=True,
         ),
