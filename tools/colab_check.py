@@ -34,20 +34,22 @@ course in it as a learner does in Colab:
    IPython (``tests/_widget_driver.py``), every quiz answered, and the widget models listed: those
    outside ipywidgets' own need Colab's custom widget manager.
 
-It prints a table (step, result, seconds, detail), writes it to ``data/colab_check.json`` and exits 1
-when anything failed. ``--chapters 01_prefill_decode,08_in_practice`` (``make colab-check
-CHAPTERS=...``) runs some chapters only.
+It prints a table (step, result, seconds, detail), writes it to ``data/colab_check.json``, keeps the
+executed notebooks in ``test-artifacts/colab-check/`` and exits 1 when anything failed.
+``--chapters 01_prefill_decode,08_in_practice`` (``make colab-check CHAPTERS=...``) runs some
+chapters only.
 
 Not handled: Colab's GPU runtime (``make gpu-check`` covers the CUDA path), its front end (the
 widgets' callbacks run in the kernel as a front end's messages would call them; the browser test
 draws them in JupyterLab), the learners' copy's notebooks (the same cell, another address),
 Python 3.13.15 itself where the machine has another 3.13 (the report names the one used), and the
-upload-a-zip path of the Colab cell.
+upload-a-zip path of the Colab cell, and Windows (the runtime is built the Linux and macOS way).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -64,6 +66,7 @@ from gpu_check import _row, table  # noqa: E402 (make gpu-check's rows and table
 
 FREEZE = ROOT / "data" / "colab" / "pip-freeze.txt"
 REPORT = ROOT / "data" / "colab_check.json"
+ARTIFACTS = ROOT / "test-artifacts" / "colab-check"  # the executed notebooks (ignored by git)
 PYTHON_VERSION = "3.13"
 KERNEL = "colab-standin"
 CONTENT = "/content"  # Colab's working folder, which the Colab cell names
@@ -439,6 +442,13 @@ def pip_complaints(executed: dict, tags=("colab", "colab-standin")) -> list[str]
     return lines
 
 
+def changes(before: dict[str, str], after: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """What was added ("name version"), changed ("name old -> new") and removed between two package lists."""
+    added = sorted(f"{n} {after[n]}" for n in set(after) - set(before))
+    changed = sorted(f"{n} {before[n]} -> {after[n]}" for n in before if n in after and before[n] != after[n])
+    return added, changed, sorted(set(before) - set(after))
+
+
 # --- the steps --------------------------------------------------------------------------------------
 
 
@@ -467,7 +477,9 @@ class Check:
         nbformat.write(notebook, path)
         started = time.perf_counter()
         env = self.runtime.kernel_env(self.work / "model-cache")
-        executed = headless.execute(path, self.work / f"{name}.out.ipynb", KERNEL, cwd=content, env=env)
+        out = ARTIFACTS / f"{name}.ipynb"  # kept for reading after the run
+        out.parent.mkdir(parents=True, exist_ok=True)
+        executed = headless.execute(path, out, KERNEL, cwd=content, env=env)
         return executed, time.perf_counter() - started
 
     def colab_cell(self) -> tuple[dict, dict]:
@@ -485,10 +497,7 @@ class Check:
         notebook = nbformat.v4.new_notebook(cells=[first.cells[0], nbformat.v4.new_code_cell(probe)])
         content = self.fresh_content("cell")
         executed, seconds = self.execute(colab_notebook(notebook, self.repository, content), "colab-cell", content)
-        after = self.runtime.packages()
-        added = sorted(f"{n} {after[n]}" for n in set(after) - set(before))
-        changed = sorted(f"{n} {before[n]} -> {after[n]}" for n in before if n in after and before[n] != after[n])
-        removed = sorted(set(before) - set(after))
+        added, changed, removed = changes(before, self.runtime.packages())
         cell = cell_seconds(executed, "colab")
         found = errors(executed)
         torch_replaced = any(line.startswith("torch ") for line in changed) or "torch" in removed
@@ -523,6 +532,7 @@ class Check:
         from course import paths, pretrained
 
         self.runtime.reset()
+        before = self.runtime.packages()
         after = list(pretrained.COLAB_INSTALL) if chapter == "08_in_practice" else []
         rows = []
         for copy in ("solution", "blank"):
@@ -563,6 +573,9 @@ class Check:
             )
             complaints = pip_complaints(executed)
             detail += f"; pip said: {complaints[0][:160]}" if complaints else ""
+            if copy == "solution":
+                _, changed, removed = changes(before, self.runtime.packages())
+                detail += f"; the set-up changed {', '.join(changed + removed)}" if changed or removed else ""
             rows.append(_row(f"{chapter} {copy}", not problems, seconds, detail, set_up_seconds=round(set_up, 1)))
         return rows
 
@@ -649,6 +662,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {len(install)} installed, of which replaced: " + "; ".join(replaced.values()))
     print(f"  left out ({len(left_out)}): " + "; ".join(f"{k}: {v}" for k, v in left_out.items()))
     runtime = Runtime(Path(os.environ.get("COLAB_RUNTIME") or ROOT / ".colab-runtime").resolve())
+    runtime.folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(runtime.folder.with_name(runtime.folder.name + ".lock"), "w")  # noqa: SIM115 (held to the end)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"another make colab-check is using {runtime.folder}: wait for it to end") from None
     build_started = time.perf_counter()
     runtime.build(python, text)
     built = time.perf_counter() - build_started
