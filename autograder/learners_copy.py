@@ -7,11 +7,13 @@ check and no reference implementation: every function marked ``@withheld`` (``co
 keeps only its docstring and a ``raise``, and answers from recordings made here, while every
 visible check runs on the solution, the blank copy and each planted mistake
 (``autograder/planted``). The chapters' checks modules lose their hidden checks and the code only
-those reach. :func:`answers_in` is the audit that the tests run on the result.
+those reach. The quizzes' keys are in ``solutions/quizzes``, which is left out with the rest of
+``solutions/``: the copy's quiz records each choice, and the grader gives the answers and why in
+its feedback. :func:`answers_in` and ``autograder.quiz.keys_in`` are the audits that the build and
+the tests run on the result.
 
 The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
-answers. Not handled: the quizzes' answer keys, which ship (the quiz answers each click at once,
-so its key is one click from any learner anyway).
+answers (its quiz answers each click at once).
 """
 
 from __future__ import annotations
@@ -544,7 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     build(args.out)
-    found = answers_in(args.out)
+    from autograder import quiz
+
+    found = answers_in(args.out) + quiz.keys_in(args.out)
     similar, short = similar_code_in(args.out)
     found += similar
     print(f"{len(short)} exercises too short to compare with the copy's code: {', '.join(short)}")

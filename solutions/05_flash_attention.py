@@ -341,8 +341,10 @@ plots.plot_attention_timing(LENGTHS, seconds, peak_mib)
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -354,7 +356,7 @@ quiz.show("flash_attention")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "d", 2: "b", 3: "c", 4: "a", 5: "c"}
+    return {1: "c", 2: "d", 3: "a", 4: "d", 5: "b"}
     ### END SOLUTION
 
 
@@ -362,3 +364,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_flash_attention")
+### BEGIN HIDDEN TESTS
+check("quiz_flash_attention", hidden=True)
+### END HIDDEN TESTS

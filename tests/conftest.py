@@ -30,7 +30,7 @@ GENEROUS = sandbox.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
 # tests go one by one to whichever worker is free, last, so that both workers finish together; the
 # files that take longest go first (LONGEST, the slowest first).
 TOGETHER = {"test_grader": "copies_graded", "test_platforms": "copies_graded"}
-SPREAD = {"test_notebooks", "test_learners_copy_runs"}
+SPREAD = {"test_notebooks", "test_learners_copy_runs", "test_neighbours"}
 LONGEST = (
     "test_platforms",
     "test_grader",

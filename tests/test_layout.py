@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import colab
 from course import paths
 
 PARTS = (
@@ -52,6 +53,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_browser",
             "test_checkpoints",
             "test_class_grading",
+            "test_colab_check",
             "test_gpu",
             "test_grader",
             "test_headless",
@@ -63,6 +65,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_learners_copy_runs",
             "test_model",
             "test_nbgrader",
+            "test_neighbours",
             "test_notebooks",
             "test_packaging",
             "test_platforms",
@@ -175,6 +178,7 @@ from pathlib import Path
 import nbformat
 from autograder import coverage, grade, release
 from autograder.chapters import CHAPTERS
+from autograder import colab
 from course import paths
 
 assert paths.ROOT == Path.cwd().resolve(), paths.ROOT  # the copy's packages, not the installed tree's
@@ -204,7 +208,7 @@ def _digests(tree: Path) -> dict[str, str]:
 def test_a_new_chapter_is_its_files(tmp_path):
     """`make chapter` scaffolds a throwaway chapter in a copy of the tree; the release and the grader
     find it by its slug (full marks for its solution, none for its blank copy), its own tests pass,
-    and nothing outside its files changes but its two README rows."""
+    and nothing outside its files changes but its row in the README's chapter table."""
     tree = tmp_path / "tree"
     skip = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*_cache", "*.egg-info", "feedback", "submissions")
     shutil.copytree(paths.ROOT, tree, ignore=skip)
@@ -235,7 +239,8 @@ def test_a_new_chapter_is_its_files(tmp_path):
     found = json.loads(done.stdout.splitlines()[-1])
     solution, blank = found["reports"]["solution"], found["reports"]["blank"]
     assert found["problems"] == [] and solution["chapter"] == blank["chapter"] == "10_throwaway"
-    assert solution["score"] == solution["max_score"] == 3 + 4 and len(solution["tests"]) == 7  # 3 checks, 4 questions
+    assert solution["score"] == solution["max_score"] == 3 + 4
+    assert len(solution["tests"]) == 3 + 1 + 4  # the exercise's checks; the quiz's answered check and 4 questions
     assert blank["score"] == 0 and found["quiz_points"] == 4
 
     after = _digests(tree)
@@ -250,12 +255,18 @@ def test_a_new_chapter_is_its_files(tmp_path):
         "autograder/planted/throwaway.py",
         "tests/test_throwaway.py",
         "data/quizzes/throwaway.toml",
+        "solutions/quizzes/throwaway.toml",
     }
     assert changed == mine | {"README.md"}
     added = set((tree / "README.md").read_text().splitlines()) - set(readme.splitlines())
     removed = set(readme.splitlines()) - set((tree / "README.md").read_text().splitlines())
-    assert removed == set() and len(added) == 2 and all("10_throwaway" in line for line in added)
-    assert any("| 1 + 4 questions (3 + 4 points) | not measured yet |" in line for line in added)
+    assert removed == set() and len(added) == 1
+    (row,) = added
+    assert row.startswith("| [10_throwaway](notebooks/10_throwaway.ipynb) | ")
+    assert (
+        f"| 1 + 4 questions (3 + 4 points) | [![Open in Colab]({colab.BADGE})]({colab.notebook_url('10_throwaway')}) |"
+        in row
+    )
     assert '"points": 3' in (tree / "solutions/10_throwaway.py").read_text()
 
     shared = ["tests/test_quiz.py", "tests/test_widgets.py", "tests/test_release.py", "tests/test_notebooks.py"]

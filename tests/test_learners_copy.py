@@ -114,6 +114,45 @@ def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(lea
     assert learners_copy_folder.with_suffix(".zip").stat().st_size > 0
 
 
+QUIZ_CELLS = """
+import contextlib, io, json, sys
+from autograder import check
+from course import quiz
+
+said = {}
+for slug, key in json.loads(sys.argv[1]).items():
+    assert not quiz.has_key(slug) and {q.answer for q in quiz.questions(slug)} == {None}
+    assert {quiz.feedback(q, letter)[0] for q in quiz.questions(slug) for letter in q.letters} == {None}
+    for label, answers in (("key", key), ("guess", {n: "a" for n in key})):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            check(f"quiz_{slug}", namespace={"quiz_answers": lambda answers=answers: answers})
+        said.setdefault(slug, {})[label] = printed.getvalue()
+print(json.dumps(said))
+"""
+
+
+def test_the_learners_copy_holds_no_quiz_key(learners_copy_folder):
+    """No quiz's key in any file of the copy (``autograder.quiz.keys_in``: no ``solutions/``, no key's
+    field in ``data/quizzes``, no explanation, note or answers as code anywhere); its quizzes know no
+    answer, and a quiz's check cell prints the same for the key's answers as for a guess."""
+    from autograder import quiz
+
+    assert quiz.keys_in(learners_copy_folder) == []
+    keys = {paths.slug(chapter): quiz.key(paths.slug(chapter)) for chapter in CHOSEN}
+    done = subprocess.run(
+        [sys.executable, "-c", QUIZ_CELLS, json.dumps(keys)],
+        cwd=learners_copy_folder,
+        env={**os.environ, "PYTHONPATH": str(learners_copy_folder)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for slug, said in json.loads(done.stdout).items():
+        assert said["key"] == said["guess"] and said["key"].startswith("ok "), (slug, said)
+        assert f"({len(keys[slug])} more checks run when your notebook is graded)" in said["key"]
+
+
 def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(learners_copy_folder, tmp_path):
     """A learners' copy notebook with the solution's answers in it gets full marks from the
     instructor's grader, with no note; one that says it comes from another release is graded the
