@@ -111,9 +111,9 @@ README_HEADER = "| chapter | topic | exercises + quiz | Colab |"
 
 
 def _exercises(chapter: str) -> list[Exercise]:
-    from autograder.chapters import CHAPTERS  # imports every chapter's checks: only when points are needed
+    from autograder.chapters import exercises  # imports every chapter's checks: only when points are needed
 
-    return CHAPTERS[chapter]
+    return exercises(chapter)
 
 
 def with_points(text: str, chapter: str) -> str:

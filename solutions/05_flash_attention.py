@@ -109,10 +109,11 @@ check("online_softmax_update", hidden=True)
 # Step through one query's row of 48 scores, eight keys at a time. The running maximum jumps when
 # the large score arrives; at that moment everything accumulated before is scaled down, and the
 # normalised output (right) moves towards the exact answer, reaching it at the last block. Set
-# the block size to 48 for ordinary softmax, or to 1 for a fully streaming one.
+# the block size to 48 for ordinary softmax, or to 1 for a fully streaming one. Once your
+# `online_softmax_update` is written, it computes the running values drawn here.
 
 # %%
-plots.widget_online_softmax()
+plots.widget_online_softmax(flash_attention.yours(globals(), "online_softmax_update", "the chart"))
 
 # %% [markdown]
 # ## 2. Blockwise attention
@@ -169,11 +170,11 @@ q, k, v = (torch.randn(2, 4, 100, 32, generator=generator) for _ in range(3))  #
 for causal in (False, True):
     reference = flash_attention.naive_attention(q, k, v, causal=causal)
     worst = max(
-        (flash_attention.blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
+        (flash_attention.batched_blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
         for b in (1, 7, 16, 64, 100, 128)
     )
     print(f"causal={causal!s:5}: largest difference over blocks 1, 7, 16, 64, 100, 128: {worst:.1e}")
-big = flash_attention.blockwise_attention(q * 100, k, v, 16)
+big = flash_attention.batched_blockwise_attention(q * 100, k, v, 16)
 largest = (q * 100 @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).abs().max().item()
 print(
     f"scores up to {largest:.0f} in size (exp() overflows float32 above 88): finite output {bool(torch.isfinite(big).all())}, "

@@ -41,6 +41,9 @@ def test_every_chapter_has_all_of_its_parts(chapter):
         ("course/benchmarks", ""),
         ("autograder/chapters", ""),
         ("autograder/planted", ""),
+        ("autograder/hidden", ""),
+        ("autograder/mistakes", ""),
+        ("course/answers", ""),
         ("tests", "test_"),
     ],
 )
@@ -74,9 +77,11 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_release",
             "test_sandbox",
             "test_setup_course",
+            "test_site",
             "test_suite_time",
             "test_timing",
             "test_widgets",
+            "test_withheld",
         }
     }
     names = {p.stem for p in (paths.ROOT / folder).glob("*.py") if not p.stem.startswith("_")}
@@ -252,7 +257,8 @@ def test_a_new_chapter_is_its_files(tmp_path):
         "course/plots/throwaway.py",
         "course/benchmarks/throwaway.py",
         "autograder/chapters/throwaway.py",
-        "autograder/planted/throwaway.py",
+        "autograder/hidden/throwaway.py",
+        "autograder/mistakes/throwaway.py",
         "tests/test_throwaway.py",
         "data/quizzes/throwaway.toml",
         "solutions/quizzes/throwaway.toml",

@@ -3,7 +3,7 @@ not): the check cells and the grader give them what they give a Linux learner, o
 solution, its blank copy and one of its planted mistakes: the same verdicts, and hints in the same
 words.
 
-A chapter's planted mistake is the first of its ``PLANTED`` (``autograder/planted/<slug>.py``), put
+A chapter's planted mistake is the first of its ``PLANTED`` (``autograder/mistakes/<slug>.py``), put
 into the blank student copy (with the solution's answers to the exercises it builds on), so that
 only that exercise's checks cost time. Linux runs the same blanks and mistakes here, unsimulated, to compare
 with; a solution must pass every check everywhere.
@@ -22,7 +22,7 @@ import pytest
 
 from autograder import grade, release
 from autograder.chapters import exercise_by_id
-from autograder.planted import planted
+from autograder.mistakes import planted
 from course import paths
 
 from conftest import COPIES_SEED, GENEROUS, _replace_answer

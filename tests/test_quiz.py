@@ -314,7 +314,7 @@ def test_probes_need_no_inputs():
 
 
 def test_the_audit_finds_a_quiz_key_wherever_it_is(tmp_path):
-    """``keys_in`` (run by ``make student-release`` and the learners' copy's tests): a copy of the
+    """``keys_in`` (run by ``make learners-copy`` and the learners' copy's tests): a copy of the
     questions alone is clean; a key file, a key's field in the questions, an explanation in a
     notebook, a note in the recordings and the answers as code are each found."""
     import gzip
