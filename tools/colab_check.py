@@ -34,7 +34,8 @@ course in it as a learner does in Colab:
    IPython (``tests/_widget_driver.py``), every quiz answered, and the widget models listed: those
    outside ipywidgets' own need Colab's custom widget manager.
 
-It prints a table (step, result, seconds, detail), writes it to ``data/colab_check.json``, keeps the
+It prints a table (step, result, seconds, detail), writes it to ``data/colab_check.json`` (after
+every step, so that a stopped run keeps its rows, with ``finished`` false), keeps the
 executed notebooks in ``test-artifacts/colab-check/`` and exits 1 when anything failed.
 ``--chapters 01_prefill_decode,08_in_practice`` (``make colab-check CHAPTERS=...``) runs some
 chapters only.
@@ -672,36 +673,47 @@ def main(argv: list[str] | None = None) -> int:
     runtime.build(python, text)
     built = time.perf_counter() - build_started
     rows, figures = [], {}
+    runtime_figures = {
+        "python": f"{version} ({how})",
+        "packages": source,
+        "installed": len(install),
+        "replaced": replaced,
+        "left_out": left_out,
+        "build_seconds": round(built, 1),
+    }
+
+    def record(finished: bool) -> dict:
+        """The report as it stands, written after every step: a run that is stopped keeps what it
+        measured (``finished`` false, ``chapters`` naming those asked for)."""
+        report = {
+            "runtime": runtime_figures,
+            **figures,
+            "chapters": chapters,
+            "finished": finished,
+            "seconds": round(time.perf_counter() - started, 1),
+            "passed": finished and all(r["result"] == "passed" for r in rows),
+            "rows": rows,
+        }
+        REPORT.write_text(json.dumps(report, indent=1) + "\n")
+        return report
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        print(table([row]).splitlines()[2], flush=True)
+        record(finished=False)
+
     with tempfile.TemporaryDirectory(prefix="colab-check-") as work:
         check = Check(runtime, Path(work))
         row, figures["colab_cell"] = check.colab_cell()
-        rows.append(row)
-        print(table(rows[-1:]).splitlines()[2], flush=True)
+        add(row)
         row, figures["widgets"] = check.widgets()
-        rows.append(row)
-        print(table(rows[-1:]).splitlines()[2], flush=True)
+        add(row)
         for chapter in chapters:
             for row in check.chapter(chapter):
-                rows.append(row)
-                print(table([row]).splitlines()[2], flush=True)
+                add(row)
         runtime.reset()
-    elapsed = time.perf_counter() - started
-    print(f"\n{table(rows)}\nin {elapsed:.0f} s")
-    report = {
-        "runtime": {
-            "python": f"{version} ({how})",
-            "packages": source,
-            "installed": len(install),
-            "replaced": replaced,
-            "left_out": left_out,
-            "build_seconds": round(built, 1),
-        },
-        **figures,
-        "seconds": round(elapsed, 1),
-        "passed": all(r["result"] == "passed" for r in rows),
-        "rows": rows,
-    }
-    REPORT.write_text(json.dumps(report, indent=1) + "\n")
+    report = record(finished=True)
+    print(f"\n{table(rows)}\nin {report['seconds']:.0f} s")
     print(f"written to {REPORT.relative_to(ROOT)}")
     return 0 if report["passed"] else 1
 
