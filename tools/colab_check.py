@@ -512,7 +512,9 @@ class Check:
             "restart_needed": restart,
             "custom_widget_manager": "enable_custom_widget_manager" in first.cells[0].source,
             "pip_said": pip_complaints(executed),
-            "probe": printed(executed).strip().splitlines()[-1:] if not found else [],
+            "probe": [line.replace(str(content), CONTENT) for line in printed(executed).strip().splitlines()[-1:]]
+            if not found
+            else [],
         }
         detail = (
             f"installed the course in {cell:.0f} s; added {len(added)} ({', '.join(added)}), changed "
@@ -674,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     built = time.perf_counter() - build_started
     rows, figures = [], {}
     runtime_figures = {
-        "python": f"{version} ({how})",
+        "python": f"{version} ({how.replace(str(Path.home()), '~')})",  # no machine's paths in data/
         "packages": source,
         "installed": len(install),
         "replaced": replaced,
