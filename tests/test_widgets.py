@@ -36,6 +36,7 @@ WIDGETS = [
     if name.startswith("widget_")
 ]
 IPYWIDGETS7 = Path(sys.prefix) / "ipywidgets7"  # `make test` installs ipywidgets 7.7.1 there (tools/setup_course.py)
+CORE_MODELS = ("@jupyter-widgets/controls:", "@jupyter-widgets/base:")  # what Colab draws without its custom manager
 
 
 @pytest.mark.parametrize("slug, name", WIDGETS)
@@ -80,6 +81,8 @@ def _assert_every_control_moves(records: list[dict]) -> None:
     for r in built:
         assert r["bundles"] == 1 and r["static_png"] and r["controls"] >= 1, r
         assert r["unselected"] == [], f"{r['widget']}: nothing selected in {r['unselected']}"
+        # ipywidgets' own models, which Colab's widget manager draws: no custom widget manager needed
+        assert all(m.startswith(CORE_MODELS) for m in r["models"]), r["models"]
         if r["images"]:  # a chart: its picture is an Image widget, never an Output widget (which made papermill hang)
             assert r["images"] == 1 and r["output_widgets"] == 0, r
     moved = [r for r in records if "control" in r]
