@@ -6,7 +6,9 @@ agreement against the real loop, the figures, the leaderboard, and the planted m
 import copy
 import csv
 import itertools
+import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -979,6 +981,39 @@ def test_the_leaderboard_gets_the_graded_figures(planted_reports):
     rows = leaderboard.leaderboard_entries(list(planted_reports.items()))
     assert {r["learner"] for r in rows} == set(PLANTED) - {"capstone_misspelt", "capstone_calibrated_nf4"}
     assert all(r["configuration"] for r in rows)
+
+
+def test_the_visible_checks_inputs_that_could_be_looked_up_are_worth_a_third_at_most():
+    """Hard-coding what the visible checks print pays no more than a third of an exercise: the
+    visible checks whose input is the same whatever the seed (a notebook could look it up) are worth
+    at most a third of their exercise's points (capstone_configuration, a choice without inputs,
+    aside). pack_int4's odd-columns check is visible on a shape drawn each time; Int4Linear's fixed
+    weight is worth 1 of 7 beside the course model's calibrated check."""
+    from autograder.checks import encode_probe
+
+    def fixed(check) -> bool:
+        draws = [encode_probe(check.probe(np.random.default_rng(seed))) for seed in (1, 2)]
+        return json.dumps(draws[0], sort_keys=True, default=str) == json.dumps(draws[1], sort_keys=True, default=str)
+
+    for exercise in checks.EXERCISES:
+        if exercise.grade_id == "capstone_configuration":
+            continue
+        looked_up = sum(c.points for c in exercise.checks if c.visible and fixed(c))
+        assert 3 * looked_up <= exercise.points, (exercise.grade_id, looked_up, exercise.points)
+    assert not fixed(next(c for c in checks.PACK.checks if c.name == "odd"))
+
+
+def test_the_bytes_check_pays_only_beside_the_work():
+    """An Int4Linear that only allocates its two buffers (zeros of the right shapes and dtypes, the
+    base layer doing the work) kept the bytes check's point: it now needs the scales computed."""
+    weight = torch.randn(16, 128) * 0.02
+    probe = {"args": [weight, 64, torch.randn(3, 128)]}
+    codes, scale = stored_weights.int4_layer_buffers(weight, 64)
+    judge = checks._judge_layer_bytes.__wrapped__
+    assert judge(probe, {"tensors": {"codes": codes, "scale": scale}}).passed
+    zeros = {"codes": torch.zeros_like(codes), "scale": torch.zeros_like(scale)}
+    verdict = judge(probe, {"tensors": zeros})
+    assert not verdict.passed and "does not hold absmax / 7" in verdict.hint
 
 
 def test_mistake_rules_differ_from_the_course_rule():
