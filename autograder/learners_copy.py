@@ -252,9 +252,9 @@ def build(
     for name in COPIED_DATA:
         source = paths.DATA / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, out / "data" / name)
-    for path in (out / "data" / "reference").glob("*.json"):  # their "how" can name an answer (the capstone's)
-        numbers = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(json.dumps({name: {**entry, "how": ""} for name, entry in numbers.items()}, indent=1) + "\n")
+    for path in (out / "data" / "reference").glob("*.json"):
+        numbers = reference_for_learners(path.stem, json.loads(path.read_text(encoding="utf-8")))
+        path.write_text(json.dumps(numbers, indent=1) + "\n")
     withheld.write(recordings, out / withheld.RECORDINGS.relative_to(paths.ROOT) / "checks.json.gz")
     (out / withheld.HIDDEN_CHECKS.relative_to(paths.ROOT)).write_text(
         json.dumps(_hidden_check_counts(), indent=1) + "\n"
@@ -270,6 +270,14 @@ def build(
     (out / "Makefile").write_text(MAKEFILE, encoding="utf-8")
     (out / "autograder" / "__main__.py").write_text(MAIN, encoding="utf-8")
     return _zip(out)
+
+
+def reference_for_learners(topic: str, numbers: dict[str, dict]) -> dict[str, dict]:
+    """The reference numbers of ``topic`` as the copy holds them: without the entries its module
+    names in ``ANSWER_NUMBERS`` (the capstone's configuration's figures), each "how" emptied (it
+    can name an answer)."""
+    answers = getattr(withheld.optional_module(f"course.{topic}"), "ANSWER_NUMBERS", ())
+    return {name: {**entry, "how": ""} for name, entry in numbers.items() if name not in answers}
 
 
 def _notebooks(out: Path, chapters: list[str]) -> None:

@@ -4,9 +4,13 @@ weights stored in fewer bits (``course.stored_weights``), the KV cache and specu
 figures: bytes counted from the stored tensors, held-out loss on fixed windows, tokens per target
 call from greedy runs of the real loop, and the modelled speed-up; its reference numbers.
 
-A worked example: ``measure(reference()).summary()`` reads "weights 3.68 MB (21.4% of fp32), ...";
-``budget_passes(OBVIOUS)`` is False (int4 in groups of 64 rounded to nearest: too many bytes of
-scales, too much loss).
+A worked example: ``budget_passes(OBVIOUS)`` is False (int4 in groups of 64 rounded to nearest:
+too many bytes of scales, too much loss).
+
+What names the capstone's answer stays the instructor's: :func:`reference` is withheld, the
+reference numbers of its figures (:data:`ANSWER_NUMBERS`) are left out of the learners' copy's
+``data/reference``, and the loop's figures of a configuration within the budget are never
+recorded for it (:func:`loop_figures`; the copy counts them, the same numbers).
 
 Not handled: quantized drafts or embeddings (both stay in float32), activation quantization,
 sampling in the graded runs (greedy only, so that the figures are deterministic), batches of more
@@ -27,7 +31,7 @@ from course import checkpoints, corpus, evaluation, quantization, timing
 from course.drafts import DRAFTS, draft_model
 from course.model import LanguageModel
 from course.stored_weights import CALIBRATED, FORMAT_BITS, GROUPED, StoredLinear, store_weights, weight_bytes
-from course.withheld import withheld
+from course.withheld import is_recording, withheld
 
 GROUP_SIZES = (None, 32, 64)  # every one divides the target's 256 and 704 columns
 CALIBRATIONS = ("none", "gptq")  # round to nearest, or chapter 3's GPTQ on training text
@@ -313,7 +317,17 @@ def measure(config: Configuration) -> Figures:
     """The figures of ``config``: bytes from the stored tensors, loss on fixed held-out windows,
     tokens per target call from greedy runs of the real loop (all prompts' new tokens over all their
     target calls). Deterministic; cached (:func:`configuration_figures`)."""
-    return Figures(**configuration_figures(config.as_dict()))
+    return Figures(**loop_figures(config.as_dict()))
+
+
+def loop_figures(configuration: dict) -> dict:
+    """:func:`configuration_figures`, except that while the learners' copy records its calls, a
+    configuration within the budget is measured without being recorded: its key would name the
+    capstone's answer in the copy, which counts that configuration's figures instead
+    (:func:`counted_figures`, the same numbers) where :class:`NotRecorded` says so."""
+    if is_recording() and budget_passes(Configuration.from_dict(configuration)):
+        return configuration_figures.__wrapped__(configuration)
+    return configuration_figures(configuration)
 
 
 @withheld  # it runs the stored target and chapter 9's loop: the learners' copy has the released configurations'
@@ -380,10 +394,22 @@ def stored_count_reading() -> str:
     return f"{passing} of the {total} configurations the capstone serves are within the budget"
 
 
+ANSWER_NUMBERS = tuple(  # reference numbers that name the course's configuration: the learners' copy leaves them out
+    f"reference_{name}" for name in ("weight_bytes", "weights_share", "loss_gap", "tokens_per_call", "modelled_speedup")
+)
+NOT_IN_THIS_COPY = (
+    "your instructor's copy shows its figures: this copy holds no number that would name the course's configuration"
+)
+
+
 def stored_reference_reading() -> str:
     """The figures of the course's own configuration, from the stored reference numbers (which
-    configuration it is stays the instructor's: the learners' copy does not hold it)."""
+    configuration it is stays the instructor's); in the learners' copy, which holds none of
+    :data:`ANSWER_NUMBERS`, a sentence that says so."""
     from course import reference
+
+    if not set(ANSWER_NUMBERS) <= set(reference.load("choosing_a_technique")):
+        return NOT_IN_THIS_COPY
 
     def value(name: str) -> float:
         return reference.value("choosing_a_technique", f"reference_{name}")

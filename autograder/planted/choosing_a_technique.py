@@ -63,6 +63,13 @@ PLANTED = {
         "without their +8 offset",
         calls_it={"int4_linear"},
     ),
+    "pack_without_value_error": Planted(  # passed every visible check once, then lost the point in grading
+        "pack_int4",
+        "def pack_int4(codes):\n    c = codes.to(torch.int32) + 8\n"
+        "    return (c[:, 0::2] * 16 + c[:, 1::2]).to(torch.uint8)\n",
+        {"pack_int4.odd"},
+        "raise ValueError when the number of columns is odd",
+    ),
     "layer_low_nibble_first": Planted(
         "int4_linear",
         LAYER_SOLUTION.replace('self.register_buffer("codes", pack_int4(codes))', SWAPPED_PACK).replace(

@@ -120,13 +120,15 @@ class CapstoneChart(Chart):
     length for each draft, with the target in the chosen format. The star (hollow, so that the
     marker under it shows) is the configuration: on the right at its draft and k, and not there at
     all without a draft (every call yields one token, whatever k; the panel's title says so). The
-    title says which budget parts it meets."""
+    title says which budget parts it meets, above the panels' titles (room is kept for a right title
+    of two lines). The linear inset zooms on the bytes budget's line, and shows only when a marker
+    falls within it (without a draft none does: every format then sits far from 3.7 MB)."""
 
     TOP = 0.015  # losses above this gap are drawn at the top edge, their value in the legend
     ZOOM = 0.25  # MB either side of the bytes budget in the linear inset
 
     def __init__(self):
-        super().__init__(11, 4.0, left=0.09, wspace=0.3, top=0.85)
+        super().__init__(11, 4.0, left=0.09, wspace=0.3, top=0.8)
         budget = technique.BUDGET
         self.ax_l, self.ax_t = self.figure.subplots(1, 2)
         self.ax_l.add_patch(
@@ -207,7 +209,10 @@ class CapstoneChart(Chart):
         for star in (self.star_l, self.zoom_star):
             star.set_data([(n_bytes + draft_bytes) / 1e6], [min(loss - self.fp32_loss, self.TOP)])
         self.ax_l.set_xlabel(f"weights served, MB (target and draft: {draft})")
-        self.layout = draft  # the axis label above is drawn with the fixed parts
+        low, high = self.zoom.get_xlim()
+        served = [line.get_xdata()[0] for line in [*self.zoom_formats, self.zoom_star]]
+        self.zoom.set_visible(any(low <= x <= high for x in served))  # an inset with no marker is left out
+        self.layout = draft, self.zoom.get_visible()  # the axis label and the inset are drawn with the fixed parts
         curves = {
             name: [technique.modelled_speedup(per_call, k) for k, per_call in zip(self.ks, curve, strict=True)]
             for name, curve in technique.draft_curves(*config.format).items()
