@@ -58,7 +58,6 @@ NOT_FIXED = {
     "02_lora": "best_low_rank_error.exact for a constant 0.0; lora_linear's base alone, frozen, earns "
     "starts_at_base and frozen; hard-coding pays: lora_parameters 1/2",
     "03_quantization": "hard-coding pays: effective_bits 1/2",
-    "04_kv_cache": "hard-coding pays: kv_cache_bytes 2/3, pages_needed 1/2",
     "06_speculative_decoding": "speculative_token returning zeros, (0, False), earns contract; hard-coding pays: "
     "acceptance_rate 1/2, expected_tokens_per_call 2/3, speculative_speedup 1/2",
     "07_distillation": "prune_smallest returning its input, or zeros, earns copy",
