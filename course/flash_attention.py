@@ -107,6 +107,11 @@ def course_answer(name: str):
 
 # --- FlashAttention's IO model ------------------------------------------------------------------
 
+# Fast on-chip memory per streaming multiprocessor, in KiB, that a kernel can use as shared memory
+# (NVIDIA's tuning guides): an A100 has 192 KiB of L1 cache and shared memory together, of which
+# at most 164 KiB is shared memory; an H100 has 256 KiB together, at most 228 KiB shared.
+SHARED_MEMORY_KIB = {"A100": 164, "H100": 228}
+
 
 def standard_io_elements(n: int, d: int) -> float:
     """Slow-memory traffic of standard attention, in elements: read Q, K, V; write and re-read the

@@ -210,12 +210,21 @@ per_head = torch.stack(
     ],
     dim=1,
 )
-print(f"GQA equals MHA with repeated key-value heads: largest difference {(gqa - per_head).abs().max().item():.1e}")
+print(
+    "GQA over 2 key-value heads computes what MHA computes over those 2 heads repeated 4 times: "
+    f"largest difference {(gqa - per_head).abs().max().item():.1e}"
+)
 sizes = kv_cache.yours(globals(), "kv_cache_bytes", "the course model's cache sizes")
 for name, (heads, size) in kv_cache.head_sharing_sizes(target.config, kv_cache_bytes=sizes).items():
     print(f"course model, {name:16s} {heads} kv heads: {size / 2**20:5.2f} MiB for 512 tokens in fp32")
 
 # %% [markdown]
+# What is equal and what is not: the computation. Given the same 2 key-value heads, GQA's output is
+# exactly MHA's over those heads repeated, with a cache 4 times smaller. A model that has 8
+# key-value heads instead of 32 is another model, though: its 8 heads cannot hold what 32 distinct
+# heads held (they are trained so, or averaged from the 32 and trained again), so its outputs
+# differ from the 32-head model's.
+#
 # What it costs: fewer key-value heads means fewer distinct "views" of the context per layer, and
 # quality can drop a little. The GQA paper (Ainslie et al., 2023) found 8 key-value groups close
 # to MHA's quality at close to MQA's speed, which is why Llama-3, Mistral and most recent models

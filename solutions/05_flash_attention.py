@@ -189,8 +189,9 @@ print(
 # back in, O out. Tiled attention keeps a block of queries in fast on-chip memory (SRAM, of size
 # $M$) while all of K and V stream past it once, so K and V are read once per query block:
 # $\Theta(N^2 d^2 / M)$ elements, and no $N \times N$ matrix ever leaves the chip. With $d = 64$
-# and an A100's 192 KiB of shared memory per multiprocessor, $d^2/M$ is far below 1, so tiled
-# attention moves many times fewer bytes. FlashAttention measured 7.6x faster attention on GPT-2.
+# and an A100's at most 164 KiB of shared memory per multiprocessor (of the 192 KiB it has for L1
+# cache and shared memory together), $d^2/M$ is far below 1, so tiled attention moves many times
+# fewer bytes. FlashAttention measured 7.6x faster attention on GPT-2.
 #
 # ### Try it
 #
@@ -297,7 +298,7 @@ for i in (0, len(LENGTHS) - 1):
             if name != "full score matrix"
         )
     )
-plots.plot_attention_timing(LENGTHS, seconds, peak_mib)
+plots.plot_attention_timing(LENGTHS, seconds, peak_mib, measured_memory=device.type == "cuda")
 
 # %% [markdown]
 # The printed lines say which version was faster here, at the shortest and the longest length.

@@ -12,11 +12,11 @@ import torch
 
 from autograder.mistakes import judged, planted
 from autograder.mistakes.flash_attention import LOOP, RIGHT_UPDATE
-from course import flash_attention, withheld
+from course import flash_attention, paths, withheld
 from course.plots import flash_attention as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process
 
 
 @pytest.mark.parametrize("block", [1, 7, 16, 64, 100, 1000])
@@ -203,6 +203,39 @@ SCENARIO_ANSWERS = {"blockwise_attention": withheld.answers("05_flash_attention"
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "stay exact while never forming the full score matrix",
 ]
+
+
+def test_the_check_cell_names_the_blocks_own_maximum_and_the_function_that_has_it(capsys):
+    """Issue 55: an update that weighs a block against the block's own maximum passed both visible
+    checks (each block's maximum was at least the running one), and the blockwise check then blamed
+    blockwise_attention. A visible check with a smaller block maximum names it, and the blockwise
+    check cell says which function to fix."""
+    mistake = MISTAKES["update_block_maximum"]
+    printed = check_cell("online_softmax_update", mistake.source, capsys)
+    assert mistake.words in printed and "FAIL a block whose maximum is below the running one" in printed, printed
+    printed = check_cell(
+        "blockwise_attention",
+        mistake.source + LOOP.format(starts="range(0, k.shape[0], block)", returned="o / l"),
+        capsys,
+    )
+    assert "calls your online_softmax_update, which fails its own checks (online_softmax_update.smaller)" in printed
+
+
+def test_the_chapter_gives_the_a100_its_shared_memory_not_l1_and_shared_together():
+    """Issue 55: "an A100's 192 KiB of shared memory per multiprocessor" is L1 and shared memory
+    together; a kernel gets at most 164 KiB of it as shared memory. The prose and the IO chart's
+    default fast memory say 164."""
+    source = (paths.SOLUTIONS / "05_flash_attention.py").read_text()
+    assert "192 KiB of shared memory" not in source and "at most 164 KiB of shared memory" in source
+    assert flash_attention.SHARED_MEMORY_KIB["A100"] == 164
+    assert plots.IOChart().update().ax.get_title().endswith("fast memory 164 KiB")
+
+
+@pytest.mark.parametrize("measured, words", [(True, "measured on the GPU"), (False, "by formula (not measured)")])
+def test_the_memory_panel_says_whether_it_was_measured(measured, words):
+    """Issue 55: the "peak memory on a GPU" panel showed formula sizes on a CPU without saying so."""
+    figure = plots.plot_attention_timing([256, 1024], {"sdpa": [1e-3, 9e-3]}, {"sdpa": [1.0, 4.0]}, measured)
+    assert words in figure.axes[1].get_title()
 
 
 @pytest.mark.parametrize("name, above", [("larger", True), ("smaller", False)])

@@ -1,11 +1,13 @@
 """Chapter 4: the cache's size against published figures, cached steps against full attention,
 paged against contiguous allocation, the chapter's figures, and the grader's hints for planted mistakes."""
 
+import re
+
 import pytest
 import torch
 
 from autograder.mistakes import judged, planted
-from course import kv_cache, withheld
+from course import kv_cache, paths, withheld
 from course.model import attention_reference, causal_mask
 from course.plots import kv_cache as plots
 from course.plots._widgets import figure_png
@@ -112,6 +114,29 @@ def test_the_check_cell_catches_a_cache_size_that_ignores_an_argument(name, caps
     ignores either fails before grading, with its hint (the batch was once caught by hidden checks only)."""
     printed = check_cell("kv_cache_bytes", MISTAKES[name].source, capsys)
     assert "FAIL" in printed and MISTAKES[name].words in printed, printed
+
+
+@pytest.mark.parametrize("name", ["step_returns_v", "step_divides_by_d", "pages_counts_sequences"])
+def test_the_check_cell_names_a_mistake_that_once_passed_or_went_unnamed(name, capsys):
+    """Issue 55: attention_step returning v earned the empty-cache check (on an empty cache the
+    output is v itself: the check now goes on decoding on the caches it returns); scores divided by
+    D were told only "8 of 8 values differ"; pages_needed returning len(lengths) was told "pooled
+    the sequences" (the same count on the old example). Each is named before grading."""
+    printed = check_cell(MISTAKES[name].grade_id, MISTAKES[name].source, capsys)
+    assert MISTAKES[name].words in printed and "pooled" not in printed, printed
+    assert "ok  " not in printed, printed  # no visible check of the exercise passes it
+
+
+def test_the_gqa_demo_says_what_is_equal_and_what_is_not():
+    """Issue 55: the demo printed "GQA equals MHA with repeated key-value heads", which led to the quiz's
+    wrong choice that a model with fewer key-value heads gives the 32-head model's outputs."""
+    source = (paths.SOLUTIONS / "04_kv_cache.py").read_text()
+    section = re.sub(
+        r"\n# ?", " ", source[source.index("## 3. MHA, GQA, MQA") : source.index("## 4. Paging the cache")]
+    )
+    assert "GQA equals MHA" not in section
+    assert "computes what MHA computes over those 2 heads repeated" in section
+    assert "so its outputs differ from the 32-head model's" in section
 
 
 def test_mistakes_that_give_the_same_number_share_a_hint_naming_each():

@@ -309,6 +309,14 @@ UPDATE = Exercise(
         Check(
             "first", 1, "the first block (m = -inf, l = o = 0)", update_probe(True, True), judge_update, visible=True
         ),
+        Check(
+            "smaller",
+            1,
+            "a block whose maximum is below the running one",
+            update_probe(False, False),
+            judge_update,
+            visible=True,
+        ),
     ],
 )
 

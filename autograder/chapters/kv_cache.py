@@ -40,6 +40,13 @@ def bytes_probe(args, kwargs):
     return make
 
 
+def gqa_probe(rng):
+    """Llama-3-8B's shape with a context and a batch drawn afresh (a graded notebook gets its own)."""
+    return bytes_probe(
+        [32, 8, 128, int(rng.integers(1000, 33000))], {"batch": int(rng.integers(2, 9)), "bytes_per_element": 1}
+    )(rng)
+
+
 KV_BYTES = Exercise(
     "kv_cache_bytes",
     ("kv_cache_bytes",),
@@ -55,8 +62,9 @@ KV_BYTES = Exercise(
         Check(
             "gqa_32k",
             1,
-            "Llama-3-8B (8 kv heads), 32k tokens, batch 4, an fp8 cache (bytes_per_element=1)",
-            bytes_probe([32, 8, 128, 32768], {"batch": 4, "bytes_per_element": 1}),
+            "Llama-3-8B's shape (8 kv heads), thousands of tokens, a batch of several, an fp8 cache "
+            "(bytes_per_element=1)",
+            gqa_probe,
             judge_bytes,
             visible=True,
         ),
@@ -78,8 +86,7 @@ def step_probe(t, d, large=False):
     return make
 
 
-@judges_value
-def judge_step(probe, got):
+def _step_verdict(probe, got):
     cache_k = probe["args"][3].double()
     answer, keys, values = ANSWERS.attention_step(*(a.double() for a in probe["args"]))
     known = MISTAKES.of_attention_step(*probe["args"])
@@ -118,12 +125,63 @@ def judge_step(probe, got):
     return diagnose(output, answer, mistakes, what="the output", rtol=1e-4, atol=1e-5)
 
 
+judge_step = judges_value(_step_verdict)
+
+
+def decode_from_empty(function, q, k, v):
+    """The scenario (run in the sandbox, see checks.scenario_source): decode ``len(q)`` tokens
+    from an empty cache, each step given the caches the step before returned; report every step's
+    result, stopping after one whose caches are not (t + 1, D) tensors (the judge names it)."""
+    import torch
+
+    cache_k, cache_v = k[:0], v[:0]
+    steps = []
+    for t in range(q.shape[0]):
+        got = function(q[t], k[t], v[t], cache_k, cache_v)
+        steps.append(got)
+        grown = isinstance(got, tuple) and len(got) == 3 and all(isinstance(x, torch.Tensor) for x in got[1:])
+        if not grown or tuple(got[1].shape) != (t + 1, k.shape[1]) or tuple(got[2].shape) != (t + 1, k.shape[1]):
+            break
+        cache_k, cache_v = got[1], got[2]
+    return steps
+
+
+def from_empty_probe(n, d):
+    def make(rng):
+        g = lambda *shape: torch.from_numpy(rng.normal(0, 1, size=shape).astype(np.float32))  # noqa: E731
+        return {"call": "attention_step", "args": [g(n, d), g(n, d), g(n, d)], "scenario": decode_from_empty}
+
+    return make
+
+
+@judges_value
+def judge_from_empty(probe, steps):
+    """Each step judged as one cached step on the caches of the tokens before it: the first on an
+    empty cache, where the output is v itself, then on the caches the learner's steps built."""
+    q, k, v = probe["args"]
+    if not isinstance(steps, list) or not steps:
+        return Verdict(False, f"attention_step could not be run step by step: {steps!r}"[:200])
+    for t, got in enumerate(steps):
+        verdict = _step_verdict({"args": [q[t], k[t], v[t], k[:t], v[:t]]}, got)
+        if not verdict.passed:
+            where = "the first token (an empty cache)" if t == 0 else f"step {t + 1}, on the caches your steps built"
+            return Verdict(False, f"{where}: {verdict.hint}")
+    return Verdict(True)
+
+
 ATTENTION_STEP = Exercise(
     "attention_step",
     ("attention_step",),
     [
         Check("small", 2, "a cache of 5 tokens, head dim 8", step_probe(5, 8), judge_step, visible=True),
-        Check("empty", 1, "the first token (an empty cache)", step_probe(0, 16), judge_step, visible=True),
+        Check(
+            "empty",
+            1,
+            "the first token (an empty cache), then 3 more steps on the caches it returns",
+            from_empty_probe(4, 16),
+            judge_from_empty,
+            visible=True,
+        ),
     ],
 )
 
@@ -144,6 +202,12 @@ def pages_probe(fixed):
     return make
 
 
+def few_pages_probe(rng):
+    """Four lengths drawn afresh (a graded notebook gets its own), one a multiple of the page."""
+    lengths = [int(n) for n in rng.integers(1, 70, 3)] + [16 * int(rng.integers(1, 4))]
+    return pages_probe([[lengths[i] for i in rng.permutation(4)], 16])(rng)
+
+
 PAGES = Exercise(
     "pages_needed",
     ("pages_needed",),
@@ -151,8 +215,8 @@ PAGES = Exercise(
         Check(
             "example",
             1,
-            "lengths 5, 16, 17 in pages of 16: 4 pages",
-            pages_probe([[5, 16, 17], 16]),
+            "a few sequences in pages of 16, one filling its pages exactly",
+            few_pages_probe,
             judge_pages,
             visible=True,
         ),

@@ -22,6 +22,8 @@ def of_online_softmax_update(m, l, o, scores, v) -> list[tuple[str, tuple]]:
     p = torch.exp(scores - m_new)
     upside_down = torch.nan_to_num(torch.exp(m_new - m), nan=0.0, posinf=0.0)
     right = SOLUTION.online_softmax_update(m, l, o, scores, v)
+    correction = torch.nan_to_num(torch.exp(m - m_new), nan=0.0)
+    own = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # the block's weights against its own maximum
     twice = SOLUTION.online_softmax_update(m, l, o, scores / math.sqrt(v.shape[-1]), v)
     return [
         ("{name} was not rescaled by exp(m_old - m_new)", (m_new, l + p.sum(-1, keepdim=True), o + p @ v)),
@@ -38,15 +40,21 @@ def of_online_softmax_update(m, l, o, scores, v) -> list[tuple[str, tuple]]:
             (right[0], right[1], right[2] / right[1]),
         ),
         ("{name}: the scores were divided by sqrt(D) again; they arrive already scaled", twice),
+        (
+            "{name}: the block's weights were taken against the block's own maximum; subtract the running "
+            "maximum m_new = max(m, the block's largest score), the one that rescales l and o",
+            (m_new, l * correction + own.sum(-1, keepdim=True), o * correction + own @ v),
+        ),
     ]
 
 
 # --- blockwise_attention -----------------------------------------------------------------------------
 
 
-def _variant(q, k, v, block, rescale=True, subtract_max=True, scale=True, normalise_each=False):
-    """Blockwise attention with one thing changed, for naming a learner's mistake."""
-    s = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
+def _variant(q, k, v, block, rescale=True, subtract_max=True, scale=True, normalise_each=False, divisor=None):
+    """Blockwise attention with one thing changed, for naming a learner's mistake (``divisor``: the
+    scores divided by it in place of sqrt(D))."""
+    s = 1 / (divisor or math.sqrt(q.shape[-1])) if scale else 1.0
     m = torch.full((q.shape[0], 1), float("-inf"), dtype=torch.float64)
     l = torch.zeros(q.shape[0], 1, dtype=torch.float64)
     o = torch.zeros(q.shape[0], v.shape[-1], dtype=torch.float64)
@@ -96,6 +104,10 @@ def of_blockwise_attention(q, k, v, block) -> list[tuple[str, torch.Tensor]]:
             lambda: _variant(q, k, v, block, rescale=False),
         ),
         ("the scores were not divided by sqrt(D)", lambda: _variant(q, k, v, block, scale=False)),
+        (
+            f"the scores were divided by D ({q.shape[-1]}), not by its square root: divide by sqrt(D)",
+            lambda: _variant(q, k, v, block, divisor=q.shape[-1]),
+        ),
         (
             "each block was normalised on its own and the blocks averaged: keep one running normaliser l",
             lambda: _variant(q, k, v, block, normalise_each=True),
@@ -156,6 +168,13 @@ PLANTED = {  # graded end to end; blockwise_attention calls the learner's own on
         "calls your online_softmax_update, which fails its own checks",
         calls_it={"blockwise_attention"},
     ),
+    "flash_block_maximum": Planted(  # the issue's case: both checks with a larger maximum passed it
+        "online_softmax_update",
+        BLOCKWISE.format(correction="torch.exp(m - m_new)", shift="scores.amax(dim=-1, keepdim=True)"),
+        {"online_softmax_update.smaller"},
+        "the block's own maximum",
+        calls_it={"blockwise_attention"},
+    ),
     "flash_full_score_matrix": Planted(  # the issue's case: right numbers, the exercise's point missed
         "blockwise_attention",
         "def blockwise_attention(q, k, v, block):\n"
@@ -211,6 +230,23 @@ JUDGED = {  # judged in the tests' process
         UPDATE.format(returned="m, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v"),
         {"online_softmax_update.larger", "online_softmax_update.first"},
         "running maximum was not updated",
+    ),
+    "update_block_maximum": Planted(
+        "online_softmax_update",
+        UPDATE.format(returned="m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v").replace(
+            "p = torch.exp(scores - m_new)", "p = torch.exp(scores - scores.amax(dim=-1, keepdim=True))"
+        ),
+        {"online_softmax_update.smaller"},
+        "the block's own maximum",
+    ),
+    "blockwise_divides_by_d": Planted(
+        "blockwise_attention",
+        RIGHT_UPDATE
+        + LOOP.format(starts="range(0, k.shape[0], block)", returned="o / l").replace(
+            "math.sqrt(q.shape[-1])", "q.shape[-1]"
+        ),
+        {"blockwise_attention.block16", "blockwise_attention.uneven", "blockwise_attention.block1"},
+        "divided by D",
     ),
     "update_normalises_o": Planted(
         "online_softmax_update",

@@ -53,9 +53,10 @@ def _alike_said_together(mistakes: list[tuple[str, float]], expected: float) -> 
 # --- attention_step ----------------------------------------------------------------------------------
 
 
-def _attend(q, keys, values, scale=True):
-    """Single-head attention of ``q`` over ``keys`` and ``values``, with or without the 1 / sqrt(D) scale."""
-    scores = keys @ q / (math.sqrt(q.shape[-1]) if scale else 1.0)
+def _attend(q, keys, values, divisor=None):
+    """Single-head attention of ``q`` over ``keys`` and ``values``, the scores divided by ``divisor``
+    (sqrt(D) when None)."""
+    scores = keys @ q / (math.sqrt(q.shape[-1]) if divisor is None else divisor)
     return torch.softmax(scores, dim=0) @ values
 
 
@@ -69,7 +70,11 @@ def of_attention_step(q, k, v, cache_k, cache_v) -> dict:
             "the new token did not attend to itself: append k and v before computing the scores",
             _attend(q, cache_k, cache_v),
         ),
-        ("the scores were not divided by sqrt(D)", _attend(q, keys, values, scale=False)),
+        ("the scores were not divided by sqrt(D)", _attend(q, keys, values, divisor=1.0)),
+        (
+            f"the scores were divided by D ({q.shape[-1]}), not by its square root: divide by sqrt(D)",
+            _attend(q, keys, values, divisor=q.shape[-1]),
+        ),
         ("attended to the new token only: the point of the cache is to attend to every earlier token too", v),
         ("the softmax is over the wrong axis or missing", (keys @ q / math.sqrt(q.shape[-1])) @ values),
     ]
@@ -80,8 +85,10 @@ def of_attention_step(q, k, v, cache_k, cache_v) -> dict:
 
 
 def of_pages_needed(lengths, page) -> list[tuple[str, float]]:
-    """The common mistakes' page counts, with their hints."""
-    return [
+    """The common mistakes' page counts, with their hints (those that give the same count on these
+    lengths share one hint, naming each)."""
+    expected = sum(math.ceil(n / page) for n in lengths)
+    mistakes = [
         (
             "rounded down: a sequence that fills part of a page still needs the whole page (ceil)",
             sum(n // page for n in lengths),
@@ -95,7 +102,9 @@ def of_pages_needed(lengths, page) -> list[tuple[str, float]]:
             sum(n // page + 1 for n in lengths),
         ),
         ("returned tokens, not pages", sum(math.ceil(n / page) * page for n in lengths)),
+        ("returned the number of sequences: each needs ceil(length / page_size) pages", len(lengths)),
     ]
+    return _alike_said_together(mistakes, expected)
 
 
 # --- wrong answers written out -----------------------------------------------------------------------
@@ -156,8 +165,23 @@ JUDGED = {  # judged in the tests' process
         STEP.format(returned="weights @ cache_v, cache_k, cache_v").replace(
             "torch.cat([cache_k, k[None]], dim=0)", "torch.cat([k[None], cache_k], dim=0)"
         ),
-        {"attention_step.small", "attention_step.large"},
+        ALL_STEPS,
         "the new row went first",
+    ),
+    "step_returns_v": Planted(  # right on an empty cache, where the output is v itself
+        "attention_step", STEP.format(returned="v, cache_k, cache_v"), ALL_STEPS, "attended to the new token only"
+    ),
+    "step_divides_by_d": Planted(
+        "attention_step",
+        STEP.format(returned="weights @ cache_v, cache_k, cache_v").replace("math.sqrt(q.shape[-1])", "q.shape[-1]"),
+        {"attention_step.small", "attention_step.empty", "attention_step.large"},
+        "divided by D",
+    ),
+    "pages_counts_sequences": Planted(
+        "pages_needed",
+        "def pages_needed(lengths, page_size):\n    return len(lengths)\n",
+        {"pages_needed.example", "pages_needed.random"},
+        "returned the number of sequences",
     ),
     "pages_pooled": Planted(
         "pages_needed",

@@ -155,7 +155,7 @@ class IOChart(Chart):
         self.ax_ratio.set(xlabel="sequence length N", ylabel="standard / tiled")
         self.moving(self.ax_ratio.title)
 
-    def update(self, n: int = 4096, d: int = 64, sram_kib: int = 192) -> IOChart:
+    def update(self, n: int = 4096, d: int = 64, sram_kib: int = flash_attention.SHARED_MEMORY_KIB["A100"]) -> IOChart:
         size = self.bytes_per_element
         sram = sram_kib * 1024 / size
         standard = np.array([flash_attention.standard_io_elements(int(x), d) for x in self.LENGTHS]) * size
@@ -175,7 +175,9 @@ class IOChart(Chart):
         return self
 
 
-def plot_io(n: int = 4096, d: int = 64, sram_kib: int = 192, bytes_per_element: int = 2) -> Figure:
+def plot_io(
+    n: int = 4096, d: int = 64, sram_kib: int = flash_attention.SHARED_MEMORY_KIB["A100"], bytes_per_element: int = 2
+) -> Figure:
     """Slow-memory traffic of standard and tiled attention against sequence length (one head)."""
     return IOChart(bytes_per_element).update(n, d, sram_kib).figure
 
@@ -186,16 +188,21 @@ def widget_io() -> None:
         "n": slider("SelectionSlider", options=[2**i for i in range(8, 18)], value=4096, description="N"),
         "d": slider("SelectionSlider", options=[32, 64, 128, 256], value=64, description="head dim"),
         "sram_kib": slider(
-            "SelectionSlider", options=[16, 48, 100, 192, 228], value=192, description="fast memory (KiB)"
+            "SelectionSlider",
+            options=[16, 48, 100, *flash_attention.SHARED_MEMORY_KIB.values()],
+            value=flash_attention.SHARED_MEMORY_KIB["A100"],
+            description="fast memory (KiB)",
         ),
     }
     interactive(IOChart(), controls, "Memory traffic of attention")
 
 
 def plot_attention_timing(
-    lengths: list[int], seconds: dict[str, list[float]], peak_mib: dict[str, list[float]]
+    lengths: list[int], seconds: dict[str, list[float]], peak_mib: dict[str, list[float]], measured_memory: bool = False
 ) -> Figure:
-    """Measured time and memory of the attention implementations against sequence length."""
+    """Measured time of the attention implementations against sequence length, and their memory:
+    ``measured_memory``, the peak a GPU measured; otherwise the size of the largest intermediate each
+    creates, by formula, and the panel's title says so (a CPU measures no peak)."""
     fig = new_figure(10, 3.4, left=0.08, wspace=0.3)
     ax_t, ax_m = fig.subplots(1, 2)
     for ax, series in ((ax_t, {name: [1e3 * t for t in times] for name, times in seconds.items()}), (ax_m, peak_mib)):
@@ -212,5 +219,8 @@ def plot_attention_timing(
         ax.set_xticks(lengths, [str(x) for x in lengths])
         ax.legend(fontsize=8)
     ax_t.set(xlabel="sequence length", ylabel="milliseconds", title="time")
-    ax_m.set(xlabel="sequence length", ylabel="MiB", title="largest intermediate (peak memory on a GPU)")
+    memory = (
+        "peak memory, measured on the GPU" if measured_memory else "largest intermediate, by formula (not measured)"
+    )
+    ax_m.set(xlabel="sequence length", ylabel="MiB", title=memory)
     return fig
