@@ -308,7 +308,8 @@ def judge_number(
     if math.isfinite(value) and math.isclose(value, expected, rel_tol=rel, abs_tol=abs_tol):
         return Verdict(True)
     in_unit = f" {unit}" if unit else ""
-    seen = f"expected {fmt(expected)}{in_unit}, got {fmt(value)}{in_unit}"
+    digits = next((d for d in range(6, 17) if f"{expected:.{d}g}" != f"{value:.{d}g}"), 17)  # they read apart
+    seen = f"expected {expected:.{digits}g}{in_unit}, got {value:.{digits}g}{in_unit}"
     for hint, wrong in mistakes:
         if (
             math.isfinite(value)

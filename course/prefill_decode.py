@@ -191,6 +191,28 @@ def critical_batch(hardware: Hardware, bits: float = 16, formulas: Formulas = RE
     return formulas.critical_batch_of(hardware.peak_flops, hardware.bandwidth, bits)
 
 
+def decode_against_the_memory_roof(n_bytes: float, bandwidth: float, seconds: float) -> str:
+    """Where a measured decode step at batch 1 (``seconds``, reading ``n_bytes`` of weights) sits
+    against the sloped roof of a memory of ``bandwidth`` bytes/s, in words that follow the numbers:
+    under the roof (the weights' read is the least a step must do; the gap is the rest of the step),
+    or above it, which reading every weight from that memory cannot do: the roof was measured low.
+    Example: 90 MB at 10 GB/s is a roof of 9 ms; a step of 12 ms reads "75% of the memory roof"."""
+    share = n_bytes / bandwidth / seconds
+    if share <= 1:
+        return (
+            f"decode at batch 1 ran at {share:.0%} of the memory roof ({1e3 * n_bytes / bandwidth:.2f} ms to read the "
+            f"weights, {1e3 * seconds:.2f} ms measured): under it, as it must be, since reading every weight is the "
+            "least a step does; the gap is the rest of the step (the smaller matrices of each layer and the work "
+            "between them)"
+        )
+    return (
+        f"decode at batch 1 ran at {share:.0%} of the memory roof ({1e3 * n_bytes / bandwidth:.2f} ms to read the "
+        f"weights, {1e3 * seconds:.2f} ms measured): above it, which reading every weight from that memory cannot "
+        "do, so the roof was measured low here: part of the weights came from a faster cache, or the machine was "
+        "busier while the bandwidth was measured (run both measurements again to see)"
+    )
+
+
 # --- serving a trace of requests: static against continuous batching ---------------------------
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from course import checkpoints, corpus, distillation, evaluation
+from course import checkpoints, corpus, distillation, evaluation, withheld
 from course.model import CONFIGS, LanguageModel, ModelConfig, generate
 
 
@@ -87,12 +87,16 @@ def train(
     progress: bool = True,
     description: str = "training",
     teacher: LanguageModel | None = None,
+    distillation_loss=None,
 ) -> tuple[LanguageModel, list[dict]]:
     """Train a fresh model; returns it and the log rows (step, train_loss, val_loss, seconds).
 
     With a ``teacher`` the loss is :func:`course.distillation.soft_target_mix` of the teacher's soft
-    targets at ``cfg.temperature`` and the hard labels; ``train_loss`` logs that mix.
+    targets at ``cfg.temperature`` (by ``distillation_loss``, chapter 7's exercise) and the hard
+    labels; ``train_loss`` logs that mix.
     """
+    if teacher is not None and distillation_loss is None:
+        raise ValueError("distilling from a teacher needs a distillation_loss (chapter 7's exercise): pass it")
     torch.manual_seed(cfg.seed)
     model = LanguageModel(config)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -117,7 +121,9 @@ def train(
         else:
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
                 soft = teacher(window[:, :-1])  # (B, T, vocab)
-            loss = distillation.soft_target_mix(logits, soft, window[:, 1:], cfg.temperature, cfg.soft_weight)
+            loss = distillation.soft_target_mix(
+                logits, soft, window[:, 1:], cfg.temperature, cfg.soft_weight, distillation_loss=distillation_loss
+            )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -142,6 +148,17 @@ def train(
                     writer.writeheader()
                     writer.writerows(rows)
     return model.eval(), rows
+
+
+def _distillation_loss():
+    """The course's distillation loss (chapter 7's answer), which the distilled draft is trained with;
+    the learners' copy withholds it, and says so."""
+    if withheld.in_learners_copy():
+        raise SystemExit(
+            "the distilled draft is trained with chapter 7's distillation_loss, which this copy of the course "
+            "withholds: train the others by name (python -m course.train target draft)"
+        )
+    return distillation.course_answer("distillation_loss")
 
 
 def main() -> None:
@@ -172,6 +189,7 @@ def main() -> None:
             folder / "log.csv",
             description=name,
             teacher=teacher,
+            distillation_loss=_distillation_loss() if teacher is not None else None,
         )
         started = time.monotonic()
         val = evaluation.text_loss(model, corpus.tokens("validation"), batch=32)

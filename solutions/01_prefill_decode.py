@@ -319,6 +319,7 @@ print(prefill_decode.whose(yours, "This machine's roofline", instead="the predic
 plots.plot_roofline(n_params, 8 * big.embed.weight.element_size(), 1, 256, here, points, yours)
 
 # %% tags=["measures"]
+print(prefill_decode.decode_against_the_memory_roof(n_bytes, bandwidth, decode_per_token))
 prefill_rate = 2 * n_params / prefill_per_token
 print(f"prefill of 256 tokens runs at {readings.share_of_roof(prefill_rate / peak, 'the flat (compute) roof')}")
 print(
@@ -328,12 +329,11 @@ print(
 
 # %% [markdown]
 # The printed readings say where this machine's points sit; they differ from one machine to the
-# next, and on a busy machine from one run to the next. What holds everywhere: decode at batch 1
-# stays *under* the sloped roof of the memory it reads from, because reading the weights is the
-# least it must do, and the gap is the smaller matrices of each layer and the work between them.
-# (A reading above 100% means the roof was measured low: part of the weights came from a cache
-# faster than the memory the bandwidth was measured on, or the machine was busier then.) Batching raises the
-# arithmetic intensity, so the point moves right, toward the flat roof; prefill starts there.
+# next, and on a busy machine from one run to the next. Reading every weight is the least a decode
+# step must do, so a memory roof measured right lies above decode at batch 1; the first line under
+# the figure says where this run's point sits against the roof measured here, and what a point
+# above it means. Batching raises the arithmetic intensity, so the point moves right, toward the
+# flat roof; prefill starts there.
 #
 # Where the measured bend comes earlier than the roofline predicts (it usually does on a CPU),
 # the reasons are these: a decode step for a small batch multiplies thin matrices, which run well

@@ -813,7 +813,7 @@ def test_a_loop_that_raises_is_told_its_mistake_before_the_error(name, mistake, 
     """A cache never rolled back ends in an error; the hint names the mistake first, then what was raised."""
     printed = check_cell("speculative_greedy", PLANTED[name].source, capsys)
     hint = printed.split("hint: ", 1)[1]
-    assert hint.startswith(f"{checks.LOOP_MISTAKES[mistake][0]} (your loop raised ValueError: the "), printed
+    assert hint.startswith(f"{checks.LOOP_MISTAKES[mistake]} (your loop raised ValueError: the "), printed
 
 
 HELPER = (  # a cell of the learner's own, which grading runs: it defines a helper that imports the course

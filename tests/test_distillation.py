@@ -6,13 +6,15 @@ import torch
 from torch.nn.utils import prune as torch_prune
 
 from autograder.chapters import exercise_by_id
-from autograder.planted import Planted, planted
-from autograder.planted.distillation import prune
-from course import checkpoints, corpus, distillation
+from autograder.mistakes import judged, planted
+from autograder.mistakes.distillation import FLAT, FLATTENED, IN_PLACE, PRUNE, PRUNED_VALUES, kl_div
+from course import checkpoints, corpus, distillation, withheld
 from course.plots import distillation as plots
 from course.plots._widgets import figure_png
 
 from conftest import assert_named, judged_in_process, verdicts
+
+ANSWERS = withheld.answers("07_distillation")  # the solution cells
 
 
 def test_distillation_loss_against_a_direct_formula():
@@ -24,13 +26,24 @@ def test_distillation_loss_against_a_direct_formula():
     for temperature in (1.0, 2.0, 5.0):
         ps, pt = torch.softmax(s / temperature, -1), torch.softmax(t / temperature, -1)
         direct = (pt * (pt.log() - ps.log())).sum(-1).mean() * temperature**2
-        assert distillation.distillation_loss(s, t, temperature).item() == pytest.approx(direct.item(), rel=1e-6)
-    assert distillation.distillation_loss(t, t, 3.0).item() == pytest.approx(0.0, abs=1e-6)
-    assert distillation.distillation_loss(torch.zeros(1, 2), torch.tensor([[2.0, 0.0]])).item() == pytest.approx(
+        assert ANSWERS.distillation_loss(s, t, temperature).item() == pytest.approx(direct.item(), rel=1e-6)
+    assert ANSWERS.distillation_loss(t, t, 3.0).item() == pytest.approx(0.0, abs=1e-6)
+    assert ANSWERS.distillation_loss(torch.zeros(1, 2), torch.tensor([[2.0, 0.0]]), 1.0).item() == pytest.approx(
         0.328, abs=1e-3
     )
-    with pytest.raises(ValueError, match="same shape"):
-        distillation.distillation_loss(s, t[:, :2])
+
+
+def test_the_soft_target_mix_is_the_loss_given_and_the_cross_entropy_weighed():
+    """soft_target_mix, which trains the distilled draft, uses the distillation loss it is given."""
+    g = torch.Generator().manual_seed(1)
+    s, t = torch.randn(2, 3, 5, generator=g), torch.randn(2, 3, 5, generator=g)
+    labels = torch.randint(0, 5, (2, 3), generator=g)
+    hard = torch.nn.functional.cross_entropy(s.reshape(-1, 5), labels.reshape(-1))
+    soft = ANSWERS.distillation_loss(s, t, 2.0)
+    mixed = distillation.soft_target_mix(s, t, labels, 2.0, 0.25, distillation_loss=ANSWERS.distillation_loss)
+    assert mixed.item() == pytest.approx((0.25 * soft + 0.75 * hard).item(), rel=1e-6)
+    zero = distillation.soft_target_mix(s, t, labels, 2.0, 0.0, distillation_loss=ANSWERS.distillation_loss)
+    assert zero.item() == pytest.approx(hard.item())
 
 
 def test_distilled_draft_agrees_with_the_target_more_than_the_plain_draft():
@@ -81,27 +94,30 @@ def test_prune_smallest_zeroes_exactly_the_smallest_magnitudes_of_a_copy():
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(16, 24, generator=g)
     for share in (0.0, 0.1, 0.5, 0.93, 1.0):
-        pruned = distillation.prune_smallest(weight, share)
+        pruned = ANSWERS.prune_smallest(weight, share)
         count = round(share * weight.numel())
         assert int((pruned == 0).sum()) == count
         kept = pruned != 0
         assert torch.equal(pruned[kept], weight[kept])  # what stays is unchanged
         if 0 < count < weight.numel():  # every pruned magnitude is at most every kept one
             assert weight.abs()[~kept].max() <= weight.abs()[kept].min()
-    assert distillation.prune_smallest(weight, 0.5) is not weight and int((weight == 0).sum()) == 0
+    assert ANSWERS.prune_smallest(weight, 0.5) is not weight and int((weight == 0).sum()) == 0
     columns = weight.T  # not contiguous
-    assert torch.equal(distillation.prune_smallest(columns, 0.5), distillation.prune_smallest(weight, 0.5).T)
+    assert torch.equal(ANSWERS.prune_smallest(columns, 0.5), ANSWERS.prune_smallest(weight, 0.5).T)
     with pytest.raises(ValueError, match="between 0 and 1"):
-        distillation.prune_smallest(weight, 1.5)
+        ANSWERS.prune_smallest(weight, 1.5)
 
 
-def test_pruned_count_rounds_as_torch_does_halves_to_even():
-    assert distillation.pruned_count(0.75, 25) == 19  # int() would give 18 (the issue's case)
-    assert [distillation.pruned_count(0.5, n) for n in (5, 7, 9, 11)] == [2, 4, 4, 6]  # 2.5, 3.5, 4.5, 5.5
-    assert distillation.pruned_count(0.0, 10) == 0 and distillation.pruned_count(1.0, 10) == 10
-    for share in (0.1, 0.25, 0.3, 0.45, 0.75, 0.93):
+def test_the_prompts_count_rounds_as_torch_does_halves_to_even():
+    """The prompt's count, round(share * numel), is torch.nn.utils.prune's: 0.75 of 25 is 19 (int()
+    would give 18), halves go to the even number."""
+    assert round(0.75 * 25) == 19
+    assert [round(0.5 * n) for n in (5, 7, 9, 11)] == [2, 4, 4, 6]  # 2.5, 3.5, 4.5, 5.5
+    for share in (0.0, 0.1, 0.25, 0.3, 0.45, 0.75, 0.93, 1.0):
         for numel in (1, 7, 10, 25, 96, 384):
-            assert distillation.pruned_count(share, numel) == torch_prune._compute_nparams_toprune(share, numel)
+            assert round(share * numel) == torch_prune._compute_nparams_toprune(share, numel)
+            weight = torch.randn(numel, generator=torch.Generator().manual_seed(numel)) + 10  # no zeros
+            assert int((ANSWERS.prune_smallest(weight, share) == 0).sum()) == round(share * numel)
 
 
 # (shape, share): counts that round up (18.75, 3.5), down (38.4), to even (4.5, 2.5) and exact ones
@@ -131,17 +147,16 @@ def test_prune_smallest_prunes_what_torch_l1_unstructured_prunes(shape, share):
     g = torch.Generator().manual_seed(len(shape) * 100 + int(100 * share))
     weight = torch.randn(shape, generator=g)
     assert weight.abs().unique().numel() == weight.numel()  # no ties in magnitude: the masks must agree
-    pruned = distillation.prune_smallest(weight, share)
+    pruned = ANSWERS.prune_smallest(weight, share)
     mask = l1_unstructured_mask(weight, share)
     assert torch.equal(pruned != 0, mask.bool()), (shape, share)
     assert torch.equal(pruned, weight * mask)
     tied = torch.randint(1, 4, shape, generator=g).float() * (torch.rand(shape, generator=g) < 0.5).mul(2).sub(1)
-    zeros = int((distillation.prune_smallest(tied, share) == 0).sum())  # ties may pick other weights: count them
+    zeros = int((ANSWERS.prune_smallest(tied, share) == 0).sum())  # ties may pick other weights: count them
     assert zeros == int((l1_unstructured_mask(tied, share) == 0).sum()), (shape, share)
 
 
-VALUES = {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.rounding", "prune_smallest.half"}
-PLANTED = planted("distillation")
+PLANTED = planted("distillation")  # autograder/mistakes/distillation.py
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
@@ -149,102 +164,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
 
 
-KL_DIV = """
-import torch.nn.functional as F
-
-def distillation_loss(student_logits, teacher_logits, temperature):
-    vocab = student_logits.shape[-1]
-    student = F.log_softmax({student} / temperature, dim=-1)
-    teacher = F.{teacher_fn}({teacher} / temperature, dim=-1)
-    return F.kl_div(student, teacher, reduction="{reduction}") * temperature**2
-"""
-
-
-def kl_div(student="student_logits", teacher="teacher_logits", teacher_fn="softmax", reduction="batchmean") -> str:
-    return KL_DIV.format(student=student, teacher=teacher, teacher_fn=teacher_fn, reduction=reduction)
-
-
-IN_PLACE = prune().replace("pruned = weight.clone()", "pruned = weight")  # the caller's weight zeroed
-FLATTENED = prune().replace("return pruned", "return pruned.flatten()")
-FLAT = {"student": "student_logits.reshape(-1, vocab)", "teacher": "teacher_logits.reshape(-1, vocab)"}
-EVERY = {"distillation_loss.batch_t2", "distillation_loss.t1", "distillation_loss.t4", "distillation_loss.4d"}
-
-# More plausible mistakes, judged in this process (conftest.assert_caught).
-MISTAKES = {
-    "kl_div_batchmean_on_sequences": Planted(  # the issue's case
-        "distillation_loss", kl_div(), EVERY, 'reduction="batchmean") divides by the first dimension only'
-    ),
-    "kl_div_mean": Planted("distillation_loss", kl_div(reduction="mean", **FLAT), EVERY, 'reduction="mean"'),
-    "kl_div_log_target": Planted(
-        "distillation_loss", kl_div(teacher_fn="log_softmax", **FLAT), EVERY, "log_target=True"
-    ),
-    "prune_the_largest": Planted(
-        "prune_smallest",
-        prune(ranks="weight.abs().flatten().argsort(descending=True)"),
-        VALUES,
-        "pruned the largest weights",
-    ),
-    "prune_signed_values": Planted(
-        "prune_smallest", prune(ranks="weight.flatten().argsort()"), VALUES, "ranked the signed values"
-    ),
-    "prune_in_place": Planted("prune_smallest", IN_PLACE, {"prune_smallest.copy"}, "work on a copy"),
-    "prune_flattened": Planted(
-        "prune_smallest", FLATTENED, VALUES | {"prune_smallest.edges"}, "the output has the wrong shape"
-    ),
-    "prune_one_too_many": Planted(
-        "prune_smallest",
-        prune(extra=" + 1"),
-        {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.rounding"},
-        "one weight too many",
-    ),
-    "prune_rounds_halves_up": Planted(
-        "prune_smallest",
-        prune(count="math.floor(share * weight.numel() + 0.5)"),
-        {"prune_smallest.half"},
-        "rounded 4.5 half up to 5",
-    ),
-    "prune_without_a_share_check": Planted(
-        "prune_smallest",
-        prune().replace('    if not 0 <= share <= 1:\n        raise ValueError("share")\n', ""),
-        {"prune_smallest.bad_share"},
-        "expected ValueError",
-    ),
-    "averaged_over_the_first_two_dimensions": Planted(  # right on (B, T, vocab); T^2 x 4 = 1 once hid it
-        "distillation_loss",
-        "def distillation_loss(student_logits, teacher_logits, temperature):\n"
-        "    s = torch.log_softmax(student_logits / temperature, -1)\n"
-        "    t = torch.log_softmax(teacher_logits / temperature, -1)\n"
-        "    kl = (t.exp() * (t - s)).sum(-1)\n"
-        "    return kl.sum() / (kl.shape[0] * kl.shape[1]) * temperature**2\n",
-        {"distillation_loss.4d"},
-        "averaged over the first two dimensions only",
-    ),
-    "prune_with_a_strict_cutoff": Planted(  # one weight short at every share: not a truncated count
-        "prune_smallest",
-        """
-def prune_smallest(weight, share):
-    if not 0 <= share <= 1:
-        raise ValueError("share")
-    count = round(share * weight.numel())
-    pruned = weight.clone()
-    if count:
-        cutoff = weight.abs().flatten().kthvalue(count).values
-        pruned[weight.abs() < cutoff] = 0
-    return pruned
-""",
-        {"prune_smallest.example", "prune_smallest.whole_matrix", "prune_smallest.rounding", "prune_smallest.half"},
-        "zeroed one weight too few",
-    ),
-    "temperature_on_the_student_only": Planted(
-        "distillation_loss",
-        "def distillation_loss(student_logits, teacher_logits, temperature):\n"
-        "    s = torch.log_softmax(student_logits / temperature, -1)\n"
-        "    t = torch.log_softmax(teacher_logits, -1)\n"
-        "    return (t.exp() * (t - s)).sum(-1).mean() * temperature**2\n",
-        {"distillation_loss.batch_t2", "distillation_loss.t4", "distillation_loss.4d"},
-        "student's logits only",
-    ),
-}
+MISTAKES = judged("distillation")  # more plausible mistakes, judged in this process (conftest.assert_caught)
 
 # Correct answers written their own way: each must keep every point.
 VARIANTS = {
@@ -331,15 +251,16 @@ def test_an_off_by_one_count_and_a_rounding_are_told_apart_or_not_named():
     """Where truncating 18.75 and zeroing one weight too few give the same matrix, the call at a whole
     share tells them apart; without it the hint says what it saw, naming neither."""
     from autograder.chapters import distillation as checks
+    from autograder.mistakes import distillation as known
 
     weight = torch.randn(5, 5, generator=torch.Generator().manual_seed(3))
-    mistakes = checks._prune_mistakes(weight.double(), 0.75)
-    hints = {kind: hint for kind, hint, _ in checks._told_apart(mistakes, weight, 0.75, None, None)}
+    mistakes = known.of_prune_smallest(weight, 0.75)
+    hints = {kind: hint for kind, hint, _ in checks.told_apart(mistakes, weight, 0.75, None, None)}
     assert hints["truncated"] == hints["one_less"] and "truncat" not in hints["one_less"]
     assert "zeroed 18 weights, one too few: the count is round(share * numel) = round(18.75) = 19" in hints["truncated"]
-    kinds = [kind for kind, _, _ in checks._told_apart(mistakes, weight, 0.75, 0.76, 19)]
+    kinds = [kind for kind, _, _ in checks.told_apart(mistakes, weight, 0.75, 0.76, 19)]
     assert "truncated" in kinds and "one_less" not in kinds  # a whole share counted right: the rounding
-    kinds = [kind for kind, _, _ in checks._told_apart(mistakes, weight, 0.75, 0.76, 18)]
+    kinds = [kind for kind, _, _ in checks.told_apart(mistakes, weight, 0.75, 0.76, 18)]
     assert "one_less" in kinds and "truncated" not in kinds  # one short there too: the off-by-one
 
 
@@ -350,7 +271,7 @@ def test_a_copy_pruned_in_place_or_flattened_fails_only_the_checks_of_its_mistak
     in_place = verdicts("prune_smallest", IN_PLACE)
     assert {i for i, v in in_place.items() if not v.passed} == {"prune_smallest.copy"}, in_place
     flattened = {i: v for i, v in verdicts("prune_smallest", FLATTENED).items() if not v.passed}
-    assert set(flattened) == VALUES | {"prune_smallest.edges"}, flattened
+    assert set(flattened) == PRUNED_VALUES | {"prune_smallest.edges"}, flattened
     assert all("wrong shape" in v.hint and "share 0" not in v.hint for v in flattened.values()), flattened
 
 
@@ -372,8 +293,21 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
     "    if not 0 <= share <= 1:\n        raise ValueError('share')\n"
     "    rows = weight.abs().argsort(dim=1)[:, : int(share * weight.shape[1])]\n"
     "    return weight.clone().scatter_(1, rows, 0.0)\n",
-    "prune_truncated": prune(count="int(share * weight.numel())"),  # the prompt: round, not int
+    "prune_truncated": PLANTED["prune_truncates"].source,  # the prompt: round, not int
 }
 
 # the course's answers to the exercises its checks drive with a scenario
-SCENARIO_ANSWERS = {"prune_smallest": distillation.prune_smallest}
+SCENARIO_ANSWERS = {"prune_smallest": ANSWERS.prune_smallest}
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["return weight", "return torch.zeros_like(weight)", "return weight.clone()"],
+)
+def test_an_answer_that_prunes_nothing_earns_no_point_for_leaving_the_input_as_it_was(body):
+    """The copy check once passed the input returned unchanged, or zeros: it now judges the pruned
+    values first, as does the check that a share outside [0, 1] raises."""
+    source = PRUNE.format(body=body).replace("    return pruned\n", "")
+    found = verdicts("prune_smallest", source)
+    assert not any(v.passed for v in found.values()), found
+    assert not found["prune_smallest.copy"].passed and "the pruned matrix" in found["prune_smallest.copy"].hint

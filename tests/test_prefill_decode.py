@@ -375,7 +375,27 @@ MISTAKES = {
         CRITICAL[0],
         _answer(*CRITICAL, "return peak_flops / bandwidth * 2 / 2"),
         {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
-        "the critical batch of 2-byte weights; these weights have 1 byte each",
+        "the critical batch of 2-byte weights: bytes_per_param was taken as 2",
+    ),
+    # issue 55: without the division by 2 an int8 answer was told "the critical batch of 2-byte
+    # weights", and dividing by the bytes "bytes per parameter were left out"
+    "critical_no_half": Planted(
+        CRITICAL[0],
+        _answer(*CRITICAL, "return peak_flops / bandwidth * bytes_per_param"),
+        {f"critical_batch_size.{name}" for name in ("a100_bf16", "a100_int8", "a100_fp32", "int8")},
+        "the division by 2 is missing",
+    ),
+    "critical_divided_without_half": Planted(
+        CRITICAL[0],
+        _answer(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param"),
+        {f"critical_batch_size.{name}" for name in ("a100_bf16", "a100_int8", "a100_fp32", "int8")},
+        "divided by bytes_per_param (multiply",
+    ),
+    "critical_divided": Planted(
+        CRITICAL[0],
+        _answer(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param / 2"),
+        {"critical_batch_size.a100_bf16", "critical_batch_size.a100_fp32"},
+        "divided by bytes_per_param: multiply",
     ),
     "critical_integer_division": Planted(
         CRITICAL[0],
@@ -405,6 +425,9 @@ SEEN_BEFORE_GRADING = [
     "memory_bits_floored",
     "roofline_memory_only",
     "critical_two_bytes_always",
+    "critical_no_half",
+    "critical_divided_without_half",
+    "critical_divided",
     "critical_integer_division",
     "static_padding_counted",
     "static_last_batch_dropped",
@@ -464,17 +487,94 @@ def test_batch_1s_decode_rate_is_the_decode_step_printed_above_it():
     assert text.count("evaluation.decode_step_seconds(big, batch=1)") == 1
 
 
-def test_two_mistakes_that_give_the_same_number_are_not_named():
-    """70B at 4 bits: params * 8 / bits and 2 bytes per weight are both 140 GB; the hint names neither."""
+def test_two_mistakes_that_give_the_same_number_share_a_hint_that_names_each():
+    """70B at 4 bits: params * 8 / bits and 2 bytes per weight are both 140 GB; the hint names both
+    (it once named neither), and a mistake that gives a number of its own is named alone."""
     from autograder.chapters import prefill_decode as chapter
 
     assert chapter._told_apart([("seen", 1.0)], [("a", 2.0), ("b", 2.0), ("c", 3.0), ("c", 4.0)]) == [
         ("seen", 1.0),
+        (chapter.JOINED + "a; or b", 2.0),
         ("c", 3.0),
         ("c", 4.0),
     ]
     verdict = chapter._judge_memory({"args": [70e9, 4]}, {"returned": 140.0})
-    assert verdict.hint == "expected 35 GB, got 140 GB", verdict.hint
+    assert verdict.hint.startswith(chapter.JOINED) and "multiplied by bits / 8 the wrong way" in verdict.hint
+    assert "counted 2 bytes per weight" in verdict.hint and verdict.hint.endswith("(expected 35 GB, got 140 GB)")
+
+
+def test_a_number_copied_from_a_printed_hint_reads_apart_from_the_expected_one():
+    """A hard-coded 104.308 against 104.3077 read "expected 104.308, got 104.308": the hint now
+    gives the digits where they differ."""
+    from autograder.chapters import prefill_decode as chapter
+
+    params = 104.3077e9 * 8 / 3
+    verdict = chapter._judge_memory({"args": [params, 3]}, {"returned": 104.308})
+    assert not verdict.passed and verdict.hint == "expected 104.3077 GB, got 104.308 GB", verdict.hint
+
+
+# Answers that return the values the visible checks print for their inputs (the prompts' examples)
+# and 0.0 for any other: each must earn at most a third of its exercise's points.
+HARD_CODED = {
+    MEMORY[0]: _answer(
+        *MEMORY,
+        "return {(70e9, 16): 140.0, (70e9, 8): 70.0, (70e9, 4): 35.0, (7e9, 3): 2.625}.get((params, bits), 0.0)",
+    ),
+    "prefill_flops": _answer(
+        "prefill_flops", "params, tokens", "return 1.6e13 if (params, tokens) == (8e9, 1000) else 0.0"
+    ),
+    ROOFLINE[0]: _answer(
+        *ROOFLINE,
+        "return 16e9 * 1000 / 312e12 if (flops, n_bytes, peak_flops) == (16e12, 16e9, 312e12) else 0.0",
+    ),
+    CRITICAL[0]: _answer(
+        *CRITICAL,
+        "if (peak_flops, bandwidth) == (312e12, 2.039e12):\n"
+        "    return 312e12 / 2.039e12 * bytes_per_param / 2\n"
+        "return 0.0",
+    ),
+    STATIC[0]: _answer(*STATIC, "return 145 / 1.9 if output_lengths == [10, 40, 20, 30, 5, 15, 25] else 0.0"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HARD_CODED))
+def test_copying_the_visible_checks_values_earns_at_most_a_third(name):
+    """The visible checks run the prompts' fixed examples: their points are at most a third of an
+    exercise's (the hard-coded answer does pass them), the rest are earned on fresh inputs."""
+    from autograder.chapters import exercise_by_id
+
+    from conftest import verdicts
+
+    exercise = exercise_by_id(name)
+    found = verdicts(name, HARD_CODED[name])
+    passed = [c for c in exercise.checks if found[c.id].passed]
+    assert any(c.visible for c in passed), found  # the answer does copy a visible check's value
+    assert 3 * sum(c.points for c in passed) <= exercise.points, [c.id for c in passed]
+
+
+def test_the_reading_of_decode_against_the_memory_roof_follows_the_numbers():
+    """ "What holds everywhere: decode at batch 1 stays under the sloped roof" stood beside a reading
+    of 123% of that roof: the sentence is now computed from the numbers measured."""
+    under = prefill_decode.decode_against_the_memory_roof(90e6, 10e9, 0.0225)
+    assert under.startswith("decode at batch 1 ran at 40% of the memory roof") and ": under it" in under
+    above = prefill_decode.decode_against_the_memory_roof(90e6, 10e9, 0.009 / 1.23)
+    assert "123% of the memory roof" in above and ": above it" in above and "measured low" in above
+    text = (paths.SOLUTIONS / "01_prefill_decode.py").read_text()
+    assert "What holds everywhere" not in text
+    assert "prefill_decode.decode_against_the_memory_roof(n_bytes, bandwidth, decode_per_token)" in text
+
+
+def test_the_decode_throughput_chart_labels_its_log_axis_where_the_values_are():
+    """Measured rates from 40 to 700 tokens/s had one tick label on the log axis, "100"."""
+    fig = plots.plot_decode_batch(
+        9e7, 32, A100, {1: 50.0, 2: 40.0, 4: 120.0, 8: 300.0, 16: 700.0}, (1, 2, 4, 8, 16), None
+    )
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    low, high = ax.get_ylim()
+    labels = [t.get_text() for t in ax.get_yticklabels() if low <= t.get_position()[1] <= high and t.get_text()]
+    assert len(labels) >= 3, labels
+    assert {"50", "700"} <= {t.get_text() for t in ax.texts}  # each measured point carries its value
 
 
 # Correct answers written their own way: each must keep every point.

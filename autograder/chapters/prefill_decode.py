@@ -1,7 +1,9 @@
 """Chapter 1's exercises: weight memory, prefill FLOPs, the roofline's step time, the critical
 batch size, and the throughput of static batching. Each hint names the mistake it recognises, or
-says what the number it got is; where two mistakes give the same number it names neither. Every
-number in a hint carries its unit."""
+says what the number it got is; where two mistakes give the same number it names each. Every
+number in a hint carries its unit. The visible checks run the prompts' own examples, which a
+notebook could copy: their points are at most a third of an exercise's, the rest is earned on
+inputs drawn afresh for each graded notebook."""
 
 from __future__ import annotations
 
@@ -26,17 +28,22 @@ def _same(a: float, b: float) -> bool:
 
 def _told_apart(seen: list[tuple[str, float]], causes: list[tuple[str, float]]) -> list[tuple[str, float]]:
     """The hints a judge may give, in order: ``seen``, each saying what a number is (true of every
-    answer that returns it), then each of ``causes`` that no other cause's hint shares a number
-    with. Where two mistakes give the same number the check cannot tell which one an answer made,
-    so it names neither (``[("a", 2.0), ("b", 2.0)]`` keeps neither)."""
-    apart = [
-        (hint, value)
-        for hint, value in causes
-        if not any(other != hint and _same(value, wrong) for other, wrong in causes)
-    ]
-    return seen + apart
+    answer that returns it), then one hint per number of ``causes``. Where two mistakes give the
+    same number the check cannot tell which one an answer made, so their hint names each
+    (``[("a", 2.0), ("b", 2.0)]`` gives ``[("one of these mistakes, which give the same number here:
+    a; or b", 2.0)]``)."""
+    found: list[tuple[list[str], float]] = []
+    for hint, value in causes:
+        same = next((entry for entry in found if _same(value, entry[1])), None)
+        if same is None:
+            found.append(([hint], value))
+        elif hint not in same[0]:
+            same[0].append(hint)
+    joined = [(hints[0] if len(hints) == 1 else f"{JOINED}{'; or '.join(hints)}", value) for hints, value in found]
+    return seen + joined
 
 
+JOINED = "one of these mistakes, which give the same number here: "
 ROUNDED = "rounded down (// or int()) where the formula needs true division: use /"
 
 
@@ -78,7 +85,7 @@ WEIGHT_MEMORY = Exercise(
         ),
         Check(
             "7b_3bit",
-            1,
+            0,
             "7B parameters at 3 bits: 2.625 GB",
             _numbers("weight_memory_gb", lambda rng: [7e9, 3]),
             _judge_memory,
@@ -86,7 +93,7 @@ WEIGHT_MEMORY = Exercise(
         ),
         Check(
             "other",
-            1,
+            2,
             "another size at 3 bits",
             _numbers("weight_memory_gb", lambda rng: [float(rng.integers(1, 400)) * 1e9, 3]),
             _judge_memory,
@@ -129,7 +136,7 @@ PREFILL = Exercise(
     [
         Check(
             "8b",
-            1,
+            0,
             "8B parameters, a 1000-token prompt",
             _numbers("prefill_flops", lambda rng: [8e9, 1000]),
             _judge_prefill,
@@ -137,7 +144,7 @@ PREFILL = Exercise(
         ),
         Check(
             "random",
-            1,
+            2,
             "other sizes",
             _numbers("prefill_flops", lambda rng: [float(rng.integers(1, 100)) * 1e9, int(rng.integers(2, 5000))]),
             _judge_prefill,
@@ -240,29 +247,33 @@ ROOFLINE = Exercise(
 
 @withheld
 def _critical_numbers(peak, bandwidth, bytes_per_param) -> tuple[float, list[tuple[str, float]]]:
-    """The critical batch size, and the common mistakes' numbers with their hints."""
+    """The critical batch size, and the common mistakes' numbers with their hints (at 1 or 2 bytes
+    per weight some give the same number: the hint then names each)."""
     ridge = peak / bandwidth
     expected = ridge * bytes_per_param / 2
-    seen = [  # left out by judge_number where it is the answer (2 bytes per weight)
-        (
-            f"got peak_flops / bandwidth, the critical batch of 2-byte weights; these weights have "
-            f"{bytes_per_param:g} byte{'' if bytes_per_param == 1 else 's'} each",
-            ridge,
-        )
-    ]
     mistakes = [
         ("the division by 2 is missing: each weight read gives 2 FLOPs per sequence", ridge * bytes_per_param),
-        ("bytes per parameter were left out: a weight of b bytes gives 2 / b FLOPs per byte per sequence", ridge / 2),
+        ("bytes_per_param was left out: a weight of b bytes gives 2 / b FLOPs per byte per sequence", ridge / 2),
+        (
+            "returned peak_flops / bandwidth, the critical batch of 2-byte weights: bytes_per_param was taken as 2, "
+            "or left out together with the division by 2 (at 2 bytes per weight they cancel)",
+            ridge,
+        ),
         ("the ratio is upside down: peak FLOP/s divided by bandwidth", bandwidth / peak * bytes_per_param / 2),
         (
-            "divided by the bytes per parameter: multiply, since fewer bytes per weight means less work per byte",
+            "divided by bytes_per_param: multiply, since fewer bytes per weight means less work per byte",
             ridge / bytes_per_param / 2,
+        ),
+        (
+            "divided by bytes_per_param (multiply: fewer bytes per weight, less work per byte) and the division "
+            "by 2 is missing",
+            ridge / bytes_per_param,
         ),
         (ROUNDED, math.floor(expected)),
         (ROUNDED, (peak // bandwidth) * bytes_per_param / 2),
         (ROUNDED, ridge * (bytes_per_param // 2)),
     ]
-    return expected, _told_apart(seen, mistakes)
+    return expected, _told_apart([], [(h, v) for h, v in mistakes if not _same(v, expected)])
 
 
 @judges_value
@@ -270,29 +281,26 @@ def _judge_critical(probe, got):
     return judge_number(got, *_critical_numbers(*probe["args"]), "the batch size", unit="sequences")
 
 
+def _on_an_a100(name: str, points: int, what: str, bytes_per_param: float) -> Check:
+    """A visible check of the critical batch on an A100-80G (312 TFLOP/s, 2.039 TB/s)."""
+    args = [312e12, 2.039e12, bytes_per_param]
+    return Check(
+        name, points, what, _numbers("critical_batch_size", lambda rng: list(args)), _judge_critical, visible=True
+    )
+
+
 CRITICAL = Exercise(
     "critical_batch_size",
     ("critical_batch_size",),
     [
-        Check(
-            "a100_bf16",
-            1,
-            "A100-80G in bf16 (about 153)",
-            _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, 2]),
-            _judge_critical,
-            visible=True,
-        ),
-        Check(
-            "a100_int8",
-            1,
-            "A100-80G with int8 weights (about 77)",
-            _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, 1]),
-            _judge_critical,
-            visible=True,
+        _on_an_a100("a100_bf16", 1, "A100-80G in bf16 (about 153)", 2),
+        _on_an_a100("a100_int8", 0, "A100-80G with int8 weights (about 77)", 1),
+        _on_an_a100(
+            "a100_fp32", 0, "A100-80G with fp32 weights (about 306): at 4 bytes no two mistakes give the same number", 4
         ),
         Check(
             "int8",
-            1,
+            2,
             "another device with int8 weights",
             _numbers(
                 "critical_batch_size",
@@ -302,7 +310,7 @@ CRITICAL = Exercise(
         ),
     ],
     requirements=[
-        Requirement("peak / bandwidth * bytes_per_param / 2", ("a100_bf16", "a100_int8", "int8")),
+        Requirement("peak / bandwidth * bytes_per_param / 2", ("a100_bf16", "a100_int8", "a100_fp32", "int8")),
         Requirement("fewer bytes per weight, a smaller batch (int8)", ("a100_int8", "int8")),
     ],
 )

@@ -208,6 +208,21 @@ def widget_roofline(this_machine=None, formulas: prefill_decode.Formulas = prefi
     interactive(RooflineChart(formulas=formulas), controls, "Prefill and decode on the roofline")
 
 
+def readable_log_y(ax, at_least: int = 4) -> None:
+    """Ticks on a log y axis at 1, 2 and 5 per decade (1 to 9 where the data span less than a decade,
+    one per decade where they span many), so that at least ``at_least`` labels fall within the
+    data's range: a span from 50 to 700 tokens/s had one label, 100."""
+    from matplotlib.ticker import LogLocator
+
+    low, high = ax.get_ylim()
+    for subs in ((1.0,), (1.0, 2.0, 5.0), tuple(float(s) for s in range(1, 10))):
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=40))
+        inside = [t for t in ax.get_yticks() if low <= t <= high]
+        if len(inside) >= at_least:
+            break
+    ax.set_ylim(low, high)
+
+
 def plot_decode_batch(
     params: float,
     bits: int,
@@ -239,6 +254,12 @@ def plot_decode_batch(
     if measured:
         ax.plot(list(measured), list(measured.values()), "o-", color=RED, label="measured")
     plain_log_ticks(ax, y_unit="")  # 10 k, 1 M: short enough for the axis label to fit
+    readable_log_y(ax)
+    if measured:
+        for batch, rate in measured.items():
+            ax.annotate(
+                f"{rate:.3g}", (batch, rate), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7
+            )
     ax.set_xticks(list(batches), [str(b) for b in batches])
     ax.set(xlabel="batch size", ylabel="generated tokens/s (all sequences)", title=f"decode throughput: {hw.name}")
     title = "not written yet, so not drawn:\n" + "\n".join(left_out) if left_out else None
