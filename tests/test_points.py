@@ -55,8 +55,6 @@ from course import paths, wire, withheld
 # fix it. Today's do-nothing and hard-coded scores: `python tests/test_points.py`.
 NOT_FIXED = {
     "01_prefill_decode": "hard-coding pays: prefill_flops 1/2, critical_batch_size 2/3",
-    "02_lora": "best_low_rank_error.exact for a constant 0.0; lora_linear's base alone, frozen, earns "
-    "starts_at_base and frozen; hard-coding pays: lora_parameters 1/2",
     "03_quantization": "hard-coding pays: effective_bits 1/2",
     "04_kv_cache": "hard-coding pays: kv_cache_bytes 2/3, pages_needed 1/2",
     "06_speculative_decoding": "speculative_token returning zeros, (0, False), earns contract; hard-coding pays: "
