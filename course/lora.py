@@ -126,8 +126,9 @@ def your_rank_errors(namespace: dict, what: str) -> Callable[..., list[float]]:
     """:func:`rank_errors` by the notebook's ``best_low_rank_error`` once written, else the course's,
     after the line saying whose numbers ``what`` shows: a function of plain data, ``(d_out, d_in,
     true_rank, noise, seed, ranks)``, so that the learners' copy records the course's errors by
-    change (its 64 x 64 changes, call by call, would not fit). While the learners' copy records, the
-    course's is asked beside the notebook's on the same arguments, in the same form."""
+    change (its 64 x 64 changes, call by call, would not fit). While the learners' copy records (the
+    instructor's notebook, whose own is the solution's), the course's stands for the notebook's, on
+    the same arguments: the same numbers, each change's SVDs computed once rather than twice."""
     course = COURSE.rank_errors
     if yours(namespace, "best_low_rank_error", what) is course_answer("best_low_rank_error"):
         return course
@@ -135,7 +136,7 @@ def your_rank_errors(namespace: dict, what: str) -> Callable[..., list[float]]:
 
     def errors(*args, **kwargs) -> list[float]:
         if withheld.is_recording():
-            course(*args, **kwargs)
+            return course(*args, **kwargs)
         return rank_errors(*args, **kwargs, best_low_rank_error=own)
 
     return errors

@@ -55,8 +55,6 @@ from course import paths, wire, withheld
 # fix it. Today's do-nothing and hard-coded scores: `python tests/test_points.py`.
 NOT_FIXED = {
     "01_prefill_decode": "hard-coding pays: prefill_flops 1/2, critical_batch_size 2/3",
-    "02_lora": "best_low_rank_error.exact for a constant 0.0; lora_linear's base alone, frozen, earns "
-    "starts_at_base and frozen; hard-coding pays: lora_parameters 1/2",
     "07_distillation": "prune_smallest returning its input, or zeros, earns copy",
     "09_choosing_a_technique": "trivial answers and hard-coding earn points",
 }
