@@ -39,7 +39,7 @@ class Check:
     ``Check("int4_groups", 2, "int4, groups of 16, outlier columns", probe, judge, visible=True)``
 
     ``name`` is short and unique within the exercise; ``points`` are what the test is worth (the
-    release writes their sum into the notebook's grade cell, the README's table counts them);
+    release writes their sum into the notebook's grade cell, the README's chapter table counts them);
     ``what`` is shown to the learner; ``visible`` checks run in the learner's check cell too, the
     others only when the notebook is graded. ``probe(rng)`` returns ``{"call": name, "args": [...],
     "kwargs": {...}}`` with torch values, plus ``"scenario": function`` when the learner's function

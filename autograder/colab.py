@@ -1,9 +1,9 @@
 """Colab: the first cell of every notebook (in Colab it installs the course, anywhere else it does
-nothing), each chapter's "Open in Colab" address, and the README's block of badges.
+nothing), each chapter's "Open in Colab" address and badge, and the learners' copy's block of badges.
 
 The repository's address is written in one place, ``pyproject.toml`` (``[project.urls]
 Repository``); the release (``make release``) writes it into every notebook's first cell and into
-the README's Colab block, between the markers below. When the clone fails (a private repository,
+the badges of the README's chapter table, between the markers below. When the clone fails (a private repository,
 no network), the cell unpacks a zip of the course uploaded to Colab's Files pane, or says how to
 install the course from a folder instead.
 
@@ -86,25 +86,22 @@ def notebook_url(chapter: str, url: str | None = None) -> str | None:
     )
 
 
+def badge(chapter: str, url: str | None = None) -> str:
+    """The Markdown badge that opens ``chapter`` in Colab (a note where the repository is not on GitHub)."""
+    link = notebook_url(chapter, url)
+    return f"[![Open in Colab]({BADGE})]({link})" if link else "(not on GitHub: Colab cannot open it)"
+
+
 def readme_block(chapters: list[str], url: str | None = None, markers: bool = True) -> str:
-    """The README's Colab block: one badge per chapter, between the markers (without them for a
+    """A README's Colab block: one badge per chapter, between the markers (without them for a
     README that no release rewrites: the learners' copy's)."""
     lines = [README_START, ""] if markers else []
-    links = [(chapter, notebook_url(chapter, url)) for chapter in chapters]
-    if all(link for _, link in links):
+    if all(notebook_url(chapter, url) for chapter in chapters):
         lines += ["| chapter | |", "| --- | --- |"]
-        lines += [f"| {chapter} | [![Open {chapter} in Colab]({BADGE})]({link}) |" for chapter, link in links]
+        lines += [f"| {chapter} | {badge(chapter, url)} |" for chapter in chapters]
     else:
         lines.append(
             f"The repository ({url or repository()}) is not on GitHub, so Colab cannot open its notebooks directly."
         )
     lines += ["", README_END] if markers else []
     return "\n".join(lines)
-
-
-def with_readme_block(readme: str, chapters: list[str]) -> str:
-    """``readme`` with its Colab block replaced by a fresh one (the markers must be there)."""
-    start, end = readme.find(README_START), readme.find(README_END)
-    if start < 0 or end < start:
-        raise ValueError(f"README.md needs the lines {README_START!r} and {README_END!r}, where the badges go")
-    return readme[:start] + readme_block(chapters) + readme[end + len(README_END) :]

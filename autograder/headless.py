@@ -1,6 +1,6 @@
 """Run notebooks headless (papermill) with a per-cell time limit and a kernel client that cannot
 miss a reply: what the tests, ``make bench`` and ``make gpu-check`` use, and, as the papermill
-engine ``course``, what the README's command uses.
+engine ``course``, what the maintainers' guide's command uses.
 
 Why: papermill runs of chapter 2 hung for good at a widget cell, the kernel idle, papermill
 waiting. The cause, reproduced with a notebook of 30 cells that each display into an

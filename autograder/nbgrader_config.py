@@ -2,8 +2,8 @@
 
 ``python -m autograder nbgrader-source COURSE ASSIGNMENT CHAPTER...`` copies it there. It serves
 ``nbgrader generate_assignment``, ``collect``, ``generate_feedback``, ``export`` and formgrader, and
-stock ``nbgrader autograde``, which runs the checks in the learner's own kernel (see the README:
-``python -m autograder nbgrader COURSE ASSIGNMENT`` grades in the sandbox instead).
+stock ``nbgrader autograde``, which runs the checks in the learner's own kernel (see the guide On
+JupyterHub with nbgrader: ``python -m autograder nbgrader COURSE ASSIGNMENT`` grades in the sandbox instead).
 """
 
 import os

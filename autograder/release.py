@@ -3,11 +3,12 @@
 ``python -m autograder.release`` (``make release``) turns each ``solutions/NN_name.py`` (jupytext
 percent format, carrying nbgrader cell metadata) into ``notebooks/NN_name.ipynb`` through
 nbgrader's generate step, which removes the solutions and the hidden tests, and clears outputs.
-Every notebook it builds starts with the Colab cell (``colab.py``), and the README's Colab block
-(a badge per chapter) is written from the same repository address. What the exercises' declaration
+Every notebook it builds starts with the Colab cell (``colab.py``), and the README's chapter table
+gives each chapter a Colab badge from the same repository address. What the exercises' declaration
 (``autograder/chapters/<slug>.py``) decides is written from it, never by hand: the nbgrader
 ``points`` of every grade cell in ``solutions/`` and the exercise and point counts in the README's
-chapter table (a row is added for a chapter that has none; its topic and time are kept).
+chapter table (a row is added for a chapter that has none, its topic from its title; a row's topic
+is kept).
 ``--check`` builds into a temporary folder and reports whatever is out of date.
 
 Student copies are never paired or synced with jupytext: that could put answers back in.
@@ -105,8 +106,8 @@ def build(sources: list[Path], out: Path) -> list[Path]:
 
 
 GRADE_CELL = re.compile(r'^(# %%.* nbgrader=)(\{.*"grade": true.*\})$', re.MULTILINE)
-README_ROW = re.compile(r"^\| \[(\d\d_\w+)\]\(notebooks/\1\.ipynb\) \|.*$", re.MULTILINE)
-README_HEADER = "| chapter | topic | exercises + quiz |"
+README_ROW = re.compile(r"^\| \[(\d\d_\w+)\]\(notebooks/\1\.ipynb\) \| (.*?) \|.*$", re.MULTILINE)
+README_HEADER = "| chapter | topic | exercises + quiz | Colab |"
 
 
 def _exercises(chapter: str) -> list[Exercise]:
@@ -141,29 +142,30 @@ def chapter_counts(exercises: list[Exercise]) -> str:
     return f"{len(graded)} + {sum(len(e.checks) for e in quiz)} questions ({points:g} + {quiz_points:g} points)"
 
 
-def _new_row(source: Path) -> str:
-    """A table row for a chapter the README lacks: its topic from the source's title, no time yet."""
+def _title(source: Path) -> str:
+    """A chapter's topic until the README says it shorter: the source's title."""
     title = re.search(r"^# # (?:Chapter \d+: )?(.+)$", source.read_text(), re.MULTILINE)
-    topic = title.group(1) if title else source.stem
-    return f"| [{source.stem}](notebooks/{source.stem}.ipynb) | {topic} | - | not measured yet |"
+    return title.group(1) if title else source.stem
 
 
 def with_chapter_table(readme: str, sources: list[Path]) -> str:
-    """The README with its chapter table's counts written from the declaration: one row per chapter
-    in course order, each keeping its topic and time; rows of chapters without a source go."""
-    rows = {match.group(1): match.group(0) for match in README_ROW.finditer(readme)}
-    if README_HEADER not in readme:
-        raise ValueError(f"README.md needs its chapter table, headed {README_HEADER!r}")
-    table = []
-    for source in sources:
-        head, _, time = rows.get(source.stem, _new_row(source)).rsplit(" | ", 2)
-        table.append(f"{head} | {chapter_counts(_exercises(source.stem))} | {time}")
-    lines = readme.split("\n")
-    start = next(i for i, line in enumerate(lines) if line.startswith(README_HEADER)) + 2  # past the --- line
-    end = start
-    while end < len(lines) and README_ROW.match(lines[end]):
-        end += 1
-    return "\n".join(lines[:start] + table + lines[end:])
+    """The README with its chapter table, between the Colab markers, written anew: one row per
+    chapter in course order, each keeping its topic (a new chapter's is its title), with its
+    exercise and point counts from the declaration and its Colab badge from pyproject.toml's
+    repository; rows of chapters without a source go."""
+    start, end = readme.find(colab.README_START), readme.find(colab.README_END)
+    if start < 0 or end < start:
+        raise ValueError(
+            f"README.md needs the lines {colab.README_START!r} and {colab.README_END!r}, where its chapter table goes"
+        )
+    topics = {match.group(1): match.group(2) for match in README_ROW.finditer(readme[start:end])}
+    rows = [
+        f"| [{s.stem}](notebooks/{s.stem}.ipynb) | {topics.get(s.stem) or _title(s)} "
+        f"| {chapter_counts(_exercises(s.stem))} | {colab.badge(s.stem)} |"
+        for s in sources
+    ]
+    table = [colab.README_START, "", README_HEADER, "| --- | --- | --- | --- |", *rows, "", colab.README_END]
+    return readme[:start] + "\n".join(table) + readme[end + len(colab.README_END) :]
 
 
 def stale(sources: list[Path] | None = None) -> list[str]:
@@ -186,10 +188,11 @@ def stale(sources: list[Path] | None = None) -> list[str]:
         if source.read_text() != with_points(source.read_text(), source.stem)
     ]
     readme = (paths.ROOT / "README.md").read_text()
-    if readme != colab.with_readme_block(readme, [source.stem for source in sources]):
-        problems.append("README.md: its Colab badges do not match the chapters and pyproject.toml's repository")
     if readme != with_chapter_table(readme, sources):
-        problems.append("README.md: its chapter table's exercises and points differ from the chapters' checks")
+        problems.append(
+            "README.md: its chapter table's exercises, points or Colab badges differ from the chapters' checks "
+            "and pyproject.toml's repository"
+        )
     return problems
 
 
@@ -205,11 +208,10 @@ def write_points(sources: list[Path]) -> list[Path]:
 
 
 def write_readme(sources: list[Path]) -> None:
-    """Write the README's Colab block (a badge per chapter) from the repository pyproject.toml names,
-    and its chapter table's counts from the chapters' checks."""
+    """Write the README's chapter table: its counts from the chapters' checks, its Colab badges from
+    the repository pyproject.toml names."""
     readme = paths.ROOT / "README.md"
-    text = colab.with_readme_block(readme.read_text(), [source.stem for source in sources])
-    readme.write_text(with_chapter_table(text, sources))
+    readme.write_text(with_chapter_table(readme.read_text(), sources))
 
 
 def main() -> int:
@@ -226,7 +228,7 @@ def main() -> int:
     for path in build(chapters(), paths.NOTEBOOKS):
         print(f"wrote {path.relative_to(paths.ROOT)}")
     write_readme(chapters())
-    print("wrote README.md's Colab badges and chapter table")
+    print("wrote README.md's chapter table and its Colab badges")
     return 0
 
 

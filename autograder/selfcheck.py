@@ -11,8 +11,8 @@ Under ``nbgrader autograde`` (which sets ``NBGRADER_EXECUTION=autograde`` in the
 returns the points its passing checks earned instead of raising, so that nbgrader, which reads a
 grade cell's points from its last expression, gives partial credit; warnings and whatever the
 learner's code writes to stderr are shown on stdout, since nbgrader zeroes a grade cell with any
-stderr. This runs in the learner's kernel: learner code can change any of it (see the README's
-section on nbgrader); ``python -m autograder nbgrader`` grades out of the kernel's reach.
+stderr. This runs in the learner's kernel: learner code can change any of it (see the guide
+On JupyterHub with nbgrader); ``python -m autograder nbgrader`` grades out of the kernel's reach.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def test_a_cell_past_the_limit_fails_naming_the_cell(tmp_path, kernel):
 
 
 def test_papermill_finds_the_course_engine_by_its_name():
-    """``papermill --engine course`` (the README's command) works without importing the course first."""
+    """``papermill --engine course`` (the maintainers' guide's command) works without importing the course first."""
     code = "from papermill.engines import papermill_engines as e; print(e.get_engine('course').__module__)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "autograder.headless"

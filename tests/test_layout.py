@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder import colab
 from course import paths
 
 PARTS = (
@@ -175,6 +176,7 @@ from pathlib import Path
 import nbformat
 from autograder import coverage, grade, release
 from autograder.chapters import CHAPTERS
+from autograder import colab
 from course import paths
 
 assert paths.ROOT == Path.cwd().resolve(), paths.ROOT  # the copy's packages, not the installed tree's
@@ -204,7 +206,7 @@ def _digests(tree: Path) -> dict[str, str]:
 def test_a_new_chapter_is_its_files(tmp_path):
     """`make chapter` scaffolds a throwaway chapter in a copy of the tree; the release and the grader
     find it by its slug (full marks for its solution, none for its blank copy), its own tests pass,
-    and nothing outside its files changes but its two README rows."""
+    and nothing outside its files changes but its row in the README's chapter table."""
     tree = tmp_path / "tree"
     skip = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*_cache", "*.egg-info", "feedback", "submissions")
     shutil.copytree(paths.ROOT, tree, ignore=skip)
@@ -254,8 +256,13 @@ def test_a_new_chapter_is_its_files(tmp_path):
     assert changed == mine | {"README.md"}
     added = set((tree / "README.md").read_text().splitlines()) - set(readme.splitlines())
     removed = set(readme.splitlines()) - set((tree / "README.md").read_text().splitlines())
-    assert removed == set() and len(added) == 2 and all("10_throwaway" in line for line in added)
-    assert any("| 1 + 4 questions (3 + 4 points) | not measured yet |" in line for line in added)
+    assert removed == set() and len(added) == 1
+    (row,) = added
+    assert row.startswith("| [10_throwaway](notebooks/10_throwaway.ipynb) | ")
+    assert (
+        f"| 1 + 4 questions (3 + 4 points) | [![Open in Colab]({colab.BADGE})]({colab.notebook_url('10_throwaway')}) |"
+        in row
+    )
     assert '"points": 3' in (tree / "solutions/10_throwaway.py").read_text()
 
     shared = ["tests/test_quiz.py", "tests/test_widgets.py", "tests/test_release.py", "tests/test_notebooks.py"]

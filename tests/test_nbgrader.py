@@ -161,7 +161,7 @@ def test_stock_autograde_gives_partial_credit_and_keeps_warnings_from_zeroing(co
         lost = sum(c.points for c in exercise.checks if c.id in BUG.must_fail)
         assert scores["bug"][f"test_{exercise.grade_id}"] <= exercise.points - lost
     assert scores["bug"]["test_quiz_flash_attention"] == full["test_quiz_flash_attention"]
-    # What in-kernel grading cannot prevent (the README says so): the cheat's two lines get full marks.
+    # What in-kernel grading cannot prevent (the nbgrader guide says so): the cheat's two lines get full marks.
     assert scores["cheat"] == full
 
 

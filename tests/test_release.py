@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from autograder import colab, release
 from autograder import notebook as submission
-from autograder import release
 from autograder.chapters import CHAPTERS
 from course import paths
 
@@ -59,16 +59,19 @@ def test_the_release_writes_each_grade_cells_points_from_its_exercises_checks():
         release.with_points(GRADE_CELL.replace("test_int8", "test_nothing").replace("{points}", "4"), "03_quantization")
 
 
-def test_the_release_writes_the_readme_chapter_table_and_keeps_topics_and_times():
+def test_the_release_writes_the_readme_chapter_table_and_keeps_its_topics():
     readme = (paths.ROOT / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| [03_quantization]"))
-    topic, said, time = row.split(" | ")[1:]
+    topic, said, badge = row.split(" | ")[1:]
     wrong = readme.replace(row, row.replace(said, "1 + 1 questions (1 + 1 points)"))
     assert wrong != readme and release.with_chapter_table(wrong, release.chapters()) == readme
+    unbadged = readme.replace(row, row.replace(badge, "- |"))
+    assert unbadged != readme and release.with_chapter_table(unbadged, release.chapters()) == readme
     # the quantization chapter: four answer cells, six quiz questions (data/quizzes/quantization.toml)
     cells = (paths.SOLUTIONS / "03_quantization.py").read_text().count('"solution": true')
     questions = (paths.DATA / "quizzes" / "quantization.toml").read_text().count("[[question]]")
-    assert said.startswith(f"{cells - 1} + {questions} questions (") and topic and time.endswith("|")
+    assert said.startswith(f"{cells - 1} + {questions} questions (") and topic
+    assert badge == f"[![Open in Colab]({colab.BADGE})]({colab.notebook_url('03_quantization')}) |"
     without = readme.replace(row + "\n", "")
     added = next(
         line
@@ -76,7 +79,7 @@ def test_the_release_writes_the_readme_chapter_table_and_keeps_topics_and_times(
         if line.startswith("| [03_quantization]")
     )
     link = "[03_quantization](notebooks/03_quantization.ipynb)"
-    assert added == f"| {link} | Quantization error and outliers | {said} | not measured yet |"
+    assert added == f"| {link} | Quantization error and outliers | {said} | {badge}"
 
 
 @pytest.mark.parametrize("chapter", chapter_names())

@@ -109,8 +109,10 @@ def test_an_old_python_is_refused_with_the_reason(setup, monkeypatch, tmp_path):
 
 
 def test_the_readme_names_each_systems_commands():
+    """The README's first screen names the set-up commands of each system; the learners' guide, how
+    to grade a notebook on each."""
     readme = (paths.ROOT / "README.md").read_text()
-    first_screen = readme[: readme.index("## What is in the course")]
+    first_screen = readme[: readme.index("## The chapters")]
     for command in (
         "make lab",
         "make test",
@@ -118,8 +120,10 @@ def test_the_readme_names_each_systems_commands():
         r"py -3.11 tools\setup_course.py test",
     ):
         assert command in first_screen, command
-    assert r".venv\Scripts\python.exe -m autograder grade" in readme
-    assert ".venv/bin/python -m autograder grade" in readme
+    learners = (paths.ROOT / "tools" / "site" / "guides" / "learners.md").read_text()
+    assert r".venv\Scripts\python.exe -m autograder grade" in learners
+    assert ".venv/bin/python -m autograder grade" in learners
+    assert "(tools/site/guides/learners.md)" in readme
 
 
 def test_a_hubs_learners_environment_is_the_learners_copy_installed_by_its_own_script(setup, monkeypatch, tmp_path):

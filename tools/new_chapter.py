@@ -3,7 +3,7 @@
 The template is a small chapter that works as written (one exercise with its checks, a figure, a
 two-question quiz, a planted mistake and the tests), for the author to replace with the chapter's
 own. It writes only the chapter's files, each named by its slug (the table below); `make release`
-then writes the grade cells' points, the student copy and the README's rows for it.
+then writes the grade cells' points, the student copy and its row in the README's chapter table.
 
 Not handled: a slug or a number that a chapter already has (refused), renaming a chapter.
 """
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in written:
         print(f"wrote {path.relative_to(ROOT)}")
-    print("next: `make release` writes its points, its student copy and its README rows; then make it your chapter")
+    print("next: `make release` writes its points, its student copy and its README row; then make it your chapter")
     return 0
 
 

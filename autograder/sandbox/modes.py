@@ -76,7 +76,7 @@ def describe(mode: str) -> str:
         "unprivileged": "a user of its own and limits, but no namespaces: the network and the course's files "
         "were reachable",
         "limits": "limits only: the network and the course's files were reachable (this system allows no "
-        "user namespaces; see the README)"
+        "user namespaces; see How grading stays fair in the instructors' guide)"
         + (
             f"; this system lacks {system.summary()}, so every call runs in the sandbox's one process"
             if not system.FORKS
