@@ -9,9 +9,11 @@
 #                   .venv, readable by every user, with nbgrader and jupyterhub-singleuser
 #   make lint       ruff: the linter and the formatter's check, as `make test` runs them
 #   make format     ruff: fix what can be fixed, then format the tree
-#   make release    rebuild the student notebooks in notebooks/ from solutions/
-#   make student-release   the learners' copy, for credit: dist/student/ and dist/student.zip (the
+#   make release    rebuild the learners' notebooks in notebooks/ from solutions/
+#   make learners-copy   the learners' copy, for credit: dist/learners-copy/ and its zip (the
 #                   notebooks, the package and reference numbers; no solutions, hidden checks or answers)
+#   make site       the course's site in dist/site/, built offline from the learners' copy: each chapter
+#                   executed blank as a page, the guides of tools/site/, search (tools/build_site.py)
 #   make chapter SLUG=pruning N=10   write a new chapter's files from tools/chapter_template/
 #   make autograde  grade every notebook under submissions/ into feedback/: gradebook, Canvas CSV,
 #                   HTML feedback, similar answers (ROSTER=canvas-export.csv names learners)
@@ -47,7 +49,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test hub-env hub-learners-env lint format release student-release chapter autograde reference bench gpu-check model clean
+.PHONY: lab test hub-env hub-learners-env lint format release learners-copy student-release site chapter autograde reference bench gpu-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	$(NEEDS_PYTHON)
@@ -83,8 +85,15 @@ format: $(BIN)/.installed-dev
 release: $(BIN)/.installed-dev
 	$(BIN)/python -m autograder.release
 
-student-release: $(BIN)/.installed-dev
+learners-copy: $(BIN)/.installed-dev
 	$(BIN)/python -m autograder.learners_copy
+
+student-release:
+	@echo "make student-release is now called make learners-copy (dist/learners-copy/): running that"
+	@$(MAKE) --no-print-directory learners-copy
+
+site: learners-copy
+	$(BIN)/python tools/build_site.py
 
 chapter: $(BIN)/.installed-base
 	@test -n "$(SLUG)" -a -n "$(N)" || { echo "usage: make chapter SLUG=pruning N=10"; exit 2; }

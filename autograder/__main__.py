@@ -1,8 +1,9 @@
 """Command line: ``python -m autograder grade NOTEBOOK [--json]``, ``grade-folder DIR --out DIR
 [--shard I/N]``, ``merge DIR`` (the shards' parts into the class's files), and for a course run
 with nbgrader ``nbgrader-source COURSE ASSIGNMENT CHAPTER...``, ``nbgrader COURSE ASSIGNMENT``
-(its submissions graded in the sandbox into nbgrader's gradebook) and, on JupyterHub,
-``hub-setup COURSE --course-id ID --exchange DIR --learners-env PREFIX`` (see :mod:`autograder.hub`)."""
+(its submissions graded in the sandbox into nbgrader's gradebook), on JupyterHub
+``hub-setup COURSE --course-id ID --exchange DIR --learners-env PREFIX`` (see :mod:`autograder.hub`), and ``doctor``
+(what this machine lets the sandbox do, and how to make it stronger)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     bridge.add_argument("course", type=Path, help="the nbgrader course directory")
     bridge.add_argument("assignment", help="the assignment's name in nbgrader, e.g. ps1")
     bridge.add_argument("--student", default="*", help="one student's id (default: every submission)")
+    sub.add_parser("doctor", help="what this machine lets the sandbox do, and the step that would make it stronger")
     hub = sub.add_parser("hub-setup", help="nbgrader's settings and file modes for a class on JupyterHub")
     hub.add_argument("course", type=Path, help="the nbgrader course directory (made mode 0700)")
     hub.add_argument("--course-id", required=True, help="nbgrader's course id, e.g. llm-efficiency")
@@ -121,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             return _nbgrader(args)
         if args.command == "hub-setup":
             return _hub_setup(args)
+        if args.command == "doctor":
+            from autograder.sandbox import doctor
+
+            return doctor.main()
         limits = _limits(args)
         if args.command == "grade":
             report = grade.grade(args.notebook, limits, args.seed)

@@ -225,22 +225,29 @@ def compare_tensors(
 def diagnose(
     got: torch.Tensor,
     expected: torch.Tensor,
-    mistakes: list[tuple[str, Callable[[], torch.Tensor]]],
+    mistakes: list[tuple[str, Callable[[], torch.Tensor]]] | Callable[[], list[tuple[str, torch.Tensor]]],
     what: str = "",
     **tolerances,
 ) -> Verdict:
     """Pass when ``got`` matches; otherwise the first known mistake it matches, or the difference
-    (prefixed by ``what``, the name of the compared value, when given). While the learners' copy's
-    release records (:mod:`course.withheld`), every mistake is computed, whatever ``got`` is. An answer of all zeros is
+    (prefixed by ``what``, the name of the compared value, when given). ``mistakes`` are pairs
+    (hint, a function making that mistake's output), or one function returning pairs (hint,
+    output): a chapter's ``MISTAKES.of_<exercise>``, one call across the line between the copies,
+    asked only for an answer that does not match. While the learners' copy's release records
+    (:mod:`course.withheld`), every mistake is computed, whatever ``got`` is. An answer of all zeros is
     told so first: with the mistake it matches when one gives zeros on this input too, else as
     the work never done or never returned."""
     if withheld.is_recording():  # every mistake, so that the learners' copy can name any of them
-        for _, make in mistakes:
+        for _, make in [] if callable(mistakes) else mistakes:
             with contextlib.suppress(ValueError, RuntimeError, ZeroDivisionError):
                 make()
+        if callable(mistakes):
+            mistakes()
     same, difference = compare_tensors(got, expected, **tolerances)
     if same:
         return Verdict(True)
+    if callable(mistakes):
+        mistakes = [(hint, lambda wrong=wrong: wrong) for hint, wrong in mistakes()]
     if what:
         difference = f"{what}: {difference}"
     matched = _matching_mistake(got, expected, mistakes, tolerances)

@@ -121,7 +121,7 @@ def grade(
     rng = np.random.default_rng(seed)
     probes = {c.id: c.probe(rng) for c in checks}
     outcome = run_in_sandbox(release, answers, checks, probes, limits or sandbox.Limits(), hide, report.messages)
-    report.isolation = outcome.isolation
+    report.isolation = sandbox.describe(outcome.isolation)  # the layers that applied, and what was not contained
     report.tests = judge(checks, probes, answers, outcome)
     return finish(report, started)
 

@@ -1,17 +1,24 @@
-"""The learners' copy: ``python -m autograder.learners_copy`` (``make student-release``) writes
-``dist/student/`` and ``dist/student.zip``, what an instructor gives learners for credit.
+"""The learners' copy: ``python -m autograder.learners_copy`` (``make learners-copy``) writes
+``dist/learners-copy/`` and ``dist/learners-copy.zip``, what an instructor gives learners for credit.
 
-It holds the student notebooks, the ``course`` package, the grader's modules that the check cells
-import, the data the chapters read and the install files. It holds no ``solutions/``, no hidden
-check and no reference implementation: every function marked ``@withheld`` (``course/withheld.py``)
-keeps only its docstring and a ``raise``, and answers from recordings made here, while every
-visible check runs on the solution, the blank copy and each planted mistake
-(``autograder/planted``). The chapters' checks modules lose their hidden checks and the code only
-those reach. :func:`answers_in` is the audit that the tests run on the result.
+It is a subset of the repository's files, each copied byte for byte, plus generated data: the
+learners' notebooks, the ``course`` package, the grader's modules that the check cells import, the
+data the chapters read and the install files. What only instructors may read is in files of its
+own that the copy leaves out whole (:data:`LEFT_OUT`): the chapters' sources, whose solution cells
+are the answers, and the quizzes' keys (``solutions/``), the hidden checks, the known mistakes, the
+course's answers beyond an exercise's signature. What stands in for them is data: the calls the
+shipped code makes across that line (``course/withheld.py``), recorded here while every visible
+check runs on the solution, the blank copy and each known wrong answer (``autograder/mistakes``) and
+while the instructor's notebooks run, and how many hidden checks each exercise has. The copy's quiz
+records each choice, and the grader gives the answers and why in its feedback. :func:`answers_in`
+and ``autograder.quiz.keys_in`` are the audits that the build and the tests run on the result.
+
+The chapters not converted yet to that line between files still have their sources edited here
+(``autograder/edited_sources.py``): every function marked ``@withheld`` keeps only its docstring
+and a ``raise``, and their checks modules lose their hidden checks and the code only those reach.
 
 The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
-answers. Not handled: the quizzes' answer keys, which ship (the quiz answers each click at once,
-so its key is one click from any learner anyway).
+answers (its quiz answers each click at once).
 """
 
 from __future__ import annotations
@@ -25,155 +32,24 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import colab, notebook
+from autograder.edited_sources import STILL_EDITED, is_withheld, learners_source
 from course import paths, withheld
 
-OUT = paths.ROOT / "dist" / "student"
-STUB = 'raise NotImplementedError("withheld from the learners\' copy: the recorded results answer its calls")'
+OUT = paths.ROOT / "dist" / "learners-copy"
 COPIED_DATA = ("models", "quizzes", "reference", "performance.json")
-LEFT_OUT = (
+LEFT_OUT = (  # what the copy leaves out whole, of the folders it copies (course/, autograder/)
+    "course/answers/",  # the course's answers beyond an exercise's signature (chapter 5's attention, batched)
     "course/kernels/flash_attention.py",  # chapter 5's answer in Triton; course.kernels falls back to torch
-    "course/benchmarks/",  # `make bench`'s, which times the references
+    "course/benchmarks/",  # `make bench`'s, which times the answers
+    "autograder/hidden/",  # the hidden checks
+    "autograder/mistakes/",  # the known mistakes: what they return, and wrong answers written out
+    "autograder/planted/",  # the older home of wrong answers, for the chapters not converted yet
 )
+GENERATED = ("README.md", "Makefile", "autograder/__main__.py")  # written here, not copied
 INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
-
-
-# --- the sources, with what learners must not read taken out -----------------------------------------
-
-
-def _is_withheld(node: ast.AST) -> bool:
-    decorators = getattr(node, "decorator_list", [])
-    return any(
-        (isinstance(d, ast.Name) and d.id == "withheld") or (isinstance(d, ast.Attribute) and d.attr == "withheld")
-        for d in decorators
-    )
-
-
-def _docstring_node(node) -> ast.AST | None:
-    first = node.body[0] if node.body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        return first
-    return None
-
-
-def _withhold(tree: ast.Module) -> list[tuple[int, int, str]]:
-    """Line edits (first, last, replacement) that leave each withheld function its docstring and a raise."""
-    edits = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_withheld(node):
-            edits.append(_stub(node))
-        elif isinstance(node, ast.ClassDef) and _is_withheld(node):
-            docstring = _docstring_node(node)
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    edits.append(_stub(item))
-                elif item is not docstring:
-                    edits.append((item.lineno, item.end_lineno, None))
-    return edits
-
-
-def _stub(node) -> tuple[int, int, str]:
-    """The edit that leaves the function ``node`` its signature, its docstring and a raise."""
-    docstring = _docstring_node(node)
-    first = docstring.end_lineno + 1 if docstring else node.body[0].lineno
-    return first, node.end_lineno, f"{' ' * node.body[0].col_offset}{STUB}\n"
-
-
-def _hidden_checks(tree: ast.Module) -> list:
-    """Line edits removing every ``Check(...)`` without ``visible=True`` from an ``Exercise(...)``'s
-    list, and telling the exercise how many were removed (``hidden_checks=N``); and its
-    ``requirements``, which name the hidden checks (and state what the prompt asks, formulas too)."""
-    edits = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Exercise"):
-            continue
-        # what the prompt requires, each with its checks, is the instructor's coverage table's
-        for keyword in node.keywords:
-            if keyword.arg == "requirements":
-                if keyword.col_offset != node.args[0].col_offset:  # ruff puts each argument on a line of its own
-                    raise ValueError(f"line {keyword.lineno}: requirements= must start a line of its own")
-                edits.append((keyword.lineno, keyword.end_lineno, None))
-        listed = next((a for a in node.args if isinstance(a, ast.List)), None)
-        if listed is None:
-            continue
-        hidden = [item for item in listed.elts if isinstance(item, ast.Call) and not _visible(item)]
-        for item in hidden:
-            edits.append((item.lineno, item.end_lineno, None))
-        if hidden:  # the keyword goes right after the list's comma (positional arguments never follow it)
-            edits.append(Insert(listed.end_lineno, listed.end_col_offset, f" hidden_checks={len(hidden)},"))
-    return edits
-
-
-def _visible(check: ast.Call) -> bool:
-    return any(
-        k.arg == "visible" and isinstance(k.value, ast.Constant) and k.value.value is True for k in check.keywords
-    )
-
-
-@dataclass(frozen=True)
-class Insert:
-    """``text`` to insert after the ``,`` that ends at ``column`` of line ``line`` (where an edit
-    given as a tuple (first, last, replacement or None) replaces whole lines)."""
-
-    line: int
-    column: int
-    text: str
-
-
-def _apply(source: str, edits: list) -> str:
-    lines = source.splitlines(keepends=True)
-    for edit in sorted(edits, key=lambda e: e.line if isinstance(e, Insert) else e[0], reverse=True):
-        if isinstance(edit, Insert):
-            line, column = lines[edit.line - 1], edit.column + 1
-            if line[column - 1 : column] != ",":
-                raise ValueError(f"cannot insert {edit.text!r} after line {edit.line}: {line!r}")
-            lines[edit.line - 1] = line[:column] + edit.text + line[column:]
-            continue
-        first, last, replacement = edit
-        lines[first - 1 : last] = [replacement] if replacement else []
-    return "".join(lines)
-
-
-def _unused_private(source: str) -> str:
-    """``source`` without its module-level private functions, classes and constants that nothing
-    else in it names, repeated until none is left (what only the hidden checks used)."""
-    while True:
-        tree = ast.parse(source)
-        named = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-        named += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
-        unused = []
-        for node in tree.body:
-            names = _binds(node)
-            if names and all(n.startswith("_") and named.count(n) == 0 for n in names):
-                unused.append(node)
-        if not unused:
-            return source
-        source = _apply(source, [(_first_line(n), n.end_lineno, None) for n in unused])
-
-
-def _first_line(node: ast.AST) -> int:
-    """Where a definition starts: its first decorator's line, or its own."""
-    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-
-
-def _binds(node: ast.AST) -> list[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
-        return [t.id for t in node.targets]
-    return []
-
-
-def learners_source(source: str, checks_module: bool) -> str:
-    """A module of the package as the learners' copy has it: withheld bodies taken out, and for a
-    chapter's checks module, its hidden checks and the code only they use."""
-    tree = ast.parse(source)
-    edits = _withhold(tree) + (_hidden_checks(tree) if checks_module else [])
-    result = _apply(source, edits)
-    return _unused_private(result) if checks_module else result
 
 
 # --- the recordings -------------------------------------------------------------------------------
@@ -184,23 +60,18 @@ def _namespaces(chapter: str) -> dict[str, tuple[dict, set | None]]:
     all): the solution and the blank copy, all of them; each planted mistake, its own exercise and
     those that call it (the others are the solution's, already recorded)."""
     from autograder import release
-    from autograder.planted import planted
+    from autograder.chapters import exercises as chapter_exercises
+    from autograder.mistakes import wrong_answers
 
     released = notebook.released(chapter)
-    exercises = _exercises(chapter)
+    exercises = chapter_exercises(chapter)
     solution = notebook.answers(release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py"), exercises, released)
     blank = notebook.answers(released, exercises, released)
     found = {"solution": (dict(solution.sources), None), "blank": (dict(blank.sources), None)}
-    for name, mistake in planted(paths.slug(chapter)).items():
+    for name, mistake in wrong_answers(paths.slug(chapter)).items():
         answers = {**solution.sources, mistake.grade_id: mistake.source}
         found[f"planted/{name}"] = (answers, {mistake.grade_id, *mistake.calls_it})
     return found
-
-
-def _exercises(chapter: str):
-    from autograder.chapters import CHAPTERS
-
-    return CHAPTERS[chapter]
 
 
 def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None = None) -> None:
@@ -208,12 +79,13 @@ def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None =
     setup cells, then each answer cell and its exercise's checks (of the exercises ``only``, when
     given). What a check cell raises (its failures) is the check cell's."""
     from autograder import selfcheck
+    from autograder.chapters import exercises
 
     namespace: dict = {"__name__": "__main__"}
     for setup in notebook.setup_sources(notebook.released(chapter)):
         exec(setup, namespace)
     with contextlib.redirect_stdout(io.StringIO()):
-        for exercise in _exercises(chapter):
+        for exercise in exercises(chapter):
             if exercise.grade_id in answers:
                 with contextlib.suppress(Exception):  # a broken answer cell, as a kernel runs on after one
                     exec(compile(answers[exercise.grade_id], f"<{exercise.grade_id}>", "exec"), namespace)
@@ -331,7 +203,13 @@ def _modules_the_checks_import() -> list[str]:
         "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] == 'autograder')))"
     )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=paths.ROOT)
-    return [m for m in found.stdout.split() if m != "autograder.planted" and not m.startswith("autograder.planted.")]
+    return [m for m in found.stdout.split() if not left_out(_module_file(m))]
+
+
+def left_out(path: Path) -> bool:
+    """Whether the copy leaves ``path`` out (:data:`LEFT_OUT`: a file named there, or in a folder named there)."""
+    name = _posix(path)
+    return any(name == entry or name.startswith(entry) and entry.endswith("/") for entry in LEFT_OUT)
 
 
 def _posix(path: Path) -> str:
@@ -366,11 +244,11 @@ def build(
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for path in sorted((paths.ROOT / "course").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and not _posix(path).startswith(LEFT_OUT):
-            _write(out / path.relative_to(paths.ROOT), path, checks_module=False)
+        if path.is_file() and "__pycache__" not in path.parts and not left_out(path):
+            _write(out / path.relative_to(paths.ROOT), path)
     for module in _modules_the_checks_import():
         path = _module_file(module)
-        _write(out / path.relative_to(paths.ROOT), path, checks_module=module.startswith("autograder.chapters."))
+        _write(out / path.relative_to(paths.ROOT), path)
     for name in COPIED_DATA:
         source = paths.DATA / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, out / "data" / name)
@@ -378,6 +256,9 @@ def build(
         numbers = json.loads(path.read_text(encoding="utf-8"))
         path.write_text(json.dumps({name: {**entry, "how": ""} for name, entry in numbers.items()}, indent=1) + "\n")
     withheld.write(recordings, out / withheld.RECORDINGS.relative_to(paths.ROOT) / "checks.json.gz")
+    (out / withheld.HIDDEN_CHECKS.relative_to(paths.ROOT)).write_text(
+        json.dumps(_hidden_check_counts(), indent=1) + "\n"
+    )
     _notebooks(out / "notebooks", chapters)
     for name in INSTALL_FILES:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
@@ -404,12 +285,24 @@ def _notebooks(out: Path, chapters: list[str]) -> None:
         (out / f"{chapter}.ipynb").write_text(json.dumps(copy, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _write(target: Path, source: Path, checks_module: bool) -> None:
+def _write(target: Path, source: Path) -> None:
+    """Copy ``source`` to ``target`` byte for byte, or, for a file of :data:`STILL_EDITED`, as
+    :func:`learners_source` edits it."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    if source.suffix == ".py":
+    if _posix(source) in STILL_EDITED:  # a chapter not converted yet
+        checks_module = _posix(source).startswith("autograder/chapters/")
         target.write_text(learners_source(source.read_text(encoding="utf-8"), checks_module), encoding="utf-8")
     else:
-        shutil.copy(source, target)
+        shutil.copyfile(source, target)
+
+
+def _hidden_check_counts() -> dict[str, int]:
+    """How many hidden checks each exercise has, for the chapters whose hidden checks are a module
+    of their own (``autograder/hidden/<slug>.py``): grade_id -> count."""
+    from autograder.chapters import CHAPTERS, hidden_module
+
+    modules = [hidden_module(paths.slug(chapter)) for chapter in CHAPTERS]
+    return {grade_id: len(checks) for module in modules if module for grade_id, checks in module.HIDDEN.items()}
 
 
 def _zip(out: Path) -> Path:
@@ -431,7 +324,7 @@ def graded_names() -> set[str]:
 
 
 def _only_docstring_and_raise(node) -> bool:
-    body = [n for n in node.body if n is not _docstring_node(node)]
+    body = node.body[1:] if ast.get_docstring(node, clean=False) is not None else node.body
     if isinstance(node, ast.ClassDef):
         return all(
             isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _only_docstring_and_raise(n) for n in body
@@ -449,7 +342,7 @@ def answers_in(folder: Path) -> list[str]:
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            if (node.name in names or _is_withheld(node)) and not _only_docstring_and_raise(node):
+            if (node.name in names or is_withheld(node)) and not _only_docstring_and_raise(node):
                 found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno} {node.name}")
     return found
 
@@ -544,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     build(args.out)
-    found = answers_in(args.out)
+    from autograder import quiz
+
+    found = answers_in(args.out) + quiz.keys_in(args.out)
     similar, short = similar_code_in(args.out)
     found += similar
     print(f"{len(short)} exercises too short to compare with the copy's code: {', '.join(short)}")

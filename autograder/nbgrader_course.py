@@ -36,7 +36,6 @@ from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde
 from nbgrader.preprocessors import (
-    ClearHiddenTests,
     Execute,
     NbGraderPreprocessor,
     OverwriteCells,
@@ -47,6 +46,7 @@ from traitlets.config import Config
 
 from autograder import grade, release, sandbox, shards
 from autograder.chapters import CHAPTERS
+from autograder.notebook import without_hidden_tests
 
 CONFIG = Path(__file__).with_name("nbgrader_config.py")  # the course's settings for stock nbgrader
 TEMPLATES = Path(__file__).with_name("templates")  # the feedback page's template (offline: no MathJax)
@@ -199,13 +199,6 @@ class HiddenTestsRestored(OverwriteCells):
             if without_hidden_tests(source) == self._submitted:
                 return
         super().report_change(name, attr, old, new)
-
-
-def without_hidden_tests(source: str) -> str:
-    """``source`` with its hidden-test region removed, as nbgrader's release removes it."""
-    cell = nbformat.v4.new_code_cell(source)
-    ClearHiddenTests()._remove_hidden_test_region(cell)
-    return cell.source
 
 
 class LearnerFeedback(NbGraderPreprocessor):

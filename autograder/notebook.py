@@ -213,7 +213,7 @@ def release_cells(release: dict) -> ReleaseCells:
 def without_checks(source: str) -> str:
     """A cell without its calls of the grader's ``check`` and its imports of the grader (which
     grading has no use for, and could not import), and without a hidden-tests region."""
-    return CHECK_LINE.sub("", _without_hidden_tests(source))
+    return CHECK_LINE.sub("", without_hidden_tests(source))
 
 
 def is_learners_own(cell: dict, release: ReleaseCells) -> bool:
@@ -351,9 +351,24 @@ def _format_findings(notebook: dict) -> list[str]:
     return notes
 
 
-def _without_hidden_tests(source: str) -> str:
-    """A test cell as the student copy has it: the instructor's hidden-test region dropped."""
-    return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", source, flags=re.S).strip()
+HIDDEN_TESTS = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")  # nbgrader's delimiters of a check cell's region
+
+
+def without_hidden_tests(source: str) -> str:
+    """A check cell as the learners' notebooks have it: every line from one holding ``### BEGIN
+    HIDDEN TESTS`` to one holding ``### END HIDDEN TESTS`` dropped, line for line as nbgrader's
+    release (``ClearHiddenTests``) drops it: the one removal of hidden tests, which the grader and
+    the nbgrader glue (``nbgrader_course``) both use. An unclosed region is dropped to the end."""
+    begin, end = HIDDEN_TESTS
+    kept, hidden = [], False
+    for line in source.split("\n"):
+        if begin in line:
+            hidden = True
+        elif end in line:
+            hidden = False
+        elif not hidden:
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def _locked_cell_findings(notebook: dict, release: dict) -> list[str]:
@@ -373,6 +388,6 @@ def _locked_cell_findings(notebook: dict, release: dict) -> list[str]:
         if grade_id not in submitted:
             if submitted:  # metadata present elsewhere, so this cell really went missing
                 notes.append(f"{kind} {grade_id} was deleted (grading uses the original)")
-        elif _without_hidden_tests(submitted[grade_id]) != _without_hidden_tests(_source(cell)):
+        elif without_hidden_tests(submitted[grade_id]).strip() != without_hidden_tests(_source(cell)).strip():
             notes.append(f"{kind} {grade_id} was edited (grading uses the original)")
     return notes

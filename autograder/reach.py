@@ -157,7 +157,9 @@ def problem(exercise: Exercise, chapter: str, namespace: dict) -> str:
     history = namespace.get("In") if isinstance(namespace.get("In"), list) else None
     if history is not None and (stopped := _defining_cell_problem(exercise, history)):
         return stopped
-    answer_names = {name for e in _exercises(chapter) for name in e.defines}
+    from autograder.chapters import exercises
+
+    answer_names = {name for e in exercises(chapter) for name in e.defines}
     stack = [(name, namespace.get(name, _MISSING)) for name in exercise.defines]
     seen: set[int] = set()
     while stack:
@@ -194,9 +196,3 @@ def problem(exercise: Exercise, chapter: str, namespace: dict) -> str:
                 if _functions(value, namespace):
                     stack.append((name, value))
     return ""
-
-
-def _exercises(chapter: str) -> list[Exercise]:
-    from autograder.chapters import CHAPTERS
-
-    return CHAPTERS.get(chapter, [])

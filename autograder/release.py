@@ -111,9 +111,9 @@ README_HEADER = "| chapter | topic | exercises + quiz | Colab |"
 
 
 def _exercises(chapter: str) -> list[Exercise]:
-    from autograder.chapters import CHAPTERS  # imports every chapter's checks: only when points are needed
+    from autograder.chapters import exercises  # imports every chapter's checks: only when points are needed
 
-    return CHAPTERS[chapter]
+    return exercises(chapter)
 
 
 def with_points(text: str, chapter: str) -> str:
@@ -139,7 +139,8 @@ def chapter_counts(exercises: list[Exercise]) -> str:
     quiz = [e for e in exercises if e.grade_id.startswith("quiz_")]
     graded = [e for e in exercises if e not in quiz]
     points, quiz_points = sum(e.points for e in graded), sum(e.points for e in quiz)
-    return f"{len(graded)} + {sum(len(e.checks) for e in quiz)} questions ({points:g} + {quiz_points:g} points)"
+    questions = sum(1 for e in quiz for c in e.checks if c.points)  # a point a question; its answered check has none
+    return f"{len(graded)} + {questions} questions ({points:g} + {quiz_points:g} points)"
 
 
 def _title(source: Path) -> str:

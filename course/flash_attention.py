@@ -2,6 +2,13 @@
 (on a GPU) a Triton kernel with the same signature (``course.kernels``, which also picks the
 fastest of them). Plus FlashAttention's IO model.
 
+The chapter's exercises (``online_softmax_update``, ``blockwise_attention``) are the learner's:
+what here needs one takes it as a parameter (:func:`online_softmax_trace`), and a notebook cell
+passes the learner's function once written, the course's answer before that (:func:`yours`). The
+course's own blockwise attention over batches of heads, causal or not, is chapter 5's answer
+generalised: :func:`batched_blockwise_attention` calls it across the line between the copies
+(``course/answers/flash_attention.py``, recorded in the learners' copy).
+
 The online softmax keeps, for each query, a running maximum ``m_i``, a running normaliser
 ``l_i`` and a running output ``o``; when a block of keys brings a larger maximum, what was
 accumulated so far is rescaled by exp(m_old - m_new). A worked example with two blocks of one
@@ -20,8 +27,11 @@ import math
 
 import torch
 
+from course import withheld
 from course.model import attention_reference, causal_mask
-from course.withheld import withheld
+
+CHAPTER = "05_flash_attention"
+COURSE = withheld.module("course.answers.flash_attention")
 
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int | None = None) -> None:
@@ -51,52 +61,48 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return attention_reference(q, k, v, mask)  # (..., N_q, D)
 
 
-@withheld
-def online_softmax_update(
-    m: torch.Tensor, l: torch.Tensor, o: torch.Tensor, scores: torch.Tensor, v: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fold one block of keys into the running state.
-
-    ``m, l``: (..., N_q, 1) running maximum and normaliser; ``o``: (..., N_q, D) running (not yet
-    normalised) output; ``scores``: (..., N_q, block) this block's scaled scores (``-inf`` where
-    masked); ``v``: (..., block, D) this block's values.
-    """
-    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-    # a row with nothing seen yet has m = m_new = -inf; its correction is irrelevant (l = o = 0)
-    correction = torch.exp(torch.where(torch.isinf(m_new), torch.zeros_like(m), m - m_new))
-    p = torch.exp(scores - torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new))  # (..., N_q, block)
-    return m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v
-
-
-@withheld
-def blockwise_attention(
+def batched_blockwise_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False
 ) -> torch.Tensor:
-    """Exact softmax attention computed ``block`` keys at a time, never forming the score matrix."""
+    """Exact softmax attention over (..., N, D) queries, keys and values, ``block`` keys at a time,
+    causal or not: the course's (``course/answers/flash_attention.py``; its recorded calls, in the
+    learners' copy). The Triton kernel has its signature."""
     check_shapes(q, k, v, block)
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    scale = 1 / math.sqrt(q.shape[-1])
-    m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)  # (..., N_q, 1)
-    l = torch.zeros_like(m)
-    o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)  # (..., N_q, D)
-    for start in range(0, n_k, block):
-        scores = q @ k[..., start : start + block, :].transpose(-2, -1) * scale  # (..., N_q, b)
-        if causal:
-            visible = causal_mask(n_q, n_k, q.device, start, min(start + block, n_k))  # (N_q, b)
-            scores = scores.masked_fill(~visible, float("-inf"))
-        m, l, o = online_softmax_update(m, l, o, scores, v[..., start : start + block, :])
-    return o / l
+    return COURSE.blockwise_attention(q, k, v, block, causal)
 
 
-def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block: int) -> list[dict]:
-    """The running state of one query after each block: a list of {m, l, o, seen} (``o`` not normalised)."""
-    m, l = torch.tensor([[float("-inf")]]), torch.zeros(1, 1)
-    o = torch.zeros(1, values.shape[-1])
+def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block: int, online_softmax_update) -> list[dict]:
+    """The running state of one query after each block, folded in by ``online_softmax_update`` (the
+    chapter's exercise): a list of {m, l, o, seen} (``o`` not normalised)."""
+    m, l = torch.tensor([[float("-inf")]], dtype=scores.dtype), torch.zeros(1, 1, dtype=scores.dtype)
+    o = torch.zeros(1, values.shape[-1], dtype=values.dtype)
     states = []
     for start in range(0, len(scores), block):
         m, l, o = online_softmax_update(m, l, o, scores[None, start : start + block], values[start : start + block])
         states.append({"m": m.item(), "l": l.item(), "o": o[0].clone(), "seen": min(start + block, len(scores))})
     return states
+
+
+TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it is written yet
+    "online_softmax_update": (
+        torch.full((1, 1), float("-inf")),
+        torch.zeros(1, 1),
+        torch.zeros(1, 2),
+        torch.zeros(1, 3),
+        torch.zeros(3, 2),
+    ),
+}
+
+
+def yours(namespace: dict, name: str, what: str):
+    """The notebook's own ``name`` (``online_softmax_update``) once written, the course's answer before
+    that, with the line saying whose numbers ``what`` shows (:func:`course.withheld.yours_or_course`)."""
+    return withheld.yours_or_course(namespace, CHAPTER, name, TRIED_ON[name], what)
+
+
+def course_answer(name: str):
+    """The course's answer to the chapter's exercise ``name``: its solution cell (recorded, in the learners' copy)."""
+    return getattr(withheld.answers(CHAPTER), name)
 
 
 # --- FlashAttention's IO model ------------------------------------------------------------------

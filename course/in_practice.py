@@ -438,12 +438,12 @@ def _check_mask(attention_mask) -> None:
 
 def blockwise_attention_function(block: int):
     """A transformers attention function that computes causal attention with the course's
-    :func:`course.flash_attention.blockwise_attention`, ``block`` keys at a time."""
+    :func:`course.flash_attention.batched_blockwise_attention`, ``block`` keys at a time."""
 
     def course_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         _check_mask(attention_mask)
         n_rep = query.shape[1] // key.shape[1]
-        out = flash_attention.blockwise_attention(
+        out = flash_attention.batched_blockwise_attention(
             query, repeat_kv(key, n_rep), repeat_kv(value, n_rep), block, causal=True
         )
         return out.transpose(1, 2).contiguous(), None  # (B, T, H, D), as transformers expects
@@ -595,7 +595,7 @@ def blockwise_differences(ids: torch.Tensor, layer: int, blocks: list[int]) -> l
     k_all, v_all = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, T, D)
     fused = torch.nn.functional.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)
     return [
-        (flash_attention.blockwise_attention(q, k_all, v_all, block, causal=True) - fused).abs().max().item()
+        (flash_attention.batched_blockwise_attention(q, k_all, v_all, block, causal=True) - fused).abs().max().item()
         for block in blocks
     ]
 

@@ -1,8 +1,14 @@
-"""The KV cache: its size, one cached attention step, and paged against contiguous allocation.
+"""The KV cache: its size for published models, paged against contiguous allocation, and generation
+with and without it, measured.
 
 Bytes per token = 2 (keys and values) x layers x kv heads x head dim x bytes per element. A worked
 example: a 7B model with 32 layers of 32 heads of 128 in fp16 keeps 2 * 32 * 32 * 128 * 2 =
 524,288 bytes (0.5 MiB) per token, so 32k tokens take 17.2 GB, more than its 13.5 GB of weights.
+
+The chapter's exercises (``kv_cache_bytes``, ``attention_step``, ``pages_needed``) are the
+learner's: what here needs one takes it as a parameter, and a notebook cell passes the learner's
+function once written, the course's answer before that (:func:`yours`, the chapter's solution
+cells through ``course.withheld``).
 
 The paging simulation is a model of a server's cache memory, not a server: one decode step per
 tick, requests admitted first come first served, a preempted request starts over. Not handled:
@@ -21,10 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from course import prefill_decode, readings
+from course import prefill_decode, readings, withheld
 from course.device import synchronize
-from course.model import attention_reference
-from course.withheld import withheld
+
+CHAPTER = "04_kv_cache"
 
 
 @dataclass(frozen=True)
@@ -54,41 +60,26 @@ PUBLISHED = {
 }
 
 
-@withheld
-def kv_cache_bytes(
-    n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1, bytes_per_element: float = 2
-) -> int:
-    """Bytes of keys and values cached for ``batch`` sequences of ``seq_len`` tokens."""
-    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
-        raise ValueError(f"seq_len must be a whole number >= 0, got {seq_len!r}")
-    if not bytes_per_element > 0:
-        raise ValueError(f"bytes_per_element must be positive, got {bytes_per_element!r}")
-    return int(2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element)
-
-
 def cache_bytes(
-    arch: Architecture, seq_len: int, batch: int = 1, bytes_per_element: float = 2, kv_cache_bytes=None
+    arch: Architecture, seq_len: int, batch: int = 1, bytes_per_element: float = 2, *, kv_cache_bytes
 ) -> int:
-    """:func:`kv_cache_bytes` of ``arch``'s cache (or the ``kv_cache_bytes`` given: a notebook's own)."""
-    size = kv_cache_bytes or globals()["kv_cache_bytes"]
-    return size(arch.n_layers, arch.n_kv_heads, arch.head_dim, seq_len, batch, bytes_per_element)
+    """The cache of ``arch`` for ``batch`` sequences of ``seq_len`` tokens, sized by ``kv_cache_bytes``
+    (the chapter's exercise: a notebook's own, or the course's answer)."""
+    return kv_cache_bytes(arch.n_layers, arch.n_kv_heads, arch.head_dim, seq_len, batch, bytes_per_element)
 
 
 def crossover_tokens(
-    arch: Architecture, batch: int = 1, bytes_per_element: float = 2, weight_bits: int = 16, kv_cache_bytes=None
+    arch: Architecture, batch: int = 1, bytes_per_element: float = 2, weight_bits: int = 16, *, kv_cache_bytes
 ) -> int:
     """Total cached tokens (all sequences of the batch) at which the cache outweighs the weights."""
-    per_token = cache_bytes(arch, 1, 1, bytes_per_element, kv_cache_bytes)
+    per_token = cache_bytes(arch, 1, 1, bytes_per_element, kv_cache_bytes=kv_cache_bytes)
     return math.ceil(prefill_decode.weight_bytes(arch.params, weight_bits) / per_token / batch)
 
 
-def published_rows(kv_cache_bytes=None) -> list[dict]:
+def published_rows(kv_cache_bytes) -> list[dict]:
     """Each published model of :data:`PUBLISHED` in fp16: its kind, cache bytes per token and at 32k
     tokens, fp16 weight bytes, and the tokens at which the cache outweighs the weights, sized by
-    :func:`kv_cache_bytes` (or the ``kv_cache_bytes`` given)."""
+    ``kv_cache_bytes``."""
     return [
         {
             "name": name,
@@ -102,13 +93,13 @@ def published_rows(kv_cache_bytes=None) -> list[dict]:
     ]
 
 
-def head_sharing_sizes(config, tokens: int = 512, bytes_per_element: float = 4, kv_cache_bytes=None) -> dict:
+def head_sharing_sizes(config, tokens: int = 512, bytes_per_element: float = 4, *, kv_cache_bytes) -> dict:
     """The cache of ``tokens`` tokens of a model of ``config`` (a ``course.model.ModelConfig``) with as
-    many key-value heads as query heads (MHA), as trained (GQA) and one (MQA): name -> (kv heads, bytes)."""
-    size = kv_cache_bytes or globals()["kv_cache_bytes"]
+    many key-value heads as query heads (MHA), as trained (GQA) and one (MQA), sized by
+    ``kv_cache_bytes``: name -> (kv heads, bytes)."""
     shared = (("MHA", config.n_heads), ("GQA (as trained)", config.n_kv_heads), ("MQA", 1))
     return {
-        name: (heads, size(config.n_layers, heads, config.head_dim, tokens, 1, bytes_per_element))
+        name: (heads, kv_cache_bytes(config.n_layers, heads, config.head_dim, tokens, 1, bytes_per_element))
         for name, heads in shared
     }
 
@@ -120,45 +111,15 @@ TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it
 
 
 def yours(namespace: dict, name: str, what: str):
-    """The notebook's own ``name`` (``kv_cache_bytes`` or ``pages_needed``) once written, None before
-    that, with the line saying whose numbers ``what`` shows (:func:`course.withheld.yours`)."""
-    from course import withheld
-
-    return withheld.yours(namespace, TRIED_ON, [name], what).get(name)
-
-
-def chapter_recordings() -> None:
-    """Call the course's functions as chapter 4's cells call them before the learner's are written,
-    so that the learners' copy records them (the instructor's notebook, whose functions are
-    written, calls the learner's instead)."""
-    from course import checkpoints
-    from course.model import ModelConfig
-
-    published_rows()
-    head_sharing_sizes(ModelConfig(**checkpoints.card("target")["config"]))
+    """The notebook's own ``name`` (``kv_cache_bytes`` or ``pages_needed``) once written, the course's
+    answer before that, with the line saying whose numbers ``what`` shows
+    (:func:`course.withheld.yours_or_course`)."""
+    return withheld.yours_or_course(namespace, CHAPTER, name, TRIED_ON[name], what)
 
 
-@withheld
-def attention_step(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One decoding step of single-head attention with a cache.
-
-    ``q, k, v``: (D,) for the new token; ``cache_k, cache_v``: (t, D) for the t tokens before it.
-    Appends k and v, attends from q to all t + 1 positions (itself included, as causal attention
-    does), and returns (output (D,), cache_k (t + 1, D), cache_v (t + 1, D)).
-    """
-    cache_k = torch.cat([cache_k, k[None]], dim=0)  # (t + 1, D)
-    cache_v = torch.cat([cache_v, v[None]], dim=0)
-    return attention_reference(q[None], cache_k, cache_v)[0], cache_k, cache_v
-
-
-@withheld
-def pages_needed(lengths, page_size: int) -> int:
-    """Pages of ``page_size`` tokens that sequences of ``lengths`` tokens occupy: each its own."""
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-        raise ValueError(f"page_size must be a positive whole number, got {page_size!r}")
-    return sum(math.ceil(n / page_size) for n in lengths)
+def course_answer(name: str):
+    """The course's answer to the chapter's exercise ``name``: its solution cell (recorded, in the learners' copy)."""
+    return getattr(withheld.answers(CHAPTER), name)
 
 
 # --- a server's cache memory under a request trace -------------------------------------------
@@ -185,20 +146,10 @@ def request_trace(n: int = 200, max_len: int = 2048, seed: int = 0) -> list[Cach
     return requests
 
 
-@withheld
-def pages_each(lengths: list[int], page_size: int) -> list[int]:
-    """:func:`pages_needed` of each of ``lengths`` on its own: one call for a whole trace's admissions."""
-    return [pages_needed([n], page_size) for n in lengths]
-
-
-def admission_pages(trace: list[CacheRequest], page_size: int, pages_needed=None) -> dict[int, int]:
+def admission_pages(trace: list[CacheRequest], page_size: int, pages_needed) -> dict[int, int]:
     """The pages a request of ``trace`` reserves when admitted (its prompt and its first new token), by
-    that length: what :func:`simulate_allocation` asks of :func:`pages_needed` (or the ``pages_needed``
-    given: a notebook's own), asked once."""
-    lengths = sorted({r.prompt + 1 for r in trace})
-    if pages_needed is None:
-        return dict(zip(lengths, pages_each(lengths, page_size), strict=True))
-    return {n: pages_needed([n], page_size) for n in lengths}
+    that length, counted by ``pages_needed`` (the chapter's exercise), asked once a length."""
+    return {n: pages_needed([n], page_size) for n in sorted({r.prompt + 1 for r in trace})}
 
 
 @dataclass
@@ -219,10 +170,12 @@ def simulate_allocation(
     paging did, since the output length is unknown in advance. Otherwise memory is handed out in
     pages of ``page_size`` tokens as a sequence grows; when a page is needed and none is free, the
     newest running request is preempted (its pages freed, it starts over later). A request's pages
-    at admission come from :func:`pages_needed`, or the ``pages_needed`` given (a notebook's own).
+    at admission are counted by ``pages_needed`` (the chapter's exercise), which paging needs.
     """
     if page_size is not None and (page_size < 1 or capacity_tokens < page_size):
         raise ValueError(f"page_size must be between 1 and the capacity ({capacity_tokens}), got {page_size}")
+    if page_size is not None and pages_needed is None:
+        raise ValueError("paged allocation counts pages with pages_needed: pass it (yours, or the course's)")
     if any(r.length > max_len for r in trace):
         raise ValueError(f"a request is longer than max_len {max_len}")
     if capacity_tokens < max_len:

@@ -429,7 +429,9 @@ def gptq_quantize(
     fire) are set to zero. U is the upper Cholesky factor of H^-1; after column j is rounded to q_j,
     the rest of its row moves by -(w_j - q_j) / U[j, j] * U[j, j+1:]. Each group's scale is taken
     from the error-updated weights when the sweep reaches the group (the paper's way; per row: from
-    the original weights). An identity Hessian gives round-to-nearest's codes.
+    the original weights; the reference code, IST-DASLab/gptq, reads a group's scale before the
+    updates of the earlier columns of its 128-column block, which moves a few codes at groups of 32
+    and the course model's output error by under 1%). An identity Hessian gives round-to-nearest's codes.
 
     The keyword-only arguments each change one step to a mistake chapter 3's grader names (its
     defaults are GPTQ): ``factor`` "inverse" spreads the error with rows of H^-1 itself and

@@ -1,21 +1,35 @@
-"""Code withheld from the learners' copy, and the results that stand in for it there.
+"""The line between the instructor's copy and the learners' copy, and what stands in for the
+instructor's side in the learners' copy.
 
-A function marked ``@withheld`` computes an exercise's answer, or a known mistake's output, from a
-check's inputs: the course's reference implementations and the checks' mistake variants. In the
-instructor's copy (this repository) it runs as written; while :func:`recording` is on, each
-outermost call of a withheld function is kept with its arguments and result. The instructor's
-copy records them while it writes the learners' copy, running every visible check on the
-solution, the blank answers and known mistakes, and puts the recordings in the learners' copy,
-whose withheld functions keep only their docstring and a ``raise``: there the decorator answers a
-call from the recordings instead.
+What only instructors may read lives in files of its own, which the learners' copy leaves out
+whole (``autograder/learners_copy.py``'s ``LEFT_OUT``): the chapters' sources, whose solution
+cells are the exercises' answers, and instructor-only modules (hidden checks, known mistakes, the
+course's answers beyond an exercise's signature). Shipped code reaches them only through this
+module:
+
+- :func:`answers` ``("04_kv_cache")``: the chapter's answers, the solution cells of
+  ``solutions/04_kv_cache.py`` run as grading runs a learner's (the grader-setup cells, then the
+  answer cells in notebook order, in one namespace);
+- :func:`module` ``("autograder.mistakes.kv_cache")``: an instructor-only module;
+- :func:`yours_or_course`: a notebook's own function once written, else the chapter's answer.
+
+Each returns a :class:`Withheld` namespace. In the instructor's copy its functions are the real
+ones; while :func:`recording` is on, each outermost call is kept with its arguments and result.
+The instructor's copy records them while it writes the learners' copy, running every visible check
+on the solution, the blank answers and the known wrong answers, and the instructor's notebooks
+(``learners_copy.record``). In the learners' copy, which has neither the sources nor the modules,
+the namespace answers from those recordings: nothing there is rewritten source, only data.
 
 A call is answered when a recording has the same function and arguments of the same structure:
 numbers, strings and tensor shapes and dtypes equal, tensor values within ``RTOL`` (the same inputs
 computed on another machine's BLAS can differ in the last bits). A call no recording answers
 raises :class:`NotRecorded`, which says that the instructor's grader judges it.
 
-Not handled: arguments that are not plain data (modules, generators, learners' functions); a
-withheld function called with them is answered by none of its recordings.
+Not handled: arguments that are not plain data (modules, generators, learners' functions), which
+no recording answers; classes, which cannot be answered from recordings (a chapter records the
+course's function that uses its class instead). The ``@withheld`` decorator is the older way,
+kept for the chapters not yet converted (``autograder/edited_sources.py``): their learners' copy
+keeps only a marked function's docstring and a ``raise``, and the decorator replays its calls.
 """
 
 from __future__ import annotations
@@ -23,7 +37,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
+import importlib
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +48,7 @@ import torch
 from course import paths, wire
 
 RECORDINGS = paths.REFERENCE / "withheld"  # one <name>.json.gz per recorded run, in the learners' copy only
+HIDDEN_CHECKS = RECORDINGS / "hidden_checks.json"  # grade_id -> hidden checks left out, in the learners' copy only
 LEARNERS_COPY = RECORDINGS.is_dir()  # only the learners' copy has recordings; there the bodies are withheld
 RTOL = 1e-6
 
@@ -59,21 +76,27 @@ def withheld(function: Callable) -> Callable:
 
     @functools.wraps(function)
     def call(*args, **kwargs):
-        global _depth
         if LEARNERS_COPY:
             return replay(name, args, kwargs)
-        _depth += 1
-        try:
-            result = function(*args, **kwargs)
-        finally:
-            _depth -= 1
-        if _recording is not None and _depth == 0:
-            inputs = [wire.encode(args), wire.encode(kwargs)]
-            if not _opaque(inputs):  # a call with an object no replay can match (a generator) is dead weight
-                _recording.setdefault(name, []).append([*inputs, wire.encode(result)])
-        return result
+        return _recorded_call(name, function, args, kwargs)
 
     return call
+
+
+def _recorded_call(name: str, function: Callable, args: tuple, kwargs: dict):
+    """``function(*args, **kwargs)``, kept under ``name`` while recording when no other recorded call
+    is running (only the outermost is kept: what the learners' copy replays)."""
+    global _depth
+    _depth += 1
+    try:
+        result = function(*args, **kwargs)
+    finally:
+        _depth -= 1
+    if _recording is not None and _depth == 0:
+        inputs = [wire.encode(args), wire.encode(kwargs)]
+        if not _opaque(inputs):  # a call with an object no replay can match (a generator) is dead weight
+            _recording.setdefault(name, []).append([*inputs, wire.encode(result)])
+    return result
 
 
 def _opaque(encoded) -> bool:
@@ -87,6 +110,162 @@ def _opaque(encoded) -> bool:
     if isinstance(encoded.get("tuple", encoded.get("list")), list):
         return _opaque(encoded.get("tuple", encoded.get("list")))
     return "object" in encoded
+
+
+# --- the line between the copies -------------------------------------------------------------------
+
+
+class Withheld:
+    """A namespace of functions from the instructor's side of the line: ``label`` names it (the
+    recordings' keys are ``<label>.<name>``), ``load()`` returns its functions by name, or None
+    where they are not here (the learners' copy), and then each name answers from the recordings."""
+
+    def __init__(self, label: str, load: Callable[[], dict | None]):
+        self._label, self._load, self._found = label, load, ...
+
+    def __repr__(self) -> str:
+        return f"<withheld {self._label}>"
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self._found is ...:
+            self._found = self._load()
+        key = f"{self._label}.{name}"
+        if self._found is None:
+            value = _replayed(key)
+        elif name not in self._found:
+            raise AttributeError(f"{self._label} has no {name}")
+        elif isinstance(self._found[name], type) or not callable(self._found[name]):
+            value = self._found[name]  # a class or a constant: not recorded (see the module docstring)
+        else:
+            value = _recorded(key, self._found[name])
+        setattr(self, name, value)  # looked up once
+        return value
+
+
+def _replayed(key: str) -> Callable:
+    """A function named as ``key``'s that answers from the recordings (:func:`replay`)."""
+
+    def call(*args, **kwargs):
+        return replay(key, args, kwargs)
+
+    call.__name__ = call.__qualname__ = key.rpartition(".")[2]
+    return call
+
+
+def _recorded(key: str, function: Callable) -> Callable:
+    """``function``, each outermost call kept under ``key`` while recording (:func:`_recorded_call`)."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        return _recorded_call(key, function, args, kwargs)
+
+    return call
+
+
+@functools.cache
+def answers(chapter: str) -> Withheld:
+    """The answers of ``chapter`` (``"04_kv_cache"``): the names its solution cells define, run as
+    grading runs a learner's answers (see the module docstring); in the learners' copy, which has no
+    ``solutions/``, their recorded calls."""
+
+    def load() -> dict | None:
+        if in_learners_copy():
+            return None
+        return solution_namespace(paths.require(paths.SOLUTIONS / f"{chapter}.py"))
+
+    return Withheld(f"solutions.{chapter}", load)
+
+
+@functools.cache
+def module(name: str) -> Withheld:
+    """The instructor-only module ``name`` (``"autograder.mistakes.kv_cache"``), imported at its first
+    use; in the learners' copy, which leaves it out, its recorded calls (never the module, even where
+    another install of the course could import it)."""
+    return Withheld(name, lambda: None if in_learners_copy() else vars(importlib.import_module(name)))
+
+
+def optional_module(name: str):
+    """The module ``name``, or None where there is no such module (a chapter without one, or the
+    learners' copy, which leaves instructor modules out); a module that fails to import for another
+    reason raises."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name != name:
+            raise
+        return None
+
+
+def in_learners_copy() -> bool:
+    """Whether this is the learners' copy: it has recordings (``RECORDINGS``), the instructor's copy has none."""
+    return RECORDINGS.is_dir()
+
+
+def solution_namespace(source: Path) -> dict:
+    """What the grader-setup cells and then the solution cells of the chapter source ``source``
+    define, run in one namespace in notebook order (a cell's line numbers kept, for tracebacks)."""
+    namespace: dict = {"__name__": f"solutions.{source.stem}"}
+    for line, metadata, code in solution_cells(source):
+        chosen = "grader-setup" in metadata.get("tags", []) or metadata.get("nbgrader", {}).get("solution")
+        if chosen:
+            exec(compile("\n" * line + code, str(source), "exec"), namespace)
+    return namespace
+
+
+_CELL = re.compile(r"^# %%(.*)$", re.MULTILINE)
+
+
+def solution_cells(source: Path) -> list[tuple[int, dict, str]]:
+    """The code cells of a chapter source in jupytext's percent format, each as (the line before its
+    code, 0-based; its metadata, ``tags`` and ``nbgrader``; its code), in order. Markdown cells are
+    left out. The course reads its sources without jupytext (an instructor's extra, and seconds to
+    import); ``tests/test_withheld.py`` holds this reader to jupytext's on every chapter."""
+    text = source.read_text(encoding="utf-8")
+    headers = list(_CELL.finditer(text))
+    cells = []
+    for header, following in zip(headers, [*headers[1:], None], strict=True):
+        options = header.group(1)
+        if options.lstrip().startswith("[markdown]"):
+            continue
+        metadata = {}
+        for name in ("tags", "nbgrader"):
+            at = options.find(f"{name}=")
+            if at >= 0:
+                metadata[name] = json.JSONDecoder().raw_decode(options, at + len(name) + 1)[0]
+        body = text[header.end() + 1 : following.start() if following else len(text)]
+        cells.append((text.count("\n", 0, header.end()) + 1, metadata, body.rstrip("\n") + "\n"))
+    return cells
+
+
+def hidden_checks() -> dict[str, int]:
+    """In the learners' copy, how many hidden checks each exercise had (grade_id -> count), written
+    by its build; {} in the instructor's copy, whose registry has the checks themselves."""
+    return json.loads(HIDDEN_CHECKS.read_text(encoding="utf-8")) if HIDDEN_CHECKS.exists() else {}
+
+
+def yours_or_course(namespace: dict, chapter: str, name: str, tried_on: tuple, what: str) -> Callable:
+    """The notebook's own ``name`` once written (tried on ``tried_on``, :func:`written`), else the
+    chapter's answer (:func:`answers`), after printing whose numbers ``what`` shows (:func:`yours`).
+
+    While the learners' copy is recorded, the answer is also called beside the notebook's own on the
+    same inputs: the instructor's notebook, whose own is the solution, then records every call that
+    a learner's blank notebook makes through this function."""
+    course = getattr(answers(chapter), name)
+    own = namespace[name] if written(namespace, name, *tried_on) else None
+    _say_whose({name: own} if own else {}, [] if own else [name], what)
+    if own is None:
+        return course
+    if not is_recording():
+        return own
+
+    @functools.wraps(own)
+    def own_and_recorded(*args, **kwargs):
+        course(*args, **kwargs)
+        return own(*args, **kwargs)
+
+    return own_and_recorded
 
 
 @contextlib.contextmanager
@@ -152,12 +331,19 @@ def yours(namespace: dict, tried_on: dict[str, tuple], names, what: str, togethe
     the same inputs, stand in for it (write it, then run this cell again)." With ``together`` (a
     cell that needs them all at once), None until every one is written, the course's recorded
     numbers drawing ``what`` meanwhile."""
-    from course.readings import listing
-
     mine = {name: namespace[name] for name in names if written(namespace, name, *tried_on[name])}
     missing = [name for name in names if name not in mine]
     if together and missing:
         mine = {}
+    _say_whose(mine, missing, what)
+    return None if together and missing else mine
+
+
+def _say_whose(mine: dict, missing: list[str], what: str) -> None:
+    """Print whose numbers ``what`` shows: the notebook's functions ``mine``, the course's recorded
+    numbers for those ``missing`` (not written yet)."""
+    from course.readings import listing
+
     said = []
     if mine:
         said.append(f"your {listing([f'`{n}`' for n in mine])} {'draws' if len(mine) == 1 else 'draw'} {what}")
@@ -170,7 +356,6 @@ def yours(namespace: dict, tried_on: dict[str, tuple], names, what: str, togethe
         )
     text = "; ".join(said) + "."
     print(text[0].upper() + text[1:])
-    return None if together and missing else mine
 
 
 def write(recordings: dict, path: Path) -> None:
@@ -187,21 +372,32 @@ def write(recordings: dict, path: Path) -> None:
 
 
 def _load() -> dict:
+    """The recordings by name, each a list of (args, kwargs, encoded result) and a dict from the
+    encoded arguments to the encoded result (an exact match is found at once)."""
     global _recordings
     if _recordings is None:
         _recordings = {}
         for path in sorted(RECORDINGS.glob("*.json.gz")):
             with gzip.open(path, "rt", encoding="utf-8") as handle:
                 for name, calls in json.load(handle).items():
-                    _recordings.setdefault(name, []).extend(
-                        (wire.decode(args), wire.decode(kwargs), result) for args, kwargs, result in calls
-                    )
+                    found = _recordings.setdefault(name, ([], {}))
+                    for args, kwargs, result in calls:
+                        found[0].append((wire.decode(args), wire.decode(kwargs), result))
+                        found[1].setdefault(_exact([args, kwargs]), result)
     return _recordings
+
+
+def _exact(encoded) -> str:
+    return json.dumps(encoded, sort_keys=True)
 
 
 def replay(name: str, args: tuple, kwargs: dict):
     """The recorded result of the withheld ``name`` called with ``args`` and ``kwargs``."""
-    for recorded_args, recorded_kwargs, result in _load().get(name, ()):
+    calls, exact = _load().get(name, ([], {}))
+    result = exact.get(_exact([wire.encode(args), wire.encode(kwargs)])) if exact else None
+    if result is not None:
+        return wire.decode(result)
+    for recorded_args, recorded_kwargs, result in calls:
         if _same(recorded_args, list(args)) and _same(recorded_kwargs, kwargs):
             return wire.decode(result)
     raise NotRecorded(

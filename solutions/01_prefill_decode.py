@@ -435,8 +435,10 @@ plots.widget_batching(yours.or_course())
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -448,7 +450,7 @@ quiz.show("prefill_decode")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "b", 2: "b", 3: "a", 4: "d", 5: "c", 6: "d"}
+    return {1: "c", 2: "a", 3: "d", 4: "b", 5: "a", 6: "c"}
     ### END SOLUTION
 
 
@@ -456,3 +458,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_prefill_decode")
+### BEGIN HIDDEN TESTS
+check("quiz_prefill_decode", hidden=True)
+### END HIDDEN TESTS

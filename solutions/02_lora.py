@@ -562,8 +562,10 @@ else:
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -575,7 +577,7 @@ quiz.show("lora")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "a", 2: "b", 3: "c", 4: "b", 5: "c", 6: "b"}
+    return {1: "c", 2: "c", 3: "d", 4: "b", 5: "d", 6: "a"}
     ### END SOLUTION
 
 
@@ -583,3 +585,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_lora")
+### BEGIN HIDDEN TESTS
+check("quiz_lora", hidden=True)
+### END HIDDEN TESTS

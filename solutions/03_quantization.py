@@ -832,8 +832,10 @@ plots.plot_int4_speedup(measured["rows"], measured["machine"])
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -845,7 +847,7 @@ quiz.show("quantization")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "b", 2: "d", 3: "b", 4: "c", 5: "d", 6: "c", 7: "c", 8: "b"}
+    return {1: "b", 2: "d", 3: "c", 4: "c", 5: "d", 6: "a", 7: "a", 8: "b"}
     ### END SOLUTION
 
 
@@ -853,3 +855,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_quantization")
+### BEGIN HIDDEN TESTS
+check("quiz_quantization", hidden=True)
+### END HIDDEN TESTS

@@ -342,8 +342,10 @@ plots.plot_cache_speed(GEN_LENGTHS, measured["with_cache"], measured["without_ca
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -355,7 +357,7 @@ quiz.show("kv_cache")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "c", 2: "a", 3: "b", 4: "d", 5: "c", 6: "a"}
+    return {1: "c", 2: "d", 3: "b", 4: "a", 5: "b", 6: "c"}
     ### END SOLUTION
 
 
@@ -363,3 +365,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_kv_cache")
+### BEGIN HIDDEN TESTS
+check("quiz_kv_cache", hidden=True)
+### END HIDDEN TESTS

@@ -109,10 +109,11 @@ check("online_softmax_update", hidden=True)
 # Step through one query's row of 48 scores, eight keys at a time. The running maximum jumps when
 # the large score arrives; at that moment everything accumulated before is scaled down, and the
 # normalised output (right) moves towards the exact answer, reaching it at the last block. Set
-# the block size to 48 for ordinary softmax, or to 1 for a fully streaming one.
+# the block size to 48 for ordinary softmax, or to 1 for a fully streaming one. Once your
+# `online_softmax_update` is written, it computes the running values drawn here.
 
 # %%
-plots.widget_online_softmax()
+plots.widget_online_softmax(flash_attention.yours(globals(), "online_softmax_update", "the chart"))
 
 # %% [markdown]
 # ## 2. Blockwise attention
@@ -169,11 +170,11 @@ q, k, v = (torch.randn(2, 4, 100, 32, generator=generator) for _ in range(3))  #
 for causal in (False, True):
     reference = flash_attention.naive_attention(q, k, v, causal=causal)
     worst = max(
-        (flash_attention.blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
+        (flash_attention.batched_blockwise_attention(q, k, v, b, causal=causal) - reference).abs().max().item()
         for b in (1, 7, 16, 64, 100, 128)
     )
     print(f"causal={causal!s:5}: largest difference over blocks 1, 7, 16, 64, 100, 128: {worst:.1e}")
-big = flash_attention.blockwise_attention(q * 100, k, v, 16)
+big = flash_attention.batched_blockwise_attention(q * 100, k, v, 16)
 largest = (q * 100 @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).abs().max().item()
 print(
     f"scores up to {largest:.0f} in size (exp() overflows float32 above 88): finite output {bool(torch.isfinite(big).all())}, "
@@ -341,8 +342,10 @@ plots.plot_attention_timing(LENGTHS, seconds, peak_mib)
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -354,7 +357,7 @@ quiz.show("flash_attention")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "d", 2: "b", 3: "c", 4: "a", 5: "c"}
+    return {1: "c", 2: "d", 3: "a", 4: "d", 5: "b"}
     ### END SOLUTION
 
 
@@ -362,3 +365,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_flash_attention")
+### BEGIN HIDDEN TESTS
+check("quiz_flash_attention", hidden=True)
+### END HIDDEN TESTS

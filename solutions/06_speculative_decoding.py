@@ -480,8 +480,10 @@ plots.plot_drafts(measured, DRAFT_LENGTH)
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -493,7 +495,7 @@ quiz.show("speculative_decoding")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "b", 2: "d", 3: "c", 4: "c", 5: "c", 6: "b"}
+    return {1: "c", 2: "b", 3: "d", 4: "c", 5: "a", 6: "d"}
     ### END SOLUTION
 
 
@@ -501,3 +503,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_speculative_decoding")
+### BEGIN HIDDEN TESTS
+check("quiz_speculative_decoding", hidden=True)
+### END HIDDEN TESTS

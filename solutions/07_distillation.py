@@ -338,8 +338,10 @@ plots.plot_drafts_and_pruning(overlap, shares, unstructured, structured, baselin
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -351,7 +353,7 @@ quiz.show("distillation")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "a", 2: "d", 3: "c", 4: "b", 5: "b", 6: "c"}
+    return {1: "d", 2: "a", 3: "d", 4: "c", 5: "b", 6: "b"}
     ### END SOLUTION
 
 
@@ -359,3 +361,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_distillation")
+### BEGIN HIDDEN TESTS
+check("quiz_distillation", hidden=True)
+### END HIDDEN TESTS

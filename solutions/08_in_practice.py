@@ -899,8 +899,10 @@ print(
 # %% [markdown]
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -912,7 +914,7 @@ quiz.show("in_practice")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "b", 2: "c", 3: "a", 4: "d", 5: "a", 6: "c"}
+    return {1: "b", 2: "d", 3: "b", 4: "c", 5: "a", 6: "d"}
     ### END SOLUTION
 
 
@@ -920,3 +922,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_in_practice")
+### BEGIN HIDDEN TESTS
+check("quiz_in_practice", hidden=True)
+### END HIDDEN TESTS

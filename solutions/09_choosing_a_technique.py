@@ -586,8 +586,10 @@ else:
 #
 # ## Quiz
 #
-# Choose an answer to each question: the quiz says at once whether it is right, and why. Then put
-# your choices in `quiz_answers()` below for points (the line under the quiz shows them as code).
+# Choose an answer to each question, then put your choices in `quiz_answers()` below for points
+# (the line under the quiz shows them as code). In the course's own repository the quiz says at once
+# whether each choice is right, and why; in a copy given for credit it records your choices, and
+# the answers with their explanations come in the feedback on your graded notebook.
 
 # %%
 from course import quiz
@@ -599,7 +601,7 @@ quiz.show("choosing_a_technique")
 def quiz_answers():
     """Your answer to each question of the quiz: question number -> letter."""
     ### BEGIN SOLUTION
-    return {1: "c", 2: "a", 3: "d", 4: "b", 5: "b", 6: "d", 7: "c"}
+    return {1: "c", 2: "d", 3: "a", 4: "d", 5: "b", 6: "c", 7: "b"}
     ### END SOLUTION
 
 
@@ -607,3 +609,6 @@ def quiz_answers():
 from autograder import check
 
 check("quiz_choosing_a_technique")
+### BEGIN HIDDEN TESTS
+check("quiz_choosing_a_technique", hidden=True)
+### END HIDDEN TESTS

@@ -7,8 +7,9 @@ away before anything of the course is imported, then a module or script runs as 
 What is taken away:
 
 - both: ``/proc`` (``open``, ``os.scandir``, ``os.listdir`` and ``os.path`` find nothing there,
-  except for psutil, which stands in for its own macOS and Windows backends), and the ``unshare``
-  and ``setpriv`` programs;
+  except for psutil, which stands in for its own macOS and Windows backends), Landlock and the
+  seccomp filter (``autograder.sandbox.system``), and the ``bwrap`` and ``sandbox-exec`` programs
+  (so that macOS's Seatbelt profile is not tried: it cannot run here);
 - macOS: psutil's proportional memory sizes (``pss``), which its macOS backend lacks;
 - Windows: the modules ``resource``, ``fcntl``, ``termios``, ``pty``, ``tty``, ``pwd`` and ``grp``;
   ``os.fork``, sessions and process groups, user ids, ``os.sysconf``; ``signal.alarm``,
@@ -51,7 +52,7 @@ WINDOWS_OS = (
     "sysconf",
 )
 WINDOWS_SIGNAL = ("alarm", "setitimer", "SIGALRM", "SIGKILL")
-NO_PROGRAMS = ("unshare", "setpriv")
+NO_PROGRAMS = ("bwrap", "sandbox-exec")
 
 
 def _from_psutil() -> bool:
@@ -139,6 +140,12 @@ def _wrapper(system: str) -> Path:
     return wrapper
 
 
+def _no_linux_confinement() -> None:
+    from autograder.sandbox import system  # found once, from what the simulation left: then taken away
+
+    system.LANDLOCK_ABI, system.REFUSES_SOCKETS = 0, False
+
+
 def simulate(system: str) -> None:
     """Take away what ``system`` lacks, in this process."""
     if system not in SYSTEMS:
@@ -149,6 +156,7 @@ def simulate(system: str) -> None:
         _macos()
     else:
         _windows()
+    _no_linux_confinement()
 
 
 def main(argv: list[str]) -> None:

@@ -1,6 +1,6 @@
 """Shared fixtures: instructor notebooks built from solutions/, papermill, and each chapter's planted
 mistakes graded as one batch (a chapter's test module lists them in ``PLANTED``, from
-``autograder/planted/<slug>.py``), and the assertions and helpers the chapters' tests share."""
+``autograder/mistakes/<slug>.py``), and the assertions and helpers the chapters' tests share."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autograder import grade, headless, release, sandbox
-from autograder.planted import Planted, misjudged
+from autograder.mistakes import Planted, misjudged
 from course import paths
 
 ARTIFACTS = paths.ROOT / "test-artifacts"
@@ -30,11 +30,12 @@ GENEROUS = sandbox.Limits(wall_seconds=900, probe_seconds=300, cell_seconds=300)
 # tests go one by one to whichever worker is free, last, so that both workers finish together; the
 # files that take longest go first (LONGEST, the slowest first).
 TOGETHER = {"test_grader": "copies_graded", "test_platforms": "copies_graded"}
-SPREAD = {"test_notebooks", "test_learners_copy_runs"}
+SPREAD = {"test_notebooks", "test_learners_copy_runs", "test_neighbours"}
 LONGEST = (
     "test_platforms",
     "test_grader",
     "test_learners_copy",
+    "test_site",
     "test_choosing_a_technique",
     "test_quantization",
     "test_in_practice",
@@ -211,7 +212,7 @@ def once_a_run(name: str, make, tmp_path_factory, worker_id: str) -> Path:
 # The cells that time the machine are not compared between runs (tests/test_learners_copy_runs.py);
 # every cell still runs, and the readings each cell prints are computed from its numbers. The
 # copy's build and its runs take the same sizes, so its recordings answer them (`make
-# student-release` uses the defaults).
+# learners-copy` uses the defaults).
 MEASUREMENT_SIZES = {
     "02_lora": {"ADAPT_STEPS": 8, "RANKS": [1, 4]},
     "04_kv_cache": {"GEN_LENGTHS": [32, 64, 128], "REPEATS": 1},
@@ -239,16 +240,39 @@ def learners_copy_chapters() -> list[str]:
 
 @pytest.fixture(scope="session")
 def learners_copy_folder(kernel, tmp_path_factory, worker_id) -> Path:
-    """The learners' copy of :func:`learners_copy_chapters` (``make student-release``), built once a
+    """The learners' copy of :func:`learners_copy_chapters` (``make learners-copy``), built once a
     test run for every worker; beside it, ``instructor-executed/``, the instructor's notebooks that
     the build executed."""
     from autograder import learners_copy
 
     def made(done: Path) -> None:
         chosen = learners_copy_chapters()
-        learners_copy.build(done / "student", chosen, done / "instructor-executed", kernel, MEASUREMENT_SIZES)
+        learners_copy.build(done / "learners-copy", chosen, done / "instructor-executed", kernel, MEASUREMENT_SIZES)
 
-    return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "student"
+    return once_a_run("learners-copy", made, tmp_path_factory, worker_id) / "learners-copy"
+
+
+@pytest.fixture(scope="session")
+def blank_run(learners_copy_folder, kernel, tmp_path_factory, worker_id):
+    """``blank_run(chapter)``: the path of the learners' copy's notebook of ``chapter`` executed
+    headless as learners get it (blank, the build's ``MEASUREMENT_SIZES``), its own folder first on
+    the path; once a test run, by whichever test asks first (the workers share it through a lock):
+    tests/test_learners_copy_runs.py checks it, tests/test_site.py makes the chapter's page of it."""
+
+    def run(chapter: str) -> Path:
+        notebook = learners_copy_folder / "notebooks" / f"{chapter}.ipynb"
+        environment = {**os.environ, "PYTHONPATH": str(learners_copy_folder)}
+
+        def make(folder: Path) -> None:
+            folder.mkdir()
+            sizes = MEASUREMENT_SIZES.get(chapter)  # the build's: its recordings answer these
+            headless.execute(
+                notebook, folder / notebook.name, kernel, cwd=notebook.parent, parameters=sizes, env=environment
+            )
+
+        return once_a_run(f"blank-{chapter}", make, tmp_path_factory, worker_id) / notebook.name
+
+    return run
 
 
 def borrowing_environment(venv: Path, course: Path) -> Path:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.planted import Planted, planted
-from course import flash_attention
+from autograder.mistakes import judged, planted
+from autograder.mistakes.flash_attention import LOOP, RIGHT_UPDATE
+from course import flash_attention, withheld
 from course.plots import flash_attention as plots
 from course.plots._widgets import figure_png
 
@@ -24,7 +25,7 @@ def test_blockwise_attention_is_exact(block, causal):
     g = torch.Generator().manual_seed(block)
     q, k, v = (torch.randn(2, 3, 100, 16, generator=g, dtype=torch.float64) for _ in range(3))
     assert torch.allclose(
-        flash_attention.blockwise_attention(q, k, v, block, causal),
+        flash_attention.batched_blockwise_attention(q, k, v, block, causal),
         flash_attention.naive_attention(q, k, v, causal),
         atol=1e-12,
     )
@@ -33,12 +34,12 @@ def test_blockwise_attention_is_exact(block, causal):
 def test_blockwise_attention_is_stable_for_large_scores_and_checks_shapes():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(8, 16, generator=g) for _ in range(3))
-    out = flash_attention.blockwise_attention(q * 1000, k, v, 3)
+    out = flash_attention.batched_blockwise_attention(q * 1000, k, v, 3)
     assert torch.isfinite(out).all()
     with pytest.raises(ValueError, match="head dim"):
-        flash_attention.blockwise_attention(q, k[:, :8], v, 4)
+        flash_attention.batched_blockwise_attention(q, k[:, :8], v, 4)
     with pytest.raises(ValueError, match="block"):
-        flash_attention.blockwise_attention(q, k, v, 0)
+        flash_attention.batched_blockwise_attention(q, k, v, 0)
 
 
 def test_the_dispatcher_takes_the_torch_path_for_cpu_tensors():
@@ -46,7 +47,7 @@ def test_the_dispatcher_takes_the_torch_path_for_cpu_tensors():
 
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 30, 16, generator=g) for _ in range(3))
-    expected = flash_attention.blockwise_attention(q, k, v, 16, causal=True)
+    expected = flash_attention.batched_blockwise_attention(q, k, v, 16, causal=True)
     assert torch.equal(kernels.attention(q, k, v, 16, causal=True), expected)
 
 
@@ -101,7 +102,7 @@ def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
 
-PLANTED = planted("flash_attention")
+PLANTED = planted("flash_attention")  # autograder/mistakes/flash_attention.py
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
@@ -109,99 +110,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
 
 
-UPDATE = """
-def online_softmax_update(m, l, o, scores, v):
-    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-    correction = torch.exp(m - m_new)
-    p = torch.exp(scores - m_new)
-    return {returned}
-"""
-RIGHT_UPDATE = UPDATE.format(returned="m_new, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v")
-LOOP = """
-def blockwise_attention(q, k, v, block):
-    m = torch.full((q.shape[0], 1), float("-inf"))
-    l = torch.zeros(q.shape[0], 1)
-    o = torch.zeros(q.shape[0], v.shape[-1])
-    for start in {starts}:
-        scores = q @ k[start:start + block].T / math.sqrt(q.shape[-1])
-        m, l, o = online_softmax_update(m, l, o, scores, v[start:start + block])
-    return {returned}
-"""
-EVERY_SIZE = {
-    f"blockwise_attention.{c}" for c in ("block16", "uneven", "no_score_matrix", "key_blocks", "large_scores", "block1")
-}
-
-# More plausible mistakes, judged in this process (conftest.assert_caught).
-MISTAKES = {
-    "update_keeps_the_old_maximum": Planted(
-        "online_softmax_update",
-        UPDATE.format(returned="m, l * correction + p.sum(dim=-1, keepdim=True), o * correction + p @ v"),
-        {"online_softmax_update.larger", "online_softmax_update.first"},
-        "running maximum was not updated",
-    ),
-    "update_normalises_o": Planted(
-        "online_softmax_update",
-        UPDATE.format(
-            returned="m_new, l * correction + p.sum(dim=-1, keepdim=True), "
-            "(o * correction + p @ v) / (l * correction + p.sum(dim=-1, keepdim=True))"
-        ),
-        {"online_softmax_update.larger", "online_softmax_update.first", "online_softmax_update.smaller"},
-        "o was divided by l",
-    ),
-    "update_scales_again": Planted(
-        "online_softmax_update",
-        RIGHT_UPDATE.replace(
-            "def online_softmax_update(m, l, o, scores, v):\n",
-            "def online_softmax_update(m, l, o, scores, v):\n    scores = scores / math.sqrt(v.shape[-1])\n",
-        ),
-        {"online_softmax_update.larger", "online_softmax_update.first"},
-        "divided by sqrt(D) again",
-    ),
-    "blockwise_no_final_division": Planted(
-        "blockwise_attention",
-        RIGHT_UPDATE + LOOP.format(starts="range(0, k.shape[0], block)", returned="o"),
-        EVERY_SIZE,
-        "not divided by the normaliser l",
-    ),
-    "blockwise_skips_the_short_block": Planted(
-        "blockwise_attention",
-        RIGHT_UPDATE + LOOP.format(starts="range(0, k.shape[0] - block + 1, block)", returned="o / l"),
-        {"blockwise_attention.uneven"},
-        "the last, shorter block was skipped",
-    ),
-    "blockwise_stacks_every_block": Planted(
-        "blockwise_attention",
-        "def blockwise_attention(q, k, v, block):\n"
-        "    parts = [q @ k[s:s + block].T / math.sqrt(q.shape[-1]) for s in range(0, k.shape[0], block)]\n"
-        "    return torch.softmax(torch.cat(parts, dim=1), dim=-1) @ v\n",
-        {"blockwise_attention.no_score_matrix"},
-        "as large as the whole",
-    ),
-    "blockwise_one_query_against_all_keys": Planted(
-        "blockwise_attention",
-        "def blockwise_attention(q, k, v, block):\n"
-        "    return torch.stack([torch.softmax(k @ q[i] / math.sqrt(q.shape[-1]), dim=0) @ v\n"
-        "                        for i in range(q.shape[0])])\n",
-        {"blockwise_attention.key_blocks"},
-        "the scores of one query against all 97 keys",
-    ),
-    "blockwise_hides_from_the_recorder_by_popping": Planted(
-        "blockwise_attention",
-        "import torch.utils._python_dispatch as dispatch\n\n"
-        "def blockwise_attention(q, k, v, block):\n"
-        "    with dispatch._pop_mode_temporarily():\n"
-        "        return torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1) @ v\n",
-        {"blockwise_attention.no_score_matrix", "blockwise_attention.key_blocks"},
-        "switched off torch's dispatch modes",
-    ),
-    "blockwise_sdpa": Planted(
-        "blockwise_attention",
-        "def blockwise_attention(q, k, v, block):\n"
-        "    return torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
-        {"blockwise_attention.no_score_matrix"},
-        "as large as the whole",
-    ),
-}
+MISTAKES = judged("flash_attention")  # more plausible mistakes, judged in this process (conftest.assert_caught)
 
 # Correct answers written their own way: each must keep every point.
 VARIANTS = {
@@ -289,7 +198,7 @@ PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its vi
 }
 
 # the course's answers to the exercises its checks drive with a scenario
-SCENARIO_ANSWERS = {"blockwise_attention": flash_attention.blockwise_attention}
+SCENARIO_ANSWERS = {"blockwise_attention": withheld.answers("05_flash_attention").blockwise_attention}
 
 SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, by the words that identify them
     "stay exact while never forming the full score matrix",
@@ -300,9 +209,9 @@ SEED_QUESTIONS = [  # the tutorial's questions that sit in this chapter's quiz, 
 def test_update_probes_put_every_rows_block_maximum_where_the_check_says(name, above):
     """A row whose block maximum fell on the other side would let an answer that never rescales
     pass "larger" or fail "smaller" by the draw of the hidden inputs (7 in 5,000 draws did)."""
-    from autograder.chapters.flash_attention import UPDATE
+    from autograder.chapters import exercise_by_id
 
-    check = next(c for c in UPDATE.checks if c.name == name)
+    check = next(c for c in exercise_by_id("online_softmax_update").checks if c.name == name)
     for seed in range(500):
         m, _, _, scores, _ = check.probe(np.random.default_rng(seed))["args"]
         block_max = scores.amax(dim=-1, keepdim=True)

@@ -79,7 +79,7 @@ def test_the_dispatcher_takes_the_triton_path_for_cuda_tensors(monkeypatch):
     q, k, v = (torch.randn(1, 2, 130, 64, device=CUDA) for _ in range(3))
     out = kernels.attention(q, k, v, 64, causal=True)
     assert calls == [1]
-    expected = flash_attention.blockwise_attention(q.cpu(), k.cpu(), v.cpu(), 64, causal=True)
+    expected = flash_attention.batched_blockwise_attention(q.cpu(), k.cpu(), v.cpu(), 64, causal=True)
     assert (out.cpu() - expected).abs().max().item() < kernels.TOLERANCE[("cuda", torch.float32)]
 
 
@@ -226,7 +226,7 @@ def test_gpu_check_times_a_kernel_against_sdpa_and_judges_it_by_its_tolerance():
         (64, 96),
         dtype=torch.float32,
         heads=2,
-        kernel=flash_attention.blockwise_attention,
+        kernel=flash_attention.batched_blockwise_attention,
         repeats=1,
     )
     assert [r["result"] for r in rows] == ["passed", "passed"]

@@ -1,7 +1,7 @@
 """The grader: full marks for every chapter's solution, none for its blank copy, a report for files
 that are not notebooks. All submissions are graded as one batch, in parallel, so the batch itself
 shows that one submission cannot cost another anything. Each chapter's planted mistakes and the
-hints that must name them (``autograder/planted/<slug>.py``) are graded in its own test file."""
+hints that must name them (``autograder/mistakes/<slug>.py``) are graded in its own test file."""
 
 from __future__ import annotations
 
@@ -416,8 +416,8 @@ def test_an_all_zeros_answer_is_told_so_first():
     in less than one block (it read 'only the first 0 of 30 keys were used' for a zero answer)."""
     import torch
 
-    from autograder.chapters import flash_attention
     from autograder.checks import diagnose
+    from autograder.mistakes import flash_attention
 
     expected, zeros = torch.ones(3, 4), torch.zeros(3, 4)
     gives_zeros = [("the scale was multiplied by the number of levels", lambda: torch.zeros(3, 4))]
@@ -427,8 +427,8 @@ def test_an_all_zeros_answer_is_told_so_first():
     assert diagnose(expected * 2, expected, [("doubled", lambda: expected * 2)]).hint.startswith("doubled")
 
     q, k, v = torch.randn(4, 8), torch.randn(30, 8), torch.randn(30, 8)
-    assert not [h for h, _ in flash_attention._mistakes(q, k, v, 32) if "skipped" in h]
-    assert [h for h, _ in flash_attention._mistakes(q, k, v, 8) if "first 24 of 30 keys" in h]
+    assert not [h for h, _ in flash_attention.of_blockwise_attention(q, k, v, 32) if "skipped" in h]
+    assert [h for h, _ in flash_attention.of_blockwise_attention(q, k, v, 8) if "first 24 of 30 keys" in h]
 
 
 def test_a_check_cell_leaves_the_learners_random_streams_as_they_were():

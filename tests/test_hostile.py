@@ -2,8 +2,9 @@
 
 Each kind states the score it must get and the message a learner or instructor sees. The honest
 submissions in the same batch must keep full marks, which shows that nothing one submission does
-reaches another. Kinds that hide the course's files or the network need a sandbox with namespaces
-(root, or unprivileged user namespaces); where the machine has neither they are skipped, saying so.
+reaches another. Kinds that need the course's files or the network out of reach need a sandbox
+with an allowlist (bubblewrap, Landlock); where the machine has neither they are skipped, saying so.
+``test_neighbours.py`` grades a class whose added cells attack the grader's own files, in each mode.
 """
 
 from __future__ import annotations
@@ -391,7 +392,7 @@ def test_hostile_submission_gets_its_expected_score_and_message(batch, name):
     if kind.namespace_only and not sandbox.hides_files():
         pytest.skip(
             f"this machine's sandbox is '{sandbox.isolation()}', which cannot hide files or the network "
-            "(no user namespaces): this kind is not run here"
+            "(no bubblewrap or Landlock): this kind is not run here"
         )
     report = batch[0][name]
     assert report.score == kind.score, report.text()

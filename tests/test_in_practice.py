@@ -364,7 +364,7 @@ def test_blockwise_attention_on_the_model_and_inside_it(loaded, text):
     k_all, v_all = repeat_kv(k, 3), repeat_kv(v, 3)
     fused = torch.nn.functional.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)
     torch.testing.assert_close(
-        flash_attention.blockwise_attention(q, k_all, v_all, 8, causal=True), fused, rtol=1e-5, atol=1e-5
+        flash_attention.batched_blockwise_attention(q, k_all, v_all, 8, causal=True), fused, rtol=1e-5, atol=1e-5
     )
     with torch.no_grad():
         reference = model(input_ids=text[None]).logits

@@ -4,21 +4,22 @@ paged against contiguous allocation, the chapter's figures, and the grader's hin
 import pytest
 import torch
 
-from autograder.planted import Planted, planted
-from course import kv_cache
+from autograder.mistakes import judged, planted
+from course import kv_cache, withheld
 from course.model import attention_reference, causal_mask
 from course.plots import kv_cache as plots
 from course.plots._widgets import figure_png
 
 from conftest import assert_named, check_cell, judged_in_process
 
+ANSWERS = withheld.answers("04_kv_cache")  # the solution cells
+
 
 def test_cache_bytes_match_published_figures():
-    assert kv_cache.cache_bytes(kv_cache.PUBLISHED["Llama-2-7B"], 1) == 512 * 1024
-    assert kv_cache.cache_bytes(kv_cache.PUBLISHED["Llama-3-8B"], 1) == 128 * 1024
-    assert kv_cache.cache_bytes(kv_cache.PUBLISHED["Llama-2-7B"], 32768) == pytest.approx(17.18e9, rel=1e-3)
-    with pytest.raises(ValueError, match="n_kv_heads"):
-        kv_cache.kv_cache_bytes(32, 0, 128, 10)
+    sized = {"kv_cache_bytes": ANSWERS.kv_cache_bytes}
+    assert kv_cache.cache_bytes(kv_cache.PUBLISHED["Llama-2-7B"], 1, **sized) == 512 * 1024
+    assert kv_cache.cache_bytes(kv_cache.PUBLISHED["Llama-3-8B"], 1, **sized) == 128 * 1024
+    assert kv_cache.cache_bytes(kv_cache.PUBLISHED["Llama-2-7B"], 32768, **sized) == pytest.approx(17.18e9, rel=1e-3)
 
 
 def test_cached_steps_equal_causal_attention():
@@ -26,7 +27,7 @@ def test_cached_steps_equal_causal_attention():
     q, k, v = (torch.randn(40, 16, generator=g, dtype=torch.float64) for _ in range(3))
     cache_k, cache_v, outs = torch.zeros(0, 16, dtype=torch.float64), torch.zeros(0, 16, dtype=torch.float64), []
     for t in range(40):
-        out, cache_k, cache_v = kv_cache.attention_step(q[t], k[t], v[t], cache_k, cache_v)
+        out, cache_k, cache_v = ANSWERS.attention_step(q[t], k[t], v[t], cache_k, cache_v)
         outs.append(out)
     assert torch.allclose(torch.stack(outs), attention_reference(q, k, v, causal_mask(40, 40)), atol=1e-12)
 
@@ -34,19 +35,21 @@ def test_cached_steps_equal_causal_attention():
 def test_paging_uses_memory_better_than_contiguous():
     trace = kv_cache.request_trace(120, seed=3)
     contiguous = kv_cache.simulate_allocation(trace, 32768, None)
-    paged = kv_cache.simulate_allocation(trace, 32768, 16)
+    paged = kv_cache.simulate_allocation(trace, 32768, 16, pages_needed=ANSWERS.pages_needed)
     assert 0.15 < contiguous.used_share < 0.45  # PagedAttention measured 20.4-38.2% in earlier systems
     assert paged.used_share > 0.96  # vLLM: under 4% waste
     assert paged.mean_batch > 2 * contiguous.mean_batch and paged.steps < contiguous.steps
     for reserved, used, _ in paged.timeline:
         assert used <= reserved <= 32768
-    assert kv_cache.pages_needed([5, 16, 17], 16) == 4
+    assert ANSWERS.pages_needed([5, 16, 17], 16) == 4
+    with pytest.raises(ValueError, match="pass it"):
+        kv_cache.simulate_allocation(trace, 32768, 16)
 
 
 @pytest.mark.parametrize(
     "draw",
     [
-        lambda: plots.plot_kv_cache("Llama-3-8B", 32768, 4, n_kv_heads=32, bytes_per_element=1),
+        lambda: plots.plot_kv_cache("Llama-3-8B", 32768, 4, n_kv_heads=32, bytes_per_element=1),  # the course's
         lambda: plots.plot_paging(64, 16384, n=60),
         lambda: plots.plot_cache_speed([16, 32, 64], [0.1, 0.2, 0.4], [0.2, 0.8, 3.0]),
     ],
@@ -55,7 +58,7 @@ def test_plot_returns_a_figure_that_renders(draw):
     assert figure_png(draw()).startswith(b"\x89PNG")
 
 
-PLANTED = planted("kv_cache")
+PLANTED = planted("kv_cache")  # autograder/mistakes/kv_cache.py
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
@@ -63,63 +66,8 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
 
 
-STEP = """
-def attention_step(q, k, v, cache_k, cache_v):
-    cache_k = torch.cat([cache_k, k[None]], dim=0)
-    cache_v = torch.cat([cache_v, v[None]], dim=0)
-    weights = torch.softmax(cache_k @ q / math.sqrt(q.shape[-1]), dim=0)
-    return {returned}
-"""
-ALL_STEPS = {"attention_step.small", "attention_step.empty", "attention_step.large"}
+MISTAKES = judged("kv_cache")  # more plausible mistakes, judged in this process (conftest.assert_caught)
 BYTES = "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):\n    return "
-
-# More plausible mistakes, judged in this process (conftest.assert_caught).
-MISTAKES = {
-    "bytes_in_gb": Planted(
-        "kv_cache_bytes",
-        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch * bytes_per_element / 1e9\n",
-        {"kv_cache_bytes.llama2_token", "kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
-        "returned GB",
-    ),
-    "bytes_without_batch": Planted(
-        "kv_cache_bytes",
-        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_element\n",
-        {"kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
-        "left out the batch",
-    ),
-    "bytes_per_element_taken_as_2": Planted(  # an fp16 cache written in: the factor 2 is there, the dtype's is not
-        "kv_cache_bytes",
-        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch * 2\n",
-        {"kv_cache_bytes.gqa_32k", "kv_cache_bytes.random"},
-        "bytes_per_element was taken as 2",
-    ),
-    "bytes_without_bytes_per_element": Planted(  # at the default 2 bytes, the same number as without the factor 2
-        "kv_cache_bytes",
-        BYTES + "2 * n_layers * n_kv_heads * head_dim * seq_len * batch\n",
-        {"kv_cache_bytes.llama2_token", "kv_cache_bytes.random"},
-        "left out bytes_per_element",
-    ),
-    "step_returns_the_weights": Planted(
-        "attention_step", STEP.format(returned="weights, cache_k, cache_v"), ALL_STEPS, "attention weights"
-    ),
-    "step_caches_swapped": Planted(
-        "attention_step", STEP.format(returned="weights @ cache_v, cache_v, cache_k"), ALL_STEPS, "swapped"
-    ),
-    "step_new_row_first": Planted(
-        "attention_step",
-        STEP.format(returned="weights @ cache_v, cache_k, cache_v").replace(
-            "torch.cat([cache_k, k[None]], dim=0)", "torch.cat([k[None], cache_k], dim=0)"
-        ),
-        {"attention_step.small", "attention_step.large"},
-        "the new row went first",
-    ),
-    "pages_pooled": Planted(
-        "pages_needed",
-        "def pages_needed(lengths, page_size):\n    return math.ceil(sum(lengths) / page_size)\n",
-        {"pages_needed.example", "pages_needed.random"},
-        "pooled the sequences",
-    ),
-}
 
 # Correct answers written their own way: each must keep every point.
 VARIANTS = {
@@ -169,13 +117,13 @@ def test_the_check_cell_catches_a_cache_size_that_ignores_an_argument(name, caps
 def test_mistakes_that_give_the_same_number_share_a_hint_naming_each():
     """bytes_per_element taken as 2 gives, at 4 bytes, the number of a cache without its factor 2: the
     hint names both, never the factor 2 alone."""
-    from autograder.chapters import kv_cache as checks
+    from autograder.mistakes import kv_cache as known
 
-    expected, mistakes = checks._bytes_numbers(32, 8, 128, 100, 2, 4)
-    assert expected == 2 * 32 * 8 * 128 * 100 * 2 * 4
+    expected = 2 * 32 * 8 * 128 * 100 * 2 * 4
+    mistakes = known.of_kv_cache_bytes(32, 8, 128, 100, 2, 4)
     hints = [hint for hint, value in mistakes if value == expected / 2]
     assert len(hints) == 1 and "factor 2 is missing" in hints[0] and "taken as 2" in hints[0], hints
-    _, at_one_byte = checks._bytes_numbers(32, 8, 128, 100, 2, 1)
+    at_one_byte = known.of_kv_cache_bytes(32, 8, 128, 100, 2, 1)
     assert "left out bytes_per_element" not in " ".join(h for h, _ in at_one_byte)  # the same as the answer there
 
 
@@ -207,7 +155,9 @@ def test_the_paging_reading_follows_the_numbers():
     assert "about as much of their memory" in kv_cache.paging_reading(run(0.29, 13.6), run(0.30, 14.0), 2048)
     assert "use less of their memory" in kv_cache.paging_reading(run(0.5, 10.0), run(0.3, 8.0), 2048)
     trace = kv_cache.request_trace(200)
-    measured = [kv_cache.simulate_allocation(trace, 32768, page) for page in (None, 1024)]
+    measured = [
+        kv_cache.simulate_allocation(trace, 32768, page, pages_needed=ANSWERS.pages_needed) for page in (None, 1024)
+    ]
     assert "1.7x contiguous allocation's share" in kv_cache.paging_reading(*measured, 1024)
 
 
@@ -229,7 +179,7 @@ def test_the_table_and_widgets_use_the_learners_functions_once_written(capsys):
     def blank(*args):
         raise NotImplementedError
 
-    assert kv_cache.yours({"kv_cache_bytes": blank}, "kv_cache_bytes", "this table") is None
+    assert kv_cache.yours({"kv_cache_bytes": blank}, "kv_cache_bytes", "this table").__name__ == "kv_cache_bytes"
     assert "Your `kv_cache_bytes` is not written yet: the course's" in capsys.readouterr().out
 
     def doubled(n_layers, n_kv_heads, head_dim, seq_len, batch=1, bytes_per_element=2):
@@ -241,19 +191,44 @@ def test_the_table_and_widgets_use_the_learners_functions_once_written(capsys):
     namespace = {"kv_cache_bytes": doubled, "pages_needed": one_page_each}
     assert kv_cache.yours(namespace, "kv_cache_bytes", "this table") is doubled
     assert "Your `kv_cache_bytes` draws this table." in capsys.readouterr().out
-    course, mine = kv_cache.published_rows(), kv_cache.published_rows(doubled)
+    course, mine = kv_cache.published_rows(ANSWERS.kv_cache_bytes), kv_cache.published_rows(doubled)
     assert [r["at_32k"] * 2 for r in course] == [r["at_32k"] for r in mine]
     assert [-(-r["crossover"] // 2) for r in course] == [r["crossover"] for r in mine]
     config = ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
     assert kv_cache.head_sharing_sizes(config, kv_cache_bytes=doubled)["MQA"] == (
         1,
-        2 * kv_cache.head_sharing_sizes(config)["MQA"][1],
+        2 * kv_cache.head_sharing_sizes(config, kv_cache_bytes=ANSWERS.kv_cache_bytes)["MQA"][1],
     )
     trace = kv_cache.request_trace(50, seed=1)
-    ours = kv_cache.simulate_allocation(trace, 8192, 16)
+    ours = kv_cache.simulate_allocation(trace, 8192, 16, pages_needed=ANSWERS.pages_needed)
     theirs = kv_cache.simulate_allocation(trace, 8192, 16, pages_needed=one_page_each)
     assert ours.timeline != theirs.timeline
-    assert plots.KVCacheChart(doubled).update().figure and plots.PagingChart(50, 1, one_page_each).update(16, 8192)
+    assert plots.KVCacheChart(doubled).update().figure and plots.PagingChart(one_page_each, 50, 1).update(16, 8192)
+
+
+def test_a_chart_asks_its_function_for_every_view_when_built():
+    """The charts ask the exercise's function, when built, everything their sliders can show, so the
+    learners' copy's recording of a notebook's first view holds every view (no hook in the charts)."""
+    asked = []
+
+    def counting(*args):
+        asked.append(args)
+        return ANSWERS.kv_cache_bytes(*args)
+
+    chart = plots.KVCacheChart(counting)
+    before = len(asked)
+    assert before >= len(kv_cache.PUBLISHED) * len(plots.DTYPES)
+    for model in kv_cache.PUBLISHED:
+        for heads in (0, *plots.KV_HEADS):
+            for element in plots.DTYPES.values():
+                chart.update(model, 4096, 8, heads, element)
+    assert len(asked) == before
+    pages = []
+    paging = plots.PagingChart(lambda lengths, page: pages.append(page) or ANSWERS.pages_needed(lengths, page))
+    counted = len(pages)
+    for page in plots.PAGE_SIZES:
+        paging.update(page, 16384)
+    assert len(pages) == counted and set(pages) == set(plots.PAGE_SIZES)
 
 
 def test_cache_timings_time_both_ways_for_every_length():

@@ -41,6 +41,9 @@ def test_every_chapter_has_all_of_its_parts(chapter):
         ("course/benchmarks", ""),
         ("autograder/chapters", ""),
         ("autograder/planted", ""),
+        ("autograder/hidden", ""),
+        ("autograder/mistakes", ""),
+        ("course/answers", ""),
         ("tests", "test_"),
     ],
 )
@@ -64,6 +67,7 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_learners_copy_runs",
             "test_model",
             "test_nbgrader",
+            "test_neighbours",
             "test_notebooks",
             "test_packaging",
             "test_platforms",
@@ -72,9 +76,11 @@ def test_every_per_chapter_file_belongs_to_a_chapter(folder, prefix):
             "test_release",
             "test_sandbox",
             "test_setup_course",
+            "test_site",
             "test_suite_time",
             "test_timing",
             "test_widgets",
+            "test_withheld",
         }
     }
     names = {p.stem for p in (paths.ROOT / folder).glob("*.py") if not p.stem.startswith("_")}
@@ -237,7 +243,8 @@ def test_a_new_chapter_is_its_files(tmp_path):
     found = json.loads(done.stdout.splitlines()[-1])
     solution, blank = found["reports"]["solution"], found["reports"]["blank"]
     assert found["problems"] == [] and solution["chapter"] == blank["chapter"] == "10_throwaway"
-    assert solution["score"] == solution["max_score"] == 3 + 4 and len(solution["tests"]) == 7  # 3 checks, 4 questions
+    assert solution["score"] == solution["max_score"] == 3 + 4
+    assert len(solution["tests"]) == 3 + 1 + 4  # the exercise's checks; the quiz's answered check and 4 questions
     assert blank["score"] == 0 and found["quiz_points"] == 4
 
     after = _digests(tree)
@@ -249,9 +256,11 @@ def test_a_new_chapter_is_its_files(tmp_path):
         "course/plots/throwaway.py",
         "course/benchmarks/throwaway.py",
         "autograder/chapters/throwaway.py",
-        "autograder/planted/throwaway.py",
+        "autograder/hidden/throwaway.py",
+        "autograder/mistakes/throwaway.py",
         "tests/test_throwaway.py",
         "data/quizzes/throwaway.toml",
+        "solutions/quizzes/throwaway.toml",
     }
     assert changed == mine | {"README.md"}
     added = set((tree / "README.md").read_text().splitlines()) - set(readme.splitlines())

@@ -1,4 +1,4 @@
-"""The learners' copy (``make student-release``): no answer in it, no hidden check, and its check
+"""The learners' copy (``make learners-copy``): no answer in it, no hidden check, and its check
 cells print what the instructor's copy prints, line for line, on every chapter's solution, blank
 copy and planted mistakes. Each copy runs in its own interpreter (``tests/_check_cells.py``), with
 its own folder first on the path.
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autograder import learners_copy, release
+from autograder.edited_sources import STILL_EDITED
 from course import paths
 
 from conftest import borrowing_environment, learners_copy_chapters, with_the_solutions_answers
@@ -27,19 +28,19 @@ CHOSEN = learners_copy_chapters()
 
 
 def _plans(chapter: str, folder: Path) -> dict:
-    """The solution, the blank copy and each planted mistake as check-cell plans for
-    ``tests/_check_cells.py``: a planted mistake's plan runs the check cells of its exercise and
-    of those that call it (the others are the solution's)."""
+    """The solution, the blank copy and each known wrong answer (``autograder/mistakes``) as
+    check-cell plans for ``tests/_check_cells.py``: a wrong answer's plan runs the check cells of
+    its exercise and of those that call it (the others are the solution's)."""
     import nbformat
 
-    from autograder.planted import planted
+    from autograder.mistakes import wrong_answers
 
     solution = release.instructor_notebook(paths.SOLUTIONS / f"{chapter}.py")
     solution_path = folder / "solution.ipynb"
     nbformat.write(solution, solution_path)
     notebook = f"notebooks/{chapter}.ipynb"
     plans = {"solution": {"notebook": notebook, "answers": str(solution_path)}, "blank": {"notebook": notebook}}
-    for name, mistake in planted(paths.slug(chapter)).items():
+    for name, mistake in wrong_answers(paths.slug(chapter)).items():
         copy = nbformat.from_dict(json.loads(json.dumps(solution)))
         for cell in copy.cells:
             if cell.metadata.get("nbgrader", {}).get("grade_id") == mistake.grade_id:
@@ -83,6 +84,24 @@ def test_the_learners_copy_holds_no_answer(learners_copy_folder):
     assert "gptq_quantize" not in too_short and "weight_memory_gb" in too_short  # the scan can see an answer
 
 
+def test_every_source_file_of_the_copy_is_the_instructors_file(learners_copy_folder):
+    """The learners' copy is a subset of the repository's files: every Python file in it is the
+    instructor's file at the same path, byte for byte, but the files it writes (its README, Makefile
+    and ``python -m autograder``) and those of the chapters not converted yet to the line between
+    files (``STILL_EDITED``, a list that shrinks to none): each of those is still edited, and listed."""
+    edited = []
+    for path in sorted(learners_copy_folder.rglob("*.py")):
+        name = path.relative_to(learners_copy_folder).as_posix()
+        if name in learners_copy.GENERATED:
+            continue
+        original = paths.ROOT / name
+        assert original.is_file(), f"{name} is in the copy but not in the repository"
+        if path.read_bytes() != original.read_bytes():
+            edited.append(name)
+    assert edited == sorted(STILL_EDITED), "edit only, and list, the unconverted chapters' files"
+    assert not [f for f in STILL_EDITED if learners_copy.left_out(paths.ROOT / f)]
+
+
 def test_the_scan_finds_an_answer_under_another_name(tmp_path):
     """The solution's blockwise_attention, renamed and with its variables renamed, is found."""
     from autograder import similarity
@@ -98,7 +117,7 @@ def test_the_scan_finds_an_answer_under_another_name(tmp_path):
 
 def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(learners_copy_folder):
     files = {p.relative_to(learners_copy_folder).as_posix() for p in learners_copy_folder.rglob("*") if p.is_file()}
-    assert not [f for f in files if f.startswith(("solutions/", "tests/", "autograder/planted"))]
+    assert not [f for f in files if f.startswith(("solutions/", "tests/")) or learners_copy.left_out(paths.ROOT / f)]
     code = (
         "from autograder.chapters import CHAPTERS\n"
         "print(sum(not c.visible for exercises in CHAPTERS.values() for e in exercises for c in e.checks))"
@@ -112,6 +131,45 @@ def test_the_learners_copy_holds_no_solution_hidden_check_or_planted_mistake(lea
     )
     assert done.stdout.strip() == "0", done.stderr[-2000:]
     assert learners_copy_folder.with_suffix(".zip").stat().st_size > 0
+
+
+QUIZ_CELLS = """
+import contextlib, io, json, sys
+from autograder import check
+from course import quiz
+
+said = {}
+for slug, key in json.loads(sys.argv[1]).items():
+    assert not quiz.has_key(slug) and {q.answer for q in quiz.questions(slug)} == {None}
+    assert {quiz.feedback(q, letter)[0] for q in quiz.questions(slug) for letter in q.letters} == {None}
+    for label, answers in (("key", key), ("guess", {n: "a" for n in key})):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            check(f"quiz_{slug}", namespace={"quiz_answers": lambda answers=answers: answers})
+        said.setdefault(slug, {})[label] = printed.getvalue()
+print(json.dumps(said))
+"""
+
+
+def test_the_learners_copy_holds_no_quiz_key(learners_copy_folder):
+    """No quiz's key in any file of the copy (``autograder.quiz.keys_in``: no ``solutions/``, no key's
+    field in ``data/quizzes``, no explanation, note or answers as code anywhere); its quizzes know no
+    answer, and a quiz's check cell prints the same for the key's answers as for a guess."""
+    from autograder import quiz
+
+    assert quiz.keys_in(learners_copy_folder) == []
+    keys = {paths.slug(chapter): quiz.key(paths.slug(chapter)) for chapter in CHOSEN}
+    done = subprocess.run(
+        [sys.executable, "-c", QUIZ_CELLS, json.dumps(keys)],
+        cwd=learners_copy_folder,
+        env={**os.environ, "PYTHONPATH": str(learners_copy_folder)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for slug, said in json.loads(done.stdout).items():
+        assert said["key"] == said["guess"] and said["key"].startswith("ok "), (slug, said)
+        assert f"({len(keys[slug])} more checks run when your notebook is graded)" in said["key"]
 
 
 def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(learners_copy_folder, tmp_path):

@@ -1,11 +1,13 @@
 """The learners' copy's chapters that run without the answers (``RUNS_WITHOUT_ANSWERS``), executed
 headless from the copy: blank, as a learner first opens them, and solved, with the solution's answers
-written in. The copy is built once a test run (``conftest.learners_copy_folder``); these tests go to
-whichever worker is free. The build and these runs give the chapters the same sizes of measurements
+written in. The copy is built once a test run (``conftest.learners_copy_folder``), and each chapter's
+blank run is made once (``conftest.blank_run``), for these tests and the site's pages; these tests go
+to whichever worker is free. The build and these runs give the chapters the same sizes of measurements
 (``conftest.MEASUREMENT_SIZES``)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -57,7 +59,7 @@ RUNNING = [c for c in learners_copy.RUNS_WITHOUT_ANSWERS if c in learners_copy_c
 @pytest.mark.parametrize("kind", ["blank", "solved"])
 @pytest.mark.parametrize("chapter", RUNNING)
 def test_the_learners_copy_runs_headless(
-    chapter, kind, learners_copy_folder, kernel, executed_solution, tmp_path, monkeypatch
+    chapter, kind, learners_copy_folder, kernel, executed_solution, blank_run, tmp_path, monkeypatch
 ):
     """The chapters that run without the answers do, every figure drawn and opaque (dark themes
     show it as drawn), no withheld call left unanswered. Blank (the student copy as learners get
@@ -69,15 +71,16 @@ def test_the_learners_copy_runs_headless(
     from autograder import headless
 
     instructor = executed_solution(chapter)  # before the copy is on the path: its kernel is the instructor's
-    monkeypatch.setenv("PYTHONPATH", str(learners_copy_folder))
-    notebook = learners_copy_folder / "notebooks" / f"{chapter}.ipynb"
-    if kind == "solved":
-        notebook = tmp_path / notebook.name
+    if kind == "blank":  # run once for this test and the site's page of the chapter (tests/test_site.py)
+        executed = json.loads(blank_run(chapter).read_text())
+    else:
+        monkeypatch.setenv("PYTHONPATH", str(learners_copy_folder))
+        notebook = tmp_path / f"{chapter}.ipynb"
         nbformat.write(with_the_solutions_answers(chapter, learners_copy_folder), notebook)
-    sizes = MEASUREMENT_SIZES.get(chapter)  # the build's: its recordings answer these
-    executed = headless.execute(
-        notebook, tmp_path / "out.ipynb", kernel, cwd=learners_copy_folder / "notebooks", parameters=sizes
-    )
+        sizes = MEASUREMENT_SIZES.get(chapter)  # the build's: its recordings answer these
+        executed = headless.execute(
+            notebook, tmp_path / "out.ipynb", kernel, cwd=learners_copy_folder / "notebooks", parameters=sizes
+        )
     found = errors(executed)
     said = printed(executed)
     assert "withheld from the learners' copy" not in said

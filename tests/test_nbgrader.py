@@ -22,8 +22,8 @@ import pytest
 from autograder import check, grade, nbgrader_course, shards
 from autograder.__main__ import main
 from autograder.chapters import CHAPTERS
-from autograder.planted import planted
-from autograder.planted.flash_attention import BLOCKWISE
+from autograder.mistakes import planted
+from autograder.mistakes.flash_attention import BLOCKWISE
 from course import timing
 
 pytest.importorskip("nbgrader")
@@ -189,3 +189,26 @@ def test_check_returns_the_points_under_autograde_and_prints_warnings_on_stdout(
 def test_source_names_an_unknown_chapter(tmp_path, capsys):
     assert main(["nbgrader-source", str(tmp_path), "ps1", "06_flash"]) == 2
     assert "unknown chapter 06_flash" in capsys.readouterr().err
+
+
+def test_hidden_tests_are_removed_as_nbgrader_removes_them():
+    """The one removal of hidden tests (``notebook.without_hidden_tests``, which the grader and the
+    nbgrader glue use) gives nbgrader's release's own result on every check cell of every chapter,
+    and on a region in the middle of a cell."""
+    import nbformat
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    from autograder import notebook, release
+
+    middle = "check('a')\n### BEGIN HIDDEN TESTS\ncheck('a', hidden=True)\n### END HIDDEN TESTS\nprint('after')\n"
+    sources = [middle] + [
+        cell.source
+        for source in release.chapters()
+        for cell in release.instructor_notebook(source).cells
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade")
+    ]
+    assert sum("BEGIN HIDDEN TESTS" in s for s in sources) > 10
+    for source in sources:
+        cell = nbformat.v4.new_code_cell(source)
+        ClearHiddenTests()._remove_hidden_test_region(cell)
+        assert notebook.without_hidden_tests(source) == cell.source

@@ -720,6 +720,52 @@ def test_gptq_in_float64_equals_the_surgeon_formulation(bits, group):
     assert torch.equal(codes.double(), obs_gptq(weight, h, bits, group))
 
 
+def lazy_batch_gptq(weight, h, bits, group, block, scales_as_shipped=False, damping=0.01):
+    """GPTQ as the reference code writes it (IST-DASLab/gptq, ``GPTQ.fasterquant``, its lines in
+    order), with the course's symmetric codes: columns in blocks of ``block``, the error spread
+    within the block column by column and to the later blocks at once after each. A group's scale is
+    taken where the sweep reaches its first column, from the weights as updated so far (the block's
+    updates still owed to the columns past its end included, for a group that runs past it); with
+    ``scales_as_shipped``, as the reference's code reads them, from the weights before the updates of
+    the block's own earlier columns (the same where a group starts a block)."""
+    levels = 2 ** (bits - 1) - 1
+    rows, cols = weight.shape
+    w = weight.double().clone()
+    h = h.double() + damping * h.double().diagonal().mean() * torch.eye(cols, dtype=torch.float64)
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    codes = torch.zeros(rows, cols, dtype=torch.float64)
+    for first in range(0, cols, block):
+        last = min(first + block, cols)
+        w1, errors = w[:, first:last].clone(), torch.zeros(rows, last - first, dtype=torch.float64)
+        for i in range(last - first):
+            j = first + i
+            if j % group == 0:
+                owed = w[:, last:] - errors[:, :i] @ u[first:j, last:]  # the later blocks' columns, updated so far
+                ahead = w[:, j : j + group] if scales_as_shipped else torch.cat([w1[:, i:], owed], 1)[:, :group]
+                scale = ahead.abs().amax(1) / levels
+            codes[:, j] = torch.round(w1[:, i] / scale).clamp(-levels, levels)
+            errors[:, i] = (w1[:, i] - codes[:, j] * scale) / u[j, j]
+            w1[:, i:] -= errors[:, i : i + 1] @ u[j : j + 1, j:last]
+        w[:, last:] -= errors @ u[first:last, last:]
+    return codes
+
+
+@pytest.mark.parametrize("block", [128, 48, 20])
+def test_gptq_in_groups_equals_the_reference_s_lazy_batches(block):
+    """Groups of 32 in blocks of 128 (four to a block), 48 (a group across each boundary) and 20:
+    the course's column-by-column sweep gives the lazy batches' codes, each group's scale taken
+    after the updates of every earlier column, those still owed to a later block included; the
+    reference's own code, which reads a scale before the updates of its block's earlier columns,
+    differs in some codes wherever a group starts inside a block, and agrees where each block is a group."""
+    weight = quantization.gaussian_matrix(16, 128, seed=6).double()
+    h = _correlated(128, 256, seed=7)
+    codes, _ = quantization.gptq_quantize(weight, h, 4, 32)
+    assert torch.equal(codes.double(), lazy_batch_gptq(weight, h, 4, 32, block))
+    shipped = lazy_batch_gptq(weight, h, 4, 32, block, scales_as_shipped=True)
+    assert not torch.equal(codes.double(), shipped)
+    assert torch.equal(codes.double(), lazy_batch_gptq(weight, h, 4, 32, 32, scales_as_shipped=True))
+
+
 def test_gptq_lowers_the_output_error_below_round_to_nearest():
     weight = quantization.gaussian_matrix(64, 128, seed=2)
     h = _correlated(128, 512, seed=5)

@@ -11,16 +11,19 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from unittest.mock import ANY
 
 import pytest
 
 from autograder import sandbox
-from autograder.sandbox import modes
+from autograder.sandbox import modes, system
 from autograder.sandbox.limits import settings
+from course import paths
 
 from conftest import copy_into
 
@@ -80,6 +83,17 @@ def test_memory_watch_counts_shared_pages_once():
     assert all(p == {"returned": 0} for p in outcome.results["probes"].values()), outcome.results["probes"]
 
 
+@pytest.mark.parametrize("what", ["bytes", "files"])
+def test_a_submission_that_fills_its_own_folder_is_stopped(what):
+    """Its work folder is the one place a submission may write: where no file system gives it a
+    quota, the grader stops it past 64 MiB or 1,000 files (here while it writes 200 MiB or 3,000)."""
+    write = "open(f'big{i}', 'wb').write(b'x' * 2**20)" if what == "bytes" else "open(f'small{i}', 'w').close()"
+    count = 200 if what == "bytes" else 3000
+    answer = f"import time\nfor i in range({count}):\n    {write}\n    time.sleep(0.02 if {count} < 1000 else 0.002)\n"
+    outcome = sandbox.run(_job(answer=answer), SMALL)
+    assert outcome.results is None and outcome.problem == "wrote more than 64 MiB or 1000 files", outcome
+
+
 def test_tree_bytes_counts_what_a_child_holds():
     """What make bench reads: a child that touches 256 MiB adds about that to its parent's tree."""
     before = sandbox.tree_bytes(os.getpid())
@@ -111,38 +125,107 @@ def test_sandbox_that_cannot_start_is_the_graders_failure(instructor_notebooks, 
     assert "--memory" in done.stderr and done.stdout == ""
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="user namespaces are a Linux feature")
-def test_user_namespace_mode_hides_files_and_network(tmp_path):
-    """The mode a normal user gets, forced here so that root's runs test it too."""
-    if "user-namespace" not in modes.candidates():
-        pytest.skip("unshare or setpriv is missing")
-    probe = sandbox.run(_job(), SMALL, mode="user-namespace")
-    if probe.results is None:
-        pytest.skip(f"this kernel allows no unprivileged user namespaces: {probe.problem} {probe.output[-200:]}")
+ALLOWLISTS = [m for m in ("bubblewrap+landlock", "bubblewrap", "landlock") if m in sandbox.MODES]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap and Landlock are Linux's")
+@pytest.mark.parametrize("mode", ALLOWLISTS)
+def test_an_allowlist_mode_lets_in_only_the_interpreter_and_its_own_folder(mode, tmp_path):
+    """Each mode this machine can run, forced, whatever the strongest is: a folder outside the
+    allowlist is not there to read or write, the network is refused, no capability is left, and
+    the sandbox writes its own folder only (the independent check: the files on disk after)."""
+    if mode in modes.BUBBLEWRAP and not shutil.which("bwrap"):
+        pytest.skip("bwrap is not installed (tools/setup_course.py installs it as root on Debian)")
+    if mode in modes.LANDLOCK and not modes.landlock_abi():
+        pytest.skip("this kernel has no Landlock")
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "answer.txt").write_text("42")
+    secret.chmod(0o755)
+    tmp_path.chmod(0o755)
     answer = (
-        f"import os, socket\n"
-        f"def listing():\n    return sorted(os.listdir({str(secret)!r}))\n"
-        "def network():\n    try:\n        socket.create_connection(('1.1.1.1', 53), timeout=2)\n"
-        "        return 'connected'\n    except OSError as error:\n        return type(error).__name__\n"
-        "def identity():\n    return [os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0]]\n"
-        "def unmount():\n    import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
-        f"    return [libc.umount2({str(secret)!r}.encode(), 2), ctypes.get_errno() != 0]\n"
+        "import os, socket\n"
+        "def attempt(action):\n    try:\n        return ['reached', repr(action())[:60]]\n"
+        "    except OSError as error:\n        return ['stopped', type(error).__name__]\n"
+        f"def listing():\n    return attempt(lambda: os.listdir({str(secret)!r}))\n"
+        f"def writing():\n    return attempt(lambda: open({str(secret / 'planted')!r}, 'w'))\n"
+        "def network():\n    return attempt(lambda: socket.create_connection(('127.0.0.1', 9), timeout=2))\n"
+        "def capabilities():\n    return open('/proc/self/status').read().split('CapEff:')[1].split()[0]\n"
+        "def own_folder():\n    open('mine.txt', 'w').write('ok')\n    return sorted(os.listdir('.'))\n"
     )
-    outcome = sandbox.run(
-        _job(answer=answer, calls=("listing", "network", "identity", "unmount")),
-        SMALL,
-        hide=[secret],
-        mode="user-namespace",
-    )
+    calls = ("listing", "writing", "network", "capabilities", "own_folder")
+    outcome = sandbox.run(_job(answer=answer, calls=calls), SMALL, mode=mode)
     assert outcome.results is not None, outcome.problem + outcome.output
-    probes = outcome.results["probes"]
-    assert probes["probe0"] == {"returned": {"list": []}}, "the hidden folder must look empty"
-    assert probes["probe1"]["returned"] != "connected"
-    assert probes["probe2"]["returned"]["list"][1] == "0000000000000000", "no capabilities left"
-    assert probes["probe3"]["returned"]["list"] == [-1, True], "the covering mount must stay"
+    returned = [outcome.results["probes"][f"probe{i}"].get("returned") for i in range(len(calls))]
+    listing, writing, network, capabilities, own = returned
+    assert listing["list"][0] == "stopped" and writing["list"][0] == "stopped", (listing, writing)
+    assert network["list"][0] == "stopped", network
+    assert capabilities == "0000000000000000", "no capabilities left"
+    assert "mine.txt" in own["list"], own
+    assert sorted(p.name for p in secret.iterdir()) == ["answer.txt"]
+
+
+def test_the_allowlist_holds_the_interpreter_and_its_libraries_never_the_course():
+    """The independent check: where Python and torch live, and where the course lives."""
+    import torch
+
+    allowed = [Path(p).resolve() for p in modes.readable()]
+
+    def covered(path) -> bool:
+        return any(Path(path).resolve().is_relative_to(folder) for folder in allowed)
+
+    assert covered(sys.executable) and covered(torch.__file__) and covered(os.__file__)
+    assert not covered(paths.SOLUTIONS / "03_quantization.py") and not covered(paths.ROOT / "course")
+    assert not any(paths.ROOT.resolve().is_relative_to(folder) for folder in allowed), "no folder above the course"
+    assert not covered(Path.home())
+
+
+def test_a_class_folder_inside_the_environment_stops_grading_with_the_reason(tmp_path):
+    """Every submission may read the Python environment: a class kept inside it would be readable
+    too, so the grader refuses to start rather than grade it."""
+    inside_it = Path(sys.prefix) / "class"
+    assert modes.exposed([inside_it, tmp_path]) == [str(inside_it)]
+    with pytest.raises(sandbox.SandboxUnavailable, match="lies inside the Python environment"):
+        sandbox.run(_job(), SMALL, hide=[inside_it], mode="landlock")
+
+
+def test_what_each_mode_contains_is_said_with_the_kernels_landlock(monkeypatch):
+    """A report names the layers, and what an older kernel's Landlock leaves out (Ubuntu 24.04's 6.8
+    has ABI 4: no signal scoping), from AUTOGRADER_LANDLOCK_ABI, as the sandbox uses it."""
+    if not system.LANDLOCK_ABI:
+        pytest.skip("this kernel has no Landlock")
+    monkeypatch.setenv("AUTOGRADER_LANDLOCK_ABI", "4")
+    assert modes.landlock_abi() == min(4, system.LANDLOCK_ABI)
+    older = modes.describe("landlock")
+    assert "Landlock ABI 4" in older and "no TCP" in older and "no signal" not in older
+    assert ("not contained: signals" in older) == (not modes.own_user("landlock")), older
+    assert modes.policy("landlock", Path("/w"), 64, None)["landlock"] == 4
+    monkeypatch.setenv("AUTOGRADER_LANDLOCK_ABI", "7")
+    if system.LANDLOCK_ABI >= 6:
+        assert "not contained" not in modes.describe("landlock") and "no signal" in modes.describe("landlock")
+    assert modes.describe("bubblewrap+landlock").startswith("bubblewrap (")
+    assert modes.describe("limits").startswith("limits only")
+
+
+def test_macos_gets_a_seatbelt_profile_per_submission(monkeypatch, tmp_path):
+    """What can be checked without a Mac (none runs here): sandbox-exec is chosen where it exists,
+    each submission gets a new interpreter under a profile naming its own folder, and the profile's
+    later rules, which win, allow writing there only and reading the interpreter back."""
+    monkeypatch.delenv("AUTOGRADER_ISOLATION", raising=False)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: f"/usr/bin/{name}")
+    assert modes.candidates() == ["sandbox-exec", "limits"] and "sandbox-exec" not in modes.WARM
+    command = modes.command("sandbox-exec", tmp_path, ["-I", "inside.py"])
+    assert command[:2] == ["sandbox-exec", "-p"] and command[3:] == [sys.executable, "-I", "inside.py"]
+    rules = command[2].splitlines()
+    assert rules[:2] == ["(version 1)", "(allow default)"] and command[2].count("(") == command[2].count(")")
+    work = f'(subpath "{tmp_path.resolve()}")'
+    writes = next(i for i, rule in enumerate(rules) if rule.startswith("(allow file-write*"))
+    assert rules.index("(deny file-write*)") < writes and work in rules[writes]
+    reads = next(i for i, rule in enumerate(rules) if rule.startswith("(allow file-read*"))
+    hidden = next(i for i, rule in enumerate(rules) if rule.startswith("(deny file-read*"))
+    assert hidden < reads and work in rules[reads] and '(subpath "/Users")' in rules[hidden]
+    assert "(deny network*)" in rules and rules[-2:] == ["(deny signal)", "(allow signal (target same-sandbox))"]
 
 
 def test_modes_can_be_forced_off_for_macos_like_runs(monkeypatch):
@@ -157,7 +240,7 @@ def test_modes_can_be_forced_off_for_macos_like_runs(monkeypatch):
 
 LEFT_BEHIND = "613.25"  # the seconds of the `sleep` a submission leaves running: no other process sleeps that long
 PLANT = f"""
-import builtins, json, os, random, signal, subprocess, sys, threading, types
+import builtins, json, os, random, signal, subprocess, sys, tempfile, threading, types
 import numpy, torch
 torch.planted = 1
 torch.set_default_dtype(torch.float64)
@@ -170,7 +253,7 @@ os.environ["PLANTED"] = "1"
 random.seed(5)
 numpy.random.seed(5)
 signal.signal(signal.SIGTERM, lambda *a: None)
-kept = open("/tmp/planted-{{token}}", "w")  # left open, and inheritable
+kept = open(os.path.join(tempfile.gettempdir(), "planted-{{token}}"), "w")  # left open, and inheritable
 os.set_inheritable(kept.fileno(), True)
 for folder in ("/dev/shm", os.getcwd(), os.environ["HOME"]):
     try:
@@ -187,6 +270,11 @@ SEEN = """
 import builtins, json, os, random, resource, signal, sys, threading
 import numpy, torch
 fds = os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []
+def planted_in_shm():  # where the sandbox may read /dev/shm at all
+    try:
+        return sorted(f for f in os.listdir("/dev/shm") if "planted" in f)
+    except OSError:
+        return []
 SEEN = {
     "torch": [hasattr(torch, "planted"), str(torch.get_default_dtype()), torch.initial_seed(), torch.get_num_threads()],
     "first_draw": torch.rand(1).item(),
@@ -201,7 +289,7 @@ SEEN = {
     "threads": threading.active_count(),
     "descriptors": len(fds),
     "own_folder": sorted(os.listdir(os.getcwd())),
-    "shm": sorted(f for f in os.listdir("/dev/shm") if "planted" in f) if os.path.isdir("/dev/shm") else [],
+    "shm": planted_in_shm(),
     "limits": [
         list(resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))) for n in ("CPU", "FSIZE", "NOFILE", "CORE")
     ],
@@ -246,8 +334,6 @@ def test_a_submission_leaves_nothing_for_the_next_one_in_the_same_warm_sandbox()
     assert after.warm and again.warm and _warm_server(mode) is server, "B must be a child of the same warm sandbox"
     fresh = sandbox.run(_job(answer=SEEN, calls=("seen",)), SMALL, warm=False)
     assert not fresh.warm
-    for leftover in (Path("/tmp") / f"planted-{token}",):
-        leftover.unlink(missing_ok=True)
     seen, twice, reference = (
         outcome.results["probes"]["probe0"]["returned"]["dict"] for outcome in (after, again, fresh)
     )
@@ -257,7 +343,7 @@ def test_a_submission_leaves_nothing_for_the_next_one_in_the_same_warm_sandbox()
         assert seen["shm"] == {"list": []}
     # fresh seeds, as two fresh interpreters draw: torch's, whose first draw then differs too
     assert seen["torch"]["list"][2] != twice["torch"]["list"][2] and seen["first_draw"] != twice["first_draw"]
-    if mode in modes.OWN_UID:
+    if modes.own_user(mode):
         assert len({seen["uid"], twice["uid"], reference["uid"]}) == 3, "each sandbox has a user of its own"
     for state in (seen, reference):
         for drawn in ("uid", "first_draw"):
@@ -380,7 +466,7 @@ def test_warm_and_fresh_sandboxes_give_the_same_grades(instructor_notebooks, tmp
 GROWS = """
 import os, threading, time
 def threads():
-    open({started!r}, "w").close()
+    open({started!r}, "w").close()  # in its own folder, the one place it may write; the test finds it there
     for _ in range(600):  # until the test's other process of our user holds its threads
         if os.path.exists({go!r}):
             break
@@ -420,17 +506,17 @@ def threads_held(count: int):
         holder.communicate("")
 
 
-def _process_limit(mode: str) -> int:
-    return dict(settings(SMALL, mode))["RLIMIT_NPROC"]
+def _process_limit() -> int:
+    return dict(settings(SMALL))["RLIMIT_NPROC"]
 
 
 def test_a_sandbox_sharing_our_user_starts_above_every_thread_we_run():
     """Sharing our uid (the ``limits`` mode: macOS, and Linux without user namespaces), a sandbox's
     process limit counts every process of ours, and on Linux every thread: the limit it starts with
     is above what we run, by the room it leaves, whatever our other programs hold."""
-    before = _process_limit("limits")
+    before = _process_limit()
     with threads_held(400):
-        during = _process_limit("limits")
+        during = _process_limit()
     per_thread = sys.platform.startswith("linux")
     assert during - before >= (300 if per_thread else 1), (before, during)
 
@@ -459,28 +545,46 @@ def test_a_sandboxs_process_limit_counts_its_own_processes_alone(warm, tmp_path)
     import threading
 
     mode = sandbox.isolation(ROOMY.memory_bytes)
-    if mode not in (*modes.OWN_UID, *modes.PROCESSES_INSIDE):
+    if mode not in modes.BUBBLEWRAP and not modes.own_user(mode):
         pytest.skip(f"in the {mode} mode a sandbox shares our user and its process count")
     token = secrets.token_hex(4)
-    started, go = (Path("/tmp") / f"sandbox-{name}-{token}" for name in ("started", "go"))
-    answer = GROWS.format(started=str(started), go=str(go))
+    started, go = f"started-{token}", f"go-{token}"
+    answer = GROWS.format(started=started, go=go)
     outcome = {}
     run = threading.Thread(
         target=lambda: outcome.update(done=sandbox.run(_job(answer=answer, calls=("threads",)), ROOMY, warm=warm))
     )
     run.start()
-    try:
-        for _ in range(1200):
-            if started.exists() or not run.is_alive():
-                break
-            threading.Event().wait(0.05)
-        with threads_held(150):
-            go.touch()
-            run.join()
-    finally:
-        for path in (started, go):
-            path.unlink(missing_ok=True)
+    found = []
+    for _ in range(1200):
+        found = list(Path(tempfile.gettempdir()).glob(f"autograder-*/**/{started}"))
+        if found or not run.is_alive():
+            break
+        threading.Event().wait(0.05)
+    with threads_held(150):
+        for marker in found:  # the sandbox's own folder, which its user (ours) may write
+            (marker.parent / go).touch()
+        run.join()
     done = outcome["done"]
     assert done.results is not None, done.problem + done.output
     assert done.warm == warm
     assert done.results["probes"]["probe0"] == {"returned": 48}, done.results
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap and Landlock are Linux's")
+def test_doctor_says_what_this_machine_allows_and_the_step_that_would_make_it_stronger():
+    """The command's own run here, and the steps it gives where a piece is missing (each as the
+    machine that lacks it would show it: no bwrap, AppArmor refusing it, an older Landlock)."""
+    from autograder.sandbox import doctor
+
+    env = {**os.environ, "AUTOGRADER_ISOLATION": "landlock", "AUTOGRADER_LANDLOCK_ABI": "4"}
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "doctor"], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    if system.LANDLOCK_ABI:
+        assert "grading runs in: landlock: Landlock ABI 4" in done.stdout, done.stdout
+        assert "to make it stronger: Linux 6.12 or later" in done.stdout, done.stdout
+    assert "apt install bubblewrap" in doctor.stronger_linux("bwrap is not installed", 7)[0]
+    assert doctor.stronger_linux("", 7) == []
+    assert any("Linux 6.12" in step for step in doctor.stronger_linux("", 5))

@@ -78,7 +78,7 @@ def _faked(setup, monkeypatch, tmp_path) -> list[list[str]]:
 
     monkeypatch.setattr(setup, "ROOT", tmp_path)
     monkeypatch.setattr(setup, "run", run)
-    monkeypatch.setattr(setup, "browser_note", lambda: None)
+    monkeypatch.setattr(setup, "system_packages", lambda: None)
     (tmp_path / "pyproject.toml").write_text("[project]\n")
     return ran
 

@@ -471,15 +471,22 @@ def test_a_speedup_names_its_helper_only_where_the_helper_is_wrong_on_the_same_i
     assert "which fails its own checks: at alpha = 0.8, k = 5 it gives 3.3616, expected 3.68928" in printed, printed
 
 
-def test_a_wrong_quiz_choice_with_a_note_shows_the_note_in_the_check(capsys):
-    """The quiz file's note on a tempting wrong choice reaches the check cell, not only the widget,
-    and the right letter stays out of it."""
+def test_a_wrong_quiz_choice_is_told_at_grading_with_its_note(capsys):
+    """The quiz's check cell tells nothing of the key (every question has a letter: ok); the graded
+    checks, run with the key, name the mistake behind the choice (the key's note on it), the right
+    letter and why: what the feedback on a graded notebook shows."""
+    from autograder.selfcheck import check
+
     questions = quiz.questions("speculative_decoding")
     answers = {**autograder_quiz.key("speculative_decoding"), 4: "b"}
-    source = f"def quiz_answers():\n    return {answers!r}\n"
-    printed = check_cell("quiz_speculative_decoding", source, capsys)
-    assert questions[3].notes["b"] in printed and questions[3].see in printed, printed
-    assert f"{questions[3].answer})" not in printed and questions[3].choice(questions[3].answer) not in printed
+    namespace = {"quiz_answers": lambda: answers}
+    check("quiz_speculative_decoding", namespace=namespace)
+    visible = capsys.readouterr().out
+    assert visible.startswith("ok ") and "FAIL" not in visible and questions[3].notes["b"] not in visible
+    with pytest.raises(AssertionError, match="1 of 7 checks of quiz_speculative_decoding failed"):
+        check("quiz_speculative_decoding", hidden=True, namespace=namespace)
+    graded = capsys.readouterr().out
+    assert questions[3].notes["b"] in graded and f"The answer is {questions[3].answer}: {questions[3].why}" in graded
 
 
 # --- the cases tests/test_widgets.py draws this chapter's figures with ------------------------------

@@ -234,8 +234,8 @@ HOSTILE = {  # appended to the last answer cell of a solution (no other exercise
 
 
 def _planted() -> dict[str, list]:
-    """Each chapter's planted mistakes (``autograder/planted/<slug>.py``), by chapter."""
-    from autograder.planted import planted
+    """Each chapter's planted mistakes (``autograder/mistakes/<slug>.py``), by chapter."""
+    from autograder.mistakes import planted
 
     return {source.stem: list(planted(paths.slug(source)).values()) for source in paths.chapter_sources()}
 
@@ -292,10 +292,10 @@ def generated_class(folder, n: int) -> dict[str, tuple[str, object]]:
 
 def kept_their_grades(made: dict, reports: dict) -> list[str]:
     """What went wrong: a solution short of full marks, a blank copy with points, a planted mistake
-    misjudged (``autograder.planted.misjudged``), a hostile answer that cost its
+    misjudged (``autograder.mistakes.misjudged``), a hostile answer that cost its
     submission's other exercises (one that ends the whole sandbox at definition costs them all)."""
     from autograder.chapters import CHAPTERS
-    from autograder.planted import misjudged
+    from autograder.mistakes import misjudged
 
     wrong = []
     for relative, (kind, detail) in made.items():

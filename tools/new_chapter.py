@@ -1,9 +1,12 @@
 """Write a new chapter's files from ``tools/chapter_template/``: ``make chapter SLUG=pruning N=10``.
 
-The template is a small chapter that works as written (one exercise with its checks, a figure, a
-two-question quiz, a planted mistake and the tests), for the author to replace with the chapter's
-own. It writes only the chapter's files, each named by its slug (the table below); `make release`
-then writes the grade cells' points, the student copy and its row in the README's chapter table.
+The template is a small chapter that works as written (one exercise with its visible and hidden
+checks, its known mistakes, a figure, a four-question quiz and its key, and the tests), for the
+author to replace with the chapter's own. The exercise's answer is written once, in the solution
+cell; what the learners' copy leaves out is in files of its own (``autograder/hidden/``,
+``autograder/mistakes/``). It writes only the chapter's files, each named by its slug (the table
+below); `make release` then writes the grade cells' points, the learners' notebook and its row in
+the README's chapter table.
 
 Not handled: a slug or a number that a chapter already has (refused), renaming a chapter.
 """
@@ -23,9 +26,11 @@ FILES = {  # template -> where the chapter's copy goes
     "plots.py.tmpl": "course/plots/{slug}.py",
     "benchmarks.py.tmpl": "course/benchmarks/{slug}.py",
     "checks.py.tmpl": "autograder/chapters/{slug}.py",
-    "planted.py.tmpl": "autograder/planted/{slug}.py",
+    "hidden.py.tmpl": "autograder/hidden/{slug}.py",
+    "mistakes.py.tmpl": "autograder/mistakes/{slug}.py",
     "test.py.tmpl": "tests/test_{slug}.py",
     "quiz.toml.tmpl": "data/quizzes/{slug}.toml",
+    "quiz_key.toml.tmpl": "solutions/quizzes/{slug}.toml",
 }
 
 
@@ -48,7 +53,12 @@ def write(slug: str, number: int, title: str | None = None, root: Path = ROOT) -
     existing = [str(p.relative_to(root)) for p in targets if p.exists()]
     if existing:
         raise FileExistsError(f"chapter {number} ({slug}) would overwrite {', '.join(existing)}: choose another slug")
-    words = {"{{slug}}": slug, "{{number}}": str(number), "{{title}}": title or slug.replace("_", " ").capitalize()}
+    words = {
+        "{{chapter}}": f"{number:02d}_{slug}",
+        "{{slug}}": slug,
+        "{{number}}": str(number),
+        "{{title}}": title or slug.replace("_", " ").capitalize(),
+    }
     for template, target in zip(FILES, targets, strict=True):
         text = (TEMPLATE / template).read_text()
         for placeholder, value in words.items():

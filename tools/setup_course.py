@@ -25,9 +25,11 @@ learner installs it, plus nbgrader and jupyterhub-singleuser: ``FOLDER/.venv`` i
 every learner's server and kernel start in. Run it as root; whoever owns ``FOLDER`` can change what
 every learner runs.
 
-Not handled: Python older than 3.11 (it says so and stops); installing Chromium for the browser
-test anywhere but Debian-like Linux as root (the test is skipped, saying so, without it); a
-learners' environment on Windows (a hub's is Linux).
+Not handled: Python older than 3.11 (it says so and stops); installing the system's packages
+(Chromium for the browser test, bubblewrap for the grader's sandbox) anywhere but Debian-like Linux
+as root: elsewhere it names them, and the browser test is skipped, the sandbox runs without
+bubblewrap (``python -m autograder doctor`` says what that leaves); a learners'
+environment on Windows (a hub's is Linux).
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ TEST_REPORT = Path("test-artifacts") / "junit.xml"  # under the repository, wher
 NBGRADER_SERVER_EXTENSIONS = ("formgrader", "validate_assignment", "assignment_list", "course_list")
 KERNEL_NAME = "Python 3 (course)"
 COLAB_WIDGETS = ("ipywidgets==7.7.1", "ipython_genutils==0.2.0")  # Colab's, for the widget test
+# Debian's packages that the instructors' tools use: the package -> its programs (any one will do), and
+# what goes without it. Debian's bubblewrap rather than a wheel's copy: it gets the system's security
+# updates and, on Ubuntu 25.04 and later, the AppArmor profile that lets it make namespaces.
+SYSTEM_PACKAGES = {
+    "chromium": (("chromium", "chromium-browser"), "the browser test will be skipped"),
+    "bubblewrap": (
+        ("bwrap",),
+        "the grader's sandbox runs without it (`python -m autograder doctor` says what that leaves)",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -203,7 +215,7 @@ def install(where: Layout, chosen: dict[str, str], dev: bool, hub: bool = False)
             run(step)
         for step in quiet_steps(where):
             run(step, check=False)
-        browser_note()
+        system_packages()
         where.stamp("dev").touch()
     if hub and not fresh(where.stamp("hub")):
         for step in hub_steps(where, chosen):
@@ -274,19 +286,19 @@ def hub_learners(where: Layout, chosen: dict[str, str], folder: Path, copy: Path
     return learners.python
 
 
-def browser_note() -> None:
-    """The real-browser test uses the system's Chromium (Playwright cannot download browsers here):
-    installed as root on Debian-like Linux, otherwise named."""
-    if shutil.which("chromium") or shutil.which("chromium-browser"):
-        return
-    if sys.platform == "linux" and is_root() and shutil.which("apt-get"):
+def system_packages() -> None:
+    """The system's packages of :data:`SYSTEM_PACKAGES`: installed where missing as root on
+    Debian-like Linux (Playwright cannot download browsers here), otherwise named."""
+    missing = [name for name, (programs, _) in SYSTEM_PACKAGES.items() if not any(map(shutil.which, programs))]
+    if missing and sys.platform == "linux" and is_root() and shutil.which("apt-get"):
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        if subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet).returncode != 0:
+        if subprocess.run(["apt-get", "install", "-y", "-q", *missing], **quiet).returncode != 0:
             subprocess.run(["apt-get", "update", "-q"], **quiet)
-            subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet)
-        if shutil.which("chromium"):
-            return
-    print("no Chromium: the browser test will be skipped (on Debian or Ubuntu: sudo apt-get install chromium)")
+            subprocess.run(["apt-get", "install", "-y", "-q", *missing], **quiet)
+    for name in missing:
+        programs, without = SYSTEM_PACKAGES[name]
+        if not any(map(shutil.which, programs)):
+            print(f"no {name}: {without} (on Debian or Ubuntu: sudo apt-get install {name})")
 
 
 def colab_widgets(where: Layout) -> None:

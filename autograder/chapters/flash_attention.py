@@ -1,12 +1,12 @@
-"""Chapter 5's exercises: online_softmax_update and blockwise_attention. Each check names the
-mistakes it can recognise in its hint (a missing rescale, no running maximum, no 1/sqrt(D), ...),
-and blockwise_attention is also checked for what it must not do: form the (n_q, n_k) score matrix,
-or score a query (or a block of queries) against all keys at once (a torch dispatch mode records
-what the learner's function creates, and whether it was switched off)."""
+"""Chapter 5's exercises: online_softmax_update and blockwise_attention, with their visible checks.
+Each judge compares with the chapter's answer (``ANSWERS``, its solution cells, or the full
+softmax) and names the known mistake it matches (``MISTAKES``, ``autograder/mistakes/flash_attention.py``:
+a missing rescale, no running maximum, no 1/sqrt(D), ...), and blockwise_attention is also checked
+for what it must not do: form the (n_q, n_k) score matrix, or score a query (or a block of
+queries) against all keys at once (a torch dispatch mode records what the learner's function
+creates, and whether it was switched off). The hidden checks are ``autograder/hidden/flash_attention.py``'s."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
@@ -14,87 +14,23 @@ import torch
 from autograder.checks import (
     Check,
     Exercise,
-    Requirement,
     Verdict,
     as_tensor,
     compare_tensors,
     diagnose,
     judges_value,
 )
-from course import flash_attention
-from course.withheld import withheld
+from course import flash_attention, withheld
+
+ANSWERS = withheld.answers("05_flash_attention")
+MISTAKES = withheld.module("autograder.mistakes.flash_attention")
 
 
 def _randn(rng, *shape, scale=1.0):
     return torch.from_numpy((rng.normal(0, 1, size=shape) * scale).astype(np.float32))
 
 
-@withheld
-def _variant(q, k, v, block, rescale=True, subtract_max=True, scale=True, normalise_each=False):
-    """Blockwise attention with one thing changed, for naming a learner's mistake."""
-    s = 1 / math.sqrt(q.shape[-1]) if scale else 1.0
-    m = torch.full((q.shape[0], 1), float("-inf"), dtype=torch.float64)
-    l = torch.zeros(q.shape[0], 1, dtype=torch.float64)
-    o = torch.zeros(q.shape[0], v.shape[-1], dtype=torch.float64)
-    outs = []
-    for start in range(0, k.shape[0], block):
-        scores = q @ k[start : start + block].T * s
-        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True)) if subtract_max else torch.zeros_like(m)
-        correction = torch.exp(m - m_new) if rescale and subtract_max else torch.ones_like(m)
-        correction = torch.nan_to_num(correction, nan=0.0)
-        p = torch.exp(scores - m_new)
-        l = l * correction + p.sum(dim=-1, keepdim=True)
-        o = o * correction + p @ v[start : start + block]
-        outs.append(p @ v[start : start + block] / p.sum(dim=-1, keepdim=True))
-        m = m_new
-    if normalise_each:
-        return sum(outs) / len(outs)
-    return o / l
-
-
-def _mistakes(q, k, v, block):
-    q, k, v = q.double(), k.double(), v.double()
-    whole = k.shape[0] // block * block  # keys in full blocks
-    skipped_last = [  # only where a full block comes before a shorter one
-        (
-            f"the last, shorter block was skipped (only the first {whole} of {k.shape[0]} keys were used): "
-            "range(0, n_k, block) visits it, and slicing k[start:start + block] stops at the end by itself",
-            lambda: flash_attention.naive_attention(q, k[:whole], v[:whole]),
-        )
-    ]
-    return [
-        (
-            "the output was not divided by the normaliser l at the end: return o / l",
-            lambda: _variant(q, k, v, block) * _variant_l(q, k, block),
-        ),
-        *(skipped_last if 0 < whole < k.shape[0] else []),
-        (
-            "the running output and normaliser were not rescaled by exp(m_old - m_new) when the maximum grew",
-            lambda: _variant(q, k, v, block, rescale=False),
-        ),
-        ("the scores were not divided by sqrt(D)", lambda: _variant(q, k, v, block, scale=False)),
-        (
-            "each block was normalised on its own and the blocks averaged: keep one running normaliser l",
-            lambda: _variant(q, k, v, block, normalise_each=True),
-        ),
-        (
-            "only the last block counted: carry m, l and o from block to block",
-            lambda: flash_attention.naive_attention(
-                q, k[-((k.shape[0] - 1) % block + 1) :], v[-((k.shape[0] - 1) % block + 1) :]
-            ),
-        ),
-    ]
-
-
-@withheld
-def _variant_l(q, k, block):
-    """The final running normaliser l (n_q, 1) of exact blockwise attention."""
-    scores = q @ k.T / math.sqrt(q.shape[-1])
-    m = scores.amax(dim=-1, keepdim=True)
-    return torch.exp(scores - m).sum(dim=-1, keepdim=True)
-
-
-def _attention_probe(n_q, n_k, d, block, large=False, dtype=torch.float32):
+def attention_probe(n_q, n_k, d, block, large=False, dtype=torch.float32):
     def make(rng):
         q = _randn(rng, n_q, d, scale=60.0 if large else 1.0)  # scores far past exp()'s float32 range
         q, k, v = (t.to(dtype) for t in (q, _randn(rng, n_k, d), _randn(rng, n_k, d)))
@@ -126,10 +62,11 @@ def _attention_verdict(probe, got):
     if problem:
         return Verdict(False, problem)
     expected = flash_attention.naive_attention(q.double(), k.double(), v.double())
-    return _match(tensor, expected, _mistakes(q, k, v, block), "the output", k.shape[0], block)
+    mistakes = lambda: MISTAKES.of_blockwise_attention(q, k, v, block)  # noqa: E731 (asked only when wrong)
+    return _match(tensor, expected, mistakes, "the output", k.shape[0], block)
 
 
-_judge_attention = judges_value(_attention_verdict)
+judge_attention = judges_value(_attention_verdict)
 
 
 def largest_intermediate(function, q, k, v, block) -> dict:
@@ -263,7 +200,7 @@ def _judge_key_blocks(probe, found):
 
 def _structure_probe(n_q, n_k, d, block):
     def make(rng):
-        return {**_attention_probe(n_q, n_k, d, block)(rng), "scenario": largest_intermediate}
+        return {**attention_probe(n_q, n_k, d, block)(rng), "scenario": largest_intermediate}
 
     return make
 
@@ -276,16 +213,16 @@ BLOCKWISE = Exercise(
             "block16",
             1,
             "64 queries and keys, blocks of 16",
-            _attention_probe(64, 64, 16, 16),
-            _judge_attention,
+            attention_probe(64, 64, 16, 16),
+            judge_attention,
             visible=True,
         ),
         Check(
             "uneven",
             1,
             "blocks of 7 over 50 keys (a short last block)",
-            _attention_probe(20, 50, 8, 7),
-            _judge_attention,
+            attention_probe(20, 50, 8, 7),
+            judge_attention,
             visible=True,
         ),
         Check(
@@ -308,32 +245,10 @@ BLOCKWISE = Exercise(
             "large_scores",
             1,
             "large scores (no overflow allowed)",
-            _attention_probe(16, 40, 16, 8, large=True),
-            _judge_attention,
+            attention_probe(16, 40, 16, 8, large=True),
+            judge_attention,
             visible=True,
         ),
-        Check("block1", 1, "blocks of one key", _attention_probe(9, 13, 4, 1), _judge_attention),
-        Check(
-            "one_block",
-            1,
-            "one block larger than the keys, float64 inputs",
-            _attention_probe(5, 30, 8, 64, dtype=torch.float64),
-            _judge_attention,
-        ),
-    ],
-    requirements=[
-        Requirement(
-            "equals ordinary softmax attention, (n_q, D), for every block size",
-            ("block16", "uneven", "block1", "one_block"),
-        ),
-        Requirement("visits `block` keys at a time; the last block may be shorter", ("uneven", "block1", "key_blocks")),
-        Requirement("a block larger than the keys (edge case); float64 inputs work too", ("one_block",)),
-        Requirement(
-            "never forms the full (n_q, n_k) score matrix (largest torch intermediate recorded, "
-            "the recorder not switched off)",
-            ("no_score_matrix", "key_blocks"),
-        ),
-        Requirement("survives large scores (no overflow)", ("large_scores",)),
     ],
     builds_on=("online_softmax_update",),
 )
@@ -342,7 +257,7 @@ BLOCKWISE = Exercise(
 # --- online_softmax_update ---------------------------------------------------------------------------
 
 
-def _update_probe(first: bool, larger: bool):
+def update_probe(first: bool, larger: bool):
     """A state after some keys, then a block whose maximum is (or is not) larger than the running one."""
 
     def make(rng):
@@ -361,42 +276,13 @@ def _update_probe(first: bool, larger: bool):
     return make
 
 
-@withheld
-def _update_variants(m, l, o, scores, v) -> list[tuple[str, tuple]]:
-    """(m, l, o) as the common wrong updates give them, each with the hint that names it."""
-    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-    p = torch.exp(scores - m_new)
-    upside_down = torch.nan_to_num(torch.exp(m_new - m), nan=0.0, posinf=0.0)
-    right = flash_attention.online_softmax_update(m, l, o, scores, v)
-    twice = flash_attention.online_softmax_update(m, l, o, scores / math.sqrt(v.shape[-1]), v)
-    return [
-        ("{name} was not rescaled by exp(m_old - m_new)", (m_new, l + p.sum(-1, keepdim=True), o + p @ v)),
-        (
-            "{name}: the correction is upside down; multiply by exp(m_old - m_new) <= 1",
-            (m_new, l * upside_down + p.sum(-1, keepdim=True), o * upside_down + p @ v),
-        ),
-        (
-            "{name}: the running maximum was not updated; m_new = max(m, the block's largest score)",
-            (m, *flash_attention.online_softmax_update(m, l, o, scores, v)[1:]),
-        ),
-        (
-            "{name}: o was divided by l; keep o unnormalised and divide once, after the last block",
-            (right[0], right[1], right[2] / right[1]),
-        ),
-        (
-            "{name}: the scores were divided by sqrt(D) again; they arrive already scaled",
-            twice,
-        ),
-    ]
-
-
 @judges_value
-def _judge_update(probe, got):
+def judge_update(probe, got):
     m, l, o, scores, v = (a.double() for a in probe["args"])
     if not isinstance(got, tuple) or len(got) != 3:
         return Verdict(False, f"return a tuple (m, l, o); got {type(got).__name__}")
-    expected = flash_attention.online_softmax_update(m, l, o, scores, v)
-    variants = _update_variants(m, l, o, scores, v)
+    expected = ANSWERS.online_softmax_update(m, l, o, scores, v)
+    variants = MISTAKES.of_online_softmax_update(m, l, o, scores, v)
     for index, name in enumerate(("m", "l", "o")):
         tensor, problem = as_tensor(got[index], name)
         if problem:
@@ -419,19 +305,10 @@ UPDATE = Exercise(
     "online_softmax_update",
     ("online_softmax_update",),
     [
-        Check("larger", 1, "a block with a larger maximum", _update_probe(False, True), _judge_update, visible=True),
+        Check("larger", 1, "a block with a larger maximum", update_probe(False, True), judge_update, visible=True),
         Check(
-            "first", 1, "the first block (m = -inf, l = o = 0)", _update_probe(True, True), _judge_update, visible=True
+            "first", 1, "the first block (m = -inf, l = o = 0)", update_probe(True, True), judge_update, visible=True
         ),
-        Check("smaller", 1, "a block with a smaller maximum", _update_probe(False, False), _judge_update),
-    ],
-    requirements=[
-        Requirement("returns the new (m, l, o): (n_q, 1), (n_q, 1), (n_q, D)", ("larger", "first", "smaller")),
-        Requirement(
-            "m_new = max(m, the block's largest score); l and o rescaled by exp(m - m_new)", ("larger", "smaller")
-        ),
-        Requirement("the scores arrive already scaled by 1/sqrt(D)", ("larger",)),
-        Requirement("before the first block (m = -inf, l = o = 0): no NaN", ("first",)),
     ],
 )
 

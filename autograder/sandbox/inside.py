@@ -1,20 +1,21 @@
 """The program that runs a submission inside the sandbox: define the answers, call them, report.
 
-Usage (by the grader, never by hand): ``python -I inside.py JOB.json RESULTS``, RESULTS being the
-descriptor of the result pipe or, where a pipe cannot be handed over by number (Windows), a file's
-path. The job holds the instructor's setup cells, the learner's cells (answer cells and the cells
-the learner added, in notebook order) and the probes: calls of the learner's functions on inputs
-the grader chose. The course's own packages cannot be imported here, in every isolation mode alike
-(:func:`unavailable` says so), and the visible checks say the same. Where the system forks
-(``job["fork"]``), each probe runs in a forked child with its own alarm, so an exit, a crash or a
-hang in one function costs that probe only; elsewhere probes run here one after another under a
-timer thread, and the grader starts the sandbox again after the probe that ended it
-(:mod:`autograder.sandbox.launch`). Results go out as JSON lines (:func:`report`) as they come.
-Only plain data comes back (see ``wire.py``); whether an answer is right is decided by the
-grader, outside this process.
+Usage (by the grader, never by hand): ``python -I inside.py JOB.json RESULTS [POLICY]``, RESULTS
+being the descriptor of the result pipe or, where a pipe cannot be handed over by number (Windows),
+a file's path, and POLICY the JSON of what the process does to itself before anything of the job
+runs (``modes.policy``, carried out by ``confine.py``, copied beside this file). The job holds the
+instructor's setup cells, the learner's cells (answer cells and the cells the learner added, in
+notebook order) and the probes: calls of the learner's functions on inputs the grader chose. The
+course's own packages cannot be imported here, in every isolation mode alike (:func:`unavailable`
+says so), and the visible checks say the same. Where the system forks (``job["fork"]``), each probe
+runs in a forked child with its own alarm, so an exit, a crash or a hang in one function costs that
+probe only; elsewhere probes run here one after another under a timer thread, and the grader starts
+the sandbox again after the probe that ended it (:mod:`autograder.sandbox.launch`). Results go out
+as JSON lines (:func:`report`) as they come. Only plain data comes back (see ``wire.py``); whether
+an answer is right is decided by the grader, outside this process.
 
-This file is copied into the sandbox and must import only the standard library, numpy and torch.
-The visible checks in a notebook call :func:`call` too, so both probe the learner's code alike.
+This file is copied into the sandbox and must import only the standard library, numpy and torch. The
+visible checks in a notebook call :func:`call` too, so both probe the learner's code alike.
 """
 
 from __future__ import annotations
@@ -319,6 +320,12 @@ def open_results(where: str):
 
 
 def main() -> None:
+    policy = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    if policy:  # Linux only: the grader sends no policy elsewhere
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import confine  # the copy beside this file
+
+        confine.confine(policy)
     run_job(sys.argv[1], sys.argv[2])
 
 
@@ -329,7 +336,7 @@ def run_job(job_path: str, where: str) -> None:
     with open(job_path) as handle:
         job = json.load(handle)
     results = open_results(where)  # opened before learner code can close it
-    if os.getpid() == 1:  # the first process of the sandbox's pid namespace (the namespace modes)
+    if os.getpid() == 1 and os.getpgrp() != 1:  # the first process of the sandbox's pid namespace
         # a process group of its own: the one it was started in holds the process above it, outside
         # the namespace, so that a learner's kill(0, ...) would end that process, and with it the
         # sandbox, or not, as the scheduler ran them (the grader kills every group of a sandbox)

@@ -33,10 +33,12 @@ from autograder.sandbox.memory import HINT, WATCH_SECONDS, MemoryWatch
 from course import paths
 
 INSIDE = Path(__file__).resolve().with_name("inside.py")
+CONFINE = INSIDE.with_name("confine.py")
 WIRE = Path(__file__).resolve().parent.parent.parent / "course" / "wire.py"
 MAX_RESULTS = 64 * 2**20
 PRINTED_KEPT = 4096  # what the report keeps of what a submission printed
 OVERTIME_SECONDS = 2.0  # past a call's own limit, where only a timer thread enforces it, the sandbox is stopped
+FOLDER_FILES = 1000  # files and folders a sandbox may make in its work folder
 
 
 @dataclass
@@ -78,8 +80,11 @@ def hides_files() -> bool:
 
 def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = None, warm: bool | None = None) -> Outcome:
     """Run ``job`` (see :mod:`autograder.sandbox.inside`) in a fresh sandbox and collect its results:
-    a child of a warm sandbox (:mod:`autograder.sandbox.warm`) where the system forks, unless
-    ``warm`` is False (by default: unless ``AUTOGRADER_WARM=0``), else a new interpreter.
+    a child of a warm sandbox (:mod:`autograder.sandbox.warm`) where the system forks and the mode
+    keeps each child to itself (``modes.WARM``), unless ``warm`` is False (by default: unless
+    ``AUTOGRADER_WARM=0``), else a new interpreter. ``hide``: the class's folders, which no mode
+    but ``limits`` lets a submission reach (none is on the allowlist); a class's warm sandbox is
+    ended with them (:func:`end_warm`).
 
     ``mode`` defaults to :func:`isolation`'s choice (which may raise :class:`SandboxUnavailable`).
     """
@@ -92,30 +97,43 @@ def run(job: dict, limits: Limits, hide: list[Path] = (), mode: str | None = Non
     }
     mode = mode or isolation(limits.memory_bytes)
     hidden = [paths.ROOT, *hide]
+    if mode in modes.HIDES_FILES and (found := modes.exposed(hidden)):
+        raise modes.SandboxUnavailable(
+            f"{', '.join(found)} lies inside the Python environment or interpreter that every submission may read: "
+            "keep the course, the submissions and the feedback folder outside it"
+        )
     server = None
     if warm is None:
         warm = os.environ.get("AUTOGRADER_WARM") != "0"
-    if system.FORKS and warm:
+    if system.FORKS and warm and mode in modes.WARM:
         server = _warm.server(mode, hidden, _environment(Path(tempfile.gettempdir())))
-    work = Path(tempfile.mkdtemp(prefix="autograder-"))
+    uid = modes.sandbox_uid() if modes.own_user(mode) else None
+    work = Path(tempfile.mkdtemp(prefix="autograder-", dir=server.work if server else None))
     started = time.monotonic()
     try:
-        for source in (INSIDE, WIRE):
+        for source in (INSIDE, CONFINE, WIRE):
             shutil.copy(source, work / source.name)
-        work.chmod(0o755)
+        if (
+            uid is not None
+        ):  # the sandbox's own; readable, so that Python started as root without capabilities imports from it
+            os.chown(work, uid, uid)
+            work.chmod(0o755)
+        policy = modes.policy(mode, work, limits.processes, uid)
         args = ["-I", str(work / INSIDE.name), str(work / "job.json")]
-        command = modes.command(mode, work, hidden, args, limits.processes)
+        command = modes.command(mode, work, args)
         watch = MemoryWatch(0, limits.memory_bytes)
         deadline = started + limits.wall_seconds
         attempt = None
         if server is not None:
-            attempt = Attempt.run(job, _warm_start(server, work, limits, mode), work, limits, watch, deadline)
+            start = _warm_start(server, work, limits, mode, policy)
+            attempt = Attempt.run(job, start, work, limits, watch, deadline)
             if attempt.unstarted:  # before any of the learner's code ran: a fresh sandbox instead
                 if not attempt.server_lost:
                     _warm.give_up(server, attempt.unstarted)
                 attempt, watch = None, MemoryWatch(0, limits.memory_bytes)
         if attempt is None:
-            attempt = Attempt.run(job, _fresh_start(command, work, limits, mode), work, limits, watch, deadline)
+            start = _fresh_start(command, work, limits, mode, policy)
+            attempt = Attempt.run(job, start, work, limits, watch, deadline)
         if not system.FORKS:
             attempt = _resumed(attempt, job, command, work, limits, mode, watch, deadline)
         if not attempt.done and not attempt.problem:
@@ -132,31 +150,31 @@ def end_warm(hide: list[Path] = ()) -> None:
     _warm.close([paths.ROOT, *hide])
 
 
-def _fresh_start(command: list[str], work: Path, limits: Limits, mode: str):
-    """How :meth:`Attempt.run` starts a new interpreter for the sandbox."""
+def _fresh_start(command: list[str], work: Path, limits: Limits, mode: str, policy: dict):
+    """How :meth:`Attempt.run` starts a new interpreter for the sandbox (which confines itself as
+    ``policy`` says before the learner's code runs: ``inside.main``)."""
 
     def start(channel: ResultChannel) -> subprocess.Popen:
         return subprocess.Popen(
-            command + [channel.argument],
+            command + [channel.argument, json.dumps(policy)],
             cwd=work,
             env=_environment(work),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=preexec(limits, mode),
+            preexec_fn=preexec(limits),
             **channel.popen_options,
         )
 
     return start
 
 
-def _warm_start(server: _warm.Server, work: Path, limits: Limits, mode: str):
+def _warm_start(server: _warm.Server, work: Path, limits: Limits, mode: str, policy: dict):
     """How :meth:`Attempt.run` has the warm sandbox fork a child for the sandbox: the same
-    environment, limits and user id as :func:`_fresh_start` gives a new interpreter."""
+    environment, limits and confinement as :func:`_fresh_start` gives a new interpreter."""
 
     def start(channel: ResultChannel) -> _warm.Child:
-        uid = modes.sandbox_uid() if mode in modes.OWN_UID else None
-        return server.start(work, _environment(work), settings(limits, mode), uid, channel.write_end)
+        return server.start(work, _environment(work), settings(limits), policy, channel.write_end)
 
     start.warm = True
     return start
@@ -180,6 +198,7 @@ class Attempt:
     unstarted: str = ""  # why a warm sandbox's child could not set itself up, before any learner code ran
     started: bool = False  # the child said it set itself up (a warm sandbox's only)
     server_lost: bool = False  # the warm sandbox itself had ended or did not answer
+    given: tuple[int, int] = (0, 0)  # the bytes and files its work folder held as it started
 
     @classmethod
     def run(cls, job: dict, start, work: Path, limits: Limits, watch: MemoryWatch, deadline: float) -> Attempt:
@@ -188,7 +207,8 @@ class Attempt:
         (work / "job.json").write_text(json.dumps(job))
         for item in work.iterdir():
             item.chmod(0o644)
-        attempt, by_id = cls(warm=getattr(start, "warm", False)), {p["id"]: p for p in job["probes"]}
+        attempt = cls(warm=getattr(start, "warm", False), given=folder_use(work))
+        by_id = {p["id"]: p for p in job["probes"]}
         channel = ResultChannel(work)
         try:
             process = start(channel)
@@ -207,7 +227,7 @@ class Attempt:
         _wake_when_it_ends(process, wake)
         printed.start(wake)
         channel.reader.start(wake)
-        attempt.pump(process, printed, channel.reader, limits, watch, deadline, by_id, wake)
+        attempt.pump(process, printed, channel.reader, work, limits, watch, deadline, by_id, wake)
         _kill(process)
         for reader in (printed, channel.reader):
             reader.finish()
@@ -219,9 +239,10 @@ class Attempt:
         attempt.code = process.returncode
         return attempt
 
-    def pump(self, process, printed, results, limits: Limits, watch: MemoryWatch, deadline: float, by_id, wake):
+    def pump(self, process, printed, results, work: Path, limits: Limits, watch: MemoryWatch, deadline, by_id, wake):
         """Read output and results until the process ends, enforcing the wall clock, the output cap,
-        the memory limit and, where calls do not fork, each call's own time limit."""
+        the memory limit, what its work folder holds and, where calls do not fork, each call's own
+        time limit."""
         next_watch = 0.0
         while not (printed.ended and (results.ended or results.follows_process) and _finished(process)):
             wake.wait(WATCH_SECONDS)
@@ -243,6 +264,10 @@ class Attempt:
                 next_watch = now + WATCH_SECONDS
                 if watch.check(calling=not system.FORKS and self.running is not None):
                     self.problem, self.stopped_for_memory = f"{watch.stopped[-1]}: {HINT}", True
+                    return
+                most = (self.given[0] + limits.folder_bytes, self.given[1] + FOLDER_FILES)
+                if any(used > allowed for used, allowed in zip(folder_use(work, most), most, strict=True)):
+                    self.problem = f"wrote more than {limits.folder_bytes // 2**20} MiB or {FOLDER_FILES} files"
                     return
             if not system.FORKS and self.running and now - self.running_since > limits.probe_seconds + OVERTIME_SECONDS:
                 self.overtime = True
@@ -278,6 +303,29 @@ class Attempt:
         if last:  # where the sandbox itself failed, its traceback's last line says why
             problem += f"; it printed: …{last[:200]}"
         return problem
+
+
+def folder_use(work: Path, most: tuple[int, int] = (2**62, 2**62)) -> tuple[int, int]:
+    """The bytes and files the sandbox's work folder, the one place it may write, holds: counted
+    until either passes ``most`` (its own disk quota, where no file system gives one)."""
+    total, count, folders = 0, 0, [str(work)]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            count += 1
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                pass
+            if total > most[0] or count > most[1]:
+                return total, count
+    return total, count
 
 
 def _wake_when_it_ends(process, wake: threading.Event) -> None:
@@ -322,9 +370,8 @@ def _resumed(attempt: Attempt, job, command, work, limits: Limits, mode, watch, 
         if not pending:
             attempt = Attempt(done=True, printed=attempt.printed)
             break
-        attempt = Attempt.run(
-            {**job, "probes": pending}, _fresh_start(command, work, limits, mode), work, limits, watch, deadline
-        )
+        start = _fresh_start(command, work, limits, mode, {})
+        attempt = Attempt.run({**job, "probes": pending}, start, work, limits, watch, deadline)
         probes.update(attempt.probes)
     attempt.probes, attempt.cells = probes, cells  # the cells as the first start ran them: each start runs them alike
     return attempt
@@ -453,6 +500,7 @@ def _environment(work: Path) -> dict:
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(work),
+        "TMPDIR": str(work),
         "WORK": str(work),
         "LANG": "C.UTF-8",
         "OMP_NUM_THREADS": "1",

@@ -1,11 +1,12 @@
 """A sandbox's resource limits, and the ones the kernel enforces as it starts (``setrlimit``).
 
 Every mode gets: CPU seconds, file size, open files, processes, no core dumps (here), and a wall
-clock, a cap on what it may print (:mod:`autograder.sandbox.launch`) and resident memory
-(:mod:`autograder.sandbox.memory`). Address space is not limited: a CUDA build of torch reserves
-gigabytes of it at import. Where the system has no ``resource`` module (Windows), only the wall
-clock, the output cap and the memory watch apply, and where it has no sessions the sandbox is not
-put in one of its own (:mod:`autograder.sandbox.system`).
+clock, a cap on what it may print and on what its work folder may hold
+(:mod:`autograder.sandbox.launch`), and resident memory (:mod:`autograder.sandbox.memory`). Address
+space is not limited: a CUDA build of torch reserves gigabytes of it at import. Where the system has
+no ``resource`` module (Windows), only the wall clock, the output cap and the memory watch apply,
+and where it has no sessions the sandbox is not put in one of its own
+(:mod:`autograder.sandbox.system`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 import psutil
 
 from autograder.sandbox import system
-from autograder.sandbox.modes import OWN_UID, PROCESSES_INSIDE
 
 ROOM_FOR_OURS = 256  # a sandbox sharing our uid: the processes our other programs may start while it runs
 
@@ -29,6 +29,7 @@ class Limits:
     added_seconds: float = 20.0  # all the cells a learner added together; answer cells run whatever they took
     memory_bytes: int = 3 * 2**30  # resident memory of all the sandbox's processes together
     output_bytes: int = 2**20
+    folder_bytes: int = 64 * 2**20  # what its work folder, the one place it may write, may hold
     file_bytes: int = 16 * 2**20
     processes: int = 64  # per sandbox (threads count too)
 
@@ -44,37 +45,30 @@ def _own_tasks() -> int:
     return count
 
 
-def settings(limits: Limits, mode: str) -> list[tuple[str, int]]:
-    """The ``resource`` limits a sandbox in ``mode`` starts with, by name: what :func:`preexec` sets,
-    and what a warm sandbox's child sets for itself (``serve.py``). In the modes of
-    ``PROCESSES_INSIDE`` the process limit is set inside the sandbox's user namespace instead
-    (``modes.command``, and ``serve.py`` for a warm sandbox's child)."""
-    # a uid or a user namespace of its own: the count is the sandbox's alone; sharing our uid and
-    # namespace: on top of what we already run, and what our other programs (other sandboxes, a
-    # second make test, a browser) may start meanwhile, which counts against it too
-    alone = mode in OWN_UID or mode in PROCESSES_INSIDE
-    processes = limits.processes if alone else _own_tasks() + ROOM_FOR_OURS + limits.processes
+def settings(limits: Limits) -> list[tuple[str, int]]:
+    """The ``resource`` limits a sandbox starts with, by name: what :func:`preexec` sets, and what a
+    warm sandbox's child sets for itself (``serve.py``). The process limit is set while the sandbox
+    still counts against our user: on top of what we already run, and what our other programs
+    (other sandboxes, a second make test, a browser) may start meanwhile. Where its processes then
+    count alone (a user or a user namespace of its own), the sandbox sets its own
+    (``limits.processes``: ``modes.policy``)."""
     return [
         ("RLIMIT_CPU", int(limits.wall_seconds) + 5),
         ("RLIMIT_FSIZE", limits.file_bytes),
         ("RLIMIT_NOFILE", 256),
         ("RLIMIT_CORE", 0),
-        ("RLIMIT_NPROC", processes),
+        ("RLIMIT_NPROC", _own_tasks() + ROOM_FOR_OURS + limits.processes),
     ]
 
 
-def _inside(name: str, mode: str) -> bool:
-    return name == "RLIMIT_NPROC" and mode in PROCESSES_INSIDE
-
-
-def preexec(limits: Limits, mode: str):
+def preexec(limits: Limits):
     """The function the sandbox's first process runs before Python starts: a session of its own,
     then the limits; None where the system starts processes without one (Windows)."""
     if not system.RLIMITS:
         return os.setsid if system.SESSIONS else None
     import resource
 
-    chosen = [(name, value) for name, value in settings(limits, mode) if not _inside(name, mode)]
+    chosen = settings(limits)
 
     def apply() -> None:
         os.setsid()

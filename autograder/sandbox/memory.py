@@ -25,7 +25,9 @@ HINT = "look for a tensor or list far larger than the exercise needs"  # for the
 
 def members(leader: int) -> list[psutil.Process]:
     """``leader`` and every process under it or in its session (a process that left the tree by
-    forking twice stays in it), those that still run."""
+    forking twice stays in it), those that still run (none for a leader of 0: one that was never seen)."""
+    if leader <= 0:
+        return []
     try:
         root = psutil.Process(leader)
         found = {p.pid: p for p in [root, *root.children(recursive=True)]}
@@ -75,23 +77,33 @@ def group_of(process: psutil.Process, leader: int) -> int:
 
 
 def _first_of_its_pid_namespace(pid: int) -> bool:
-    """Whether ``pid`` is pid 1 of a pid namespace below ours (Linux's ``NSpid`` line: its number
-    in each namespace it is in, innermost last); False on systems without ``/proc``."""
+    """Whether ``pid`` is pid 1 of a pid namespace below ours; False on systems without ``/proc``."""
+    numbers = namespace_pids(pid)
+    return len(numbers) > 1 and numbers[-1] == 1
+
+
+def namespace_pids(pid: int) -> list[int]:
+    """``pid``'s number in each pid namespace it is in, ours first, innermost last (Linux's
+    ``NSpid`` line); ``[pid]`` on systems without ``/proc``, [0] for a process that is gone."""
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
                 if line.startswith("NSpid:"):
-                    numbers = line.split()[1:]
-                    return len(numbers) > 1 and numbers[-1] == "1"
+                    return [int(n) for n in line.split()[1:]]
+    except FileNotFoundError:
+        return [0] if os.path.isdir("/proc") else [pid]
     except OSError:
         pass
-    return False
+    return [pid]
 
 
 def kill_sandbox(leader: int) -> None:
     """Kill the sandbox whose first process is ``leader`` and whatever it started: every process
     group its processes are in (a pid namespace's first process leads one of its own, which ends
-    the namespace), or each process of its tree where the system has no process groups."""
+    the namespace), or each process of its tree where the system has no process groups. A leader
+    of 0 (one that was never seen) is no process: nothing is killed."""
+    if leader <= 0:
+        return
     found = members(leader)
     if not system.SESSIONS:
         for member in reversed(found):

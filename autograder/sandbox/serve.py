@@ -1,26 +1,27 @@
 """The warm sandbox's program: an interpreter that imports torch and ``inside.py`` once, then forks
 a fresh sandbox for each submission (started and spoken to by :mod:`autograder.sandbox.warm`).
 
-Usage (by the grader, never by hand): ``python -I serve.py MODE REQUESTS REPLIES``, MODE the
-isolation mode this server was started in (``modes.server_command``), REQUESTS the descriptor of
-a datagram socket on which each request arrives (JSON, with the submission's output and result
-pipes attached), REPLIES a pipe's descriptor for JSON lines back: ``{"ready": true}`` once the
-imports are done, ``{"id": ..., "pid": ...}`` for each child started, ``{"exited": pid, "status":
-...}`` as each one ends.
+Usage (by the grader, never by hand): ``python -I serve.py POLICY REQUESTS REPLIES``, POLICY the
+JSON of what this server keeps itself to once its imports are done (``modes.policy`` for the
+class's jobs folder: Landlock, where the mode has it), REQUESTS the descriptor of a datagram socket
+on which each request arrives (JSON, with the submission's output and result pipes attached),
+REPLIES a pipe's descriptor for JSON lines back: ``{"ready": true}`` once the imports are done,
+``{"id": ..., "pid": ...}`` for each child started, ``{"exited": pid, "status": ...}`` as each
+one ends.
 
 This process never runs a learner's code and never reads a job: it reads only the grader's
 requests, so every child starts from the state it had when its imports were done (sys.modules,
 torch's and numpy's settings, no files open but its own, which each child closes). A child, before
-any of the learner's code runs, does what a fresh sandbox's start does (``modes.command`` and
-``limits.preexec``): a session of its own and the limits; in the namespace modes new mount,
-network and pid namespaces, its own ``/proc`` and ``/dev/shm`` (a forked grandchild is the pid
-namespace's first process, as ``unshare --fork --kill-child`` makes it, so that nothing it leaves
-behind outlives it); a user id of its own (``namespace``, ``unprivileged``) or every capability
-dropped behind a nested user namespace (``user-namespace``); the grader's environment variables,
-its own working folder and descriptors, fresh seeds for ``random``, numpy and torch (as a fresh
-interpreter draws them at import); then
-:func:`inside.run_job`. ``{"started": true}`` on the result pipe says that all of that succeeded,
-``{"unstarted": why}`` that it did not (then the grader grades the submission in a fresh sandbox).
+any of the learner's code runs, does what a fresh sandbox's start does (``limits.preexec`` and
+``inside.main``): a session of its own and the limits; as root a user of its own; in the
+bubblewrap modes user and pid namespaces of its own, where the kernel lets it make them (a forked
+grandchild is the pid namespace's first process, so that nothing it leaves behind outlives it and
+no signal it sends leaves it); then, in that grandchild, no capabilities, its process limit and
+Landlock's allowlist for its own work folder (``confine.confine``); the grader's environment
+variables, its own working folder and descriptors, fresh seeds for ``random``, numpy and torch
+(as a fresh interpreter draws them at import); then :func:`inside.run_job`. ``{"started": true}``
+on the result pipe says that all of that succeeded, ``{"unstarted": why}`` that it did not (then
+the grader grades the submission in a fresh sandbox).
 
 This file is copied into the sandbox and must import only the standard library, numpy and torch.
 Not handled: systems without ``fork`` (the grader starts a fresh sandbox per submission there); the
@@ -31,7 +32,6 @@ a fresh sandbox in the ``limits`` mode).
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import os
@@ -41,71 +41,15 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves this file's folder out
-import inside  # noqa: E402  (the copy beside this file)
+import inside  # noqa: E402  (the copies beside this file)
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 36, 38
-CAPABILITY_VERSION_3 = 0x20080522
-HIDES_FILES = ("namespace", "user-namespace")  # as in modes.py, which this file cannot import
-PROCESSES_INSIDE = ("user-namespace",)  # as in modes.py: the process limit is set in the innermost namespace
-RESULTS = 3  # the result pipe's descriptor in a child, as its argv says
 LINUX = sys.platform == "linux"
-_libc = ctypes.CDLL(None, use_errno=True) if LINUX else None
+if LINUX:
+    import confine  # noqa: E402
 
-
-def _call(name: str, *args) -> None:
-    """A libc call that fails loudly (OSError with the errno)."""
-    if getattr(_libc, name)(*args) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"{name}: {os.strerror(error)}")
-
-
-def _prctl(option: int, value: int) -> None:
-    _call("prctl", option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-
-
-def _mount(source: str, target: str, kind: str, flags: int, data: str | None = None) -> None:
-    _call("mount", source.encode(), target.encode(), kind.encode(), ctypes.c_ulong(flags), data and data.encode())
-
-
-def _own_mounts() -> None:
-    """This pid namespace's ``/proc`` and a ``/dev/shm`` of its own (as ``--mount-proc`` and the hide script)."""
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    if os.path.isdir("/dev/shm"):
-        _mount("none", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=16m")
-
-
-def _lock_and_drop() -> None:
-    """As ``modes.LOCK_AND_DROP``: a nested user namespace whose mount namespace locks the mounts
-    made before it, then no capability left, and none to be gained."""
-    _call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
-    for name, text in (("setgroups", "deny"), ("uid_map", "0 0 1"), ("gid_map", "0 0 1")):
-        with open(f"/proc/self/{name}", "w") as handle:
-            handle.write(text)
-    with open("/proc/sys/kernel/cap_last_cap") as handle:
-        last = int(handle.read())
-    for capability in range(last + 1):
-        _prctl(PR_CAPBSET_DROP, capability)
-    _no_capabilities()
-
-
-def _no_capabilities() -> None:
-    """No effective, permitted, inheritable or ambient capability left, and none to be gained by exec."""
-    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable, twice (64 capabilities): all none
-    _call("capset", header, data)
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-
-
-def _drop_to(uid: int) -> None:
-    """As ``setpriv --reuid --regid --clear-groups --no-new-privs``: a user of the sandbox's own,
-    without the capabilities the server kept to make it (``modes.SERVER_CAPABILITIES``)."""
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    if LINUX:
-        _no_capabilities()
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+CAP_SETGID, CAP_SETUID = 6, 7
+RESULTS = 3  # the result pipe's descriptor in a child, as its argv says
 
 
 def _fresh_seeds() -> None:
@@ -120,24 +64,18 @@ def _fresh_seeds() -> None:
     torch.seed()
 
 
-def _grandchild(request: dict, mode: str) -> None:
+def _grandchild(request: dict, policy: dict) -> None:
     """The sandbox's own process, where the submission runs (never returns)."""
     if LINUX:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # with the process above it, as --kill-child does
-    if mode in HIDES_FILES:
-        _own_mounts()
-    if mode == "user-namespace":
-        _lock_and_drop()
-    elif request.get("uid") is not None:
-        _drop_to(request["uid"])
-    if mode in PROCESSES_INSIDE:  # now in the namespace whose processes are the sandbox's alone
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_NPROC, (dict(request["rlimits"])["RLIMIT_NPROC"],) * 2)
+        confine.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # with the process above it
+    if policy:
+        confine.confine(policy)
     if LINUX:
-        _prctl(PR_SET_DUMPABLE, 1)  # as after exec: a change of user id clears it
+        confine.prctl(PR_SET_DUMPABLE, 1)  # as after exec: readable by itself (the server is not)
     os.environ.clear()
     os.environ.update(request["env"])
+    if "tempfile" in sys.modules:  # its temporary folder from the new TMPDIR, not the server's
+        sys.modules["tempfile"].tempdir = None
     work = request["work"]
     os.chdir(work)
     sys.path[0] = work
@@ -165,9 +103,10 @@ def _end_leftovers() -> None:
                 pass
 
 
-def _child(request: dict, fds: list[int], mode: str) -> None:
+def _child(request: dict, fds: list[int]) -> None:
     """The forked child for one submission (never returns): its descriptors, session and limits,
-    then its namespaces and the grandchild that runs the submission; it ends as the grandchild did."""
+    its user and namespaces, then the grandchild that runs the submission; it ends as the
+    grandchild did."""
     output, results = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds)
     null = os.open(os.devnull, os.O_RDONLY)
     for source, target in ((null, 0), (output, 1), (output, 2), (results, RESULTS)):
@@ -175,21 +114,27 @@ def _child(request: dict, fds: list[int], mode: str) -> None:
     os.closerange(RESULTS + 1, 1 << 20)  # nothing of the server's, nor of another submission's
     signal.set_wakeup_fd(-1)  # the server's, whose descriptor closerange closed
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    policy, namespaced = dict(request["confine"]), False
     try:
         os.setsid()
         import resource
 
         for name, value in request["rlimits"]:
-            if not (name == "RLIMIT_NPROC" and mode in PROCESSES_INSIDE):  # the grandchild's, in its namespace
-                resource.setrlimit(getattr(resource, name), (value, value))
+            resource.setrlimit(getattr(resource, name), (value, value))
         if LINUX:
-            _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        if mode in HIDES_FILES:
-            _call("unshare", CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID)
+            confine.prctl(PR_SET_CHILD_SUBREAPER, 1)
+            confine.prctl(PR_SET_DUMPABLE, 1)  # as after exec: its own /proc/self is its own (the server's is not)
+        uid = policy.pop("uid", None)
+        if uid is not None:
+            confine.become(uid)
+        if policy.pop("namespaces", False):
+            namespaced = confine.own_namespaces()
+            if not namespaced and uid is None:  # its processes count with the server's
+                policy["processes"] = None
         pid = os.fork()
         if pid == 0:
             try:
-                _grandchild(request, mode)
+                _grandchild(request, policy)
             except BaseException as error:
                 os.write(RESULTS, (json.dumps({"unstarted": f"{type(error).__name__}: {error}"}) + "\n").encode())
             os._exit(1)
@@ -199,7 +144,7 @@ def _child(request: dict, fds: list[int], mode: str) -> None:
     for fd in (0, 1, 2, RESULTS):
         os.close(fd)
     _, status = os.waitpid(pid, 0)
-    if LINUX and mode not in HIDES_FILES:
+    if LINUX and not namespaced:
         _end_leftovers()
     if os.WIFSIGNALED(status):
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
@@ -218,7 +163,7 @@ def _child_exits() -> int:
     return read_end
 
 
-def serve(mode: str, requests: socket.socket, replies) -> None:
+def serve(requests: socket.socket, replies) -> None:
     """Fork a child per request until the grader says quit or goes away."""
 
     def reply(line: dict) -> None:
@@ -227,7 +172,7 @@ def serve(mode: str, requests: socket.socket, replies) -> None:
 
     parent, children = os.getppid(), set()
     ended = _child_exits()
-    reply({"ready": True})
+    reply({"ready": True, "pid": os.getpid()})
     while os.getppid() == parent:
         ready, _, _ = select.select([requests, ended], [], [], 0.05)
         if ended in ready:
@@ -241,7 +186,7 @@ def serve(mode: str, requests: socket.socket, replies) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(request, fds, mode)
+                _child(request, fds)
             for fd in fds:
                 os.close(fd)  # the child's only: the grader sees the end of its output when the child ends
             children.add(pid)
@@ -260,14 +205,19 @@ def serve(mode: str, requests: socket.socket, replies) -> None:
 
 
 def main() -> None:
-    mode, requests, replies = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    policy, requests, replies = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     import numpy  # noqa: F401  (what a job imports, imported once here)
     import torch
 
     torch.set_num_threads(1)  # before any fork, as inside.run_job does
     if LINUX:
-        _prctl(PR_SET_DUMPABLE, 0)  # no child may trace this process or read its memory
-    serve(mode, socket.socket(fileno=requests), os.fdopen(replies, "w"))
+        confine.prctl(PR_SET_DUMPABLE, 0)  # no child may trace this process or read its memory
+        if policy.get("landlock") and not policy.get("namespaces"):  # the class's jobs folder, where no
+            # bubblewrap keeps the server to it; each child keeps to its own folder in it
+            confine.landlock(policy["read"], policy["write"], policy["landlock"])
+        if os.geteuid() == 0:  # what its children need to become users of their own, nothing more
+            confine.keep_capabilities((CAP_SETGID, CAP_SETUID))
+    serve(socket.socket(fileno=requests), os.fdopen(replies, "w"))
     os._exit(0)
 
 

@@ -1,10 +1,13 @@
-"""Warm sandboxes: one server per isolation mode and set of hidden folders, with torch imported
-once (``serve.py``), that forks a fresh sandbox for each submission.
+"""Warm sandboxes: one server per isolation mode and class (its hidden folders), with torch imported
+once (``serve.py``), that forks a fresh sandbox for each submission. The server's folder is the
+class's jobs folder: each submission's work folder is made in it, and its child keeps to that one
+(``modes.policy``).
 
 :func:`server` starts one on first use and keeps it for the grader's process (:func:`close` ends
 those of one class); :meth:`Server.start` asks it for a child and returns a :class:`Child`, which
 :mod:`autograder.sandbox.launch` reads, watches and kills as it does a fresh sandbox's process: its
-pid is this process's view of it (the server has no pid namespace of its own), it leads its own
+pid is this process's view of it (in the bubblewrap modes the server has a pid namespace of its
+own, whose numbers mean nothing here: :meth:`Server.seen_here` translates them), it leads its own
 session, and its output and result pipes are the grader's. A server that cannot start, or whose
 child cannot set itself up, is not used again in this process: grading goes on in fresh sandboxes.
 Not handled: systems without ``fork`` (see :data:`system.FORKS`).
@@ -31,6 +34,7 @@ import psutil
 from autograder.sandbox import memory, modes
 
 SERVE = Path(__file__).resolve().with_name("serve.py")
+WIRE = SERVE.parent.parent.parent / "course" / "wire.py"
 START_SECONDS = 120.0  # for the server's imports, on a busy machine
 REPLY_SECONDS = 30.0  # for the pid of a child the server forks
 
@@ -40,7 +44,8 @@ class WarmUnavailable(OSError):
 
 
 class Child:
-    """A submission's sandbox forked by a server, with what ``launch.Attempt`` asks of a process."""
+    """A submission's sandbox forked by a server, with what ``launch.Attempt`` asks of a process:
+    ``pid`` as this process sees it (0 where it had ended before it could be seen)."""
 
     def __init__(self, pid: int, stdout):
         self.pid, self.stdout = pid, stdout
@@ -60,7 +65,7 @@ class Child:
         """Whether it has ended: as the server said, or, once the server has gone, as the system shows."""
         if not self._ended.is_set():
             return False
-        if self.returncode is not None:
+        if self.returncode is not None or self.pid <= 0:
             return True
         try:
             return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
@@ -90,18 +95,19 @@ class Server:
 
     def __init__(self, mode: str, hide: list[Path], env: dict):
         self.mode, self.broken = mode, ""
-        self.work = Path(tempfile.mkdtemp(prefix="autograder-warm-"))
-        for source in (SERVE, SERVE.with_name("inside.py"), SERVE.parent.parent.parent / "course" / "wire.py"):
+        self.work = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
+        for source in (SERVE, *(SERVE.with_name(name) for name in ("inside.py", "confine.py")), WIRE):
             shutil.copy(source, self.work / source.name)
             (self.work / source.name).chmod(0o644)
-        self.work.chmod(0o755)
+        self.work.chmod(0o711 if modes.own_user(mode) else 0o700)  # children reach their own folders only
         self.requests, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         read_end, write_end = os.pipe()
-        args = ["-I", str(self.work / SERVE.name), mode, str(theirs.fileno()), str(write_end)]
+        policy = json.dumps(modes.policy(mode, self.work, 0, None))
+        args = ["-I", str(self.work / SERVE.name), policy, str(theirs.fileno()), str(write_end)]
         self.log = self.work / "server.log"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                modes.server_command(mode, self.work, hide, args),
+                modes.server_command(mode, self.work, args),
                 cwd=self.work,
                 env={**env, "HOME": str(self.work), "WORK": str(self.work)},
                 stdin=subprocess.DEVNULL,
@@ -116,7 +122,7 @@ class Server:
         self.waiting: dict[int, queue.Queue] = {}
         self.children: dict[int, Child] = {}
         self.ready = threading.Event()
-        self.alive = True
+        self.alive, self.inside = True, 0
         self.reader = threading.Thread(target=self._read, args=(os.fdopen(read_end, "rb"),), daemon=True)
         self.reader.start()
         if not self.ready.wait(START_SECONDS) or not self.alive:
@@ -134,11 +140,12 @@ class Server:
         for raw in replies:
             line = json.loads(raw)
             if line.get("ready"):
+                self.inside = self._seen_from(line["pid"])
                 self.ready.set()
-            elif "pid" in line:
+            elif "id" in line:
                 with self.lock:
                     waiter = self.waiting.pop(line["id"])
-                    child = self.children[line["pid"]] = Child(line["pid"], None)
+                    child = self.children[line["pid"]] = Child(self.seen_here(line["pid"]), None)
                 waiter.put(child)
             elif "exited" in line:
                 with self.lock:
@@ -155,11 +162,31 @@ class Server:
             self.children.clear()
         self.ready.set()
 
-    def start(self, work: Path, env: dict, rlimits: list, uid: int | None, results_end: int) -> Child:
-        """Fork a child for the job in ``work``; WarmUnavailable when the server has gone away."""
+    def _seen_from(self, pid: int) -> int:
+        """The server's own pid here, from its pid in its namespace (0 if it is gone)."""
+        try:
+            found = [psutil.Process(self.process.pid), *psutil.Process(self.process.pid).children(recursive=True)]
+        except psutil.Error:
+            return 0
+        return next((p.pid for p in found if memory.namespace_pids(p.pid)[-1] == pid), 0)
+
+    def seen_here(self, pid: int) -> int:
+        """A child's pid here, from its pid in the server's namespace (0 where it has ended and
+        been reaped already: the server's word that it exited follows)."""
+        if not self.inside or memory.namespace_pids(self.inside) == [self.inside]:
+            return pid  # the server shares our pid namespace
+        try:
+            children = psutil.Process(self.inside).children()
+        except psutil.Error:
+            return 0
+        return next((p.pid for p in children if memory.namespace_pids(p.pid)[1:2] == [pid]), 0)
+
+    def start(self, work: Path, env: dict, rlimits: list, policy: dict, results_end: int) -> Child:
+        """Fork a child for the job in ``work``, confined as ``policy`` says (``modes.policy``);
+        WarmUnavailable when the server has gone away."""
         read_end, write_end = os.pipe()
         answer: queue.Queue = queue.Queue()
-        request = {"work": str(work), "env": env, "rlimits": rlimits, "uid": uid}
+        request = {"work": str(work), "env": env, "rlimits": rlimits, "confine": policy}
         try:
             with self.lock:
                 if not self.alive:
@@ -200,7 +227,11 @@ _lock = threading.Lock()
 
 
 def _key(mode: str, hide: list[Path]) -> tuple:
-    return mode, tuple(modes.outermost(hide))
+    return mode, _folders(hide)
+
+
+def _folders(hide: list[Path]) -> tuple:
+    return tuple(modes.outermost(Path(folder).resolve() for folder in hide))
 
 
 def server(mode: str, hide: list[Path], env: dict) -> Server | None:
@@ -236,9 +267,9 @@ def give_up(found: Server, why: str) -> None:
 def close(hide: list[Path] | None = None) -> None:
     """End the warm sandboxes started for ``hide`` (every one, with None), once their children are done."""
     with _lock:
-        chosen = [k for k in _servers if hide is None or k[1] == tuple(modes.outermost(hide))]
+        chosen = [k for k in _servers if hide is None or k[1] == _folders(hide)]
         ended = [_servers.pop(k) for k in chosen]
-        ended += [found for key, found in _retired if hide is None or key[1] == tuple(modes.outermost(hide))]
+        ended += [found for key, found in _retired if hide is None or key[1] == _folders(hide)]
         _retired[:] = [(key, found) for key, found in _retired if found not in ended]
     for found in ended:
         if found:

@@ -10,7 +10,7 @@ import torch
 
 from course import timing
 from course.device import triton_available
-from course.flash_attention import blockwise_attention, naive_attention
+from course.flash_attention import batched_blockwise_attention, naive_attention
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:
@@ -36,7 +36,7 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
             for attention, options in (
                 (torch.nn.functional.scaled_dot_product_attention, {"is_causal": True}),
                 (naive_attention, {"causal": True}),
-                (blockwise_attention, {"block": 64, "causal": True}),
+                (batched_blockwise_attention, {"block": 64, "causal": True}),
             )
         )
         print(

@@ -1,14 +1,14 @@
 """Fast kernels, and the dispatcher that picks one: :func:`attention` runs the Triton kernel
-(``course.kernels.flash_attention``) for CUDA tensors when Triton is usable, the torch reference
-(``course.flash_attention.blockwise_attention``) otherwise; both have one signature. Triton is
-imported only where it is usable (a CUDA device, or ``TRITON_INTERPRET=1``)."""
+(``course.kernels.flash_attention``) for CUDA tensors when Triton is usable, the course's torch
+loop (``course.flash_attention.batched_blockwise_attention``) otherwise; both have one signature.
+Triton is imported only where it is usable (a CUDA device, or ``TRITON_INTERPRET=1``)."""
 
 from __future__ import annotations
 
 import torch
 
 from course.device import triton_available
-from course.flash_attention import blockwise_attention as torch_blockwise_attention
+from course.flash_attention import batched_blockwise_attention
 
 # The largest difference from the float64 reference that each path may show, by device and input
 # dtype. On the CPU both paths compute in float32. On a GPU the Triton kernel's tl.dot takes float32
@@ -31,4 +31,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64
             kernel = None
         if kernel is not None:
             return kernel.blockwise_attention(q, k, v, block, causal)
-    return torch_blockwise_attention(q, k, v, block, causal)
+    return batched_blockwise_attention(q, k, v, block, causal)

@@ -2,7 +2,7 @@
 
 One program per block of ``BLOCK_M`` queries and one (batch, head): the queries stay in fast
 memory while blocks of ``block`` keys and values stream past them, folded in by the online
-softmax (``course.flash_attention.online_softmax_update``, written here in Triton's language).
+softmax (chapter 5's ``online_softmax_update``, written here in Triton's language).
 Accumulates in fp32 whatever the input dtype.
 
 Not handled: head dimensions that are not a power of two from 16 to 256, blocks that are not
@@ -83,13 +83,13 @@ def _forward(
 def blockwise_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False
 ) -> torch.Tensor:
-    """Same contract as :func:`course.flash_attention.blockwise_attention`, computed by the Triton kernel."""
+    """Same contract as :func:`course.flash_attention.batched_blockwise_attention`, computed by the Triton kernel."""
     check_shapes(q, k, v, block)
     d = q.shape[-1]
     if d not in (16, 32, 64, 128, 256) or v.shape[-1] != d:
         raise ValueError(
             f"the Triton kernel needs a head dim of 16, 32, 64, 128 or 256 for q, k and v; got {d} "
-            "(use course.flash_attention.blockwise_attention for other sizes)"
+            "(use course.flash_attention.batched_blockwise_attention for other sizes)"
         )
     if block not in (16, 32, 64, 128):
         raise ValueError(f"the Triton kernel needs block = 16, 32, 64 or 128 keys, got {block}")

@@ -1,8 +1,9 @@
-"""Chapter 5's figures: the online softmax block by block, the IO model, measured timings."""
+"""Chapter 5's figures: the online softmax block by block, the IO model, measured timings. The
+online softmax's chart takes the update it draws as an argument (a notebook's own, or by default
+the course's answer) and asks it, when built, every trace its sliders can show."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -33,22 +34,25 @@ def _example(n: int, seed: int):
     return scores, values
 
 
-@functools.lru_cache(maxsize=16)
-def _trace(block: int, n: int, seed: int):
-    scores, values = _example(n, seed)
-    states = flash_attention.online_softmax_trace(scores, values, block)
-    exact = flash_attention.naive_attention(scores.new_ones(1, 1), scores[:, None], values)[0]  # q k = the score
-    return scores, states, exact
+def _exact(scores, values):
+    """Softmax attention of one query whose scores are ``scores``, over ``values``."""
+    return flash_attention.naive_attention(scores.new_ones(1, 1), scores[:, None], values)[0]  # q k = the score
 
 
 class OnlineSoftmaxChart(Chart):
-    """One query's scores, the blocks seen so far, and the running m, l and output."""
+    """One query's scores, the blocks seen so far, and the running m, l and output, folded in by
+    ``online_softmax_update`` when given (a notebook's own), else by the course's answer: asked, when
+    the chart is built, for the trace at every block size of the widget."""
 
-    def __init__(self, n: int = 48, seed: int = 0):
+    def __init__(self, online_softmax_update=None, n: int = 48, seed: int = 0):
         super().__init__(11, 3.4, left=0.06, wspace=0.3)
-        self.n, self.seed = n, seed
+        self.n = n
+        self.update_function = online_softmax_update or flash_attention.course_answer("online_softmax_update")
+        self.scores, self.values = _example(n, seed)
+        self.exact = _exact(self.scores, self.values)
+        self.traces = {block: self._trace(block) for block in BLOCK_SIZES}
         self.ax_s, self.ax_m, self.ax_o = self.figure.subplots(1, 3)
-        scores, _, exact = _trace(1, n, seed)
+        scores, exact = self.scores, self.exact
         self.bars = self.moving(*self.ax_s.bar(range(n), scores.numpy(), color=GREY))
         self.running_max = self.moving(self.ax_s.axhline(0, color=RED, ls="--", label=" "))
         self.edges = self.moving(self.ax_s.vlines([], 0, 1, color="black", lw=0.4, alpha=0.4))
@@ -68,8 +72,13 @@ class OnlineSoftmaxChart(Chart):
         self.ax_o.set(xlabel="output[0]", ylabel="output[1]", title="the normalised output so far")
         self.ax_o.legend(fontsize=8, loc="best")
 
+    def _trace(self, block: int) -> list[dict]:
+        return flash_attention.online_softmax_trace(self.scores, self.values, block, self.update_function)
+
     def update(self, step: int = 1, block: int = 8) -> OnlineSoftmaxChart:
-        scores, states, exact = _trace(block, self.n, self.seed)
+        if block not in self.traces:
+            self.traces[block] = self._trace(block)
+        states, exact = self.traces[block], self.exact
         step = max(1, min(step, len(states)))
         state = states[step - 1]
         for i, bar in enumerate(self.bars):
@@ -96,27 +105,25 @@ class OnlineSoftmaxChart(Chart):
         return self
 
 
-def plot_online_softmax(step: int = 1, block: int = 8, n: int = 48, seed: int = 0) -> Figure:
-    """One query's scores, the blocks seen after ``step`` blocks, and the running m, l and output."""
-    return OnlineSoftmaxChart(n, seed).update(step, block).figure
+def plot_online_softmax(
+    step: int = 1, block: int = 8, n: int = 48, seed: int = 0, online_softmax_update=None
+) -> Figure:
+    """One query's scores, the blocks seen after ``step`` blocks, and the running m, l and output,
+    folded in by ``online_softmax_update`` (a notebook's own) or the course's answer."""
+    return OnlineSoftmaxChart(online_softmax_update, n, seed).update(step, block).figure
 
 
 BLOCK_SIZES = (1, 4, 8, 16, 48)  # the widget's choices
 
 
-def withheld_calls() -> None:
-    """Every trace the widget can draw, so that the learners' copy records them (``course/withheld.py``)."""
-    for block in BLOCK_SIZES:
-        _trace.__wrapped__(block, 48, 0)
-
-
-def widget_online_softmax() -> None:
-    """A slider for the block index (and the block size) over :class:`OnlineSoftmaxChart`."""
+def widget_online_softmax(online_softmax_update=None) -> None:
+    """A slider for the block index (and the block size) over :class:`OnlineSoftmaxChart`, the running
+    values folded in by ``online_softmax_update`` when given (a notebook's own), else by the course's answer."""
     controls = {
         "step": slider("IntSlider", min=1, max=48, value=1, description="blocks seen"),
         "block": slider("SelectionSlider", options=list(BLOCK_SIZES), value=8, description="block size"),
     }
-    interactive(OnlineSoftmaxChart(), controls, "The online softmax, block by block")
+    interactive(OnlineSoftmaxChart(online_softmax_update), controls, "The online softmax, block by block")
 
 
 class IOChart(Chart):

@@ -1,4 +1,9 @@
-"""Chapter 4's figures: the cache against the weights, paged allocation, cached decoding's speed."""
+"""Chapter 4's figures: the cache against the weights, paged allocation, cached decoding's speed.
+
+A chart sized or counted by one of the chapter's exercises takes it as an argument (a notebook's
+own, or by default the course's answer) and asks it, when built, everything its controls can show:
+moving a slider asks nothing more.
+"""
 
 from __future__ import annotations
 
@@ -44,13 +49,20 @@ def size_label(n_bytes: float) -> str:
 
 class KVCacheChart(Chart):
     """The cache of ``batch`` sequences against context length, next to the fp16 weights, sized by
-    ``kv_cache_bytes`` when given (a notebook's own), else by the course's."""
+    ``kv_cache_bytes`` when given (a notebook's own), else by the course's answer: asked, when the
+    chart is built, for every model, kv-head count and dtype of the widget."""
 
     CONTEXTS = np.array([2**i for i in range(7, 18)])
 
     def __init__(self, kv_cache_bytes=None):
         super().__init__(10, 3.5, left=0.08, wspace=0.35)
-        self.kv_cache_bytes = kv_cache_bytes
+        self.kv_cache_bytes = functools.cache(kv_cache_bytes or kv_cache.course_answer("kv_cache_bytes"))
+        for model in kv_cache.PUBLISHED:  # every view the widget can show, asked now
+            for n_kv_heads in (0, *KV_HEADS):
+                for bytes_per_element in DTYPES.values():
+                    kv_cache.cache_bytes(
+                        _architecture(model, n_kv_heads), 1, 1, bytes_per_element, kv_cache_bytes=self.kv_cache_bytes
+                    )
         self.ax, self.ax_bar = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.6, 1]})
         ax = self.ax
         ax.set_xscale("log")
@@ -80,7 +92,7 @@ class KVCacheChart(Chart):
         bytes_per_element: float = 2,
     ) -> KVCacheChart:
         arch = _architecture(model, n_kv_heads)
-        per_token = kv_cache.cache_bytes(arch, 1, 1, bytes_per_element, self.kv_cache_bytes)  # x tokens x batch
+        per_token = kv_cache.cache_bytes(arch, 1, 1, bytes_per_element, kv_cache_bytes=self.kv_cache_bytes)
         cache = per_token * self.CONTEXTS * batch / 1e9
         weights = arch.params * 2 / 1e9
         here = per_token * context * batch / 1e9
@@ -118,7 +130,7 @@ def plot_kv_cache(
     """The cache of ``batch`` sequences against context length, next to the fp16 weights.
 
     ``n_kv_heads`` overrides the model's (capped at its query heads); 0 keeps the published number.
-    ``kv_cache_bytes`` (a notebook's own) sizes the cache instead of the course's."""
+    ``kv_cache_bytes`` (a notebook's own) sizes the cache instead of the course's answer."""
     return KVCacheChart(kv_cache_bytes).update(model, context, batch, n_kv_heads, bytes_per_element).figure
 
 
@@ -126,23 +138,9 @@ KV_HEADS = (1, 2, 4, 8, 16, 32, 64)  # the widget's choices besides the publishe
 PAGE_SIZES = (1, 4, 16, 64, 256, 1024)
 
 
-def withheld_calls() -> None:
-    """Every view the widgets can draw beyond their first, so that the learners' copy records them
-    (``course/withheld.py``): each model's cache per token at every kv-head count and dtype, the
-    pages the paging chart's trace reserves at every page size, and the course's numbers that the
-    chapter's cells show before the learner's functions are written."""
-    for model in kv_cache.PUBLISHED:
-        for n_kv_heads in (0, *KV_HEADS):
-            for bytes_per_element in DTYPES.values():
-                kv_cache.crossover_tokens(_architecture(model, n_kv_heads), 1, bytes_per_element)
-    for page_size in PAGE_SIZES:
-        kv_cache.admission_pages(kv_cache.request_trace(200, seed=0), page_size)
-    kv_cache.chapter_recordings()
-
-
 def widget_kv_cache(kv_cache_bytes=None) -> None:
     """Sliders for the model, context, batch, kv heads and cache dtype over :class:`KVCacheChart`,
-    sized by ``kv_cache_bytes`` when given (a notebook's own), else by the course's."""
+    sized by ``kv_cache_bytes`` when given (a notebook's own), else by the course's answer."""
     controls = {
         "model": slider("Dropdown", options=list(kv_cache.PUBLISHED), value="Llama-2-7B", description="model"),
         "context": slider("SelectionSlider", options=[2**i for i in range(9, 18)], value=4096, description="context"),
@@ -158,22 +156,17 @@ def widget_kv_cache(kv_cache_bytes=None) -> None:
     interactive(KVCacheChart(kv_cache_bytes), controls, "When does the cache outgrow the model?")
 
 
-@functools.lru_cache(maxsize=64)
-def _served(
-    capacity_tokens: int, page_size: int | None, n: int, seed: int, pages_needed=None
-) -> kv_cache.AllocationResult:
-    """One simulation, kept: moving the page size slider re-runs only the paged side."""
-    trace = kv_cache.request_trace(n, seed=seed)
-    return kv_cache.simulate_allocation(trace, capacity_tokens, page_size, pages_needed=pages_needed)
-
-
 class PagingChart(Chart):
     """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages,
-    the pages counted by ``pages_needed`` when given (a notebook's own), else by the course's."""
+    the pages counted by ``pages_needed`` when given (a notebook's own), else by the course's answer:
+    asked, when the chart is built, for the admissions of the trace at every page size of the widget."""
 
-    def __init__(self, n: int = 200, seed: int = 0, pages_needed=None):
+    def __init__(self, pages_needed=None, n: int = 200, seed: int = 0):
         super().__init__(10, 3.9, left=0.1, wspace=0.2)
-        self.n, self.seed, self.pages_needed = n, seed, pages_needed
+        self.trace = kv_cache.request_trace(n, seed=seed)
+        self.count = pages_needed or kv_cache.course_answer("pages_needed")
+        self.admissions = {page: kv_cache.admission_pages(self.trace, page, self.count) for page in PAGE_SIZES}
+        self.served: dict[tuple, kv_cache.AllocationResult] = {}  # a slider's move re-runs only the paged side
         self.ax, text_ax = self.figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.8, 1]})
         self.lines = [self.moving(*self.ax.plot([], [], color=color, label=" ")) for color in (ORANGE, BLUE)]
         self.capacity = self.moving(self.ax.axhline(0, color=GREY, ls="--", label="capacity"))
@@ -184,12 +177,25 @@ class PagingChart(Chart):
         self.legend = self.moving(text_ax.legend(handles, [" ", " ", "capacity"], fontsize=8, loc="lower left"))
         self.numbers = self.moving(text_ax.text(0, 0.98, "", va="top", fontsize=9, family="monospace"))
 
+    def _counted(self, lengths: list[int], page_size: int) -> int:
+        """The pages of ``lengths``, each its own, from the counts asked when the chart was built."""
+        if page_size not in self.admissions:
+            self.admissions[page_size] = kv_cache.admission_pages(self.trace, page_size, self.count)
+        return sum(self.admissions[page_size][n] for n in lengths)
+
+    def _served(self, capacity_tokens: int, page_size: int | None) -> kv_cache.AllocationResult:
+        if (capacity_tokens, page_size) not in self.served:
+            self.served[capacity_tokens, page_size] = kv_cache.simulate_allocation(
+                self.trace, capacity_tokens, page_size, pages_needed=self._counted
+            )
+        return self.served[capacity_tokens, page_size]
+
     def update(self, page_size: int = 16, capacity_tokens: int = 32768) -> PagingChart:
-        lines = [f"{self.n} requests, cache of {capacity_tokens:,} tokens", ""]
+        lines = [f"{len(self.trace)} requests, cache of {capacity_tokens:,} tokens", ""]
         steps, results = 1, []
         runs = ((None, "contiguous"), (page_size, f"pages of {page_size}"))
         for line, label, (page, name) in zip(self.lines, self.legend.get_texts(), runs, strict=False):
-            result = _served(capacity_tokens, page, self.n, self.seed, self.pages_needed)
+            result = self._served(capacity_tokens, page)
             results.append(result)
             line.set_data(np.arange(len(result.timeline)), [u for _, u, _ in result.timeline])
             label.set_text(f"{name}: tokens stored")
@@ -212,13 +218,14 @@ class PagingChart(Chart):
 def plot_paging(
     page_size: int = 16, capacity_tokens: int = 32768, n: int = 200, seed: int = 0, pages_needed=None
 ) -> Figure:
-    """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages."""
-    return PagingChart(n, seed, pages_needed).update(page_size, capacity_tokens).figure
+    """Reserved and used cache memory over time: contiguous reservation to the maximum length vs pages,
+    counted by ``pages_needed`` (a notebook's own) or the course's answer."""
+    return PagingChart(pages_needed, n, seed).update(page_size, capacity_tokens).figure
 
 
 def widget_paging(pages_needed=None) -> None:
     """Sliders for the page size and the cache's capacity over :class:`PagingChart`, the pages counted
-    by ``pages_needed`` when given (a notebook's own), else by the course's."""
+    by ``pages_needed`` when given (a notebook's own), else by the course's answer."""
     controls = {
         "page_size": slider("SelectionSlider", options=list(PAGE_SIZES), value=16, description="page size"),
         "capacity_tokens": slider(
