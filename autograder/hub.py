@@ -56,8 +56,6 @@ LAB_PACKAGE = "@jupyter/nbgrader"
 # the package's plugins for instructors, off for learners; formgrader's panel stays blank under a hub
 # anyway (the hub forbids frames), so the instructor opens /user/NAME/formgrader
 LAB_LEARNERS_OFF = ("formgrader", "create-assignment", "course-list")
-# what only the instructor's copy holds: a learners' environment whose course holds any of these is refused
-INSTRUCTORS_ONLY = ("solutions", "tests", ".git", "autograder/planted")
 HUB_DIR = Path("/srv/jupyterhub")
 MARK = "# --- written by python -m autograder hub-setup ---"
 
@@ -109,10 +107,18 @@ def course_folder(prefix: Path) -> Path:
     return Path(found.stdout.strip().splitlines()[-1])
 
 
+def instructors_only() -> tuple[str, ...]:
+    """What only the instructor's copy holds, relative to its folder: ``solutions/``, ``tests/``,
+    ``.git`` and what the learners' copy leaves out of the folders it copies (its ``LEFT_OUT``)."""
+    from autograder.learners_copy import LEFT_OUT  # the instructor's copy's module, imported only here
+
+    return ("solutions", "tests", ".git", *(entry.rstrip("/") for entry in LEFT_OUT))
+
+
 def learners_copy_problem(folder: Path) -> str:
     """Why the course in ``folder`` must not be the learners' ("" when it may): it holds what only
-    the instructor's copy holds."""
-    found = [name for name in INSTRUCTORS_ONLY if (folder / name).exists()]
+    the instructor's copy holds (:func:`instructors_only`)."""
+    found = [name for name in instructors_only() if (folder / name).exists()]
     if not found:
         return ""
     return (

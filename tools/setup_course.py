@@ -55,12 +55,23 @@ DEFAULTS = {
     # where a hub's learners' environment goes: the learners' copy, installed, with .venv inside
     "HUB_LEARNERS": "/opt/llm-efficiency-course",
 }
-# How the instructor's copy writes the learners' copy into a folder (`make student-release`'s command):
+# How the instructor's copy writes the learners' copy into a folder (`make learners-copy`'s command):
 # the one place that names it.
 LEARNERS_COPY_BUILD = ["-m", "autograder.learners_copy", "--out"]
 # What only the instructor's copy holds, which a learners' copy must not: a folder holding any of
-# these is not installed for learners.
-INSTRUCTORS_ONLY = ("solutions", "tests", ".git", "autograder/planted")
+# these is not installed for learners (autograder.hub.instructors_only(), written out: this script
+# runs before any environment exists).
+INSTRUCTORS_ONLY = (
+    "solutions",
+    "tests",
+    ".git",
+    "course/answers",
+    "course/kernels/flash_attention.py",
+    "course/benchmarks",
+    "autograder/hidden",
+    "autograder/mistakes",
+    "autograder/planted",
+)
 INSTALLED_MARK = ".hub-learners"  # the file that says a folder holds a learners' copy this script installed
 # CI's two cores; more workers would also multiply the grader's sandboxes, each allowed its memory limit
 TEST_WORKERS = 2
@@ -231,7 +242,7 @@ def place(copy: Path, folder: Path) -> None:
     if found or not (copy / "notebooks").is_dir():
         raise SystemExit(
             f"{copy} is not a learners' copy ({', '.join(found) or 'no notebooks/'} in it): "
-            "give the folder make student-release writes (dist/student), or none to build one"
+            "give the folder make learners-copy writes (dist/learners-copy), or none to build one"
         )
     folder.mkdir(parents=True, exist_ok=True)
     kept = {".venv", INSTALLED_MARK}
@@ -269,7 +280,7 @@ def hub_learners(where: Layout, chosen: dict[str, str], folder: Path, copy: Path
         raise SystemExit(f"the instructor's environment builds the learners' copy: make hub-env first, in {ROOT}")
     with tempfile.TemporaryDirectory(prefix="learners-copy-") as scratch:
         if copy is None:
-            copy = Path(scratch) / "student"
+            copy = Path(scratch) / "learners-copy"
             # the instructor environment's own kernel, whoever runs this; no bytecode left in this copy
             env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
             run([where.python, *LEARNERS_COPY_BUILD, copy], env=env)
@@ -280,8 +291,8 @@ def hub_learners(where: Layout, chosen: dict[str, str], folder: Path, copy: Path
     readable_by_all(folder)
     run([where.python, "-m", "autograder.hub", learners.python])  # every user can run its Python
     print(
-        f"the learners' environment: {learners.venv} (the learners' copy in {folder}, readable by every user; "
-        f"no {', '.join(INSTRUCTORS_ONLY)}); the instructor's: {where.venv}, where only the instructor reads it"
+        f"the learners' environment: {learners.venv} (the learners' copy in {folder}, readable by every user, "
+        f"none of what only the instructor's copy holds); the instructor's: {where.venv}, for the instructor alone"
     )
     return learners.python
 
@@ -316,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     setup.add_argument("--hub", action="store_true", help="with nbgrader and jupyterhub-singleuser, for a JupyterHub")
     learners = commands.add_parser("hub-learners", help="a JupyterHub's learners' environment: the learners' copy")
     learners.add_argument("folder", type=Path, nargs="?", default=None, help="where (default: HUB_LEARNERS)")
-    learners.add_argument("--copy", type=Path, default=None, help="a learners' copy already built (dist/student)")
+    learners.add_argument("--copy", type=Path, default=None, help="a learners' copy already built (dist/learners-copy)")
     commands.add_parser("lab", help="set up, then open the course").add_argument("--port", type=int, default=8888)
     commands.add_parser("test", help="set up with the instructors' tools, lint, then run every test")
     args = parser.parse_args(argv)
