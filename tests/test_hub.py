@@ -52,8 +52,15 @@ COURSE_ID = "llm-efficiency"
 LEARNERS = ("alice", "bob")
 BIN = Path(sys.executable).parent
 PROBE = Path(__file__).with_name("_hub_probe.py")
-# what only the instructor's copy holds, by the name the closing counts use
-INSTRUCTORS_ONLY = {"solutions": "solutions", "planted mistakes": "autograder/planted", "tests": "tests"}
+# what only the instructor's copy holds, by the name the closing counts use: its files (any name, the
+# same bytes), beside any module with hidden checks and anything of .git (_answers_among)
+INSTRUCTORS_ONLY = {
+    "solutions": ("solutions",),  # the chapters' sources and the quizzes' keys
+    "hidden checks": ("autograder/hidden",),
+    "known mistakes": ("autograder/mistakes", "autograder/planted"),
+    "course's answers": ("course/answers", "course/kernels/flash_attention.py"),
+    "tests": ("tests",),
+}
 
 
 def _stand_in(prefix: Path, course: Path | None = None) -> Path:
@@ -272,10 +279,11 @@ def _as(uid: int | None, command: list[str], cwd: Path, env: dict, reach: bool =
 
 def _instructors_copy(folder: Path) -> Path:
     """A stand-in of the instructor's copy at ``folder``: what only it holds (``solutions/``, the
-    grader's checks with the hidden ones, the planted mistakes, ``tests/``, and this checkout's git
-    history where it has one), as a clone leaves the modes (folders 0755, files 0644)."""
+    course and the grader with the hidden checks, the known mistakes and the course's answers,
+    ``tests/``, and this checkout's git history where it has one), as a clone leaves the modes
+    (folders 0755, files 0644)."""
     folder.mkdir(parents=True)
-    for name in ("solutions", "autograder", "tests"):
+    for name in ("solutions", "course", "autograder", "tests"):
         shutil.copytree(paths.ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
     clone = ["git", "clone", "--quiet", "--bare", "--local", str(paths.ROOT), str(folder / ".git")]
     subprocess.run(clone, capture_output=True)  # a checkout without history has none to leak
@@ -304,15 +312,16 @@ def _hidden_checks(source: str) -> int:
 
 
 def _answers_among(files: list[Path]) -> dict[str, list[str]]:
-    """Which of ``files`` hold what only the instructor's copy may: a file of ``solutions/``, the
-    planted mistakes or ``tests/`` (the same bytes under any name), a module with hidden checks, or
-    anything of a ``.git`` folder."""
+    """Which of ``files`` hold what only the instructor's copy may: a file of :data:`INSTRUCTORS_ONLY`
+    (the same bytes under any name), a module with hidden checks, or anything of a ``.git`` folder."""
     digests = {}
-    for kind, folder in INSTRUCTORS_ONLY.items():
-        for path in (paths.ROOT / folder).rglob("*.py"):
-            if path.stat().st_size:
-                digests.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(), kind)
-    found: dict[str, list[str]] = {kind: [] for kind in [*INSTRUCTORS_ONLY, "hidden checks", ".git"]}
+    for kind, names in INSTRUCTORS_ONLY.items():
+        for name in names:
+            top = paths.ROOT / name
+            for path in [top] if top.is_file() else top.rglob("*"):
+                if path.is_file() and path.stat().st_size and "__pycache__" not in path.parts:
+                    digests.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(), kind)
+    found: dict[str, list[str]] = {kind: [] for kind in [*INSTRUCTORS_ONLY, ".git"]}
     for path in files:
         if ".git" in path.parts:
             found[".git"].append(str(path))
@@ -563,10 +572,11 @@ def test_nothing_only_the_instructors_copy_holds_is_readable_where_a_learner_rea
     """As a learner, with their own ``find``, over the whole class (the learners' environment, the
     instructor's home and copy, the course, the exchange, the other learner's home, the hub's
     folder): before ``hub-setup``, the instructor's copy was readable (as a clone in a Debian home
-    is); after, no file of ``solutions/``, the planted mistakes or ``tests/``, no module with hidden
-    checks and nothing of ``.git``."""
+    is); after, no file of :data:`INSTRUCTORS_ONLY` (the solutions and quiz keys, the hidden checks,
+    the known mistakes, the course's answers, the tests), no module with hidden checks and nothing
+    of ``.git``."""
     before, after = hub_class["before"], hub_class["after"]
-    assert all(before[kind] for kind in ("solutions", "planted mistakes", "tests", "hidden checks")), before
+    assert all(before[kind] for kind in INSTRUCTORS_ONLY), before
     assert after == {kind: [] for kind in before}, after
 
 

@@ -184,6 +184,13 @@ def test_a_hubs_learners_environment_is_the_learners_copy_installed_by_its_own_s
         setup.hub_learners(where, chosen, setup.ROOT / "learners")
 
 
+def test_the_set_up_script_refuses_what_hub_setup_refuses(setup):
+    """The script's written-out list of what only the instructor's copy holds is autograder.hub's."""
+    from autograder import hub
+
+    assert set(setup.INSTRUCTORS_ONLY) == set(hub.instructors_only())
+
+
 def test_the_learners_environment_is_made_readable_by_every_user_and_writable_by_none(setup, tmp_path):
     (tmp_path / "private").mkdir(mode=0o700)
     (tmp_path / "private" / "notes.py").write_text("")
