@@ -1,8 +1,12 @@
 # The course's commands. `make lab` and `make test` create the environment when it is missing.
 #   make lab        set up, then open the course in JupyterLab
 #   make test       set up, then lint and run every test (unit, notebooks, grader)
-#   make hub-env    a JupyterHub's shared environment: the course, the instructors' tools and
-#                   jupyterhub-singleuser (JUPYTERHUB_SPEC=jupyterhub==6.1.1 names the hub's version)
+#   make hub-env    on a JupyterHub, the instructor's environment, here: the course, the instructors'
+#                   tools, nbgrader and jupyterhub-singleuser (JUPYTERHUB_SPEC=jupyterhub==6.1.1 names the
+#                   hub's version); keep this folder where only the instructor reads it
+#   make hub-learners-env   on a JupyterHub, as root, the learners' environment: the learners' copy,
+#                   built here and installed in HUB_LEARNERS (/opt/llm-efficiency-course) with its
+#                   .venv, readable by every user, with nbgrader and jupyterhub-singleuser
 #   make lint       ruff: the linter and the formatter's check, as `make test` runs them
 #   make format     ruff: fix what can be fixed, then format the tree
 #   make release    rebuild the learners' notebooks in notebooks/ from solutions/
@@ -37,7 +41,8 @@ TORCH_BUILD ?=
 MODEL_SPEC ?=
 COMPRESSOR_SPEC ?=
 JUPYTERHUB_SPEC ?=
-export VENV TORCH_SPEC TORCH_INDEX TORCH_BUILD MODEL_SPEC COMPRESSOR_SPEC JUPYTERHUB_SPEC
+HUB_LEARNERS ?=
+export VENV TORCH_SPEC TORCH_INDEX TORCH_BUILD MODEL_SPEC COMPRESSOR_SPEC JUPYTERHUB_SPEC HUB_LEARNERS
 SETUP = $(PYTHON) tools/setup_course.py
 NEEDS_PYTHON = @command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH (or run: make PYTHON=python3 ...)"; exit 1; }
 SUBMISSIONS ?= submissions
@@ -47,7 +52,7 @@ SEED ?=
 BENCH_SUBMISSIONS ?= 60
 PORT ?= 8888
 
-.PHONY: lab test hub-env lint format release learners-copy student-release site chapter autograde reference bench gpu-check colab-check model clean
+.PHONY: lab test hub-env hub-learners-env lint format release learners-copy student-release site chapter autograde reference bench gpu-check colab-check model clean
 
 $(BIN)/.installed-base: pyproject.toml
 	$(NEEDS_PYTHON)
@@ -66,7 +71,11 @@ test:
 
 hub-env:
 	$(NEEDS_PYTHON)
-	$(SETUP) install --hub
+	$(SETUP) install --dev --hub
+
+hub-learners-env:
+	$(NEEDS_PYTHON)
+	$(SETUP) hub-learners
 
 lint: $(BIN)/.installed-dev
 	$(BIN)/ruff check .

@@ -2,7 +2,7 @@
 [--shard I/N]``, ``merge DIR`` (the shards' parts into the class's files), and for a course run
 with nbgrader ``nbgrader-source COURSE ASSIGNMENT CHAPTER...``, ``nbgrader COURSE ASSIGNMENT``
 (its submissions graded in the sandbox into nbgrader's gradebook), on JupyterHub
-``hub-setup COURSE --course-id ID --exchange DIR`` (see :mod:`autograder.hub`), and ``doctor``
+``hub-setup COURSE --course-id ID --exchange DIR --learners-env PREFIX`` (see :mod:`autograder.hub`), and ``doctor``
 (what this machine lets the sandbox do, and how to make it stronger)."""
 
 from __future__ import annotations
@@ -59,7 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument("course", type=Path, help="the nbgrader course directory (made mode 0700)")
     hub.add_argument("--course-id", required=True, help="nbgrader's course id, e.g. llm-efficiency")
     hub.add_argument("--exchange", type=Path, required=True, help="nbgrader's exchange (made mode 1777)")
+    hub.add_argument(
+        "--learners-env",
+        type=Path,
+        required=True,
+        help="the learners' environment make hub-learners-env made, e.g. /opt/llm-efficiency-course/.venv",
+    )
     hub.add_argument("--instructor", default=None, help="the instructor's user name (default: whoever runs this)")
+    hub.add_argument(
+        "--hub-dir", type=Path, default=None, help="the hub's own files, root's alone (default: /srv/jupyterhub)"
+    )
     for command in (many, join):
         command.add_argument("--roster", type=Path, default=None, help="CSV of learners (Canvas's gradebook export)")
         command.add_argument(
@@ -173,8 +182,11 @@ def _nbgrader(args: argparse.Namespace) -> int:
 def _hub_setup(args: argparse.Namespace) -> int:
     from autograder import hub
 
+    hub_dir = (args.hub_dir or hub.HUB_DIR).absolute()
     try:
-        steps = hub.plan(args.course, args.course_id, args.exchange, args.instructor)
+        steps = hub.plan(
+            args.course, args.course_id, args.exchange, args.learners_env, args.instructor, hub_dir=hub_dir
+        )
         written = hub.apply(steps)
     except (hub.HubSetupError, KeyError) as error:  # KeyError: pwd knows no such instructor
         print(f"error: {error}", file=sys.stderr)
@@ -183,7 +195,10 @@ def _hub_setup(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     for folder, mode in steps.folders.items():
         print(f"mode {mode:o}: {folder}")
-    print(f"add {args.course.absolute() / 'jupyterhub_config.py'}'s lines to the hub's jupyterhub_config.py")
+    config = hub_dir / "jupyterhub_config.py"
+    if config in written:
+        start = args.learners_env.absolute() / "bin" / "jupyterhub"
+        print(f"start the hub as root: cd {hub_dir} && {start} -f {config} (add the learners to allowed_users there)")
     for line in steps.left:
         print(f"still to do: {line}", file=sys.stderr)
     return 1 if steps.left else 0

@@ -275,6 +275,26 @@ def blank_run(learners_copy_folder, kernel, tmp_path_factory, worker_id):
     return run
 
 
+def borrowing_environment(venv: Path, course: Path) -> Path:
+    """A virtual environment at ``venv`` with the course in the folder ``course`` installed as a hub's
+    learners' environment installs it (``pip install -e``), which borrows this environment's other
+    packages (a path file to them, read after its own): only the course is installed, offline, in
+    seconds. This environment's own install of the course is not read there (its path files are not).
+    Returns its Python."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    )
+    (Path(own.stdout.strip()) / "zz_borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = ["-m", "pip", "--python", python, "install", "--no-deps", "--no-build-isolation", "--no-index", "-e", course]
+    installed = subprocess.run([sys.executable, *map(str, pip)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    return python
+
+
 def with_the_solutions_answers(chapter: str, folder: Path):
     """The learners' copy's notebook of ``chapter`` in ``folder``, its answer cells the solution's."""
     import nbformat

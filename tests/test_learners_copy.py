@@ -20,7 +20,7 @@ from autograder import learners_copy, release
 from autograder.edited_sources import STILL_EDITED
 from course import paths
 
-from conftest import learners_copy_chapters, with_the_solutions_answers
+from conftest import borrowing_environment, learners_copy_chapters, with_the_solutions_answers
 
 HARNESS = Path(__file__).with_name("_check_cells.py")
 CHAPTERS = [s.stem for s in release.chapters()]
@@ -196,36 +196,13 @@ def test_the_instructors_grader_grades_the_learners_copy_and_knows_its_release(l
 
 
 def test_the_learners_copy_installs_with_pip_for_a_hubs_shared_environment(learners_copy_folder, tmp_path):
-    """``pip install -e`` of the copy's folder, as a hub's shared environment installs it: from any
-    working folder, the course, its recordings and the check cells' grader modules are the copy's.
-    The environment borrows this one's packages (a path file to them, read after its own), so that
-    only the copy itself is installed (offline, in seconds); this environment's own install of the
-    course is not read there (its path files are not)."""
+    """``pip install -e`` of the copy's folder, as a hub's learners' environment installs it: from any
+    working folder, the course, its recordings and the check cells' grader modules are the copy's
+    (the environment borrows this one's other packages: ``conftest.borrowing_environment``)."""
     import shutil
-    import sysconfig
 
     copy = Path(shutil.copytree(learners_copy_folder, tmp_path / "course"))  # pip writes its metadata there
-    venv = tmp_path / "hub-env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
-    own = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-    )
-    (Path(own.stdout.strip()) / "zz_borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    install = [
-        "-m",
-        "pip",
-        "--python",
-        python,
-        "install",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "-e",
-        copy,
-    ]
-    installed = subprocess.run([sys.executable, *map(str, install)], capture_output=True, text=True)
-    assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
+    python = borrowing_environment(tmp_path / "hub-env", copy)
     code = (
         "import autograder.selfcheck\nfrom course import paths, withheld\n"
         "print(paths.ROOT, withheld.LEARNERS_COPY, autograder.selfcheck.__file__.startswith(str(paths.ROOT)))"

@@ -69,7 +69,7 @@ def _faked(setup, monkeypatch, tmp_path) -> list[list[str]]:
     """The script's commands recorded instead of run, in a folder of its own with a pyproject.toml."""
     ran = []
 
-    def run(command, check=True):
+    def run(command, check=True, cwd=None, env=None):
         ran.append([str(c) for c in command])
         if command[1:3] == ["-m", "venv"]:
             Path(command[3], "bin").mkdir(parents=True)
@@ -124,3 +124,79 @@ def test_the_readme_names_each_systems_commands():
     assert r".venv\Scripts\python.exe -m autograder grade" in learners
     assert ".venv/bin/python -m autograder grade" in learners
     assert "(tools/site/guides/learners.md)" in readme
+
+
+def test_a_hubs_learners_environment_is_the_learners_copy_installed_by_its_own_script(setup, monkeypatch, tmp_path):
+    """``hub-learners`` builds the learners' copy with the instructor's environment, puts its files in
+    the folder (an earlier install's replaced, its environment kept), then runs the copy's own
+    set-up script there with ``--hub`` and its own ``.venv``, and checks every user can run it."""
+    (tmp_path / "instructor").mkdir()
+    ran = _faked(setup, monkeypatch, tmp_path / "instructor")
+    where_run = []
+    recorded = setup.run
+
+    def run(command, check=True, cwd=None, env=None):
+        recorded(command, check)
+        where_run.append((cwd, (env or {}).get("VENV")))
+        if command[1:3] == setup.LEARNERS_COPY_BUILD[:2]:  # the build: a copy with its notebooks
+            out = Path(command[-1])
+            (out / "notebooks").mkdir(parents=True)
+            (out / "notebooks" / "05_flash_attention.ipynb").write_text("{}")
+            (out / "tools").mkdir()
+            (out / "tools" / "setup_course.py").write_text("")
+        return 0
+
+    monkeypatch.setattr(setup, "run", run)
+    chosen = setup.settings({})
+    where = setup.layout(chosen, windows=False)
+    folder = tmp_path / "opt" / "llm-efficiency-course"
+    with pytest.raises(SystemExit, match="make hub-env first"):
+        setup.hub_learners(where, chosen, folder)
+    where.bin.mkdir(parents=True)
+    where.stamp("dev").touch()
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").touch()
+    with pytest.raises(SystemExit, match="holds other files"):
+        setup.hub_learners(where, chosen, folder)  # a folder no install made: nothing removed
+    (folder / "notes.txt").unlink()
+    ran.clear()
+    where_run.clear()
+    setup.hub_learners(where, chosen, folder)
+    build, install, check = ran
+    assert build[:-1] == [str(where.python), *setup.LEARNERS_COPY_BUILD]
+    assert install == [sys.executable, str(folder / "tools" / "setup_course.py"), "install", "--hub"]
+    assert where_run[1] == (folder, ".venv")  # the copy's script, in the copy, with its own environment
+    assert check == [str(where.python), "-m", "autograder.hub", str(folder / ".venv" / "bin" / "python")]
+    assert (folder / "notebooks" / "05_flash_attention.ipynb").exists()
+
+    (folder / ".venv").mkdir()
+    (folder / ".venv" / "kept").touch()
+    (folder / "notebooks" / "99_gone.ipynb").touch()
+    setup.hub_learners(where, chosen, folder)  # again: the copy's files replaced, its environment kept
+    assert (folder / ".venv" / "kept").exists() and not (folder / "notebooks" / "99_gone.ipynb").exists()
+
+    copy = tmp_path / "cloned"
+    (copy / "notebooks").mkdir(parents=True)
+    (copy / "solutions").mkdir()
+    with pytest.raises(SystemExit, match=r"not a learners' copy \(solutions in it\)"):
+        setup.hub_learners(where, chosen, folder, copy)
+    with pytest.raises(SystemExit, match="lies in the instructor's copy"):
+        setup.hub_learners(where, chosen, setup.ROOT / "learners")
+
+
+def test_the_set_up_script_refuses_what_hub_setup_refuses(setup):
+    """The script's written-out list of what only the instructor's copy holds is autograder.hub's."""
+    from autograder import hub
+
+    assert set(setup.INSTRUCTORS_ONLY) == set(hub.instructors_only())
+
+
+def test_the_learners_environment_is_made_readable_by_every_user_and_writable_by_none(setup, tmp_path):
+    (tmp_path / "private").mkdir(mode=0o700)
+    (tmp_path / "private" / "notes.py").write_text("")
+    (tmp_path / "private" / "notes.py").chmod(0o600)
+    (tmp_path / "open.py").write_text("")
+    (tmp_path / "open.py").chmod(0o666)
+    setup.readable_by_all(tmp_path)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes == {"private": 0o755, "notes.py": 0o644, "open.py": 0o644}

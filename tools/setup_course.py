@@ -4,8 +4,11 @@ written once in Python so that Windows, which has no ``make``, runs the same one
     python tools/setup_course.py lab [--port 8888]   set up, then open the course in JupyterLab
     python tools/setup_course.py test                set up with the instructors' tools, lint, run every test
     python tools/setup_course.py install [--dev]     set up only (what the Makefile's other commands need)
-    python tools/setup_course.py install --hub       a JupyterHub's shared environment: the instructors'
-                                                     tools and jupyterhub-singleuser (JUPYTERHUB_SPEC)
+    python tools/setup_course.py install --dev --hub the instructor's environment on a JupyterHub: the
+                                                     instructors' tools, nbgrader, jupyterhub-singleuser
+    python tools/setup_course.py hub-learners [FOLDER]
+                                                     the learners' environment on a JupyterHub: the learners'
+                                                     copy, built here, installed in FOLDER for every user
 
 On Windows ``py -3.11 tools\\setup_course.py lab``; on macOS and Linux ``make lab`` runs
 ``python3.11 tools/setup_course.py lab``. The environment is created with the Python that runs this
@@ -15,10 +18,18 @@ records it, and a changed ``pyproject.toml`` runs it again. ``TORCH_SPEC``, ``TO
 ``TORCH_INDEX`` choose torch (``tools/install_torch.py``), ``MODEL_SPEC`` and ``COMPRESSOR_SPEC``
 chapter 8's model and llmcompressor, as in the Makefile.
 
+``hub-learners`` (``make hub-learners-env``) builds the learners' copy with this environment (the
+instructor's), puts its files into ``FOLDER`` (``HUB_LEARNERS``; an earlier install's files replaced,
+its environment kept) and runs the copy's own ``tools/setup_course.py install --hub`` there, as a
+learner installs it, plus nbgrader and jupyterhub-singleuser: ``FOLDER/.venv`` is the environment
+every learner's server and kernel start in. Run it as root; whoever owns ``FOLDER`` can change what
+every learner runs.
+
 Not handled: Python older than 3.11 (it says so and stops); installing the system's packages
 (Chromium for the browser test, bubblewrap for the grader's sandbox) anywhere but Debian-like Linux
 as root: elsewhere it names them, and the browser test is skipped, the sandbox runs without
-bubblewrap (``python -m autograder doctor`` says what that leaves).
+bubblewrap (``python -m autograder doctor`` says what that leaves); a learners'
+environment on Windows (a hub's is Linux).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +52,27 @@ DEFAULTS = {
     "COMPRESSOR_SPEC": "llmcompressor==0.14.0.1",
     # a hub starts learners' servers with the environment's jupyterhub-singleuser: the hub's version
     "JUPYTERHUB_SPEC": "jupyterhub==6.1.1",
+    # where a hub's learners' environment goes: the learners' copy, installed, with .venv inside
+    "HUB_LEARNERS": "/opt/llm-efficiency-course",
 }
+# How the instructor's copy writes the learners' copy into a folder (`make learners-copy`'s command):
+# the one place that names it.
+LEARNERS_COPY_BUILD = ["-m", "autograder.learners_copy", "--out"]
+# What only the instructor's copy holds, which a learners' copy must not: a folder holding any of
+# these is not installed for learners (autograder.hub.instructors_only(), written out: this script
+# runs before any environment exists).
+INSTRUCTORS_ONLY = (
+    "solutions",
+    "tests",
+    ".git",
+    "course/answers",
+    "course/kernels/flash_attention.py",
+    "course/benchmarks",
+    "autograder/hidden",
+    "autograder/mistakes",
+    "autograder/planted",
+)
+INSTALLED_MARK = ".hub-learners"  # the file that says a folder holds a learners' copy this script installed
 # CI's two cores; more workers would also multiply the grader's sandboxes, each allowed its memory limit
 TEST_WORKERS = 2
 TEST_REPORT = Path("test-artifacts") / "junit.xml"  # under the repository, where the commands run
@@ -119,10 +151,9 @@ def dev_steps(where: Layout) -> list[list[str]]:
 
 
 def hub_steps(where: Layout, chosen: dict[str, str]) -> list[list[str]]:
-    """A JupyterHub's shared environment on top of the instructors' tools: the single-user server at
-    the hub's version, then the check that every user can run the environment's interpreter."""
-    python = str(where.python)
-    return [[python, "-m", "pip", "install", "-q", chosen["JUPYTERHUB_SPEC"]], [python, "-m", "autograder.hub"]]
+    """A JupyterHub's environment, the learners' or the instructor's, on top of the course: nbgrader
+    (the Assignments tab, formgrader and its commands) and the single-user server at the hub's version."""
+    return [[str(where.python), "-m", "pip", "install", "-q", "-e", ".[lab,llm,hub]", chosen["JUPYTERHUB_SPEC"]]]
 
 
 def quiet_steps(where: Layout) -> list[list[str]]:
@@ -170,17 +201,18 @@ def fresh(stamp: Path) -> bool:
     return stamp.exists() and stamp.stat().st_mtime >= (ROOT / "pyproject.toml").stat().st_mtime
 
 
-def run(command: list[str], check: bool = True) -> int:
-    print("+", " ".join(command), flush=True)
-    done = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL)  # the tests never read standard input
+def run(command: list[str], check: bool = True, cwd: Path | None = None, env: dict | None = None) -> int:
+    print("+", " ".join(map(str, command)), flush=True)
+    # the tests never read standard input
+    done = subprocess.run(command, cwd=cwd or ROOT, env=env, stdin=subprocess.DEVNULL)
     if check and done.returncode:
-        raise SystemExit(f"this step failed (exit code {done.returncode}): {' '.join(command)}")
+        raise SystemExit(f"this step failed (exit code {done.returncode}): {' '.join(map(str, command))}")
     return done.returncode
 
 
 def install(where: Layout, chosen: dict[str, str], dev: bool, hub: bool = False) -> None:
     """Create or bring up to date the environment: the learner's, with ``dev`` the instructors', with
-    ``hub`` a JupyterHub's (the instructors' too)."""
+    ``hub`` one a JupyterHub starts servers in (a learners' copy's, or with ``dev`` the instructor's)."""
     if sys.version_info < (3, 11):  # noqa: UP036 (whoever runs this may have an older Python)
         raise SystemExit(f"the course needs Python 3.11 or newer; this is {sys.version.split()[0]} ({sys.executable})")
     if not where.python.exists():
@@ -200,6 +232,69 @@ def install(where: Layout, chosen: dict[str, str], dev: bool, hub: bool = False)
         for step in hub_steps(where, chosen):
             run(step)
         where.stamp("hub").touch()
+
+
+def place(copy: Path, folder: Path) -> None:
+    """Put the learners' copy's files into ``folder``, replacing those an earlier :func:`place` put
+    there, its environment (``.venv``) kept. Refuses a copy that holds what only the instructor's
+    copy may (:data:`INSTRUCTORS_ONLY`), and a folder that holds anything but an earlier install."""
+    found = [name for name in INSTRUCTORS_ONLY if (copy / name).exists()]
+    if found or not (copy / "notebooks").is_dir():
+        raise SystemExit(
+            f"{copy} is not a learners' copy ({', '.join(found) or 'no notebooks/'} in it): "
+            "give the folder make learners-copy writes (dist/learners-copy), or none to build one"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = {".venv", INSTALLED_MARK}
+    earlier = [entry for entry in folder.iterdir() if entry.name not in kept]
+    if earlier and not (folder / INSTALLED_MARK).exists():
+        raise SystemExit(f"{folder} holds other files ({earlier[0].name}, ...): choose an empty or a new folder")
+    for entry in earlier:
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    shutil.copytree(copy, folder, dirs_exist_ok=True, symlinks=True)
+    (folder / INSTALLED_MARK).write_text("a learners' copy, installed by tools/setup_course.py hub-learners\n")
+
+
+def readable_by_all(folder: Path) -> None:
+    """Every file under ``folder`` readable and every folder searchable by every user, none of them
+    writable by others (what root's umask gives; a copy unpacked or built elsewhere may not)."""
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        wanted = (mode | (0o555 if path.is_dir() else 0o444)) & ~0o022
+        if mode & 0o7777 != wanted & 0o7777:
+            path.chmod(wanted & 0o7777)
+
+
+def hub_learners(where: Layout, chosen: dict[str, str], folder: Path, copy: Path | None = None) -> Path:
+    """The learners' environment of a JupyterHub in ``folder``: the learners' copy (``copy``, or one
+    this environment builds), installed there with its own set-up script and ``--hub``, readable by
+    every user. Returns the environment's Python."""
+    if os.name == "nt":
+        raise SystemExit("a hub's learners' environment is made on the hub's Linux machine")
+    folder = folder.absolute()
+    if folder == ROOT or folder.is_relative_to(ROOT):
+        raise SystemExit(f"{folder} lies in the instructor's copy ({ROOT}): install the learners' copy elsewhere")
+    if copy is None and not where.stamp("dev").exists():  # made here, as root, it would be root's in the copy
+        raise SystemExit(f"the instructor's environment builds the learners' copy: make hub-env first, in {ROOT}")
+    with tempfile.TemporaryDirectory(prefix="learners-copy-") as scratch:
+        if copy is None:
+            copy = Path(scratch) / "learners-copy"
+            # the instructor environment's own kernel, whoever runs this; no bytecode left in this copy
+            env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+            run([where.python, *LEARNERS_COPY_BUILD, copy], env=env)
+        place(Path(copy).absolute(), folder)
+    learners = Layout(folder / ".venv", windows=False)
+    env = {**os.environ, "VENV": ".venv"}  # the copy's own choice, not this environment's
+    run([sys.executable, folder / "tools" / "setup_course.py", "install", "--hub"], cwd=folder, env=env)
+    readable_by_all(folder)
+    run([where.python, "-m", "autograder.hub", learners.python])  # every user can run its Python
+    print(
+        f"the learners' environment: {learners.venv} (the learners' copy in {folder}, readable by every user, "
+        f"none of what only the instructor's copy holds); the instructor's: {where.venv}, for the instructor alone"
+    )
+    return learners.python
 
 
 def system_packages() -> None:
@@ -229,14 +324,19 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     setup = commands.add_parser("install", help="set up only")
     setup.add_argument("--dev", action="store_true", help="with the instructors' and the tests' tools")
-    setup.add_argument("--hub", action="store_true", help="a JupyterHub's shared environment (implies --dev)")
+    setup.add_argument("--hub", action="store_true", help="with nbgrader and jupyterhub-singleuser, for a JupyterHub")
+    learners = commands.add_parser("hub-learners", help="a JupyterHub's learners' environment: the learners' copy")
+    learners.add_argument("folder", type=Path, nargs="?", default=None, help="where (default: HUB_LEARNERS)")
+    learners.add_argument("--copy", type=Path, default=None, help="a learners' copy already built (dist/learners-copy)")
     commands.add_parser("lab", help="set up, then open the course").add_argument("--port", type=int, default=8888)
     commands.add_parser("test", help="set up with the instructors' tools, lint, then run every test")
     args = parser.parse_args(argv)
     chosen = settings()
     where = layout(chosen)
-    hub = getattr(args, "hub", False)
-    install(where, chosen, dev=args.command == "test" or getattr(args, "dev", False) or hub, hub=hub)
+    if args.command == "hub-learners":
+        hub_learners(where, chosen, args.folder or Path(chosen["HUB_LEARNERS"]), args.copy)
+        return 0
+    install(where, chosen, dev=args.command == "test" or getattr(args, "dev", False), hub=getattr(args, "hub", False))
     if args.command == "lab":
         return run(lab_command(where, args.port, is_root()), check=False)
     if args.command == "test":

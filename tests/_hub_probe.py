@@ -1,0 +1,150 @@
+"""What an environment's kernel shows a learner of the graded names: tests/test_hub.py runs this file's
+source in a learner's kernel (a notebook cell, then ``print(json.dumps(probe(NAMES)))``), and as a script
+in the instructor's environment (``python tests/_hub_probe.py NAMES.json``).
+
+:func:`probe` imports every module of the ``course`` and ``autograder`` packages the environment has,
+and for every function or class whose name is a graded name (what an exercise defines), gives its
+source as ``inspect.getsource`` prints it and, in a learners' copy, what calling it does: with the
+arguments of a recorded call, and with those arguments changed (or with none, where nothing is
+recorded); and the same calls of the copy's other withheld functions that have recordings. Only
+the standard library, the course and what it imports."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import pkgutil
+import sys
+
+SHIFT = 1000  # what changes a recorded call's first number: far from any input the checks use
+
+
+def _altered(value):
+    """``value`` with its first number (or tensor) doubled and shifted by :data:`SHIFT`, well beyond
+    the tolerance a recording matches within; None when it holds none."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return None if value.dtype == torch.bool else value * 2 + SHIFT
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value * 2 + SHIFT
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            changed = _altered(item)
+            if changed is not None:
+                return type(value)([*value[:index], changed, *value[index + 1 :]])
+    if isinstance(value, dict):
+        for key, item in value.items():
+            changed = _altered(item)
+            if changed is not None:
+                return {**value, key: changed}
+    return None
+
+
+def _call(function, args, kwargs, expected=None) -> str:
+    """What calling ``function`` did: ``answered`` (returned ``expected``, the recorded result, as
+    ``course.wire`` writes it), ``returned`` (something else), or ``raised <exception's name>``."""
+    from course import wire
+
+    try:
+        result = function(*args, **kwargs)
+    except Exception as error:  # what a learner would see
+        return f"raised {type(error).__name__}"
+    same = json.dumps(wire.encode(result), sort_keys=True) == json.dumps(expected, sort_keys=True)
+    return "answered" if expected is not None and same else "returned"
+
+
+def _recordings() -> dict:
+    """The learners' copy's recordings as its files hold them: name -> [[args, kwargs, result], ...],
+    each as ``course.wire`` encodes it."""
+    import gzip
+
+    from course import withheld
+
+    found: dict = {}
+    for path in sorted(withheld.RECORDINGS.glob("*.json.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            for name, calls in json.load(handle).items():
+                found.setdefault(name, []).extend(calls)
+    return found
+
+
+def _required(obj) -> int:
+    """How many positional arguments calling ``obj`` needs (a class: its constructor's)."""
+    try:
+        parameters = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return 0
+    return sum(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
+
+
+def _examine(obj) -> dict:
+    from course import withheld
+
+    try:
+        source = inspect.getsource(obj)
+    except (OSError, TypeError):
+        source = None
+    calls = {}
+    if withheld.LEARNERS_COPY:  # in the instructor's copy a call would run the reference itself
+        calls = _replayed(obj) or {"unrecorded": _call(obj, [None] * _required(obj), {})}
+    return {"source": source, "calls": calls}
+
+
+def _replayed(function) -> dict:
+    """What calling the withheld ``function`` does with the arguments of its first recorded call, and
+    with those changed ({} where it has no recording)."""
+    from course import wire, withheld
+
+    recorded = _recordings().get(withheld.key(function), []) if inspect.isfunction(function) else []
+    if not recorded:
+        return {}
+    args, kwargs, result = recorded[0]
+    args, kwargs = wire.decode(args), wire.decode(kwargs)
+    altered = _altered(list(args))
+    return {
+        "recorded": _call(function, args, kwargs, expected=result),
+        "altered": _call(function, altered, kwargs) if altered is not None else _call(function, [], {}),
+    }
+
+
+def probe(names) -> dict:
+    """The environment's course folder, whether it is a learners' copy, the modules that did not
+    import, and for each graded name found (``module.name``) its source and calls (:func:`_examine`)."""
+    import autograder
+    import course
+    from course import paths, withheld
+
+    failed = {}
+    for package in (course, autograder):
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if info.name.rpartition(".")[2] == "__main__":  # a command, not a module
+                continue
+            try:
+                importlib.import_module(info.name)
+            except BaseException as error:  # a module that exits on import is reported too
+                failed[info.name] = f"{type(error).__name__}: {error}"
+    found, replayed = {}, {}
+    for module_name, module in sorted(sys.modules.items()):
+        if module is None or module_name.split(".")[0] not in ("course", "autograder"):
+            continue
+        for name, obj in sorted(vars(module).items()):
+            if getattr(obj, "__module__", None) != module_name:
+                continue
+            if name in names and (inspect.isfunction(obj) or inspect.isclass(obj)):
+                found[f"{module_name}.{name}"] = _examine(obj)
+            elif withheld.LEARNERS_COPY and hasattr(obj, "__wrapped__"):  # the other withheld functions
+                replayed[f"{module_name}.{name}"] = _replayed(obj)
+    return {
+        "root": str(paths.ROOT),
+        "learners_copy": withheld.LEARNERS_COPY,
+        "failed": failed,
+        "found": found,
+        "replayed": {name: calls for name, calls in replayed.items() if calls},
+    }
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        print(json.dumps(probe(set(json.load(handle)))))
