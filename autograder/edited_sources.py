@@ -18,20 +18,14 @@ STILL_EDITED = (
     "course/advice.py",
     "course/calibrated.py",
     "course/choosing_a_technique.py",
-    "course/drafts.py",
     "course/in_practice.py",
     "course/kernels/int4.py",
-    "course/lora.py",
     "course/prefill_decode.py",
-    "course/quantization.py",
-    "course/speculative_decoding.py",
+    "course/quantization/packing.py",
     "course/stored_weights.py",
     "autograder/chapters/choosing_a_technique.py",
     "autograder/chapters/in_practice.py",
-    "autograder/chapters/lora.py",
     "autograder/chapters/prefill_decode.py",
-    "autograder/chapters/quantization.py",
-    "autograder/chapters/speculative_decoding.py",
 )
 
 

@@ -117,13 +117,19 @@ def grade(
     answers = extract_answers(submitted, report.chapter, release, report.messages)
     report.reported = reported_figures(report.chapter, submitted)
     report.answers = dict(answers.sources)
-    checks = [c for e in CHAPTERS[report.chapter] for c in e.checks]
-    rng = np.random.default_rng(seed)
-    probes = {c.id: c.probe(rng) for c in checks}
+    checks, probes = draw_probes(report.chapter, seed)
     outcome = run_in_sandbox(release, answers, checks, probes, limits or sandbox.Limits(), hide, report.messages)
     report.isolation = sandbox.describe(outcome.isolation)  # the layers that applied, and what was not contained
     report.tests = judge(checks, probes, answers, outcome)
     return finish(report, started)
+
+
+def draw_probes(chapter: str, seed: int) -> tuple[list[Check], dict[str, dict]]:
+    """The chapter's checks in order, and each one's probe, drawn from one generator of the
+    submission's ``seed`` in that order (the probes a submission graded with ``seed`` gets)."""
+    checks = [c for e in CHAPTERS[chapter] for c in e.checks]
+    rng = np.random.default_rng(seed)
+    return checks, {c.id: c.probe(rng) for c in checks}
 
 
 def identify_chapter(submitted: dict, path: Path, expected: str | None, messages: list[str]) -> str:

@@ -260,7 +260,8 @@ class Memory:
 def _adapt(memory: Memory, first_done: bool) -> tuple:
     """LoRA where the 16-bit base fits, QLoRA where only its 4 bits do, else several GPUs."""
     full, base16, base4 = (
-        lora.finetune_memory_gib(memory.params_billion * 1e9, method) for method in ("full", "lora", "qlora")
+        lora.course_answer("finetune_memory_gib")(memory.params_billion * 1e9, method)
+        for method in ("full", "lora", "qlora")
     )
     if first_done:
         return (

@@ -131,11 +131,11 @@ def layer_agreement(
     group_size: int = 64,
     chosen: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Agreement:
-    """The course's :func:`course.quantization.gptq_quantize` against llmcompressor's on one layer:
+    """The course's :func:`course.quantization.quantize_gptq` against llmcompressor's on one layer:
     same weight, Hessian, damping and (the course's) scales. ``chosen``: the course's (codes, scale)
     when already computed."""
     with flush_denormals():
-        codes, scale = chosen or quantization.gptq_quantize(weight.float(), hessian, bits, group_size, DAMPING)
+        codes, scale = chosen or quantization.quantize_gptq(weight.float(), hessian, bits, group_size, DAMPING)
         theirs = library_codes(weight, hessian, scale, bits, group_size)
     return compare_codes(codes, theirs, bits)
 
@@ -170,7 +170,7 @@ def gptq_weights(model: torch.nn.Module, hessians: dict[str, torch.Tensor], bits
     try:
         with torch.no_grad(), flush_denormals():
             for name, hessian in hessians.items():
-                chosen[name] = quantization.gptq_quantize(originals[name].float(), hessian, bits, group_size, DAMPING)
+                chosen[name] = quantization.quantize_gptq(originals[name].float(), hessian, bits, group_size, DAMPING)
                 layers[name].weight.copy_(quantization.dequantize(*chosen[name]).to(originals[name].dtype))
         yield chosen
     finally:
@@ -189,7 +189,7 @@ def rounded_weights(model: torch.nn.Module, names, bits: int = 4, group_size: in
     try:
         with torch.no_grad():
             for name in names:
-                layers[name].weight.copy_(quantization.quantize_dequantize(originals[name], bits, group_size))
+                layers[name].weight.copy_(quantization.round_trip(originals[name], bits, group_size))
         yield
     finally:
         with torch.no_grad():

@@ -170,7 +170,7 @@ def lora_trainable_parameters(config: dict, target_modules: Iterable[str], r: in
     unknown = set(target_modules) - set(shapes)
     if unknown:
         raise ValueError(f"no layers named {sorted(unknown)}; a Llama block has {', '.join(shapes)}")
-    per_layer = sum(lora.lora_parameters(*shapes[name], r) for name in set(target_modules))
+    per_layer = sum(lora.course_answer("lora_parameters")(*shapes[name], r) for name in set(target_modules))
     return config["num_hidden_layers"] * per_layer
 
 
@@ -195,10 +195,10 @@ FORMULAS = {
 }
 
 
-def lora_linear_from_peft(layer: nn.Module, adapter: str = "default") -> lora.LoRALinear:
-    """The course's :class:`~course.lora.LoRALinear` over a peft LoRA layer's frozen base, with
+def lora_linear_from_peft(layer: nn.Module, adapter: str = "default") -> nn.Module:
+    """The course's ``LoRALinear`` (chapter 2's solution) over a peft LoRA layer's frozen base, with
     that layer's rank, alpha, A and B for ``adapter`` (copied: training one leaves the other)."""
-    ours = lora.LoRALinear(layer.base_layer, layer.r[adapter], alpha=layer.lora_alpha[adapter])
+    ours = lora.course_answer("LoRALinear")(layer.base_layer, layer.r[adapter], alpha=layer.lora_alpha[adapter])
     with torch.no_grad():
         ours.lora_A.copy_(layer.lora_A[adapter].weight)  # (r, d_in)
         ours.lora_B.copy_(layer.lora_B[adapter].weight)  # (d_out, r)
@@ -241,7 +241,7 @@ def round_trip(weight: torch.Tensor, method: str, group_size: int | None = None)
     if method == "nf4":
         return quantization.nf4_quantize_dequantize(weight, group_size or 64)
     if method in ("int8", "int4"):
-        return quantization.quantize_dequantize(weight, int(method[3:]), group_size)
+        return quantization.round_trip(weight, int(method[3:]), group_size)
     raise ValueError(f"method must be int8, int4 or nf4, got {method!r}")
 
 
@@ -552,7 +552,7 @@ def lora_linear_output(path: str, r: int, alpha: float, tokens: int, seed: int =
     base = model.get_submodule(path)
     a, b, x = seeded_adapter(base.in_features, base.out_features, r, tokens, seed)
     with torch.no_grad():
-        ours = lora.LoRALinear(base, r, alpha=alpha)
+        ours = lora.course_answer("LoRALinear")(base, r, alpha=alpha)
         ours.lora_A.copy_(a)
         ours.lora_B.copy_(b)
         return ours(x)
@@ -577,10 +577,11 @@ def outlier_product_errors(ids: torch.Tensor, layer: int, name: str, threshold: 
     path = f"model.layers.{layer}.{'mlp' if name in ('gate_proj', 'up_proj', 'down_proj') else 'self_attn'}.{name}"
     weight = model.get_submodule(path).weight.detach()
     exact = x @ weight.T
-    mixed, _ = quantization.int8_matmul_with_outliers(x, weight, threshold)
+    int8 = quantization.course_answer("quantize_int8")  # chapter 3's exercise: the course's answer
+    mixed, _ = quantization.int8_matmul_with_outliers(x, weight, threshold, quantize_int8=int8)
     return (
-        quantization.relative_error(exact, quantization.int8_matmul(x, weight)),
-        quantization.relative_error(exact, mixed),
+        quantization.relative_norm_error(exact, quantization.int8_matmul(x, weight, quantize_int8=int8)),
+        quantization.relative_norm_error(exact, mixed),
     )
 
 

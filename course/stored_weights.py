@@ -76,7 +76,7 @@ class StoredLinear(nn.Module):
             codes, scale = (  # (out, in) int32, symmetric
                 quantization.quantize(weight, self.bits, group_size)
                 if hessian is None
-                else quantization.gptq_quantize(weight, hessian, self.bits, group_size)
+                else quantization.quantize_gptq(weight, hessian, self.bits, group_size)
             )
             offset = 2 ** (self.bits - 1)
             stored = codes.to(torch.int8) if self.bits == 8 else pack_codes(codes + offset, self.bits)
@@ -149,7 +149,7 @@ def gptq_codes(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GPTQ's signed 4-bit codes (out, in) and float32 scales (out, groups) for ``weight``: what a
     calibrated int4 layer is given (chapter 3's ``gptq_quantize``)."""
-    return quantization.gptq_quantize(weight.detach().float(), hessian, 4, group_size)
+    return quantization.quantize_gptq(weight.detach().float(), hessian, 4, group_size)
 
 
 def weight_bytes(model: nn.Module | None) -> int:

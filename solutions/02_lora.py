@@ -43,9 +43,8 @@ import copy
 
 import torch
 
-from course import checkpoints, corpus, evaluation, lora, quantization, readings, timing
+from course import checkpoints, corpus, evaluation, lora, quantization, timing
 from course.device import best_device, describe
-from course.model import generate
 from course.plots import lora as plots
 
 device = best_device()
@@ -90,7 +89,7 @@ def lora_parameters(d_in, d_out, rank):
     ### END SOLUTION
 
 
-# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_parameters", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% tags=["raises-exception"] nbgrader={"grade": true, "grade_id": "test_lora_parameters", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 from autograder import check
 
 check("lora_parameters")
@@ -99,8 +98,7 @@ check("lora_parameters", hidden=True)
 ### END HIDDEN TESTS
 
 # %%
-yours = lora.your_functions(globals(), "this table", "lora_parameters")
-count = yours.get("lora_parameters", lora.lora_parameters)
+count = lora.yours(globals(), "lora_parameters", "this table")
 for d, r in lora.SECTION_ROWS:  # (1000, 8), (4096, 8), (4096, 16), (8192, 64)
     trainable = count(d, d, r)
     print(f"{d} x {d} at rank {r:2d}: {trainable:>9,} trainable numbers, {100 * trainable / (d * d):.2f}% of the layer")
@@ -145,12 +143,7 @@ check("best_low_rank_error", hidden=True)
 # %%
 change = lora.SECTION_CHANGE  # 64 x 64, rank 4, noise 5% of the change, seed 0
 shown = lora.SECTION_RANKS  # [1, 2, 4, 8, 32]
-yours = lora.your_functions(globals(), "these errors", "best_low_rank_error")
-if yours:
-    delta = lora.low_rank_change(**change)
-    errors = [float(yours["best_low_rank_error"](delta, r)) for r in shown]
-else:
-    errors = lora.rank_errors(**change, ranks=shown)
+errors = lora.your_rank_errors(globals(), "these errors")(**change, ranks=shown)  # best_low_rank_error at each
 for r, error in zip(shown, errors, strict=True):
     print(f"rank {r:2d}: best possible error {100 * error:5.1f}%")
 print(lora.rank_reading(dict(zip(shown, errors, strict=True)), lora.noise_share(**change)))
@@ -164,8 +157,10 @@ print(lora.rank_reading(dict(zip(shown, errors, strict=True)), lora.noise_share(
 # GPT-3's attention weights.
 
 # %%
-yours = lora.your_functions(globals(), "the sliders' chart", "best_low_rank_error", "lora_parameters")
-plots.widget_rank_error(**yours)
+plots.widget_rank_error(
+    lora.your_rank_errors(globals(), "the sliders' chart"),
+    lora.yours(globals(), "lora_parameters", "the count in its title"),
+)
 
 # %% [markdown]
 # ## 3. `LoRALinear`: a frozen layer plus a low-rank update
@@ -237,36 +232,20 @@ check("lora_linear", hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Can a trained adapter find the SVD's answer? Give a rank-4 adapter a layer whose target is
-# the base plus a rank-4 change, and train only $A$ and $B$ to match its outputs. Your
-# `LoRALinear` trains here and in the rest of the chapter, once it is written.
+# Can a trained adapter find the SVD's answer? Give a rank-4 adapter a 64 x 64 layer whose target
+# is the base plus a rank-4 change, and train only $A$ and $B$ (Adam, 400 steps) to match its
+# outputs: `lora.learned_change` in `course/lora.py` does it, with your `LoRALinear` once it is
+# written. The experiments of sections 5 to 7 take your class the same way; until it is written,
+# they show the numbers of the course's own `LoRALinear`, recorded on the same settings.
 
 # %%
-your_layer = lora.written_layer(globals())  # your LoRALinear, once it builds, runs and merges
-if your_layer is None:
-    print(
-        "Your LoRALinear is not written yet: this experiment and the adapters of sections 5 to 7 are left out "
-        "(write it, then run the cells again)."
-    )
-else:
-    torch.manual_seed(0)
-    base_layer = nn.Linear(64, 64, bias=False)
-    goal = base_layer.weight.detach() + lora.low_rank_change(64, 64, true_rank=4, noise=0.0) * 0.05
-    adapter = your_layer(base_layer, rank=4)
-    optimizer = torch.optim.Adam([adapter.lora_A, adapter.lora_B], lr=1e-2)
-    inputs = torch.randn(512, 64)
-    for _ in range(400):
-        loss = (adapter(inputs) - inputs @ goal.T).square().mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    learned = adapter.merge().weight.detach()
-    error = ((learned - goal).norm() / (goal - base_layer.weight).norm()).item()
-    print(
-        f"error of the change your LoRALinear learned: {100 * error:.2f}% "
-        "(the change has rank 4 exactly: the SVD's floor at rank 4 is 0)"
-    )
-    print(f"the base weight is untouched: {torch.equal(base_layer.weight, adapter.base.weight)}")
+your_layer = lora.your_layer(globals(), "this experiment")  # your LoRALinear, once it builds, runs and merges
+learned = lora.experiment("learned_change", your_layer)
+print(
+    f"error of the change the adapter learned: {100 * learned['error']:.2f}% "
+    "(the change has rank 4 exactly: the SVD's floor at rank 4 is 0)"
+)
+print(f"the base weight is untouched: {learned['untouched']}")
 
 # %% [markdown]
 # ## 4. The memory bill of fine-tuning
@@ -282,7 +261,7 @@ else:
 #
 # The adapters' own weights, gradients and moments are left out: well under 1% of the model.
 # Activations come on top of all three and grow with batch and sequence length. (Without the
-# master copy full fine-tuning is 12 bytes, 84 GB for 7B: still past any single consumer GPU.)
+# master copy full fine-tuning is 12 bytes, 78 GiB for 7B: still past any single consumer GPU.)
 #
 # ### Your turn: `finetune_memory_gib`
 #
@@ -313,8 +292,7 @@ check("finetune_memory", hidden=True)
 # bytes per parameter; the totals above them are your function's once it is written.
 
 # %%
-yours = lora.your_functions(globals(), "the totals above the bars", "finetune_memory_gib")
-plots.widget_finetune_memory(**yours)
+plots.widget_finetune_memory(lora.yours(globals(), "finetune_memory_gib", "the totals above the bars"))
 
 # %% [markdown]
 # ## 5. Adapting the course model to comedies
@@ -325,8 +303,10 @@ plots.widget_finetune_memory(**yours)
 # *Twelfth Night*) for measuring.
 #
 # We put one adapter on each attention projection (`q_proj`, `k_proj`, `v_proj`, `o_proj`) of all
-# six layers and train it on the six comedies, at several ranks. For reference, the same number
-# of steps of full fine-tuning (every weight trains). The numbers are losses on the two unseen
+# six layers and train it on the six comedies, at several ranks (`lora.comedy_adapter` in
+# `course/lora.py`: `make_adapter` wraps each projection in your class, `use_adapter` swaps it in,
+# `finetune` trains the adapter's factors with AdamW). For reference, the same number of steps of
+# full fine-tuning (every weight trains). The numbers are losses on the two unseen
 # comedies in nats per byte; lower is better. The default 30 steps are a quick look;
 # `-p ADAPT_STEPS 200` shows what longer training does. The course model's layers are narrow (256
 # wide, 64 for `k_proj` and `v_proj`), so an adapter is a larger share of it than of a large
@@ -344,21 +324,9 @@ def comedy_loss(model):
 
 print(timing.pin_threads(lambda: evaluation.text_loss(target, eval_text, max_windows=4), device))
 base_loss = comedy_loss(target)
-fingerprint = lora.weights_fingerprint(target)
-adapters, rank_losses = {}, {}
-for rank in RANKS if your_layer else []:  # your LoRALinear's adapters
-    adapters[rank] = lora.make_adapter(target, rank, layer=your_layer)
-    lora.use_adapter(target, adapters[rank])
-    lora.finetune(
-        target,
-        lora.adapter_parameters(adapters[rank]),
-        adapt_text,
-        ADAPT_STEPS,
-        lr=3e-3,
-        description=f"LoRA rank {rank}",
-    )
-    rank_losses[rank] = comedy_loss(target)
-    lora.use_adapter(target, None)
+your_layer = lora.your_layer(globals(), "these adapters")
+adapted = {rank: lora.experiment("comedy_adapter", your_layer, rank, ADAPT_STEPS, EVAL_WINDOWS) for rank in RANKS}
+rank_losses = {rank: result["loss"] for rank, result in adapted.items()}
 
 full_model = copy.deepcopy(target)
 lora.finetune(full_model, list(full_model.parameters()), adapt_text, ADAPT_STEPS, lr=3e-4, description="full fine-tune")
@@ -366,16 +334,13 @@ full_loss = comedy_loss(full_model)
 del full_model
 
 print(f"base model:         {base_loss:.3f} nats/byte")
-if your_layer is None:
-    print("LoRA:               your LoRALinear is not written yet: the adapters are left out")
-for rank, loss in rank_losses.items():
-    trainable = sum(p.numel() for p in lora.adapter_parameters(adapters[rank]))
+for rank, result in adapted.items():
     print(
-        f"LoRA rank {rank:2d}:       {loss:.3f}  ({trainable:,} trainable numbers, "
-        f"{100 * trainable / target.num_parameters():.2f}% of the model)"
+        f"LoRA rank {rank:2d}:       {result['loss']:.3f}  ({result['trainable']:,} trainable numbers, "
+        f"{100 * result['trainable'] / target.num_parameters():.2f}% of the model)"
     )
 print(f"full fine-tune:     {full_loss:.3f}  ({target.num_parameters():,} trainable numbers)")
-print(f"base weights untouched by all that training: {lora.weights_fingerprint(target) == fingerprint}")
+print(f"base weights untouched by the adapters' training: {all(r['untouched'] for r in adapted.values())}")
 
 # %%
 gains = {rank: base_loss - loss for rank, loss in rank_losses.items()}
@@ -385,15 +350,9 @@ print(
     + "".join(f"rank {rank} {gain:+.3f}, " for rank, gain in gains.items())
     + f"full fine-tune {full_gain:+.3f}"
 )
-if gains:
-    best, smallest = max(gains, key=gains.get), min(gains)
-    share = gains[smallest] / gains[best] if gains[best] > 0 else float("nan")
-    print(
-        f"rank {smallest} gets {share:.0%} of the best rank's gain (rank {best}): "
-        + ("the ranks sit close together" if share >= 0.8 else "rank matters after this many steps")
-    )
-    print(f"the best adapter's gain is {readings.versus(gains[best], full_gain, 'full fine-tuning', within=0.1)}")
-plots.plot_adapter_losses(base_loss, rank_losses, full_loss)
+print(lora.gains_reading(gains, full_gain))
+whose = "your LoRALinear" if your_layer else "the course's LoRALinear, recorded"
+plots.plot_adapter_losses(base_loss, rank_losses, full_loss, adapters=f"LoRA ({whose})")
 
 # %% [markdown]
 # The printed gains say how far each adapter moved the model in this run, against full
@@ -420,47 +379,21 @@ plots.plot_adapter_losses(base_loss, rank_losses, full_loss)
 # per customer or task.
 #
 # A second adapter, for a domain with an obvious signature: the same comedies set in capitals.
-# Then the prompt goes to the base, the comedy adapter and the capitals adapter in turn. For each
-# text we count how many of its words are real ones (words that occur in the comedies, in
-# capitals for the capitals adapter):
+# Then the prompt goes to the base, the comedy adapter and the capitals adapter in turn, on one
+# base model (`lora.swapped_adapters` in `course/lora.py`). For each text we count how many of its
+# words are real ones (words that occur in the comedies, in capitals for the capitals adapter):
 
 # %%
-if your_layer is None:
-    print("Your LoRALinear is not written yet: the adapters that would swap here are left out.")
-else:
-    shouting = corpus.encode(corpus.decode(adapt_text).upper())
-    shouting_eval = corpus.encode(corpus.decode(eval_text).upper())
-    adapters["capitals"] = lora.make_adapter(target, 4, seed=1, layer=your_layer)
-    capitals_before = evaluation.text_loss(target, shouting_eval, max_windows=EVAL_WINDOWS)
-    lora.use_adapter(target, adapters["capitals"])
-    lora.finetune(
-        target,
-        lora.adapter_parameters(adapters["capitals"]),
-        shouting,
-        ADAPT_STEPS,
-        lr=3e-3,
-        description="LoRA, capitals",
-    )
-    capitals_after = evaluation.text_loss(target, shouting_eval, max_windows=EVAL_WINDOWS)
-    known_words = set(corpus.decode(adapt_text).split())
-    known_words |= {word.upper() for word in known_words}
-    prompt = corpus.encode("VIOLA:\n")[None].to(device)
-    switches = 0
-    for name, adapter in (("base", None), ("comedies, rank 4", adapters[4]), ("capitals", adapters["capitals"])):
-        lora.use_adapter(target, adapter)
-        switches += 1
-        text = generate(target, prompt, 100, temperature=0.8, top_k=40, generator=torch.Generator().manual_seed(0))
-        words = corpus.decode(text[0].cpu()).split()[1:]  # after the prompt's name
-        real = sum(word in known_words for word in words)
-        print(f"--- {name} ({real} of {len(words)} words are real) ---\n{corpus.decode(text[0].cpu())}\n")
-    lora.use_adapter(target, None)
-    switches += 1
-    assert lora.weights_fingerprint(target) == fingerprint, "the base weights changed"
-    print(
-        f"base weights identical after training {len(adapters)} adapters and switching {switches} times; "
-        f"held-out comedies in capitals: {capitals_before:.2f} nats/byte for the base, {capitals_after:.2f} with the "
-        f"capitals adapter (the same comedies in ordinary case: {base_loss:.2f} for the base)"
-    )
+your_layer = lora.your_layer(globals(), "the adapters that swap here")
+swapped = lora.experiment("swapped_adapters", your_layer, ADAPT_STEPS, EVAL_WINDOWS)
+for text in swapped["texts"]:
+    print(f"--- {text['adapter']} ({text['real']} of {text['words']} words are real) ---\n{text['text']}\n")
+print(
+    f"base weights identical after training the comedy and capitals adapters and switching {swapped['switches']} "
+    f"times: {swapped['untouched']}; held-out comedies in capitals: {swapped['capitals_before']:.2f} nats/byte for "
+    f"the base, {swapped['capitals_after']:.2f} with the capitals adapter (the same comedies in ordinary case: "
+    f"{base_loss:.2f} for the base)"
+)
 
 # %% [markdown]
 # Why the capitals adapter writes words that look like words but mostly are not: to a byte-level
@@ -478,26 +411,12 @@ else:
 # Merging is the other option: fold one adapter into the weights and serve the merged model with
 # no extra work per token, at the price of one copy of the model per adapter. Merged correctly,
 # every adapted layer of the model gives the same outputs up to rounding; the line below measures
-# it for your `merge()`:
+# it for the rank-4 comedy adapter, each layer replaced by its `merge()` (`lora.merge_difference`):
 
 # %%
-if your_layer is None:
-    print("Your LoRALinear is not written yet: there is no adapter to merge.")
-else:
-    lora.use_adapter(target, adapters[4])
-    windows = adapt_text[: 4 * 129].reshape(4, 129)[:, :-1].to(device)
-    with torch.no_grad():
-        adapted_logits = target(windows)
-    merged = copy.deepcopy(target)
-    for path, module in list(merged.named_modules()):
-        if isinstance(module, your_layer):
-            parent, _, leaf = path.rpartition(".")
-            setattr(merged.get_submodule(parent), leaf, module.merge().to(device))  # where the model is
-    lora.use_adapter(target, None)
-    with torch.no_grad():
-        print(
-            f"largest logit difference, merged vs adapter: {(merged(windows) - adapted_logits).abs().max().item():.2e}"
-        )
+your_layer = lora.your_layer(globals(), "the merged model")
+difference = lora.experiment("merge_difference", your_layer, ADAPT_STEPS)
+print(f"largest logit difference, merged vs adapter: {difference:.2e}")
 
 # %% [markdown]
 # ## 7. QLoRA: the frozen base in 4 bits
@@ -505,24 +424,18 @@ else:
 # QLoRA stores the frozen base in NF4 (chapter 3), dequantizing each weight on the fly for the
 # matrix product, and trains the adapters in 16 bits on top. Here the base's linear layers go
 # through NF4 with groups of 64 (simulated: the rounded weights are kept as floats), and a
-# rank-4 adapter trains on top. The last line reads what NF4's rounding costs the base and how
+# rank-4 adapter trains on top (`lora.qlora_loss`). The last line reads what NF4's rounding costs the base and how
 # much of it the adapter makes up.
 
 # %%
 nf4_base = quantization.quantize_model(target, "nf4", 64)
 nf4_loss = comedy_loss(nf4_base)
+your_layer = lora.your_layer(globals(), "the QLoRA adapter")
+qlora_loss = lora.experiment("qlora_loss", your_layer, ADAPT_STEPS, EVAL_WINDOWS)
+lora_loss = lora.experiment("comedy_adapter", your_layer, 4, ADAPT_STEPS, EVAL_WINDOWS)["loss"]
 print(f"NF4 base:           {nf4_loss:.3f} nats/byte (fp32 base {base_loss:.3f})")
-if your_layer is None:
-    print("QLoRA rank 4:       your LoRALinear is not written yet: the adapter is left out")
-else:
-    qlora_adapter = lora.make_adapter(nf4_base, 4, layer=your_layer)
-    lora.use_adapter(nf4_base, qlora_adapter)
-    lora.finetune(
-        nf4_base, lora.adapter_parameters(qlora_adapter), adapt_text, ADAPT_STEPS, lr=3e-3, description="QLoRA rank 4"
-    )
-    qlora_loss = comedy_loss(nf4_base)
-    print(f"QLoRA rank 4:       {qlora_loss:.3f}            (LoRA rank 4 on the fp32 base {rank_losses[4]:.3f})")
-    print(lora.qlora_reading(base_loss, nf4_loss, rank_losses[4], qlora_loss))
+print(f"QLoRA rank 4:       {qlora_loss:.3f}            (LoRA rank 4 on the fp32 base {lora_loss:.3f})")
+print(lora.qlora_reading(base_loss, nf4_loss, lora_loss, qlora_loss))
 
 # %% [markdown]
 # ## In practice

@@ -174,8 +174,10 @@ check("relative_error", hidden=True)
 # %%
 clean = quantization.gaussian_matrix(256, 512, seed=0)  # N(0, 0.02^2), like the bulk of a trained layer
 spiky = quantization.outlier_matrix(256, 512, seed=0)  # the same, with 4 columns 20x larger
-yours = quantization.your_functions(globals(), "the chart", "quantize_dequantize", "relative_error")
-plots.plot_bits_sweep(quantization.bits_sweep(clean, **yours) if yours else quantization.recorded_bits_sweep(0))
+sweep = quantization.shown(
+    globals(), "the chart", quantization.bits_sweep, clean, course=lambda: quantization.recorded_bits_sweep(0)
+)
+plots.plot_bits_sweep(sweep)
 
 # %%
 for label, worst in quantization.worst_half_steps(0).items():  # the course's quantizer, on `spiky`
@@ -207,12 +209,14 @@ plots.plot_outlier_row(4.2)
 # larger (before your functions are written, the numbers stored in `data/reference/quantization.json`):
 
 # %%
-yours = quantization.your_functions(globals(), "these errors", "quantize_dequantize", "relative_error")
-if yours:
-    errors_spiky = quantization.granularity_errors(spiky, **yours)
-    errors_clean = quantization.granularity_errors(clean, **yours)
-else:
-    errors_spiky, errors_clean = quantization.stored_granularity_errors(numbers)
+errors_spiky, errors_clean = quantization.shown(
+    globals(),
+    "these errors",
+    quantization.granularity_errors_of,
+    spiky,
+    clean,
+    course=lambda: quantization.stored_granularity_errors(numbers),
+)
 for key in errors_spiky:
     print(f"{key:10s} with outliers {100 * errors_spiky[key]:5.2f}%   without {100 * errors_clean[key]:5.2f}%")
 ratio = errors_spiky["int8_row"] / errors_clean["int8_row"]
@@ -279,13 +283,14 @@ check("effective_bits", hidden=True)
 # from 0.5 to 8/64 + 32/(64 x 256) = 0.127 bits per weight, below even fp16 scales' 0.25:
 
 # %%
+course_bits = quantization.course_answer("effective_bits")  # the course's: yours is checked above
 for group in (128, 64, 32, 16):
-    print(f"int4, fp16 scale per {group:3d} weights: {quantization.effective_bits(4, group):.3f} bits")
-fp32_constants = quantization.effective_bits(4, 64, scale_bits=32)
+    print(f"int4, fp16 scale per {group:3d} weights: {course_bits(4, group):.3f} bits")
+fp32_constants = course_bits(4, 64, scale_bits=32)
 double = quantization.effective_bits_double_quant()
 print(f"NF4, fp32 absmax per  64 weights: {fp32_constants:.3f} bits (QLoRA without double quantization)")
 print(f"NF4, double-quantized constants:  {double:.3f} bits (saves {fp32_constants - double:.3f} bits per weight)")
-assert quantization.effective_bits(4, 64) == numbers["int4_g64_fp16_bits"]["value"] == 4.25
+assert course_bits(4, 64) == numbers["int4_g64_fp16_bits"]["value"] == 4.25
 
 # %% [markdown]
 # ## 5. Storing int8: codes and scales
@@ -334,12 +339,9 @@ layer = quantization.gaussian_matrix(1024, 4096, seed=1)
 stored = layer.numel() * 1 + layer.shape[0] * 2  # one byte per code, one fp16 scale per row
 for name, n_bytes in (("fp32", layer.numel() * 4), ("bf16", layer.numel() * 2), ("int8 + fp16 scales", stored)):
     print(f"{name:18s} {n_bytes / 2**20:6.2f} MiB per 1024 x 4096 block")
-yours = quantization.your_functions(globals(), "this error", "quantize_int8", "dequantize_int8", "relative_error")
-if yours:
-    codes8, scale8 = yours["quantize_int8"](layer)
-    int8_error = yours["relative_error"](layer, yours["dequantize_int8"](codes8, scale8))
-else:
-    int8_error = quantization.recorded_int8_error(1)
+int8_error = quantization.shown(
+    globals(), "this error", quantization.int8_error, layer, course=lambda: quantization.recorded_int8_error(1)
+)
 print(f"relative error of the int8 copy: {100 * int8_error:.2f}%")
 
 # %% [markdown]
@@ -356,12 +358,14 @@ print(f"relative error of the int8 copy: {100 * int8_error:.2f}%")
 plots.plot_nf4_levels()
 
 # %%
-yours = quantization.your_functions(globals(), "these errors", "quantize_dequantize", "relative_error")
-if yours:
-    nf4_error = yours["relative_error"](clean, quantization.nf4_quantize_dequantize(clean, 64))
-    int4_error = yours["relative_error"](clean, yours["quantize_dequantize"](clean, 4, 64))
-else:  # as stored in data/reference/quantization.json
-    nf4_error, int4_error = (numbers[f"{name}_g64_normal"]["value"] for name in ("nf4", "int4"))
+errors = quantization.shown(  # before yours are written, as stored in data/reference/quantization.json
+    globals(),
+    "these errors",
+    quantization.nf4_against_int4,
+    clean,
+    course=lambda: quantization.stored_nf4_against_int4(numbers),
+)
+nf4_error, int4_error = errors["nf4"], errors["int4"]
 print(f"normal weights, groups of 64: int4 {100 * int4_error:.2f}%   NF4 {100 * nf4_error:.2f}%")
 print(f"NF4 uses 16 levels to int4's 15, and places them better: {100 * (1 - nf4_error / int4_error):.0f}% less error")
 
@@ -376,8 +380,9 @@ print(f"NF4 uses 16 levels to int4's 15, and places them better: {100 * (1 - nf4
 # the features carry outliers of about 20 in every token (`quantization.llm_int8_example`):
 
 # %%
-yours = quantization.your_functions(globals(), "these errors", "quantize_int8", "relative_error")
-example = quantization.llm_int8_example(**yours) if yours else quantization.recorded_llm_int8_example()
+example = quantization.shown(
+    globals(), "these errors", quantization.llm_int8_example, course=quantization.recorded_llm_int8_example
+)
 print(f"int8 everywhere:           {100 * example['int8']:.2f}% error")
 print(
     f"outlier features in float: {100 * example['mixed']:.2f}% error "
@@ -408,12 +413,16 @@ def held_out_loss(model):
 
 print(timing.pin_threads(lambda: evaluation.text_loss(target, held_out, max_windows=4), device))
 baseline = held_out_loss(target)
-yours = quantization.your_functions(globals(), "the integer rows and the chart", "quantize_dequantize")
-if yours:
-    progress = lambda settings: tqdm(settings, desc="quantizing the model")  # noqa: E731
-    losses = quantization.model_losses(target, held_out, EVAL_WINDOWS, progress=progress, **yours)
-else:
-    losses = quantization.recorded_model_losses(EVAL_WINDOWS)
+losses = quantization.shown(
+    globals(),
+    "the integer rows and the chart",
+    quantization.model_losses,
+    target,
+    held_out,
+    EVAL_WINDOWS,
+    progress=lambda settings: tqdm(settings, desc="quantizing the model"),
+    course=lambda: quantization.recorded_model_losses(EVAL_WINDOWS),
+)
 nf4 = held_out_loss(quantization.quantize_model(target, "nf4", 64))  # NF4 is the course's: not an exercise
 print(f"float32: {baseline:.3f} nats/byte (perplexity {evaluation.perplexity(baseline):.2f})")
 for label, by_bits in losses.items():
@@ -522,11 +531,14 @@ train_text = corpus.tokens("train")
 statistics = quantization.calibration_statistics(target, train_text, windows=CALIBRATION_WINDOWS)
 hessians = statistics["hessian"]  # name -> H = X^T X / n of the layer's inputs
 name = "blocks.0.mlp.down_proj"
-yours = quantization.your_functions(globals(), "these errors", "quantize_dequantize", "relative_error", "gptq_quantize")
-if yours:
-    layer0 = quantization.gptq_layer(target.get_submodule(name).weight.detach(), hessians[name], **yours)
-else:
-    layer0 = quantization.recorded_gptq_layer(name, CALIBRATION_WINDOWS)
+layer0 = quantization.shown(
+    globals(),
+    "these errors",
+    quantization.gptq_layer,
+    target.get_submodule(name).weight.detach(),
+    hessians[name],
+    course=lambda: quantization.recorded_gptq_layer(name, CALIBRATION_WINDOWS),
+)
 print(
     f"{name}, 4 bits, groups of 64: GPTQ leaves {layer0['gptq'] / layer0['rtn']:.2f} of round-to-nearest's output error"
 )
@@ -546,11 +558,18 @@ print(
 # in the paper.)
 
 # %%
-yours = quantization.your_functions(globals(), "these losses and the chart", "quantize_dequantize", "gptq_quantize")
-if yours:
-    by_method = quantization.gptq_against_rtn(target, hessians, held_out, GPTQ_BITS, 64, EVAL_WINDOWS, **yours)
-else:
-    by_method = quantization.stored_gptq_losses(numbers, GPTQ_BITS)
+by_method = quantization.shown(
+    globals(),
+    "these losses and the chart",
+    quantization.gptq_against_rtn,
+    target,
+    hessians,
+    held_out,
+    GPTQ_BITS,
+    64,
+    EVAL_WINDOWS,
+    course=lambda: quantization.stored_gptq_losses(numbers, GPTQ_BITS),
+)
 for bits in GPTQ_BITS:
     rtn_gap = by_method["round to nearest"][bits] - baseline
     gptq_gap = by_method["GPTQ"][bits] - baseline
@@ -759,7 +778,7 @@ assert agreed["difference"] < int4.TOLERANCE
 # a large spread means other work shared the machine.
 
 # %% tags=["measures"]
-if withheld.LEARNERS_COPY:  # the course's int4 layer is left out: what was measured when the copy was made
+if withheld.in_learners_copy():  # the course's int4 layer is left out: what was measured when the copy was made
     print(
         "This copy of the course leaves out the int4 layer (chapter 9's exercise `Int4Linear`), so this machine's "
         "int4 products are not timed here: below are those measured when the copy was made (chapter 9 times yours)."

@@ -26,7 +26,8 @@
 # 3. write the acceptance rule and check by sampling that it reproduces the target (graded);
 # 4. run speculative decoding with the course's draft and target models;
 # 5. write a draft that costs almost nothing, an n-gram table (graded), and meet prompt lookup;
-# 6. measure all four drafts on this machine: acceptance rate, cost and wall-clock speed-up.
+# 6. compare all four drafts, measured by the course's loop: acceptance rate, cost and wall-clock
+#    speed-up.
 
 # %% tags=["parameters"]
 # Sizes of the measurements (papermill can change them: `-p NEW_TOKENS 200`).
@@ -142,7 +143,7 @@ p = torch.tensor([0.40, 0.30, 0.20, 0.10, 0.00, 0.00])
 q = torch.tensor([0.10, 0.10, 0.20, 0.20, 0.30, 0.10])
 print("target p   ", [f"{x:.3f}" for x in p.tolist()])
 print("draft q    ", [f"{x:.3f}" for x in q.tolist()])
-alpha = speculative_decoding.acceptance_rate(p, q)
+alpha = speculative_decoding.course_answer("acceptance_rate")(p, q)
 if withheld.written(globals(), "speculative_token", p, q, torch.Generator().manual_seed(1)):
     generator = torch.Generator().manual_seed(0)
     draws = [speculative_token(p, q, generator) for _ in range(40_000)]
@@ -227,24 +228,15 @@ check("speculative_speedup", hidden=True)
 # and the speed-up with it. At alpha = 0.8:
 
 # %%
-yours = withheld.written(globals(), "speculative_speedup", 0.8, 4, 0.05)
-if yours:
-    print("Your speculative_speedup computes these speed-ups:")
-else:
-    print(
-        "Your speculative_speedup is not written yet: these speed-ups are the course's formula "
-        "(write it, then run this cell again):"
-    )
+tokens_per_call = speculative_decoding.yours(globals(), "expected_tokens_per_call", "the chart's left panel")
+speedup = speculative_decoding.yours(globals(), "speculative_speedup", "these speed-ups and the chart's right panel")
 lengths = list(range(1, 33))
 for cost in (0.01, 0.05, 0.3, 0.5):
-    if yours:
-        speeds = [speculative_speedup(0.8, k, cost) for k in lengths]
-    else:
-        speeds = speculative_decoding.speedups([0.8], lengths, [cost])[0][0]
+    speeds = speculative_decoding.speedups([0.8], lengths, [cost], speedup)[0][0]
     best = lengths[speeds.index(max(speeds))]
     print(f"c = {cost:4}: best k = {best:2d}, {speeds[best - 1]:.2f}x (k = 4: {speeds[3]:.2f}x)")
-print("The chart draws the course's formula, and its dots simulate the course's rule.")
-plots.widget_speculative()
+print("The chart's dots simulate the course's rule.")
+plots.widget_speculative(tokens_per_call, speedup)
 
 # %% [markdown]
 # ## 3. Speculative decoding with the course's models
@@ -366,7 +358,7 @@ for name in speculative_decoding.COURSE_DRAFTS:
     )
 
 # %% [markdown]
-# ## 5. Measured on this machine: four drafts
+# ## 5. Four drafts, measured
 #
 # Now each draft against the target alone, greedy and sampled at temperature 1, on held-out
 # openings: the acceptance rate alpha; the draft's cost c, its seconds per proposed token over
@@ -374,10 +366,12 @@ for name in speculative_decoding.COURSE_DRAFTS:
 # it); the tokens per target call against the formula at the measured alpha (your
 # `expected_tokens_per_call`); and the wall-clock speed-up against the target generating alone
 # with its KV cache, timed in turn with it, the median of several repeats, on the threads chosen
-# in section 3. The sampled runs verify the proposals with your `speculative_token` once it is
-# written (greedy runs need no draw: a proposal is kept exactly when it is the target's argmax).
-# Where the course's loop is held back from you, the cell says so and shows the numbers it gave
-# on the machine they were measured on.
+# in section 3. Where the course's loop runs (its own repository, on your machine), the sampled
+# runs verify the proposals with your `speculative_token` once it is written: how often it
+# accepts is their alpha (greedy runs need no draw: a proposal is kept exactly when it is the
+# target's argmax). Where the loop is held back from you (a copy given for credit), the cell says
+# so and shows the numbers the course's loop and rule gave when the copy was made, on the machine
+# it names: your `speculative_token` does not change them there.
 
 # %% tags=["measures"]
 rule = speculative_token if withheld.written(globals(), "speculative_token", p, q, torch.Generator()) else None
@@ -419,7 +413,7 @@ for temperature, label in ((0.0, "greedy"), (1.0, "sampled")):
         print(said + (f" (formula with c: {r['formula_speedup']:.2f}x)" if formula else ""))
         measured[f"{name}, {label}"] = r
     print(speculative_decoding.drafts_reading(results))
-plots.plot_drafts(measured, DRAFT_LENGTH)
+plots.plot_drafts(measured, DRAFT_LENGTH, speculative_decoding.yours(globals(), "speculative_speedup", "the map"))
 
 # %% [markdown]
 # How to read the table and the chart. Each draft sits on the map at its measured alpha and c;

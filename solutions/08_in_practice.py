@@ -342,12 +342,12 @@ print(
 )
 print(
     f"the linear layers: {linear_bytes / linear_params:.4f} bytes per weight (codes 0.5 + one float32 absmax per 64 = "
-    f"{0.5 + 4 / 64:.4f}); chapter 2's table: {lora.finetune_memory_gib(linear_params, 'qlora') * 2**30 / linear_params:.2f}"
+    f"{0.5 + 4 / 64:.4f}); chapter 2's table: {lora.course_answer('finetune_memory_gib')(linear_params, 'qlora') * 2**30 / linear_params:.2f}"
 )
 print(
     f"left in float32: the tied embedding and the norms, {(stored - linear_bytes) / 2**20:.0f} MiB, "
     f"{(stored - linear_bytes) / stored:.0%} of the NF4 model; the table's QLoRA figure for all "
-    f"{n_params / 1e6:.1f}M parameters would be {lora.finetune_memory_gib(n_params, 'qlora') * 1024:.0f} MiB"
+    f"{n_params / 1e6:.1f}M parameters would be {lora.course_answer('finetune_memory_gib')(n_params, 'qlora') * 1024:.0f} MiB"
 )
 
 # %% [markdown]

@@ -134,9 +134,9 @@ def test_fine_tuning_a_model_on_the_gpu():
 def test_quantization_on_the_gpu_equals_the_cpu():
     weight = quantization.gaussian_matrix(256, 512)
     for bits, group in ((8, None), (4, 64), (3, 32)):
-        on_gpu = quantization.quantize_dequantize(weight.to(CUDA), bits, group)
+        on_gpu = quantization.round_trip(weight.to(CUDA), bits, group)
         assert on_gpu.is_cuda
-        torch.testing.assert_close(on_gpu.cpu(), quantization.quantize_dequantize(weight, bits, group))
+        torch.testing.assert_close(on_gpu.cpu(), quantization.round_trip(weight, bits, group))
     codes, scale = quantization.quantize_nf4(weight.to(CUDA), 64)
     expected_codes, expected_scale = quantization.quantize_nf4(weight, 64)
     assert torch.equal(codes.cpu(), expected_codes) and torch.allclose(scale.cpu(), expected_scale)

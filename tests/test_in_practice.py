@@ -232,7 +232,7 @@ def test_quantized_weights_are_restored():
         with in_practice.quantized_weights(model, "int4", 32):
             rounded = model(tokens).clone()
             layer = model.blocks[1].mlp.up_proj.weight
-            assert torch.equal(layer, quantization.quantize_dequantize(layer, 4, 32))
+            assert torch.equal(layer, quantization.round_trip(layer, 4, 32))
     assert lora.weights_fingerprint(model) == before
     assert not torch.equal(plain, rounded)
     with pytest.raises(ValueError, match="int8, int4 or nf4"):
@@ -734,7 +734,7 @@ def test_the_library_gptq_on_smollm2_keeps_its_grid_and_beats_round_to_nearest(l
     scale = (original.abs().reshape(original.shape[0], -1, 64).amax(dim=2) / 7.5).repeat_interleave(64, dim=1)
     codes = theirs / scale
     assert (codes - codes.round()).abs().max() < 1e-3 and codes.round().min() >= -8 and codes.round().max() <= 7
-    rtn = quantization.output_error(original, quantization.quantize_dequantize(original, 4, 64), hessian)
+    rtn = quantization.output_error(original, quantization.round_trip(original, 4, 64), hessian)
     course = quantization.output_error(
         original, quantization.gptq_quantize_dequantize(original, hessian, 4, 64), hessian
     )

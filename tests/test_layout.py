@@ -31,7 +31,11 @@ SLUGS = {paths.slug(chapter) for chapter in CHAPTERS}
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_chapter_has_all_of_its_parts(chapter):
     wanted = [part.format(chapter=chapter, slug=paths.slug(chapter)) for part in PARTS]
-    assert [part for part in wanted if not (paths.ROOT / part).is_file()] == []
+
+    def found(part: str) -> bool:  # a module, or a package of that name
+        return (paths.ROOT / part).is_file() or (paths.ROOT / part.removesuffix(".py") / "__init__.py").is_file()
+
+    assert [part for part in wanted if not found(part)] == []
 
 
 @pytest.mark.parametrize(
@@ -209,13 +213,34 @@ def _digests(tree: Path) -> dict[str, str]:
     }
 
 
+def _copy_checkout(tree: Path) -> None:
+    """The checkout's own files into ``tree``: in a git checkout what git tracks or would track (so no
+    virtual environment, build, runtime or artifacts of any size), else everything but those."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=paths.ROOT,
+        capture_output=True,
+    )
+    if (paths.ROOT / ".git").exists() and listed.returncode == 0:
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            source = paths.ROOT / name
+            if source.is_file():  # a deleted file still listed until its removal is staged
+                (tree / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, tree / name)
+        return
+    skip = shutil.ignore_patterns(
+        ".venv", ".git", ".colab-runtime", "*_cache", "__pycache__", "*.egg-info", "feedback", "submissions",
+        "build", "dist", "test-artifacts",
+    )  # fmt: skip
+    shutil.copytree(paths.ROOT, tree, ignore=skip)
+
+
 def test_a_new_chapter_is_its_files(tmp_path):
     """`make chapter` scaffolds a throwaway chapter in a copy of the tree; the release and the grader
     find it by its slug (full marks for its solution, none for its blank copy), its own tests pass,
     and nothing outside its files changes but its row in the README's chapter table."""
     tree = tmp_path / "tree"
-    skip = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*_cache", "*.egg-info", "feedback", "submissions")
-    shutil.copytree(paths.ROOT, tree, ignore=skip)
+    _copy_checkout(tree)
     before, readme = _digests(tree), (tree / "README.md").read_text()
     made = subprocess.run(
         [sys.executable, "tools/new_chapter.py", "--slug", "throwaway", "--number", "10"],

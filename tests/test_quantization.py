@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.planted import Planted, planted
-from autograder.planted.quantization import ALL_ROUND_TRIPS, GPTQ_ANSWER, UPDATE, UPPER, gptq_variant, quantize_variant
-from course import quantization, reference
+from autograder.mistakes import judged, planted
+from autograder.mistakes.quantization.absmax import quantize_variant
+from autograder.mistakes.quantization.awq import awq_source
+from autograder.mistakes.quantization.gptq import gptq_source
+from course import quantization, reference, withheld
 from course.plots import quantization as plots
 from course.plots._widgets import figure_png
 
@@ -55,6 +57,9 @@ def numpy_round_trip(weight: np.ndarray, bits: int, group: int | None) -> np.nda
     return out
 
 
+ANSWERS = withheld.answers("03_quantization")  # the solution cells
+COURSE = {"quantize_dequantize": quantization.round_trip, "relative_error": quantization.relative_norm_error}
+
 MATRICES = {
     "gaussian": lambda: quantization.gaussian_matrix(64, 256, seed=5),
     "outliers": lambda: quantization.outlier_matrix(64, 256, seed=5),
@@ -66,14 +71,14 @@ def test_worked_example():
     codes, scale = quantization.quantize(row, 4)
     assert codes.tolist() == [[7, -3, 1, 0]]
     assert scale.item() == pytest.approx(0.5 / 7)
-    assert quantization.quantize_dequantize(row, 4).tolist()[0] == pytest.approx([0.5, -3 * 0.5 / 7, 0.5 / 7, 0.0])
+    assert quantization.round_trip(row, 4).tolist()[0] == pytest.approx([0.5, -3 * 0.5 / 7, 0.5 / 7, 0.0])
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 6, 8])
 @pytest.mark.parametrize("group", [None, 8, 64])
 def test_matches_independent_numpy_implementation(bits, group):
     weight = quantization.outlier_matrix(16, 128, seed=bits)
-    ours = quantization.quantize_dequantize(weight.double(), bits, group).numpy()
+    ours = quantization.round_trip(weight.double(), bits, group).numpy()
     theirs = numpy_round_trip(weight.double().numpy(), bits, group)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12)
 
@@ -83,7 +88,7 @@ def test_matches_independent_numpy_implementation(bits, group):
 @pytest.mark.parametrize("group", [None, 16, 128])
 def test_error_at_most_half_a_step(name, bits, group):
     weight = MATRICES[name]()
-    error = (quantization.quantize_dequantize(weight, bits, group) - weight).abs()
+    error = (quantization.round_trip(weight, bits, group) - weight).abs()
     assert (error <= quantization.half_step(weight, bits, group) * (1 + 1e-5) + 1e-9).all()
 
 
@@ -92,7 +97,7 @@ def test_more_bits_never_worse(name):
     weight = MATRICES[name]()
     for group in (None, 32):
         errors = [
-            quantization.relative_error(weight, quantization.quantize_dequantize(weight, b, group)) for b in range(2, 9)
+            quantization.relative_norm_error(weight, quantization.round_trip(weight, b, group)) for b in range(2, 9)
         ]
         assert all(a >= b for a, b in itertools.pairwise(errors)), errors
         assert errors[-1] / errors[-2] == pytest.approx(0.5, abs=0.05)  # each bit halves the step
@@ -102,10 +107,9 @@ def test_more_bits_never_worse(name):
 @pytest.mark.parametrize("bits", [3, 4, 8])
 def test_smaller_groups_never_worse(name, bits):
     weight = MATRICES[name]()
-    per_tensor = quantization.relative_error(weight, quantization.quantize_dequantize_per_tensor(weight, bits))
+    per_tensor = quantization.relative_norm_error(weight, quantization.quantize_dequantize_per_tensor(weight, bits))
     errors = [
-        quantization.relative_error(weight, quantization.quantize_dequantize(weight, bits, g))
-        for g in (None, 128, 32, 8)
+        quantization.relative_norm_error(weight, quantization.round_trip(weight, bits, g)) for g in (None, 128, 32, 8)
     ]
     assert per_tensor >= errors[0]
     assert all(a >= b for a, b in itertools.pairwise(errors)), errors
@@ -115,15 +119,15 @@ def test_smaller_groups_never_worse(name, bits):
 def test_outliers_more_than_double_the_per_row_error(bits):
     clean = quantization.gaussian_matrix(256, 512, seed=0)
     spiky = quantization.outlier_matrix(256, 512, seed=0)
-    ratio = quantization.relative_error(
-        spiky, quantization.quantize_dequantize(spiky, bits)
-    ) / quantization.relative_error(clean, quantization.quantize_dequantize(clean, bits))
+    ratio = quantization.relative_norm_error(
+        spiky, quantization.round_trip(spiky, bits)
+    ) / quantization.relative_norm_error(clean, quantization.round_trip(clean, bits))
     assert ratio > 2
 
 
 def test_groups_repair_most_of_the_outlier_damage():
     spiky = quantization.outlier_matrix(256, 512, seed=0)
-    errors = quantization.granularity_errors(spiky)
+    errors = quantization.granularity_errors(spiky, **COURSE)
     assert errors["int4_g32"] < errors["int4_row"] / 2
 
 
@@ -131,39 +135,39 @@ def test_all_zero_groups_and_rows_come_back_as_zeros():
     weight = quantization.gaussian_matrix(4, 32, seed=1)
     weight[1] = 0
     weight[2, :8] = 0
-    out = quantization.quantize_dequantize(weight, 4, 8)
+    out = quantization.round_trip(weight, 4, 8)
     assert torch.isfinite(out).all()
     assert (out[1] == 0).all() and (out[2, :8] == 0).all()
-    codes, scale = quantization.quantize_int8(weight)
+    codes, scale = ANSWERS.quantize_int8(weight)
     assert (codes[1] == 0).all() and scale[1].item() == 0
     assert torch.isfinite(quantization.nf4_quantize_dequantize(weight, 8)).all()
 
 
 def test_keeps_dtype_and_shape():
     weight = quantization.gaussian_matrix(8, 64).to(torch.bfloat16)
-    out = quantization.quantize_dequantize(weight, 4, 16)
+    out = quantization.round_trip(weight, 4, 16)
     assert out.dtype == torch.bfloat16 and out.shape == weight.shape
 
 
 def test_int8_codes_and_scales():
     weight = quantization.outlier_matrix(32, 64, seed=2)
-    codes, scale = quantization.quantize_int8(weight)
+    codes, scale = ANSWERS.quantize_int8(weight)
     assert codes.dtype == torch.int8 and scale.shape == (32, 1)
     assert codes.abs().max() == 127 and codes.min() >= -127
-    back = quantization.dequantize_int8(codes, scale)
+    back = ANSWERS.dequantize_int8(codes, scale)
     assert ((back - weight).abs() <= scale / 2 * (1 + 1e-5)).all()
-    assert torch.equal(back, quantization.quantize_dequantize(weight, 8))
+    assert torch.equal(back, quantization.round_trip(weight, 8))
 
 
 def test_relative_error_definition():
     weight = torch.tensor([[3.0, 4.0]])
-    assert quantization.relative_error(weight, torch.zeros_like(weight)) == pytest.approx(1.0)
-    assert quantization.relative_error(weight, torch.tensor([[3.0, 3.0]])) == pytest.approx(1 / 5)
+    assert quantization.relative_norm_error(weight, torch.zeros_like(weight)) == pytest.approx(1.0)
+    assert quantization.relative_norm_error(weight, torch.tensor([[3.0, 3.0]])) == pytest.approx(1 / 5)
 
 
 def test_effective_bits():
-    assert quantization.effective_bits(4, 64) == 4.25
-    assert quantization.effective_bits(4, None, cols=4096) == pytest.approx(4 + 16 / 4096)
+    assert ANSWERS.effective_bits(4, 64) == 4.25
+    assert ANSWERS.effective_bits(8, 128, 32) == 8.25
     assert quantization.effective_bits_double_quant() == pytest.approx(4 + 8 / 64 + 32 / (64 * 256))
     assert quantization.effective_bits_double_quant() - 4 == pytest.approx(0.127, abs=5e-4)
 
@@ -174,8 +178,8 @@ def test_nf4_levels_match_the_published_table():
 
 def test_nf4_beats_int4_on_normal_weights():
     weight = quantization.gaussian_matrix(128, 512, seed=4)
-    nf4 = quantization.relative_error(weight, quantization.nf4_quantize_dequantize(weight, 64))
-    int4 = quantization.relative_error(weight, quantization.quantize_dequantize(weight, 4, 64))
+    nf4 = quantization.relative_norm_error(weight, quantization.nf4_quantize_dequantize(weight, 64))
+    int4 = quantization.relative_norm_error(weight, quantization.round_trip(weight, 4, 64))
     assert nf4 < int4
 
 
@@ -193,29 +197,30 @@ def test_int8_outlier_decomposition():
     x[:, [3, 50]] *= 25
     w = quantization.gaussian_matrix(64, 128, seed=2)
     exact = x @ w.T
-    plain = quantization.int8_matmul(x, w)
-    mixed, columns = quantization.int8_matmul_with_outliers(x, w, threshold=6.0)
+    int8 = {"quantize_int8": ANSWERS.quantize_int8}
+    plain = quantization.int8_matmul(x, w, **int8)
+    mixed, columns = quantization.int8_matmul_with_outliers(x, w, threshold=6.0, **int8)
     assert sorted(columns.tolist()) == [3, 50]
-    assert quantization.relative_error(exact, mixed) < quantization.relative_error(exact, plain) / 3
-    same, none = quantization.int8_matmul_with_outliers(x, w, threshold=math.inf)
+    assert quantization.relative_norm_error(exact, mixed) < quantization.relative_norm_error(exact, plain) / 3
+    same, none = quantization.int8_matmul_with_outliers(x, w, threshold=math.inf, **int8)
     assert none.numel() == 0 and torch.allclose(same, plain)
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda w: quantization.quantize_dequantize(w, 4, 48), "group_size 48 does not divide 64 columns"),
-        (lambda w: quantization.quantize_dequantize(w, 1), "bits must be between 2 and 16"),
-        (lambda w: quantization.quantize_dequantize(w, 17), "bits must be between 2 and 16"),
-        (lambda w: quantization.quantize_dequantize(w, 4.0), "whole number"),
-        (lambda w: quantization.quantize_dequantize(w, 4, 0), "group_size must be positive"),
-        (lambda w: quantization.quantize_dequantize(w[0], 4), "2-D matrix"),
-        (lambda w: quantization.quantize_dequantize(w.numpy(), 4), "torch.Tensor"),
-        (lambda w: quantization.quantize_dequantize(w.long(), 4), "floating-point"),
-        (lambda w: quantization.quantize_dequantize(w * float("nan"), 4), "NaN"),
-        (lambda w: quantization.relative_error(w, w[:2]), "shapes differ"),
-        (lambda w: quantization.relative_error(torch.zeros_like(w), w), "all-zero"),
-        (lambda w: quantization.int8_matmul_with_outliers(w[:, :10], w), "features"),
+        (lambda w: quantization.round_trip(w, 4, 48), "group_size 48 does not divide 64 columns"),
+        (lambda w: quantization.round_trip(w, 1), "bits must be between 2 and 16"),
+        (lambda w: quantization.round_trip(w, 17), "bits must be between 2 and 16"),
+        (lambda w: quantization.round_trip(w, 4.0), "whole number"),
+        (lambda w: quantization.round_trip(w, 4, 0), "group_size must be positive"),
+        (lambda w: quantization.round_trip(w[0], 4), "2-D matrix"),
+        (lambda w: quantization.round_trip(w.numpy(), 4), "torch.Tensor"),
+        (lambda w: quantization.round_trip(w.long(), 4), "floating-point"),
+        (lambda w: quantization.round_trip(w * float("nan"), 4), "NaN"),
+        (lambda w: quantization.relative_norm_error(w, w[:2]), "shapes differ"),
+        (lambda w: quantization.relative_norm_error(torch.zeros_like(w), w), "all-zero"),
+        (lambda w: quantization.int8_matmul_with_outliers(w[:, :10], w, quantize_int8=None), "features"),
     ],
 )
 def test_bad_arguments_say_what_to_do(call, message):
@@ -232,14 +237,6 @@ def test_bad_arguments_say_what_to_do(call, message):
         ),
         (lambda: quantization.unpack_int4(torch.tensor([31], dtype=torch.uint8)), r"2-D tensor.*shape \(1,\)"),
         (
-            lambda: quantization.dequantize_int8(torch.ones(3, 4, dtype=torch.int8), torch.ones(4, 1)),
-            r"scale of shape \(4, 1\) does not fit codes with 3 rows.*\(3, 1\)",
-        ),
-        (
-            lambda: quantization.dequantize_int8(torch.ones(4, 4, dtype=torch.int8), torch.ones(1, 4)),
-            r"scale of shape \(1, 4\) does not fit codes with 4 rows",
-        ),
-        (
             lambda: quantization.dequantize(torch.tensor([7, -3, 1, 0]), torch.tensor([[0.5 / 7]])),
             r"codes must be a 2-D matrix, got shape \(4,\).*\(rows, cols\)",
         ),
@@ -247,17 +244,14 @@ def test_bad_arguments_say_what_to_do(call, message):
             lambda: quantization.dequantize(torch.ones(4, 8), torch.ones(4)),
             r"scale must be a 2-D matrix, got shape \(4,\).*\(rows, groups\)",
         ),
-        (lambda: quantization.relative_error([[3.0, 4.0]], [[3.0, 3.0]]), "weight must be a torch.Tensor, got list"),
         (
-            lambda: quantization.relative_error(torch.tensor([[3.0, 4.0]]), [[3.0, 3.0]]),
+            lambda: quantization.relative_norm_error([[3.0, 4.0]], [[3.0, 3.0]]),
+            "weight must be a torch.Tensor, got list",
+        ),
+        (
+            lambda: quantization.relative_norm_error(torch.tensor([[3.0, 4.0]]), [[3.0, 3.0]]),
             "approx must be a torch.Tensor, got list; wrap it with torch.as_tensor",
         ),
-        (lambda: quantization.effective_bits(0, 64), "bits must be a positive number such as 4 or 8, got 0"),
-        (lambda: quantization.effective_bits(-4, 64), "bits must be a positive number"),
-        (lambda: quantization.effective_bits(4, 0), "group_size must be a positive number of columns.*got 0"),
-        (lambda: quantization.effective_bits(4, -64), "group_size must be a positive number of columns.*got -64"),
-        (lambda: quantization.effective_bits(4, None), "pass cols"),
-        (lambda: quantization.effective_bits(4, None, cols=0), "pass cols.*got 0"),
     ],
 )
 def test_reference_functions_refuse_bad_inputs(call, message):
@@ -268,16 +262,11 @@ def test_reference_functions_refuse_bad_inputs(call, message):
 def test_reference_functions_unchanged_on_good_inputs():
     assert quantization.unpack_int4(torch.tensor([[0x1F]], dtype=torch.uint8)).tolist() == [[-7, 7]]
     assert quantization.unpack_int4(torch.tensor([[0x1F]], dtype=torch.int32)).tolist() == [[-7, 7]]  # ints still do
-    codes, scale = torch.tensor([[1, -2], [3, 4]], dtype=torch.int8), torch.tensor([[0.5], [2.0]])
-    assert quantization.dequantize_int8(codes, scale).tolist() == [[0.5, -1.0], [6.0, 8.0]]
-    assert quantization.dequantize_int8(codes, scale.reshape(2)).tolist() == [[0.5, -1.0], [6.0, 8.0]]
     back = quantization.dequantize(torch.tensor([[7, -3, 1, 0]]), torch.tensor([[0.5 / 7]]))  # the worked example
     assert back.tolist()[0] == pytest.approx([0.5, -0.2143, 0.0714, 0.0], abs=1e-4)
-    assert quantization.relative_error(torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 3.0]])) == pytest.approx(0.2)
-    assert quantization.effective_bits(4, 64) == 4.25
-    assert quantization.effective_bits(8, 128, 32) == 8.25
-    assert quantization.effective_bits(4, None, cols=4096) == pytest.approx(4 + 16 / 4096)
-    assert quantization.effective_bits(4, 64, cols=0) == 4.25  # cols only counts without a group size
+    assert quantization.relative_norm_error(torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 3.0]])) == pytest.approx(
+        0.2
+    )
 
 
 # --- the stored reference numbers -----------------------------------------------------------------
@@ -305,9 +294,9 @@ def test_the_demonstrations_wait_for_the_learners_functions_and_then_use_them(ca
 
     assert quantization.your_functions({"quantize_dequantize": blank}, "the chart", "quantize_dequantize") is None
     assert "`quantize_dequantize` is not written yet" in capsys.readouterr().out
-    course = {"quantize_dequantize": quantization.quantize_dequantize, "relative_error": quantization.relative_error}
-    yours = quantization.your_functions(course, "the chart", *course)
-    assert yours == course and "draw the chart" in capsys.readouterr().out
+    solution = {name: getattr(ANSWERS, name) for name in ("quantize_dequantize", "relative_error", "quantize_int8")}
+    yours = quantization.your_functions(solution, "the chart", "quantize_dequantize", "relative_error")
+    assert yours == {n: solution[n] for n in yours} and "draw the chart" in capsys.readouterr().out
     weight = quantization.gaussian_matrix(256, 512, seed=0)
     assert quantization.bits_sweep(weight, **yours) == quantization.recorded_bits_sweep(0)
     view, recorded = (
@@ -315,8 +304,34 @@ def test_the_demonstrations_wait_for_the_learners_functions_and_then_use_them(ca
         quantization.recorded_quantization_view(3, 32, 20.0),
     )
     assert view["errors"] == recorded["errors"] and torch.equal(view["row"], recorded["row"])
-    example = quantization.llm_int8_example(quantization.quantize_int8, quantization.relative_error)
+    example = quantization.llm_int8_example(
+        quantize_int8=solution["quantize_int8"], relative_error=ANSWERS.relative_error
+    )
     assert example == quantization.recorded_llm_int8_example() and example["kept"] == 3
+
+
+def test_a_cell_shows_the_course_s_numbers_until_the_functions_its_demo_takes_are_written(capsys):
+    """``shown`` asks for the exercises the demonstration takes (its keyword-only parameters): until
+    all are written, the course's numbers; then the notebook's own, and while the learners' copy is
+    recorded the course's too, so that the copy has what a blank notebook shows there."""
+    course_calls = []
+
+    def course():
+        course_calls.append(1)
+        return "the course's"
+
+    weight = quantization.gaussian_matrix(8, 256, seed=1)
+    half = {"quantize_dequantize": ANSWERS.quantize_dequantize}
+    assert quantization.shown(half, "the chart", quantization.bits_sweep, weight, course=course) == "the course's"
+    assert "`relative_error` is not written yet" in capsys.readouterr().out
+    both = {**half, "relative_error": ANSWERS.relative_error}
+    assert quantization.shown(both, "the chart", quantization.bits_sweep, weight, course=course) == (
+        quantization.bits_sweep(weight, **both)
+    )
+    assert course_calls == [1] and "draw the chart" in capsys.readouterr().out
+    with withheld.recording():
+        quantization.shown(both, "the chart", quantization.bits_sweep, weight, course=course)
+    assert course_calls == [1, 1]
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -327,8 +342,8 @@ def test_the_demonstrations_wait_for_the_learners_functions_and_then_use_them(ca
     [
         lambda: plots.plot_quantization(4, 32, 20.0),
         lambda: plots.plot_granularity_bars(
-            quantization.granularity_errors(quantization.outlier_matrix()),
-            quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
+            quantization.granularity_errors(quantization.outlier_matrix(), **COURSE),
+            quantization.granularity_errors(quantization.gaussian_matrix(256, 512), **COURSE),
         ),
         lambda: plots.plot_outlier_row(4.2),
         lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
@@ -358,77 +373,7 @@ PLANTED = planted("quantization")
 
 
 # More plausible mistakes, judged in this process (conftest.assert_caught).
-MISTAKES = {
-    "signed_integer_range": Planted(  # the issue's "1006 of 1024 values differ", now named
-        "quantize_dequantize",
-        quantize_variant(levels="2 ** (bits - 1)", clamp="-levels, levels - 1"),
-        ALL_ROUND_TRIPS | {"quantize_dequantize.chapter_number"},
-        "the range of a signed integer",
-    ),
-    "largest_value_not_magnitude": Planted(
-        "quantize_dequantize",
-        quantize_variant().replace("grouped.abs().amax", "grouped.amax"),
-        ALL_ROUND_TRIPS,
-        "largest value, not the largest magnitude",
-    ),
-    "scale_times_levels": Planted(
-        "quantize_dequantize",
-        quantize_variant().replace("amax(dim=-1, keepdim=True) / levels", "amax(dim=-1, keepdim=True) * levels"),
-        ALL_ROUND_TRIPS,
-        "multiplied by the number of levels",
-    ),
-    "min_max_with_zero_point": Planted(
-        "quantize_dequantize",
-        """
-def quantize_dequantize(weight, bits, group_size=None):
-    rows, cols = weight.shape
-    group = cols if group_size is None else group_size
-    if cols % group:
-        raise ValueError("group_size must divide the columns")
-    grouped = weight.reshape(rows, cols // group, group)
-    low, high = grouped.amin(dim=-1, keepdim=True), grouped.amax(dim=-1, keepdim=True)
-    scale = ((high - low) / (2**bits - 1)).clamp(min=1e-12)
-    zero = torch.round(-low / scale)
-    codes = (torch.round(grouped / scale) + zero).clamp(0, 2**bits - 1)
-    return ((codes - zero) * scale).reshape(rows, cols)
-""",
-        ALL_ROUND_TRIPS - {"quantize_dequantize.zero_groups"},
-        "min-max quantization with a zero point",
-    ),
-    "bits_integer_division": Planted(  # 16 // 64 is 0: the number of leaving the scales out, named as both
-        "effective_bits",
-        "def effective_bits(bits, group_size, scale_bits=16):\n    return bits + scale_bits // group_size\n",
-        {"effective_bits.int4_g64", "effective_bits.other"},
-        "integer division",
-    ),
-    "relative_error_mean_absolute": Planted(
-        "relative_error",
-        "def relative_error(weight, approx):\n"
-        "    return ((weight - approx).abs().mean() / weight.abs().mean()).item()\n",
-        {"relative_error.random", "relative_error.zeros"},
-        "mean absolute values",
-    ),
-    "relative_error_tensor": Planted(
-        "relative_error",
-        "def relative_error(weight, approx):\n    return (weight - approx).norm() / weight.norm()\n",
-        {"relative_error.random"},
-        "should be a Python float",
-    ),
-    "int8_scale_not_kept_2d": Planted(
-        "int8",
-        """
-def quantize_int8(weight):
-    scale = weight.abs().amax(dim=1) / 127
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return torch.round(weight / safe[:, None]).clamp(-127, 127).to(torch.int8), scale
-
-def dequantize_int8(codes, scale):
-    return codes.float() * scale.reshape(-1, 1)
-""",
-        {"int8.codes_and_scale", "int8.zero_row", "int8.wide"},
-        "keepdim=True",
-    ),
-}
+MISTAKES = judged("quantization")
 
 # Correct answers written their own way: each must keep every point.
 VARIANTS = {
@@ -535,7 +480,7 @@ def test_int4_layer_stores_codes_two_to_a_byte_and_rounds_to_nearest():
     layer, weight = _int4_layer(64, 128, 64)
     assert layer.codes.dtype == torch.uint8 and layer.codes.shape == (64, 64)
     assert layer.scale.dtype == torch.float16 and layer.scale.shape == (64, 2)
-    expected = quantization.quantize_dequantize(weight, 4, 64)
+    expected = quantization.round_trip(weight, 4, 64)
     assert torch.allclose(layer.weight(), expected, rtol=1e-3, atol=1e-6)  # fp16 scales
     from course.kernels import int4
 
@@ -632,8 +577,8 @@ FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
         {"per row": {2: 5.1, 3: 1.62, 4: 1.45, 8: 1.40}, "group 32": {2: 3.2, 3: 1.51, 4: 1.42, 8: 1.39}}, 1.38
     ),
     "plot_granularity_bars": lambda: plots.plot_granularity_bars(
-        quantization.granularity_errors(quantization.outlier_matrix()),
-        quantization.granularity_errors(quantization.gaussian_matrix(256, 512)),
+        quantization.granularity_errors(quantization.outlier_matrix(), **COURSE),
+        quantization.granularity_errors(quantization.gaussian_matrix(256, 512), **COURSE),
     ),
     "plot_bits_sweep": lambda: plots.plot_bits_sweep(quantization.gaussian_matrix(64, 128)),
     "plot_awq": lambda: plots.plot_awq(
@@ -707,7 +652,7 @@ def obs_gptq(weight, h, bits, group, damping=0.01):
 def test_gptq_with_an_identity_hessian_is_round_to_nearest():
     weight = quantization.gaussian_matrix(16, 64, seed=3)
     for bits, group in ((4, None), (4, 16), (3, 32)):
-        codes, scale = quantization.gptq_quantize(weight, torch.eye(64), bits, group)
+        codes, scale = quantization.quantize_gptq(weight, torch.eye(64), bits, group)
         expected_codes, expected_scale = quantization.quantize(weight, bits, group)
         assert torch.equal(codes, expected_codes) and torch.equal(scale, expected_scale)
 
@@ -716,7 +661,7 @@ def test_gptq_with_an_identity_hessian_is_round_to_nearest():
 def test_gptq_in_float64_equals_the_surgeon_formulation(bits, group):
     weight = quantization.gaussian_matrix(12, 48, seed=1).double()
     h = _correlated(48, 96)
-    codes, _ = quantization.gptq_quantize(weight, h, bits, group)
+    codes, _ = quantization.quantize_gptq(weight, h, bits, group)
     assert torch.equal(codes.double(), obs_gptq(weight, h, bits, group))
 
 
@@ -759,7 +704,7 @@ def test_gptq_in_groups_equals_the_reference_s_lazy_batches(block):
     differs in some codes wherever a group starts inside a block, and agrees where each block is a group."""
     weight = quantization.gaussian_matrix(16, 128, seed=6).double()
     h = _correlated(128, 256, seed=7)
-    codes, _ = quantization.gptq_quantize(weight, h, 4, 32)
+    codes, _ = quantization.quantize_gptq(weight, h, 4, 32)
     assert torch.equal(codes.double(), lazy_batch_gptq(weight, h, 4, 32, block))
     shipped = lazy_batch_gptq(weight, h, 4, 32, block, scales_as_shipped=True)
     assert not torch.equal(codes.double(), shipped)
@@ -770,11 +715,11 @@ def test_gptq_lowers_the_output_error_below_round_to_nearest():
     weight = quantization.gaussian_matrix(64, 128, seed=2)
     h = _correlated(128, 512, seed=5)
     for bits, group in ((4, 64), (3, 32), (3, None)):
-        rtn = quantization.output_error(weight, quantization.quantize_dequantize(weight, bits, group), h)
+        rtn = quantization.output_error(weight, quantization.round_trip(weight, bits, group), h)
         gptq = quantization.output_error(weight, quantization.gptq_quantize_dequantize(weight, h, bits, group), h)
         assert gptq < 0.8 * rtn, (bits, group, gptq / rtn)
-    delta = (weight - quantization.quantize_dequantize(weight, 4, 64)).double()
-    assert quantization.output_error(weight, quantization.quantize_dequantize(weight, 4, 64), h) == pytest.approx(
+    delta = (weight - quantization.round_trip(weight, 4, 64)).double()
+    assert quantization.output_error(weight, quantization.round_trip(weight, 4, 64), h) == pytest.approx(
         torch.trace(delta @ h @ delta.T).item()
     )
 
@@ -784,12 +729,12 @@ def test_gptq_handles_dead_inputs_and_says_what_is_wrong():
     h = _correlated(32, 64)
     h[5, :] = 0.0
     h[:, 5] = 0.0  # an input that is always zero
-    codes, _ = quantization.gptq_quantize(weight, h, 4, 16)
+    codes, _ = quantization.quantize_gptq(weight, h, 4, 16)
     assert (codes[:, 5] == 0).all() and torch.isfinite(codes.float()).all()
     with pytest.raises(ValueError, match="does not divide"):
-        quantization.gptq_quantize(weight, h, 4, 12)
+        quantization.quantize_gptq(weight, h, 4, 12)
     with pytest.raises(ValueError, match=r"\(32, 32\)"):
-        quantization.gptq_quantize(weight, torch.eye(16), 4)
+        quantization.quantize_gptq(weight, torch.eye(16), 4)
 
 
 def test_calibration_hessians_are_the_inputs_second_moments():
@@ -815,34 +760,49 @@ def test_calibration_hessians_are_the_inputs_second_moments():
     torch.testing.assert_close(statistics["mean_abs"]["net.2"], hidden.abs().mean(dim=0), rtol=1e-5, atol=1e-7)
 
 
+def awq_scales(mean_abs, alpha):
+    """AWQ's scales written out here: s = mean|x| ** alpha, at least 1e-4, over sqrt(max s * min s)."""
+    s = mean_abs.double().pow(alpha).clamp(min=1e-4)
+    return s / (s.max() * s.min()).sqrt()
+
+
+def awq_round_trip(weight, scales, bits, group):
+    """Q(W diag(s)) diag(s)^-1 in float64, with the course's codes."""
+    return quantization.dequantize(*quantization.quantize(weight.double() * scales, bits, group)) / scales
+
+
 def test_awq_scales_sit_around_one_and_alpha_zero_is_round_to_nearest():
     means = torch.tensor([0.5, 2.0, 8.0, 0.0])
-    scales = quantization.awq_scales(means, 0.5)
+    scales = awq_scales(means, 0.5)
     assert torch.isclose(scales.max() * scales.min(), torch.tensor(1.0, dtype=torch.float64))
     torch.testing.assert_close(scales[1] / scales[0], torch.tensor(2.0, dtype=torch.float64))  # sqrt(4)
-    assert torch.equal(quantization.awq_scales(means, 0.0), torch.ones(4, dtype=torch.float64))
     weight = quantization.gaussian_matrix(8, 4, seed=1)
-    assert torch.equal(
-        quantization.awq_quantize_dequantize(weight, quantization.awq_scales(means, 0.0), 4),
-        quantization.quantize_dequantize(weight, 4),
-    )
+    hessian = quantization.hessian(torch.randn(50, 4))
+    alpha, (approx,), errors = quantization.awq_layers([weight], hessian, means, 4, grid=1)  # alpha 0 alone
+    rtn = quantization.round_trip(weight.double(), 4).float()  # AWQ computes in float64
+    assert alpha == 0.0 and list(errors) == [0.0] and torch.equal(approx, rtn)
 
 
 def test_awq_rounds_the_scaled_weight_and_divides_after():
-    weight = quantization.gaussian_matrix(4, 8, seed=2).double()
-    scales = torch.linspace(0.5, 2.0, 8, dtype=torch.float64)
-    by_hand = quantization.dequantize(*quantization.quantize(weight * scales, 3, 4)) / scales
-    torch.testing.assert_close(quantization.awq_quantize_dequantize(weight, scales, 3, 4), by_hand)
+    weight = quantization.gaussian_matrix(4, 8, seed=2)
+    means = torch.linspace(0.5, 2.0, 8, dtype=torch.float64)
+    hessian = quantization.hessian(torch.randn(50, 8))
+    alpha, (approx,), _ = quantization.awq_layers([weight], hessian, means, 3, 4, grid=4)
+    by_hand = awq_round_trip(weight, awq_scales(means, alpha), 3, 4)
+    assert torch.equal(approx, by_hand.float())
+    scales = awq_scales(means, 0.5)
     x = torch.randn(5, 8, dtype=torch.float64)  # served: codes of W diag(s), 1/s folded into the input
-    torch.testing.assert_close(x @ by_hand.T, (x / scales) @ (by_hand * scales).T)
+    rounded = awq_round_trip(weight, scales, 3, 4)
+    torch.testing.assert_close(x @ rounded.T, (x / scales) @ (rounded * scales).T)
 
 
 def test_awq_says_what_is_wrong_with_its_inputs():
     weight = quantization.gaussian_matrix(4, 8)
-    with pytest.raises(ValueError, match=r"one value per input column \(8\)"):
-        quantization.awq_quantize_dequantize(weight, torch.ones(4), 4)
+    hessian = torch.eye(8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"one value per input column"):
+        quantization.awq_layers([weight], hessian, torch.ones(4), 4)
     with pytest.raises(ValueError, match="does not divide"):
-        quantization.awq_quantize_dequantize(weight, torch.ones(8), 4, 3)
+        quantization.awq_layers([weight], hessian, torch.ones(8), 4, 3)
     with pytest.raises(ValueError, match="calibration_statistics"):
         quantization.awq_model(torch.nn.Sequential(torch.nn.Linear(8, 4)), {"hessian": {}, "mean_abs": {}}, 4)
 
@@ -852,8 +812,8 @@ def test_awq_protects_salient_channels_where_round_to_nearest_does_not():
     weight = quantization.gaussian_matrix(256, 256, seed=5)
     h = quantization.hessian(x)
     alpha, errors = quantization.awq_search([weight], h, x.abs().mean(dim=0), 3, 64)
-    rtn = quantization.output_error(weight, quantization.quantize_dequantize(weight, 3, 64), h)
-    assert math.isclose(errors[0.0], rtn, rel_tol=1e-9)
+    rtn = quantization.output_error(weight, quantization.round_trip(weight, 3, 64), h)
+    assert math.isclose(errors[0.0], rtn, rel_tol=1e-6)  # AWQ's in float64, the round trip's in float32
     assert sorted(errors) == [i / 20 for i in range(20)]
     assert 0 < alpha < 1 and errors[alpha] < 0.5 * rtn  # most of the output error is on 3 channels
     study = quantization.awq_layer_study([weight], h, x.abs().mean(dim=0), 3)
@@ -868,20 +828,24 @@ def test_awq_model_shares_scales_where_inputs_are_shared_and_rounds_the_rest():
     model = LanguageModel(ModelConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128))
     tokens = torch.randint(0, 256, (600,))
     statistics = quantization.calibration_statistics(model, tokens, windows=4, seq_len=64)
-    rtn = quantization.quantize_model(model, 4, 32)
+    rtn = quantization.quantize_model(model, 4, 32, quantize_dequantize=quantization.round_trip)
     plain, _ = quantization.awq_model(model, statistics, 4, 32, grid=1)  # alpha 0 only: round to nearest
-    for (name, a), (_, b) in zip(plain.named_parameters(), rtn.named_parameters(), strict=True):
-        assert torch.equal(a, b), name
+    for (name, a), (_, b), (_, original) in zip(
+        plain.named_parameters(), rtn.named_parameters(), model.named_parameters(), strict=True
+    ):
+        searched = name.endswith("_proj.weight") and "o_proj" not in name  # AWQ's, in float64
+        expected = quantization.round_trip(original.detach().double(), 4, 32).float() if searched else b
+        assert torch.equal(a, expected), name
     awq, alphas = quantization.awq_model(model, statistics, 4, 32)
     firsts = ("attn.q_proj", "mlp.gate_proj", "mlp.down_proj")  # the first layer of each set sharing an input
     assert set(alphas) == {f"blocks.{i}.{first}" for i in range(2) for first in firsts}
     for i in range(2):
         assert torch.equal(awq.blocks[i].attn.o_proj.weight, rtn.blocks[i].attn.o_proj.weight)
         name = f"blocks.{i}.attn.q_proj"
-        scales = quantization.awq_scales(statistics["mean_abs"][name], alphas[name])
+        scales = awq_scales(statistics["mean_abs"][name], alphas[name])
         for role in ("q_proj", "k_proj", "v_proj"):
             original = getattr(model.blocks[i].attn, role).weight.detach()
-            expected = quantization.awq_quantize_dequantize(original, scales, 4, 32)
+            expected = awq_round_trip(original, scales, 4, 32).float()
             assert torch.equal(getattr(awq.blocks[i].attn, role).weight, expected), role
 
 
@@ -934,69 +898,8 @@ def test_the_gptq_reading_follows_the_numbers():
     assert "better by more than 0.001 nats/byte at none" in quantization.gptq_reading(1.41, worse, 0.01)
 
 
-GPTQ_ANSWER_LEVELS = GPTQ_ANSWER.replace("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1")
-
-
-COMPENSATED = {f"gptq_quantize.{c}" for c in ("per_row", "groups", "copy", "dtype", "few_samples", "output_error")}
-GROUPED = COMPENSATED - {"gptq_quantize.per_row", "gptq_quantize.output_error"}  # within 2% of GPTQ's there
-SWEEPS = PLANTED["gptq_sweeps_the_caller_s_weight"]  # graded in the sandbox too
-GPTQ_MISTAKES = {
-    "no_compensation": (gptq_variant(update="pass"), COMPENSATED, "no error compensation"),
-    "rows_of_the_inverse": (
-        gptq_variant(factor="torch.linalg.inv(h)"),
-        COMPENSATED,
-        "rows of H^-1 itself",
-    ),
-    "lower_factor": (
-        gptq_variant(factor="torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)))"),
-        COMPENSATED,
-        "lower Cholesky factor does nothing",
-    ),
-    "factor_of_the_hessian": (
-        gptq_variant(factor="torch.linalg.cholesky(h, upper=True)"),
-        COMPENSATED,
-        "Cholesky factor of H",
-    ),
-    "no_damping": (gptq_variant(damping="0.0"), COMPENSATED, "no damping"),
-    "scales_fixed_before_the_sweep": (
-        gptq_variant(scale_source="original"),
-        GROUPED,
-        "fixed before the sweep",
-    ),
-    "sweeps_the_caller_s_weight": (SWEEPS.source, SWEEPS.must_fail, SWEEPS.words),  # the prompt: work on a copy
-    "sweeps_in_float32": (  # the prompt: in its own dtype
-        gptq_variant().replace("w = weight.clone()", "w = weight.float().clone()"),
-        {"gptq_quantize.dtype"},
-        "the scale is torch.float32 for a float64 weight",
-    ),
-    "error_added": (
-        gptq_variant(update="w[:, j + 1 :] += error[:, None] * u[j, j + 1 :][None, :]"),
-        COMPENSATED,
-        "added instead of subtracted",
-    ),
-    "too_many_levels": (  # quantize_dequantize's mistake, named with the same words
-        GPTQ_ANSWER_LEVELS.format(damping="damping", factor=UPPER, scale_source="w", update=UPDATE),
-        COMPENSATED | {"gptq_quantize.identity", "gptq_quantize.zero_groups"},
-        "levels instead of",
-    ),
-    "no_zero_group_guard": (  # the prompt: an all-zero group, scale 0, codes 0, no NaN
-        gptq_variant().replace(
-            "step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))",
-            "step = scale[:, j // group]",
-        ),
-        {"gptq_quantize.zero_groups"},
-        "all-zero group",
-    ),
-    "absolute_damping": (
-        gptq_variant().replace("h.diagonal().mean() * torch.eye", "torch.eye"),
-        COMPENSATED,
-        "damping was added as an absolute amount",
-    ),
-    "error_not_divided_by_the_diagonal": (
-        gptq_variant().replace(") / u[j, j]", ")"),
-        COMPENSATED,
-        "not divided by U[j, j]",
-    ),
+GPTQ_MISTAKES = {  # each fails exactly its checks (must_fail), the caller's weight swept in place among them
+    name: mistake for name, mistake in {**PLANTED, **MISTAKES}.items() if mistake.grade_id == "gptq_quantize"
 }
 
 
@@ -1009,7 +912,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
 def test_each_gptq_mistake_loses_exactly_its_checks_with_its_hint(name):
     from conftest import verdicts
 
-    source, must_fail, words = GPTQ_MISTAKES[name]
+    source, must_fail, words = (getattr(GPTQ_MISTAKES[name], a) for a in ("source", "must_fail", "words"))
     found = verdicts("gptq_quantize", source)
     shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
     assert {i for i, v in found.items() if not v.passed} == must_fail, shown
@@ -1022,11 +925,12 @@ def test_a_small_fixed_damping_is_not_told_it_has_none():
     what differs."""
     from conftest import verdicts
 
-    source = gptq_variant().replace("damping * h.diagonal().mean() * torch.eye", "1e-3 * torch.eye")
+    source = gptq_source().replace("damping * h.diagonal().mean() * torch.eye", "1e-3 * torch.eye")
     found = {i: v for i, v in verdicts("gptq_quantize", source).items() if not v.passed}
-    assert set(found) == COMPENSATED, found
+    assert set(found) == MISTAKES["gptq_no_damping"].must_fail, found
     named = [v.hint for v in found.values() if "damping" in v.hint]
-    assert named and all("too small to matter" in hint for hint in named), named
+    true_of_it = ("too small to matter", "added as an absolute amount")  # H + 1e-3 * I is both
+    assert named and all(any(words in hint for words in true_of_it) for hint in named), named
     assert all("damping" in v.hint or "values differ" in v.hint for v in found.values()), found
 
 
@@ -1061,95 +965,24 @@ def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
     assert_accepted("gptq_quantize", source)
 
 
-AWQ_ANSWER = """
-def awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20):
-    rows, cols = weight.shape
-    group = cols if group_size is None else group_size
-    if cols % group != 0:
-        raise ValueError("group_size must divide the columns")
-    levels = 2 ** (bits - 1) - 1
-
-    def round_trip(w):
-        grouped = w.reshape(rows, cols // group, group)
-        scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
-        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
-
-    best, errors = None, []
-    for alpha in {alphas}:
-        s = {scales}
-        s = s / (s.max() * s.min()).sqrt()
-        approx = {approx}
-        delta = weight - approx
-        errors.append({error})
-        if best is None or errors[-1] < best[0]:
-            best = (errors[-1], alpha, approx)
-    return best[1], best[2], errors
-"""
-
-
-def awq_variant(
-    alphas="[step / grid for step in range(grid)]",
-    scales="mean_abs.pow(alpha).clamp(min=1e-4)",
-    approx="round_trip(weight * s) / s",
-    error="torch.trace(delta @ hessian @ delta.T).item()",
-):
-    return AWQ_ANSWER.format(alphas=alphas, scales=scales, approx=approx, error=error)
-
-
+AWQ_MISTAKES = {name: mistake for name, mistake in MISTAKES.items() if mistake.grade_id == "awq_quantize"}
+AWQ_ALSO = {"awq_salient_channels_shrunk": {"awq_quantize.dead_channel": "0 ** -alpha"}}  # 1 / 0: the clamp's hint
 SEARCHED = ("salient", "per_row", "dead_channel")  # the checks whose answer comes from the search
-NEVER_FIRES = "never fires"
-AWQ_MISTAKES = {  # name -> (answer, {check: words its hint must hold})
-    "not_divided_after": (awq_variant(approx="round_trip(weight * s)"), dict.fromkeys(SEARCHED, "not divided by s")),
-    "salient_channels_shrunk": (
-        awq_variant(scales="mean_abs.pow(-alpha).clamp(min=1e-4)"),
-        {"salient": "shrunk", "per_row": "shrunk", "dead_channel": "0 ** -alpha"},  # 1 / 0: the clamp's hint
-    ),
-    "weight_error": (
-        awq_variant(error="(delta ** 2).sum().item()"),
-        dict.fromkeys(("uniform", *SEARCHED), "error of the weights"),
-    ),
-    "alpha_one_tried": (awq_variant(alphas="torch.linspace(0, 1, grid).tolist()"), dict.fromkeys(SEARCHED, "linspace")),
-    "no_clamp": (awq_variant(scales="mean_abs.pow(alpha)"), {"dead_channel": NEVER_FIRES}),
-    "only_divided_by_s": (awq_variant(approx="round_trip(weight) / s"), dict.fromkeys(SEARCHED, "only divided by s")),
-    "scales_from_the_weights": (
-        awq_variant(scales="weight.abs().mean(dim=0).pow(alpha).clamp(min=1e-4)"),
-        dict.fromkeys(("uniform", *SEARCHED), "weights' column means"),
-    ),
-    "scales_from_the_hessian_diagonal": (
-        awq_variant(scales="hessian.diagonal().pow(alpha).clamp(min=1e-4)"),
-        dict.fromkeys(("uniform", *SEARCHED), "diag(H)"),
-    ),
-    "clamped_before_the_power": (
-        awq_variant(scales="mean_abs.clamp(min=1e-4).pow(alpha)"),
-        {"dead_channel": "clamped before the power"},
-    ),
-    "last_of_tied_exponents": (  # the prompt: the first, if several tie
-        awq_variant().replace("errors[-1] < best[0]", "errors[-1] <= best[0]"),
-        {"uniform": "20 exponents tie for the least error"},
-    ),
-    "too_many_levels": (
-        awq_variant().replace("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1"),
-        {"uniform": "15 levels instead of 7", "salient": "15 levels", "per_row": "7 levels instead of 3"}
-        | {"dead_channel": "15 levels"},
-    ),
-}
 
 
 @pytest.mark.parametrize("name", sorted(AWQ_MISTAKES))
 def test_each_awq_mistake_loses_exactly_its_checks_with_its_hint(name):
     from conftest import verdicts
 
-    source, must_fail = AWQ_MISTAKES[name]
-    found = verdicts("awq_quantize", source)
+    mistake = AWQ_MISTAKES[name]
+    words = dict.fromkeys(mistake.must_fail, mistake.words) | AWQ_ALSO.get(name, {})
+    found = verdicts("awq_quantize", mistake.source)
     shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
-    assert {i for i, v in found.items() if not v.passed} == {f"awq_quantize.{c}" for c in must_fail}, shown
-    assert all(words in found[f"awq_quantize.{c}"].hint for c, words in must_fail.items()), shown
+    assert {i for i, v in found.items() if not v.passed} == set(words), shown
+    assert all(said in found[check].hint for check, said in words.items()), shown
 
 
-CHECK_CELL_MISTAKES = [("gptq_quantize", name, words) for name, (_, _, words) in GPTQ_MISTAKES.items()] + [
-    ("awq_quantize", name, sorted(set(words.values()))) for name, (_, words) in AWQ_MISTAKES.items()
-]
+CHECK_CELL_MISTAKES = [(m.grade_id, name, m.words) for name, m in {**GPTQ_MISTAKES, **AWQ_MISTAKES}.items()]
 
 
 @pytest.mark.parametrize("grade_id, name, words", CHECK_CELL_MISTAKES, ids=[m[1] for m in CHECK_CELL_MISTAKES])
@@ -1158,9 +991,8 @@ def test_the_check_cell_names_each_gptq_and_awq_mistake(grade_id, name, words, c
     """Every planted GPTQ and AWQ mistake fails a visible check with its hint, before grading: the
     scales fixed before the sweep, the caller's weight swept in place, a float32 sweep of a float64
     weight, mean |x| clamped before the power and the last of tied exponents among them."""
-    source = GPTQ_MISTAKES[name][0] if grade_id == "gptq_quantize" else AWQ_MISTAKES[name][0]
-    printed = check_cell(grade_id, source, capsys)
-    assert "FAIL" in printed and any(w in printed for w in ([words] if isinstance(words, str) else words)), printed
+    printed = check_cell(grade_id, {**GPTQ_MISTAKES, **AWQ_MISTAKES}[name].source, capsys)
+    assert "FAIL" in printed and words in printed, printed
 
 
 ZERO_ANSWERS = {  # an answer that returns zeros of the right shape, for each exercise of the chapter
@@ -1188,7 +1020,8 @@ def test_an_answer_of_zeros_is_told_about_zeros_not_another_mistake(grade_id):
 
     failed = {i: v.hint for i, v in verdicts(grade_id, ZERO_ANSWERS[grade_id]).items() if not v.passed}
     assert failed, "an answer of zeros must lose points"
-    numbers_only = re.compile(r"^(codes: )?(\d+ of \d+ values differ|expected [-\d.]+, got 0$)")
+    called = r"effective_bits\([^)]*\): "  # the drawn inputs, named
+    numbers_only = re.compile(rf"^(codes: |{called})?(\d+ of \d+ values differ|expected [-\d.]+, got 0$)")
     about_zeros = ("all zeros", "rounded to 0")
     assert all(any(w in h for w in about_zeros) or numbers_only.match(h) for h in failed.values()), failed
 
@@ -1230,7 +1063,7 @@ def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
 
     from conftest import verdicts
 
-    awq = awq_variant(approx="quantize_dequantize(weight * s, bits, group_size) / s")
+    awq = awq_source(approx="quantize_dequantize(weight * s, bits, group_size) / s")
     for helper, wrong in (
         (quantize_variant(levels="2 ** bits - 1"), {"uniform", *SEARCHED}),
         (quantize_variant(), set()),
@@ -1247,4 +1080,55 @@ def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
 
 # The course's own answer to the exercise a scenario drives (gptq_on_a_copy), for test_grader's
 # check that scenarios run on their own.
-SCENARIO_ANSWERS = {"gptq_quantize": quantization.gptq_quantize}
+SCENARIO_ANSWERS = {"gptq_quantize": ANSWERS.gptq_quantize}
+
+
+DO_NOTHING = {  # answers that do no work (issue 55), each written for every exercise's names
+    "a constant 0.0": "return 0.0",
+    "the first argument returned": "return args[0]",
+    "zeros of the first argument": "return torch.zeros_like(args[0])",
+    "a ValueError for every call": "raise ValueError('group_size')",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DO_NOTHING))
+@pytest.mark.parametrize("grade_id", sorted(ZERO_ANSWERS))
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_an_answer_that_does_no_work_earns_no_point(grade_id, kind):
+    """Not one check of the chapter, hidden ones included, passes an answer that does nothing: a
+    ValueError for a group size that does not divide the columns earns its point only beside the
+    work on one that does (the scenario ``rejects_a_bad_group``)."""
+    from autograder.chapters import exercise_by_id
+
+    from conftest import verdicts
+
+    body = DO_NOTHING[kind]
+    source = "".join(f"def {name}(*args, **kwargs):\n    {body}\n\n" for name in exercise_by_id(grade_id).defines)
+    passed = [i for i, v in verdicts(grade_id, source).items() if v.passed]
+    assert not passed, f"{kind} passed {passed}"
+
+
+def test_the_bad_group_checks_name_a_missing_value_error_once_the_work_is_right(capsys):
+    """The round trip right but no ValueError for a group size that does not divide the columns: the
+    visible check says so (its point needs both)."""
+    printed = check_cell("quantize_dequantize", PLANTED["no_value_error"].source, capsys)
+    assert "group_size=48" in printed and "expected ValueError" in printed, printed
+
+
+def test_the_visible_effective_bits_inputs_are_drawn_for_each_submission():
+    """Hard-coding what the check cell prints earns nothing: the visible check's width and group size
+    are drawn from the submission's generator (the cell's are not the graded ones, for most seeds)."""
+    from autograder.chapters import exercise_by_id
+    from autograder.selfcheck import VISIBLE_SEED
+
+    check = next(c for c in exercise_by_id("effective_bits").checks if c.visible)
+    shown = check.probe(np.random.default_rng(VISIBLE_SEED))["args"]
+    graded = [check.probe(np.random.default_rng(seed))["args"] for seed in range(200)]
+    assert sum(args == shown for args in graded) < 200 / 10, graded
+
+
+def test_the_drawn_effective_bits_check_says_what_it_called(capsys):
+    """A hard-coded 4.25 (the prompt's example) fails the visible check, whose hint names the drawn call."""
+    hard_coded = "def effective_bits(bits, group_size, scale_bits=16):\n    return 4.25\n"
+    printed = check_cell("effective_bits", hard_coded, capsys)
+    assert re.search(r"effective_bits\(\d, \d+\): expected [\d.]+, got 4.25", printed), printed

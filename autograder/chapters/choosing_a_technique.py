@@ -795,22 +795,13 @@ INT4_LAYER = Exercise(
 LOOP_NEW_TOKENS = 32
 
 
-LOOP_MISTAKES = {  # each planted mistake: its hint, and the course's loop with that part changed
-    "target_cache": (
-        "the target's KV cache was not rolled back after a rejection: set its length to the positions kept (the "
-        "tokens so far plus the accepted guesses)",
-        {"roll_back_target": False},
-    ),
-    "one_more": (
-        "off by one in the positions kept: the target's cache keeps the tokens so far plus the accepted guesses; "
-        "the target's own token after them has not been fed yet",
-        {"kept_extra": 1},
-    ),
-    "draft_cache": (
-        "the draft's KV cache was not rolled back after a rejection, so it holds rejected guesses and is fed "
-        "nothing: set its length to at most the positions kept",
-        {"roll_back_draft": False},
-    ),
+LOOP_MISTAKES = {  # each planted mistake's hint (the loop with it: autograder/mistakes/speculative_decoding.py)
+    "target_cache": "the target's KV cache was not rolled back after a rejection: set its length to the positions "
+    "kept (the tokens so far plus the accepted guesses)",
+    "one_more": "off by one in the positions kept: the target's cache keeps the tokens so far plus the accepted "
+    "guesses; the target's own token after them has not been fed yet",
+    "draft_cache": "the draft's KV cache was not rolled back after a rejection, so it holds rejected guesses and is "
+    "fed nothing: set its length to at most the positions kept",
 }
 
 
@@ -831,11 +822,11 @@ def _loop_expected(draft: str, start: int, k: int) -> dict:
 def _mistake_outcome(draft: str, start: int, k: int, mistake: str) -> list[int] | str:
     """The tokens of the course's loop with ``mistake`` planted (:data:`LOOP_MISTAKES`) on one
     prompt, or the name of the exception it raises."""
+    from autograder.mistakes.speculative_decoding import of_speculative_greedy
+
     target, drafter = technique.target(), drafts.draft_model(draft)
     try:
-        return drafts.greedy_speculative(
-            target, drafter, technique.prompts()[start], k, LOOP_NEW_TOKENS, **LOOP_MISTAKES[mistake][1]
-        )
+        return of_speculative_greedy(mistake, target, drafter, technique.prompts()[start], k, LOOP_NEW_TOKENS)
     except (IndexError, ValueError, RuntimeError) as error:
         return type(error).__name__
 
@@ -868,8 +859,8 @@ def _raised_hint(draft: str, start: int, k: int, raised: dict) -> str:
     said = f"{raised['raised']}: {message}"[:160]
     for mistake, signs in RAISED_BY.items():
         if any(sign in message for sign in signs):
-            return f"{LOOP_MISTAKES[mistake][0]} (your loop raised {said})"
-    for mistake, (hint, _) in LOOP_MISTAKES.items():
+            return f"{LOOP_MISTAKES[mistake]} (your loop raised {said})"
+    for mistake, hint in LOOP_MISTAKES.items():
         if mistake not in RAISED_BY and _mistake_outcome(draft, start, k, mistake) == raised["raised"]:
             return f"{hint} (your loop raised {said}, as the loop with that mistake does)"
     return outcome(raised)[1].hint
@@ -887,7 +878,7 @@ def _loop_verdict(probe, got, part) -> Verdict:
     expected = _loop_expected(draft, start, k)
     prompt_length = expected["prompt"].shape[1]
     if got["tokens"] != expected["greedy"]:
-        for mistake, (hint, _) in LOOP_MISTAKES.items():
+        for mistake, hint in LOOP_MISTAKES.items():
             if got["tokens"] == _mistake_outcome(draft, start, k, mistake):
                 return Verdict(False, hint)
         if got["tokens"][:prompt_length] != expected["greedy"][:prompt_length]:

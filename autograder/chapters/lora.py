@@ -1,50 +1,34 @@
 """Chapter 2's exercises: lora_parameters, best_low_rank_error, LoRALinear (forward and merge),
-finetune_memory_gib. Each check names the mistakes it can recognise in its hint."""
+finetune_memory_gib, with their visible checks. Each judge compares with the chapter's answer
+(``ANSWERS``, its solution cells; for the class, the course's run of the solution's ``LoRALinear``
+on the check's inputs, ``COURSE.layer_outputs``) and names the known mistake it matches
+(``MISTAKES``, ``autograder/mistakes/lora.py``); the hidden checks are ``autograder/hidden/lora.py``'s."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
 
-from autograder.checks import (
-    Check,
-    Exercise,
-    Requirement,
-    Verdict,
-    compare_tensors,
-    diagnose,
-    judge_number,
-    judges_value,
-)
-from course import lora
-from course.withheld import withheld
+from autograder.checks import Check, Exercise, Verdict, compare_tensors, diagnose, judge_number, judges_value
+from course import withheld
+from course.lora import low_rank_change
+
+ANSWERS = withheld.answers("02_lora")
+COURSE = withheld.module("course.answers.lora")
+MISTAKES = withheld.module("autograder.mistakes.lora")
 
 # --- lora_parameters ------------------------------------------------------------------------------
 
 
-@withheld
-def _parameters_numbers(d_in, d_out, rank) -> tuple[int, list[tuple[str, int]]]:
-    """The adapter's trainable numbers, and the common mistakes' numbers with their hints."""
-    mistakes = [
-        ("counted the full matrix: the adapter is A (r x d_in) plus B (d_out x r)", d_in * d_out),
-        ("used d_in for both factors: B is (d_out x r), so the count is r (d_in + d_out)", 2 * rank * d_in),
-        ("used d_out for both factors: A is (r x d_in), so the count is r (d_in + d_out)", 2 * rank * d_out),
-        ("multiplied by the rank twice or squared it: r (d_in + d_out)", rank * rank * (d_in + d_out)),
-        ("counted A only: B (d_out x r) trains too", rank * d_in),
-        ("counted B only: A (r x d_in) trains too", rank * d_out),
-        ("multiplied d_in by d_out: the two factors are added, r (d_in + d_out)", rank * d_in * d_out),
-    ]
-    return rank * (d_in + d_out), mistakes
-
-
 @judges_value
-def _judge_parameters(probe, got):
-    return judge_number(got, *_parameters_numbers(*probe["args"]), "the number of trainable parameters")
+def judge_parameters(probe, got):
+    expected = ANSWERS.lora_parameters(*probe["args"])
+    return judge_number(
+        got, expected, MISTAKES.of_lora_parameters(*probe["args"]), "the number of trainable parameters"
+    )
 
 
-def _sizes(fixed=None):
+def sizes_probe(fixed=None):
     def make(rng):
         args = fixed or [
             int(rng.integers(16, 5000)),
@@ -64,15 +48,10 @@ LORA_PARAMETERS = Exercise(
             "mlp",
             1,
             "a 4096 -> 11008 layer (a 7B model's MLP) at rank 8",
-            _sizes([4096, 11008, 8]),
-            _judge_parameters,
+            sizes_probe([4096, 11008, 8]),
+            judge_parameters,
             visible=True,
         ),
-        Check("other", 1, "a rectangular layer", _sizes(), _judge_parameters),
-    ],
-    requirements=[
-        Requirement("the trainable numbers of A (r x d_in) and B (d_out x r): r (d_in + d_out)", ("mlp", "other")),
-        Requirement("d_in and d_out may differ", ("mlp", "other")),
     ],
 )
 
@@ -80,38 +59,12 @@ LORA_PARAMETERS = Exercise(
 # --- best_low_rank_error --------------------------------------------------------------------------
 
 
-@withheld
-def _error_numbers(delta: torch.Tensor, rank: int) -> tuple[float, list[tuple[str, float]]]:
-    """The best rank-``rank`` relative error of ``delta``, and the common mistakes' numbers with their hints."""
-    s = torch.linalg.svdvals(delta.double())
-    total = s.square().sum()
-    kept = lambda r: math.sqrt((s[r:].square().sum() / total).item())  # noqa: E731
-    return lora.best_low_rank_error(delta, rank), [
-        ("the singular values were not squared: ||.||_F^2 is the sum of sigma_i^2", (s[rank:].sum() / s.sum()).item()),
-        ("returned the squared relative error: take the square root", kept(rank) ** 2),
-        ("returned the absolute error: divide by ||delta||", math.sqrt(s[rank:].square().sum().item())),
-        (f"kept {rank - 1} singular values, one too few: keep the largest `rank`", kept(rank - 1)),
-        (f"kept {rank + 1} singular values, one too many", kept(rank + 1)),
-        (
-            "kept the smallest singular values: svdvals returns them largest first",
-            math.sqrt((s[: len(s) - rank].square().sum() / total).item()),
-        ),
-        (
-            "used the spectral norm (the largest singular value): the Frobenius norm sums all sigma_i^2",
-            (s[rank] / s[0]).item() if rank < len(s) else 0.0,
-        ),
-        (
-            "divided by the norm of the approximation, not of delta",
-            kept(rank) * math.sqrt(total.item()) / max(math.sqrt(s[:rank].square().sum().item()), 1e-300),
-        ),
-    ]
-
-
 @judges_value
-def _judge_error(probe, got):
+def judge_error(probe, got):
     return judge_number(
         got,
-        *_error_numbers(*probe["args"]),
+        ANSWERS.best_low_rank_error(*probe["args"]),
+        MISTAKES.of_best_low_rank_error(*probe["args"]),
         "the relative error",
         rel=1e-4,
         abs_tol=1e-5,
@@ -119,9 +72,9 @@ def _judge_error(probe, got):
     )
 
 
-def _change(rows, cols, true_rank, noise, rank, python_float=False):
+def change_probe(rows, cols, true_rank, noise, rank, python_float=False):
     def make(rng):
-        delta = lora.low_rank_change(rows, cols, true_rank, noise, seed=int(rng.integers(1000))).float()
+        delta = low_rank_change(rows, cols, true_rank, noise, seed=int(rng.integers(1000))).float()
         return {"call": "best_low_rank_error", "args": [delta, rank], "python_float": python_float}
 
     return make
@@ -135,26 +88,10 @@ BEST_ERROR = Exercise(
             "below",
             1,
             "a rank-4 change plus noise, at rank 2",
-            _change(48, 32, 4, 0.05, 2, python_float=True),
-            _judge_error,
+            change_probe(48, 32, 4, 0.05, 2, python_float=True),
+            judge_error,
             visible=True,
         ),
-        Check(
-            "at_rank",
-            1,
-            "the same kind of change at rank 4 and 6 (the noise)",
-            _change(64, 40, 4, 0.1, 6),
-            _judge_error,
-        ),
-        Check("exact", 1, "an exactly rank-3 change at rank 3 (zero)", _change(30, 50, 3, 0.0, 3), _judge_error),
-    ],
-    requirements=[
-        Requirement(
-            "sqrt(sum of sigma_i^2 beyond rank / sum of all sigma_i^2), the largest singular values kept",
-            ("below", "at_rank"),
-        ),
-        Requirement("returned as a Python float", ("below",)),
-        Requirement("an exactly low-rank change gives 0 (edge case)", ("exact",)),
     ],
 )
 
@@ -201,6 +138,7 @@ def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
         attempt("trainable", lambda: sorted(n for n, p in layer.named_parameters() if p.requires_grad))
         attempt("base_kept", lambda: getattr(layer, "base", None) is base)
         attempt("shapes", lambda: [list(layer.lora_A.shape), list(layer.lora_B.shape)])
+        attempt("b_zero", lambda: bool((layer.lora_B.detach() == 0).all()))
 
         def training():
             fresh = linear()
@@ -248,7 +186,7 @@ def lora_layer(cls, weight, bias, rank, alpha, x, lora_A, lora_B) -> dict:
         return report
 
 
-def _layer_probe(d_in, d_out, rank, alpha, bias, batch=(5,)):
+def layer_probe(d_in, d_out, rank, alpha, bias, batch=(5,)):
     def make(rng):
         g = lambda *shape, s=1.0: torch.from_numpy(rng.normal(0, s, size=shape).astype(np.float32))  # noqa: E731
         return {
@@ -268,40 +206,21 @@ def _layer_probe(d_in, d_out, rank, alpha, bias, batch=(5,)):
     return make
 
 
-@withheld
-def _layer_outputs(weight, bias, rank, alpha, x, a, b) -> dict:
-    """In float64, for the probe's layer and factors: the base layer's output (``base``), the
-    adapted layer's (``adapted``), and the outputs of the common mistakes of forward and of merge
-    (``forward``, ``merge``: lists of (hint, output))."""
-    base = x.double() @ weight.double().T + (0 if bias is None else bias.double())
-    scale = (rank if alpha is None else alpha) / rank
-    update = x.double() @ a.double().T @ b.double().T
-    adapted = base + scale * (x.double() @ a.double().T @ b.double().T)
-    alpha_value = rank if alpha is None else alpha
-    forward = [
-        (
-            "alpha defaults to the rank (scale 1): with alpha=None, use alpha = rank, not 1",
-            base + update / rank if alpha is None else adapted,
-        ),
-        ("the update was not divided by the rank: scale it by alpha / rank", base + alpha_value * update),
-        ("the update was not scaled: multiply it by alpha / rank", base + update),
-        ("the scale is upside down: alpha / rank, not rank / alpha", base + rank / alpha_value * update),
-        ("the base layer's output is missing: return base(x) plus the scaled update", adapted - base),
-    ]
-    merge = [
-        ("the merged weight was not scaled: weight + (alpha / rank) * lora_B @ lora_A", base + update),
-        (
-            "the merged layer lost the base's bias: copy base.bias into it",
-            adapted - (0 if bias is None else bias.double()),
-        ),
-        ("the merged layer is the base alone: add (alpha / rank) * lora_B @ lora_A to its weight", base),
-    ]
-    return {"base": base, "adapted": adapted, "forward": forward, "merge": merge}
+def base_output(probe) -> torch.Tensor:
+    """The probe's base layer's output on its x, in float64."""
+    weight, bias, x = probe["args"][0], probe["args"][1], probe["args"][4]
+    return x.double() @ weight.double().T + (0 if bias is None else bias.double())
 
 
-def _known(mistakes: list[tuple[str, torch.Tensor]]) -> list[tuple[str, object]]:
-    """Recorded mistakes' outputs as :func:`autograder.checks.diagnose` takes them."""
-    return [(hint, lambda wrong=wrong: wrong) for hint, wrong in mistakes]
+def layer_outputs(probe) -> dict:
+    """The adapted layer's and its merged layer's outputs on the probe's layer, factors and x, by the
+    solution's ``LoRALinear`` (``adapted``, ``merged``: ``COURSE.layer_outputs``)."""
+    return COURSE.layer_outputs(*probe["args"])
+
+
+def forward_mistakes(probe):
+    """The forward mistakes' outputs on the probe's inputs, asked only for an output that does not match."""
+    return lambda: MISTAKES.of_lora_linear(*probe["args"])["forward"]
 
 
 STEPS = {  # what the scenario was doing at each key of its report, as a hint names it
@@ -309,6 +228,7 @@ STEPS = {  # what the scenario was doing at each key of its report, as a hint na
     "trainable": "listing the layer's parameters",
     "base_kept": "reading self.base",
     "shapes": "reading lora_A.shape and lora_B.shape",
+    "b_zero": "reading lora_B",
     "training": "two training steps on a fresh layer (forward, backward, update)",
     "output": "forward once lora_A and lora_B are set",
     "merged": "merge() and the merged layer's output",
@@ -335,18 +255,58 @@ def _tensor_verdict(got, expected, what) -> Verdict:
     return Verdict(same, "" if same else f"{what}: {difference}")
 
 
+def _start_mistake(report, probe, initial, hint: str) -> Verdict:
+    """Why the new layer's output is not the base layer's: lora_B not at zeros, or (lora_B at zeros)
+    a forward that returns its input or leaves out ``base(x)``."""
+    x = probe["args"][4]
+    b_zero = report.get("b_zero")
+    if b_zero is False:
+        return Verdict(
+            False,
+            f"before training the adapted layer must equal the base layer: initialise lora_B to zeros so that B A = 0 "
+            f"({hint})",
+        )
+    if isinstance(initial, torch.Tensor) and initial.shape == x.shape and torch.equal(initial, x):
+        return Verdict(
+            False, f"forward returns its input x: it must return self.base(x) + (alpha / rank) x A^T B^T ({hint})"
+        )
+    start = "lora_B starts at zeros, yet before training the output is not the base layer's"
+    if isinstance(initial, torch.Tensor) and bool((initial == 0).all()):
+        return Verdict(
+            False,
+            f"{start}: it is all zeros, so forward leaves out base(x): return self.base(x) + (alpha / rank) x A^T B^T "
+            f"({hint})",
+        )
+    return Verdict(False, f"{start}: forward must start from self.base(x) and add (alpha / rank) x A^T B^T ({hint})")
+
+
+def _adapter_used(report, probe) -> Verdict:
+    """Once lora_A and lora_B are set (B not zero), the output must differ from the base layer's: a
+    layer that is only its base (forward ``base(x)``) earns nothing for starting at it or for
+    freezing it."""
+    output, failed = _part(report, "output")
+    if failed:
+        return failed
+    if isinstance(output, torch.Tensor) and _tensor_verdict(output, base_output(probe), "").passed:
+        return Verdict(
+            False,
+            "with lora_A and lora_B set (lora_B not zero) the output is still the base layer's: forward must add "
+            "(alpha / rank) x A^T B^T to self.base(x)",
+        )
+    return Verdict(True)
+
+
 @judges_value
-def _judge_start(probe, report):
+def judge_start(probe, report):
     initial, failed = _part(report, "initial")
     if failed:
         return failed
-    verdict = _tensor_verdict(initial, _layer_outputs(*probe["args"])["base"], "before training, the output")
+    verdict = _tensor_verdict(initial, base_output(probe), "before training, the output")
     if not verdict.passed:
-        return Verdict(
-            False,
-            "before training the adapted layer must equal the base layer: initialise lora_B to "
-            f"zeros so that B A = 0 ({verdict.hint})",
-        )
+        return _start_mistake(report, probe, initial, verdict.hint)
+    used = _adapter_used(report, probe)
+    if not used.passed:
+        return used
     shapes, failed = _part(report, "shapes")
     weight, _, rank = probe["args"][:3]
     if failed:
@@ -360,9 +320,9 @@ def _judge_start(probe, report):
     return Verdict(True)
 
 
-def _forward_verdict(report, expected: dict) -> Verdict:
-    """The output of the report's layer once lora_A and lora_B are set, against ``expected``
-    (:func:`_layer_outputs`), naming the forward mistake it matches."""
+def _forward_verdict(report, probe) -> Verdict:
+    """The output of the report's layer once lora_A and lora_B are set, against the solution's
+    (:func:`layer_outputs`), naming the forward mistake it matches."""
     output, failed = _part(report, "output")
     if failed:
         return failed
@@ -370,8 +330,8 @@ def _forward_verdict(report, expected: dict) -> Verdict:
         return Verdict(False, f"the output with A and B set is a {type(output).__name__}, not a torch.Tensor")
     return diagnose(
         output,
-        expected["adapted"],
-        _known(expected["forward"]),
+        layer_outputs(probe)["adapted"],
+        forward_mistakes(probe),
         what="the output with A and B set",
         rtol=1e-4,
         atol=1e-5,
@@ -379,8 +339,8 @@ def _forward_verdict(report, expected: dict) -> Verdict:
 
 
 @judges_value
-def _judge_forward(probe, report):
-    return _forward_verdict(report, _layer_outputs(*probe["args"]))
+def judge_forward(probe, report):
+    return _forward_verdict(report, probe)
 
 
 def _trainable_verdict(report) -> Verdict:
@@ -405,18 +365,18 @@ def _trainable_verdict(report) -> Verdict:
 
 
 @judges_value
-def _judge_frozen(probe, report):
+def judge_frozen(probe, report):
     verdict = _trainable_verdict(report)
     if not verdict.passed:
         return verdict
     kept, failed = _part(report, "base_kept")
     if failed or not kept:
         return Verdict(False, "keep the base layer itself as self.base (wrap it, do not copy it)")
-    return Verdict(True)
+    return _adapter_used(report, probe)
 
 
 @judges_value
-def _judge_trains(probe, report):
+def judge_trains(probe, report):
     """Two optimiser steps on a fresh adapter: only lora_A and lora_B train, B gets a gradient at
     the first (A x is not zero), A at the second (B is no longer zero), and the output moves."""
     verdict = _trainable_verdict(report)
@@ -466,11 +426,10 @@ def _judge_trains(probe, report):
 
 
 @judges_value
-def _judge_merge(probe, report):
+def judge_merge(probe, report):
     """The adapter's own output at this probe's alpha (merge() must give it), then the merged
     layer's output and the base left alone."""
-    e = _layer_outputs(*probe["args"])
-    forward = _forward_verdict(report, e)
+    forward = _forward_verdict(report, probe)
     if not forward.passed:
         rank, alpha = probe["args"][2:4]
         return Verdict(False, f"forward at alpha = {alpha:g}, rank {rank}, before merging: {forward.hint}")
@@ -482,7 +441,14 @@ def _judge_merge(probe, report):
     output = merged.get("output")
     if not isinstance(output, torch.Tensor):
         return Verdict(False, f"the merged layer's output is a {type(output).__name__}, not a torch.Tensor")
-    verdict = diagnose(output, e["adapted"], _known(e["merge"]), what="the merged layer's output", rtol=1e-4, atol=1e-5)
+    verdict = diagnose(
+        output,
+        layer_outputs(probe)["adapted"],
+        lambda: MISTAKES.of_lora_linear(*probe["args"])["merge"],
+        what="the merged layer's output",
+        rtol=1e-4,
+        atol=1e-5,
+    )
     if not verdict.passed and verdict.hint.startswith("the merged layer's output"):
         return Verdict(
             False,
@@ -508,66 +474,34 @@ LORA_LINEAR = Exercise(
             "starts_at_base",
             1,
             "starts equal to the base layer (B = 0), factors of the right shapes",
-            _layer_probe(12, 10, 3, None, False),
-            _judge_start,
+            layer_probe(12, 10, 3, None, False),
+            judge_start,
             visible=True,
         ),
         Check(
             "forward",
             1,
             "forward with A and B set, alpha = rank",
-            _layer_probe(12, 10, 3, None, False),
-            _judge_forward,
+            layer_probe(12, 10, 3, None, False),
+            judge_forward,
             visible=True,
         ),
         Check(
             "trains",
             1,
             "two optimiser steps: only lora_A and lora_B train, both get gradients, the output moves",
-            _layer_probe(12, 10, 3, None, True),
-            _judge_trains,
+            layer_probe(12, 10, 3, None, True),
+            judge_trains,
             visible=True,
         ),
         Check(
             "merge",
             1,
             "alpha = 8, rank 4: forward and merge() give the adapted outputs, the base is left alone",
-            _layer_probe(16, 12, 4, 8.0, True),
-            _judge_merge,
+            layer_probe(16, 12, 4, 8.0, True),
+            judge_merge,
             visible=True,
         ),
-        Check(
-            "alpha",
-            1,
-            "forward with alpha = 16, rank 4, a bias, inputs (2, 3, d_in)",
-            _layer_probe(20, 8, 4, 16.0, True, batch=(2, 3)),
-            _judge_forward,
-        ),
-        Check(
-            "frozen",
-            1,
-            "only lora_A and lora_B train; the base is kept as self.base",
-            _layer_probe(12, 10, 2, None, True),
-            _judge_frozen,
-        ),
-    ],
-    requirements=[
-        Requirement("the base's parameters frozen, the layer itself kept as self.base", ("frozen", "trains")),
-        Requirement(
-            "lora_A: a random nn.Parameter (rank, in_features); lora_B: a zero nn.Parameter (out_features, rank)",
-            ("starts_at_base", "trains", "frozen"),
-        ),
-        Requirement("equals the base layer before training (B = 0)", ("starts_at_base",)),
-        Requirement(
-            "forward: base(x) + (alpha / rank) x A^T B^T, for x of shape (..., in_features)",
-            ("forward", "alpha", "merge"),
-        ),
-        Requirement("alpha defaults to the rank (scale 1)", ("forward",)),
-        Requirement("both factors can train (and only they): each gets a gradient, the output moves", ("trains",)),
-        Requirement(
-            "merge(): a new nn.Linear with weight + (alpha / rank) B A and the base's bias, same outputs", ("merge",)
-        ),
-        Requirement("merge() leaves the base layer unchanged", ("merge",)),
     ],
 )
 
@@ -575,44 +509,15 @@ LORA_LINEAR = Exercise(
 # --- finetune_memory_gib ----------------------------------------------------------------------------
 
 
-@withheld
-def _memory_numbers(params, method) -> tuple[float, list[tuple[str, float]]]:
+def memory_numbers(params, method) -> tuple[float, list[tuple[str, float]]]:
     """The fine-tune's GiB by ``method``, and that method's common mistakes' numbers with their hints."""
-    gib = lambda per: params * per / lora.GiB  # noqa: E731
-    per = {"full": 16, "lora": 2, "qlora": 0.5}[method]
-    mistakes = {
-        "full": [
-            (
-                "12 bytes per parameter instead of 16: a 4-byte part is missing, the fp32 master copy or one of "
-                "Adam's two fp32 moments (2 + 2 + 8 + 4)",
-                gib(12),
-            ),
-            ("left out the gradients: full fine-tuning keeps one per weight, in bf16 (2 + 2 + 8 + 4)", gib(14)),
-            ("counted the gradients in fp32: they are bf16, 2 bytes (2 + 2 + 8 + 4)", gib(18)),
-            ("counted the weights alone: full fine-tuning adds gradients, Adam's moments and a master copy", gib(2)),
-        ],
-        "lora": [
-            ("counted the frozen weights in fp32, 4 bytes: LoRA keeps them in bf16, 2 bytes", gib(4)),
-            ("counted full fine-tuning's 16 bytes: LoRA's frozen weights have no gradients or moments", gib(16)),
-            ("counted the weights in 4 bits, as QLoRA does: LoRA keeps them in bf16, 2 bytes", gib(0.5)),
-        ],
-        "qlora": [
-            ("counted the NF4 weights as 1 byte: 4 bits is half a byte", gib(1)),
-            ("counted 4 bytes per weight: NF4 stores 4 bits, half a byte", gib(4)),
-            ("counted the frozen weights in bf16, 2 bytes, as LoRA does: QLoRA keeps them in 4 bits", gib(2)),
-            ("counted full fine-tuning's 16 bytes: QLoRA's frozen weights have no gradients or moments", gib(16)),
-        ],
-    }[method]
-    return lora.finetune_memory_gib(params, method), [
-        ("divided by 1e9: the answer is in GiB, 2**30 bytes", params * per / 1e9),
-        *mistakes,
-    ]
+    return ANSWERS.finetune_memory_gib(params, method), MISTAKES.of_finetune_memory_gib(params, method)
 
 
 @judges_value
-def _judge_memory(probe, got):
+def judge_memory(probe, got):
     method = probe["args"][1]
-    return judge_number(got, *_memory_numbers(*probe["args"]), f"the memory of {method}", rel=1e-6)
+    return judge_number(got, *memory_numbers(*probe["args"]), f"the memory of {method}", rel=1e-6)
 
 
 def memory_of_each(function, params) -> dict:
@@ -622,21 +527,14 @@ def memory_of_each(function, params) -> dict:
 
 
 @judges_value
-def _judge_memory_of_each(probe, got):
+def judge_memory_of_each(probe, got):
     params = probe["args"][0]
     wrong = [
         f"{method}: {verdict.hint}"
         for method, value in got.items()
-        if not (verdict := judge_number(value, *_memory_numbers(params, method), f"the memory of {method}")).passed
+        if not (verdict := judge_number(value, *memory_numbers(params, method), f"the memory of {method}")).passed
     ]
     return Verdict(not wrong, "; ".join(wrong))
-
-
-def _memory(method, params=None):
-    def make(rng):
-        return {"call": "finetune_memory_gib", "args": [params or float(rng.integers(1, 80)) * 1e9, method]}
-
-    return make
 
 
 FINETUNE_MEMORY = Exercise(
@@ -648,17 +546,9 @@ FINETUNE_MEMORY = Exercise(
             1,
             "7B: full fine-tune (about 104 GiB), LoRA (13 GiB), QLoRA (3.3 GiB)",
             lambda rng: {"call": "finetune_memory_gib", "scenario": memory_of_each, "args": [7e9]},
-            _judge_memory_of_each,
+            judge_memory_of_each,
             visible=True,
         ),
-        Check("lora", 1, "LoRA, another size", _memory("lora"), _judge_memory),
-        Check("qlora", 1, "QLoRA, another size", _memory("qlora"), _judge_memory),
-    ],
-    requirements=[
-        Requirement("full: 16 bytes per parameter (2 + 2 + 8 + 4)", ("7b",)),
-        Requirement("lora: 2 bytes per parameter", ("7b", "lora")),
-        Requirement("qlora: 0.5 bytes per parameter", ("7b", "qlora")),
-        Requirement("in GiB (2**30 bytes)", ("7b", "lora", "qlora")),
     ],
 )
 

@@ -8,7 +8,7 @@ import torch
 
 from course import quantization, timing
 from course.kernels import int4
-from course.quantization import gaussian_matrix, nf4_levels, quantize, quantize_dequantize, quantize_nf4
+from course.quantization import gaussian_matrix, nf4_levels, quantize, quantize_nf4, round_trip
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:
@@ -23,7 +23,7 @@ def _round_trip_speed(device: torch.device, bound: float) -> None:
     and bfloat16, against the memory bandwidth ``bound`` (GB/s)."""
     print("\n== chapter 3: quantization ==")
     weight = gaussian_matrix(4096, 4096).to(device)
-    seconds = timing.median_seconds(lambda: quantize_dequantize(weight, 4, 64), device, repeats=5)
+    seconds = timing.median_seconds(lambda: round_trip(weight, 4, 64), device, repeats=5)
     moved = 2 * weight.numel() * 4  # read the float32 weights, write them back
     print(
         f"int4 g64 round trip, 4096x4096: {1e3 * seconds:.1f} ms, {timing.gb_per_s(moved, seconds):.1f} GB/s "
@@ -96,7 +96,14 @@ def _calibrated_losses() -> dict[str, float]:
     calibrated = quantization.course_model_calibrated()
     target, held_out, statistics, baseline = calibrated
     bits_list = quantization.AWQ_BITS  # GPTQ at these widths only: the others would not be recorded
-    by_method = quantization.gptq_against_rtn(target, statistics["hessian"], held_out, bits_list)
+    by_method = quantization.gptq_against_rtn(
+        target,
+        statistics["hessian"],
+        held_out,
+        bits_list,
+        quantize_dequantize=quantization.round_trip,
+        gptq_quantize=quantization.quantize_gptq,
+    )
     awq = quantization.course_model_awq(calibrated)
     losses = {**by_method, "AWQ": {bits: awq[bits]["loss"] for bits in bits_list}}
     gaps = {}

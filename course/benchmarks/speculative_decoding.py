@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from course import checkpoints, corpus
-from course.speculative_decoding import PromptLookupDraft, drafts_reading, measure_drafts, training_ngram_draft
+from course.answers.speculative_decoding import measure_drafts, training_ngram_draft
+from course.speculative_decoding import PromptLookupDraft, course_answer, drafts_reading
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, dict]:
@@ -26,7 +27,8 @@ def benchmark(device: torch.device, bound: float) -> dict[str, dict]:
     new, k = 200, 4
     report = {}
     for temperature, label in ((0.0, "greedy"), (1.0, "sampled")):
-        results = measure_drafts(target, drafts, prompts, k, new, temperature, repeats=3)
+        formula = course_answer("expected_tokens_per_call")
+        results = measure_drafts(target, drafts, prompts, k, new, temperature, repeats=3, tokens_per_call=formula)
         print(f"-- {label}, k = {k}, {len(prompts)} prompts x {new} tokens --")
         for name, r in results.items():
             print(

@@ -325,7 +325,7 @@ def agreement(size: int = 1024, group_size: int = 64, device_type: str = "cpu", 
     x = torch.randn(1, size, generator=torch.Generator().manual_seed(seed + 1)).to(device)
     fused = layer(x)
     reference = reference_linear(x, layer.codes, layer.scale)
-    difference = quantization.relative_error(reference, fused)
+    difference = quantization.relative_norm_error(reference, fused)
     return {"layer": str(layer), "path": layer.path, "why": layer.why_reference(), "difference": difference}
 
 

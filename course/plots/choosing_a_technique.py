@@ -81,7 +81,7 @@ class GuideChart(Chart):
         self.where.set_text(f"Changes behaviour: {advice.changes_behaviour}.  Measured in {advice.chapter}.")
         params = params_billion * 1e9
         needs = [weights_gib(params_billion, bits) for bits in (16, 8, 4)]
-        needs += [lora.finetune_memory_gib(params, kind) for kind in ("full", "lora", "qlora")]
+        needs += [lora.course_answer("finetune_memory_gib")(params, kind) for kind in ("full", "lora", "qlora")]
         room = HEADROOM * gpu_gib
         for i, (bar, gib) in enumerate(zip(self.bars, needs, strict=True)):
             bar.set_height(gib)
@@ -285,7 +285,7 @@ def withheld_calls() -> None:
     the capstone cell measures before a configuration is written)."""
     for params in PARAMS:
         for kind in ("full", "lora", "qlora"):
-            lora.finetune_memory_gib(params * 1e9, kind)
+            lora.course_answer("finetune_memory_gib")(params * 1e9, kind)
     for weights in FORMAT_BITS:
         for group in _groups(weights):
             for calibration in technique.CALIBRATIONS if weights in CALIBRATED else ("none",):

@@ -32,23 +32,23 @@ def _spectrum(true_rank: int, noise: float, size: int, seed: int) -> tuple[np.nd
     return singular, lora.noise_share(size, size, true_rank, noise, seed)
 
 
-@functools.lru_cache(maxsize=32)
-def _course_errors(true_rank: int, noise: float, size: int, seed: int) -> list[float]:
-    """The course's best error at ranks 1..32 (in the learners' copy: its recordings), kept per change."""
-    return lora.rank_errors(size, size, true_rank, noise, seed, RANKS)
-
-
 class RankErrorChart(Chart):
     """A rank-``true_rank`` change plus noise: its singular values, and the best error at each rank.
 
-    Drawn by ``best_low_rank_error`` and ``lora_parameters`` when given (a notebook's own), else by
-    the course's (in the learners' copy: its recorded curves, those of :func:`withheld_calls`)."""
+    Drawn by ``rank_errors`` (:func:`course.lora.rank_errors` by a notebook's ``best_low_rank_error``,
+    :func:`course.lora.your_rank_errors`) and ``lora_parameters`` when given, else by the course's
+    answers: asked, when the chart is built, for every curve and count the widget can show."""
 
-    def __init__(self, size: int = 64, seed: int = 0, best_low_rank_error=None, lora_parameters=None):
+    def __init__(self, size: int = 64, seed: int = 0, rank_errors=None, lora_parameters=None):
         super().__init__(10, 3.4, left=0.07, wspace=0.28)
         self.size, self.seed = size, seed
-        self.best_low_rank_error, self.lora_parameters = best_low_rank_error, lora_parameters
-        self.errors = {}  # (true_rank, noise) -> the given best_low_rank_error at ranks 1..32
+        self.rank_errors = rank_errors or lora.COURSE.rank_errors
+        lora_parameters = lora_parameters or lora.course_answer("lora_parameters")
+        self.errors = {}  # (true_rank, noise) -> the best error at ranks 1..32
+        for true_rank in TRUE_RANKS:  # every curve of the widget, asked now
+            for noise in NOISES:
+                self._errors(true_rank, noise)
+        self.numbers = {rank: lora_parameters(size, size, rank) for rank in RANKS}
         self.ax_s, self.ax_e = self.figure.subplots(1, 2)
         self.bars = self.moving(*self.ax_s.bar(range(1, 33), [0] * 32, color=GREY))
         self.ax_s.set_xlim(0, 33)
@@ -65,11 +65,8 @@ class RankErrorChart(Chart):
         self.legend = self.moving(self.ax_e.legend(fontsize=8, loc="upper right"))
 
     def _errors(self, true_rank: int, noise: float) -> list[float]:
-        if self.best_low_rank_error is None:
-            return _course_errors(true_rank, noise, self.size, self.seed)
         if (true_rank, noise) not in self.errors:
-            delta = lora.low_rank_change(self.size, self.size, true_rank, noise, self.seed)
-            self.errors[true_rank, noise] = [float(self.best_low_rank_error(delta, rank)) for rank in RANKS]
+            self.errors[true_rank, noise] = self.rank_errors(self.size, self.size, true_rank, noise, self.seed, RANKS)
         return self.errors[true_rank, noise]
 
     def update(self, rank: int = 4, true_rank: int = 4, noise: float = 0.05) -> RankErrorChart:
@@ -87,8 +84,7 @@ class RankErrorChart(Chart):
         labels = self.legend.get_texts()
         labels[0].set_text(f"rank {rank}: {100 * errors[rank - 1]:.1f}% error")
         labels[1].set_text(f"the noise alone: {100 * floor:.1f}%")
-        numbers = (self.lora_parameters or lora.lora_parameters)(self.size, self.size, rank)
-        self.ax_e.set_title(f"the floor for any adapter (r = {rank}: {numbers} numbers)")
+        self.ax_e.set_title(f"the floor for any adapter (r = {rank}: {self.numbers[rank]} numbers)")
         return self
 
 
@@ -103,21 +99,7 @@ NOISES = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 MODELS = (1, 3, 7, 13, 34, 70)  # billions of parameters: the memory widget's choices
 
 
-def withheld_calls() -> None:
-    """Every curve the rank widget can draw and every bar the memory widget can label, so that the
-    learners' copy records them (``course/withheld.py``)."""
-    for true_rank in TRUE_RANKS:
-        for noise in NOISES:
-            lora.rank_errors(64, 64, true_rank, noise, 0, RANKS)
-    for rank in RANKS:
-        lora.lora_parameters(64, 64, rank)
-    for params in MODELS:
-        for method in PARTS:
-            lora.finetune_memory_gib(params * 1e9, method)
-    lora.chapter_recordings()
-
-
-def widget_rank_error(best_low_rank_error=None, lora_parameters=None) -> None:
+def widget_rank_error(rank_errors=None, lora_parameters=None) -> None:
     """Sliders for the adapter's rank, the change's true rank and the noise over :class:`RankErrorChart`,
     drawn by the functions given (a notebook's own) or the course's."""
     controls = {
@@ -125,7 +107,7 @@ def widget_rank_error(best_low_rank_error=None, lora_parameters=None) -> None:
         "true_rank": slider("IntSlider", min=1, max=TRUE_RANKS[-1], value=4, description="true rank of the change"),
         "noise": slider("SelectionSlider", options=list(NOISES), value=0.05, description="noise"),
     }
-    chart = RankErrorChart(best_low_rank_error=best_low_rank_error, lora_parameters=lora_parameters)
+    chart = RankErrorChart(rank_errors=rank_errors, lora_parameters=lora_parameters)
     interactive(chart, controls, "What rank does a change need?")
 
 
@@ -147,11 +129,16 @@ class FinetuneMemoryChart(Chart):
     """Weights and training state of full fine-tuning, LoRA and QLoRA, stacked, against one GPU.
 
     The bars stack the bytes per parameter of :data:`PARTS`; the totals above them are
-    ``finetune_memory_gib``'s when given (a notebook's own), else the course's."""
+    ``finetune_memory_gib``'s when given (a notebook's own), else the course's answer's: asked, when
+    the chart is built, for every model size of the widget."""
 
     def __init__(self, finetune_memory_gib=None):
         super().__init__(7, 3.4, left=0.1, right=0.7)
-        self.finetune_memory_gib = finetune_memory_gib or lora.finetune_memory_gib
+        finetune_memory_gib = finetune_memory_gib or lora.course_answer("finetune_memory_gib")
+        self.finetune_memory_gib = functools.cache(finetune_memory_gib)
+        for params in MODELS:
+            for method in PARTS:
+                self.finetune_memory_gib(params * 1e9, method)
         self.ax = ax = self.figure.subplots()
         self.segments = []  # (method, part, bar, bytes per parameter)
         for x, method in enumerate(PARTS):
@@ -210,15 +197,20 @@ def widget_finetune_memory(finetune_memory_gib=None) -> None:
 
 
 def plot_adapter_losses(
-    base: float, by_rank: dict[int, float], full: float | None = None, qlora: dict[int, float] | None = None
+    base: float,
+    by_rank: dict[int, float],
+    full: float | None = None,
+    qlora: dict[int, float] | None = None,
+    adapters: str = "LoRA (fp32 base)",
 ) -> Figure:
-    """Held-out-domain loss after fine-tuning, against the adapter's rank (log axis); with no
-    adapter's loss (``by_rank`` empty), the base's and the full fine-tune's lines only."""
+    """Held-out-domain loss after fine-tuning, against the adapter's rank (log axis), the adapters'
+    curve labelled ``adapters`` (whose they are); with no adapter's loss (``by_rank`` empty), the
+    base's and the full fine-tune's lines only."""
     fig = new_figure(6, 3.4, left=0.13)
     ax = fig.subplots()
     ranks = sorted(by_rank)
     if ranks:
-        ax.plot(ranks, [by_rank[r] for r in ranks], "o-", color=BLUE, label="LoRA (fp32 base)")
+        ax.plot(ranks, [by_rank[r] for r in ranks], "o-", color=BLUE, label=adapters)
     if qlora:
         ax.plot(sorted(qlora), [qlora[r] for r in sorted(qlora)], "s--", color=PURPLE, label="QLoRA (NF4 base)")
     ax.axhline(base, color=GREY, ls=":", label=f"base model: {base:.3f}")

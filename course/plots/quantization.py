@@ -33,8 +33,10 @@ class QuantizationChart(Chart):
     """One matrix with outlier columns, quantized: row 0 against its quantized values, the values
     row 0 comes back as, and the relative error of every granularity at this bit width.
 
-    Drawn by ``quantize_dequantize`` and ``relative_error`` when given (a notebook's own), else by
-    the course's (in the learners' copy: its recorded views, those of :func:`withheld_calls`)."""
+    Drawn by ``quantize_dequantize`` and ``relative_error`` when both are given (a notebook's own),
+    else by the course's views (in the learners' copy: those recorded, at the outlier magnitudes of
+    :data:`RECORDED_OUTLIERS`). While the learners' copy is recorded, the chart asks the course for
+    every view it can show at those magnitudes when it is built."""
 
     def __init__(self, seed: int = 0, rows: int = 128, cols: int = 512, quantize_dequantize=None, relative_error=None):
         super().__init__(11, 3.2, left=0.07)
@@ -44,6 +46,11 @@ class QuantizationChart(Chart):
             raise ValueError(
                 f"the course's views are of a matrix of {quantization.QUANTIZATION_VIEW}: (rows, cols, seed)"
             )
+        if withheld.is_recording():  # every view of the course's that a blank notebook's sliders can show
+            for outlier in RECORDED_OUTLIERS:
+                for bits in BITS_CHOICES:
+                    for group in quantization.VIEW_GROUPS:
+                        quantization.recorded_quantization_view(bits, group, outlier)
         self.ax_row, self.ax_values, self.ax_err = self.figure.subplots(1, 3)
         ordinary = quantization.outlier_matrix(rows, cols, magnitude=1.0, seed=seed)[0].numpy()
         lim = float(np.quantile(np.abs(ordinary), 0.98)) * 1.2  # zoom on the ordinary weights
@@ -70,18 +77,7 @@ class QuantizationChart(Chart):
 
     def _view(self, bits: int, group_size, outlier: float) -> dict:
         if all(self.yours.values()):
-            rows, cols = self.shape
-            weight = quantization.outlier_matrix(rows, cols, magnitude=outlier, seed=self.seed)
-            round_trip, error = self.yours["quantize_dequantize"], self.yours["relative_error"]
-
-            def approx(group):
-                if group == "tensor":
-                    return round_trip(weight.reshape(1, -1), bits, None).reshape(weight.shape)
-                return round_trip(weight, bits, None if group == "row" else group)
-
-            chosen = approx(group_size)
-            errors = [error(weight, approx(group)) for group in quantization.VIEW_GROUPS]
-            return {"row": chosen[0], "zero_share": (chosen == 0).float().mean().item(), "errors": errors}
+            return quantization.quantization_view(bits, group_size, outlier, **self.yours)
         try:
             return quantization.recorded_quantization_view(bits, group_size, float(outlier))
         except withheld.NotRecorded:
@@ -134,7 +130,7 @@ RECORDED_OUTLIERS = (1.0, 20.0)  # the outlier magnitudes whose views the learne
 
 def widget_quantization(quantize_dequantize=None, relative_error=None) -> None:
     """Sliders for bits, group size and outlier magnitude over :class:`QuantizationChart`, drawn by
-    the functions given (a notebook's own) or the course's."""
+    the functions given (a notebook's own) or the course's views."""
     controls = {
         "bits": slider("IntSlider", value=4, min=BITS_CHOICES[0], max=BITS_CHOICES[-1], description="bits"),
         "group_size": slider("Dropdown", options=list(GROUP_CHOICES), value="row", description="scales"),
@@ -142,17 +138,6 @@ def widget_quantization(quantize_dequantize=None, relative_error=None) -> None:
     }
     chart = QuantizationChart(quantize_dequantize=quantize_dequantize, relative_error=relative_error)
     interactive(chart, controls, "Quantization error: bits, scales and outliers")
-
-
-def withheld_calls() -> None:
-    """What the chapter's cells and sliders ask of the course before the learner's functions are
-    written, so that the learners' copy records it (``course/withheld.py``): every bit width and
-    granularity at the outlier magnitudes of :data:`RECORDED_OUTLIERS`, and the chapter's numbers."""
-    for outlier in RECORDED_OUTLIERS:
-        for bits in BITS_CHOICES:
-            for group in quantization.VIEW_GROUPS:
-                quantization.recorded_quantization_view(bits, group, outlier)
-    quantization.chapter_recordings()
 
 
 def plot_granularity_bars(with_outliers: dict[str, float], without_outliers: dict[str, float]) -> Figure:
@@ -189,7 +174,7 @@ def plot_outlier_row(outlier: float = 4.2, seed: int = 3) -> Figure:
         (axes[0], row, "without the outlier"),
         (axes[1], spiked, f"weight 0 set to {outlier:g}"),
     ):
-        approx = quantization.quantize_dequantize(weights, 8)
+        approx = quantization.round_trip(weights, 8)
         step = weights.abs().max().item() / 127
         x = np.arange(1, 64)
         ax.stem(x, weights[0, 1:].numpy(), linefmt=GREY, markerfmt="o", basefmt=" ", label="weight")
@@ -203,9 +188,10 @@ def plot_outlier_row(outlier: float = 4.2, seed: int = 3) -> Figure:
 def plot_bits_sweep(errors, groups=(None, 128, 32), bits_range=range(2, 9)) -> Figure:
     """Relative error against bit width for several granularities, on a log scale. ``errors`` is
     :func:`course.quantization.bits_sweep`'s (label -> one error per width), or a weight matrix to
-    sweep with the course's quantizer."""
+    sweep with the course's round trip."""
     if isinstance(errors, torch.Tensor):
-        errors = quantization.bits_sweep(errors, groups, bits_range)
+        course = {"quantize_dequantize": quantization.round_trip, "relative_error": quantization.relative_norm_error}
+        errors = quantization.bits_sweep(errors, groups, bits_range, **course)
     fig = new_figure(5.5, 3.2, left=0.15)
     ax = fig.subplots()
     for label, by_bits in errors.items():

@@ -3,10 +3,7 @@ measured drafts placed on the formula's map of alpha and c."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 
 from course import speculative_decoding
@@ -23,44 +20,42 @@ from course.plots._widgets import (
     slider,
 )
 
-
-def _pair_with_alpha(alpha: float):
-    """A target p and a draft q with sum min(p, q) = alpha exactly: they share alpha of their mass."""
-    p = torch.tensor([alpha, 1 - alpha, 0.0], dtype=torch.float64)
-    q = torch.tensor([alpha, 0.0, 1 - alpha], dtype=torch.float64)
-    return p, q
-
-
-@functools.lru_cache(maxsize=128)
-def _simulated(alpha: float, ks: tuple[int, ...]) -> tuple[float, list[float]]:
-    p, q = _pair_with_alpha(alpha)
-    sims = [speculative_decoding.simulate_tokens_per_call(p, q, x, 5000, seed=x) for x in ks]
-    return speculative_decoding.acceptance_rate(p, q), sims
-
-
 LONGEST = 32  # the longest draft the best k is sought among
-
-
-def _formula(alpha: float, cost: float, ks: list[int]) -> tuple[list[float], list[float], int]:
-    """The formula's tokens per call at each of ``ks``, its speed-ups at k = 1 to ``LONGEST``, and the best k."""
-    tokens = [speculative_decoding.expected_tokens_per_call(alpha, x) for x in ks]
-    speeds = speculative_decoding.speedups([alpha], list(range(1, LONGEST + 1)), [cost])[0][0]
-    return tokens, speeds, speculative_decoding.best_draft_length(alpha, cost, LONGEST)
+ALPHAS = [round(0.1 + 0.01 * i, 2) for i in range(90)]  # the widget's choices: 0.1 to 0.99
+COSTS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 class SpeculativeChart(Chart):
-    """Expected tokens per target call and wall-clock speed-up against the draft length k."""
+    """Expected tokens per target call and wall-clock speed-up against the draft length k, by the
+    chapter's ``expected_tokens_per_call`` and ``speculative_speedup`` (None: the course's answers),
+    and the tokens per call of simulated calls of the course's rule (dots). Built, it asks both
+    functions every view the widget's sliders can show (:data:`ALPHAS` x :data:`COSTS`), and other
+    alphas and costs when drawn."""
 
     KS = list(range(1, 17))
 
-    def __init__(self, simulate: bool = True):
+    def __init__(self, expected_tokens_per_call=None, speculative_speedup=None, simulate: bool = True):
         super().__init__(10, 3.4, left=0.07, wspace=0.28)
+        self.tokens_per_call = expected_tokens_per_call or speculative_decoding.course_answer(
+            "expected_tokens_per_call"
+        )
+        self.speedup = speculative_speedup or speculative_decoding.course_answer("speculative_speedup")
         self.simulate = simulate
+        self.tokens, self.speeds = {}, {}
+        for alpha in ALPHAS:
+            self._tokens(alpha)
+            for cost in COSTS:
+                self._speeds(alpha, cost)
+        self.simulated = {}
+        if simulate:
+            ks = self.KS[::3]
+            table = speculative_decoding.COURSE.simulated_tokens_per_call(ALPHAS, ks)
+            self.simulated = dict(zip(ALPHAS, table, strict=True))
         self.ax_t, self.ax_s = self.figure.subplots(1, 2)
         self.formula = self.moving(*self.ax_t.plot([], [], "-", color=GREY, label="formula"))
         handles = [self.formula]
         if simulate:
-            self.sims = self.moving(*self.ax_t.plot([], [], "o", color=BLUE, label=" "))
+            self.sims = self.moving(*self.ax_t.plot([], [], "o", color=BLUE, label="simulated"))
             handles.append(self.sims)
         self.star_t = self.moving(*self.ax_t.plot([], [], "*", color=RED, ms=12))
         self.ax_t.set_xlim(0, 17)
@@ -76,13 +71,31 @@ class SpeculativeChart(Chart):
         self.moving(self.ax_s.title)
         self.legend_s = self.moving(self.ax_s.legend(fontsize=8, loc="upper right"))
 
+    def _tokens(self, alpha: float) -> list[float]:
+        """The tokens per call at ``alpha`` for each of :attr:`KS`."""
+        if alpha not in self.tokens:
+            self.tokens[alpha] = [self.tokens_per_call(alpha, k) for k in self.KS]
+        return self.tokens[alpha]
+
+    def _speeds(self, alpha: float, cost: float) -> list[float]:
+        """The speed-ups at ``alpha`` and ``cost`` for k = 1 to :data:`LONGEST`."""
+        if (alpha, cost) not in self.speeds:
+            self.speeds[alpha, cost] = speculative_decoding.speedups(
+                [alpha], list(range(1, LONGEST + 1)), [cost], self.speedup
+            )[0][0]
+        return self.speeds[alpha, cost]
+
     def update(self, alpha: float = 0.8, k: int = 4, cost: float = 0.05) -> SpeculativeChart:
-        tokens, speeds, best = _formula(alpha, cost, self.KS)
+        alpha = round(alpha, 2) if abs(alpha - round(alpha, 2)) < 1e-9 else alpha  # a slider's 0.8000000000000002
+        tokens, speeds = self._tokens(alpha), self._speeds(alpha, cost)
+        best = 1 + speeds.index(max(speeds))
         self.formula.set_data(self.KS, tokens)
         if self.simulate:
-            measured, sims = _simulated(alpha, tuple(self.KS[::3]))
+            sims = (
+                self.simulated.get(alpha)
+                or speculative_decoding.COURSE.simulated_tokens_per_call([alpha], self.KS[::3])[0]
+            )
             self.sims.set_data(self.KS[::3], sims)
-            self.legend_t.get_texts()[1].set_text(f"simulated (alpha {measured:.2f})")
         self.star_t.set_data([k], [tokens[k - 1]])
         self.ax_t.set_ylim(0, nice_ceiling(max(tokens) * 1.1))
         self.ax_t.set_title(f"alpha = {alpha:.2f}")
@@ -99,32 +112,20 @@ class SpeculativeChart(Chart):
 
 
 def plot_speculative(alpha: float = 0.8, k: int = 4, cost: float = 0.05, simulate: bool = True) -> Figure:
-    """Expected tokens per target call and wall-clock speed-up against the draft length k."""
-    return SpeculativeChart(simulate).update(alpha, k, cost).figure
+    """Expected tokens per target call and wall-clock speed-up against the draft length k, by the course's answers."""
+    return SpeculativeChart(simulate=simulate).update(alpha, k, cost).figure
 
 
-ALPHAS = [round(0.1 + 0.01 * i, 2) for i in range(90)]  # the widget's choices: 0.1 to 0.99
-COSTS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5)
-
-
-def withheld_calls() -> None:
-    """Every view the widget can draw, so that the learners' copy records them (``course/withheld.py``):
-    at each alpha its curve and simulations, at each alpha and cost its speed-ups (the draft
-    length k only moves the star)."""
-    for alpha in ALPHAS:
-        _simulated(alpha, tuple(SpeculativeChart.KS[::3]))
-        for cost in COSTS:
-            _formula(alpha, cost, SpeculativeChart.KS)
-
-
-def widget_speculative() -> None:
-    """Sliders for the acceptance rate, the draft length and the draft's cost over :class:`SpeculativeChart`."""
+def widget_speculative(expected_tokens_per_call=None, speculative_speedup=None) -> None:
+    """Sliders for the acceptance rate, the draft length and the draft's cost over :class:`SpeculativeChart`
+    (drawn by ``expected_tokens_per_call`` and ``speculative_speedup``; None: the course's answers)."""
     controls = {
         "alpha": slider("FloatSlider", min=0.1, max=0.99, step=0.01, value=0.8, description="alpha"),
         "k": slider("IntSlider", min=1, max=16, value=4, description="k"),
         "cost": slider("SelectionSlider", options=list(COSTS), value=0.05, description="draft cost c"),
     }
-    interactive(SpeculativeChart(), controls, "How much does speculation buy?")
+    chart = SpeculativeChart(expected_tokens_per_call, speculative_speedup)
+    interactive(chart, controls, "How much does speculation buy?")
 
 
 DRAFT_COLOURS = (GREY, BLUE, ORANGE, RED)
@@ -155,18 +156,21 @@ def _free_offset(point, taken, scale, frame, width=34.0, height=11.0):
     return inside[0]
 
 
-def plot_drafts(measured: dict[str, dict], k: int = 4) -> Figure:
+def plot_drafts(measured: dict[str, dict], k: int = 4, speculative_speedup=None) -> Figure:
     """The formula's speed-up at ``k`` drafted tokens as a map over alpha and c, with each measured
     draft placed at its own alpha and c and labelled, on the map, with the speed-up it really
     achieved (the labels are moved apart where points crowd).
 
     ``measured`` maps a label to a result of :func:`course.speculative_decoding.measure_drafts`
     (``alpha``, ``cost``, ``speedup``, ``temperature``); greedy runs are filled markers, sampled
-    runs hollow ones, one colour and one shape per draft.
+    runs hollow ones, one colour and one shape per draft. The map is ``speculative_speedup``'s (the
+    chapter's exercise; None: the course's answer) on a grid of 60 alphas by 60 costs.
     """
-    alphas = np.linspace(0.0, 0.99, 100)
-    costs = np.logspace(-3, 0, 100)
-    grid = np.array(speculative_decoding.speedups(alphas.tolist(), [k], costs.tolist()))[:, :, 0]  # (costs, alphas)
+    speculative_speedup = speculative_speedup or speculative_decoding.course_answer("speculative_speedup")
+    alphas = np.linspace(0.0, 0.99, 60)
+    costs = np.logspace(-3, 0, 60)
+    grid = speculative_decoding.speedups(alphas.tolist(), [k], costs.tolist(), speculative_speedup)
+    grid = np.array(grid)[:, :, 0]  # (costs, alphas)
     fig = new_figure(8.6, 5.6, left=0.1, right=0.97, bottom=0.3, top=0.93)
     ax = fig.subplots()
     levels = [0.5, 1, 1.5, 2, 3, 4]
@@ -231,7 +235,7 @@ def plot_drafts(measured: dict[str, dict], k: int = 4) -> Figure:
     ax.set(
         xlabel="acceptance rate alpha",
         ylabel="draft cost c (target steps per drafted token)",
-        title=f"formula's speed-up at k = {k} (contours) and the speed-ups measured here (labels)",
+        title=f"formula's speed-up at k = {k} (contours) and the measured speed-ups (labels)",
     )
     ax.legend(
         fontsize=8,
