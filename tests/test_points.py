@@ -54,14 +54,12 @@ from course import paths, wire, withheld
 # becomes fixed fails this test until its line goes. Chapter helpers take their chapter off as they
 # fix it. Today's do-nothing and hard-coded scores: `python tests/test_points.py`.
 NOT_FIXED = {
-    "01_prefill_decode": "hard-coding pays: prefill_flops 1/2, critical_batch_size 2/3",
     "02_lora": "best_low_rank_error.exact for a constant 0.0; lora_linear's base alone, frozen, earns "
     "starts_at_base and frozen; hard-coding pays: lora_parameters 1/2",
     "03_quantization": "hard-coding pays: effective_bits 1/2",
     "04_kv_cache": "hard-coding pays: kv_cache_bytes 2/3, pages_needed 1/2",
     "06_speculative_decoding": "speculative_token returning zeros, (0, False), earns contract; hard-coding pays: "
     "acceptance_rate 1/2, expected_tokens_per_call 2/3, speculative_speedup 1/2",
-    "07_distillation": "prune_smallest returning its input, or zeros, earns copy",
     "08_in_practice": "hard-coding pays: kv_cache_bytes_from_config 2/4, lora_trainable_parameters 2/4",
     "09_choosing_a_technique": "trivial answers and hard-coding earn points",
 }
