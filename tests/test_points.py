@@ -54,8 +54,6 @@ from course import paths, wire, withheld
 # becomes fixed fails this test until its line goes. Chapter helpers take their chapter off as they
 # fix it. Today's do-nothing and hard-coded scores: `python tests/test_points.py`.
 NOT_FIXED = {
-    "01_prefill_decode": "hard-coding pays: prefill_flops 1/2, critical_batch_size 2/3",
-    "07_distillation": "prune_smallest returning its input, or zeros, earns copy",
     "09_choosing_a_technique": "trivial answers and hard-coding earn points",
 }
 

@@ -281,22 +281,26 @@ def _judge_critical(probe, got):
     return judge_number(got, *_critical_numbers(*probe["args"]), "the batch size", unit="sequences")
 
 
-def _on_an_a100(name: str, points: int, what: str, bytes_per_param: float) -> Check:
-    """A visible check of the critical batch on an A100-80G (312 TFLOP/s, 2.039 TB/s)."""
-    args = [312e12, 2.039e12, bytes_per_param]
-    return Check(
-        name, points, what, _numbers("critical_batch_size", lambda rng: list(args)), _judge_critical, visible=True
-    )
+def _on_an_a100(bytes_per_param: float):
+    """The probe of a visible check of the critical batch on an A100-80G (312 TFLOP/s, 2.039 TB/s).
+    The checks stay written out below: the learners' copy's build tells visible checks by their
+    ``visible=True`` where they are declared."""
+    return _numbers("critical_batch_size", lambda rng: [312e12, 2.039e12, bytes_per_param])
 
 
 CRITICAL = Exercise(
     "critical_batch_size",
     ("critical_batch_size",),
     [
-        _on_an_a100("a100_bf16", 1, "A100-80G in bf16 (about 153)", 2),
-        _on_an_a100("a100_int8", 0, "A100-80G with int8 weights (about 77)", 1),
-        _on_an_a100(
-            "a100_fp32", 0, "A100-80G with fp32 weights (about 306): at 4 bytes no two mistakes give the same number", 4
+        Check("a100_bf16", 1, "A100-80G in bf16 (about 153)", _on_an_a100(2), _judge_critical, visible=True),
+        Check("a100_int8", 0, "A100-80G with int8 weights (about 77)", _on_an_a100(1), _judge_critical, visible=True),
+        Check(
+            "a100_fp32",
+            0,
+            "A100-80G with fp32 weights (about 306): at 4 bytes no two mistakes give the same number",
+            _on_an_a100(4),
+            _judge_critical,
+            visible=True,
         ),
         Check(
             "int8",
