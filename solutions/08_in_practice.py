@@ -844,7 +844,7 @@ for label, k in (("prompt lookup", 8), ("int8 draft", 4)):
     print(
         f"{label:13s}: identical to greedy: {torch.equal(tokens, greedy)}; {len(rounds)} target calls "
         f"for {new} tokens ({per_call:.2f} a call; chapter 6's formula at the measured acceptance {alpha:.2f}: "
-        f"{speculative.expected_tokens_per_call(alpha, k):.2f})"
+        f"{speculative.course_answer('expected_tokens_per_call')(alpha, k):.2f})"
     )
 
 # %% [markdown]

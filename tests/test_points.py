@@ -51,11 +51,8 @@ from autograder.selfcheck import VISIBLE_SEED
 from course import paths, wire, withheld
 
 # The chapters whose points still pay for no work, each a strict expected failure: a chapter that
-# becomes fixed fails this test until its line goes. Chapter helpers take their chapter off as they
-# fix it. Today's do-nothing and hard-coded scores: `python tests/test_points.py`.
-NOT_FIXED = {
-    "09_choosing_a_technique": "trivial answers and hard-coding earn points",
-}
+# becomes fixed fails this test until its line goes. None today; the scores: `python tests/test_points.py`.
+NOT_FIXED: dict[str, str] = {}
 
 SEED = 7  # the submission's seed (any other gives other random inputs; the fixed ones do not move)
 

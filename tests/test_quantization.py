@@ -1065,7 +1065,7 @@ def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
 
     awq = awq_source(approx="quantize_dequantize(weight * s, bits, group_size) / s")
     for helper, wrong in (
-        (quantize_variant(levels="2 ** bits - 1"), {"uniform", *SEARCHED}),
+        (quantize_variant(levels="2 ** bits - 1"), {"uniform", *SEARCHED, "bad_group"}),
         (quantize_variant(), set()),
     ):
         found = verdicts("awq_quantize", helper + awq)
@@ -1078,9 +1078,9 @@ def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
         assert ("calls your quantize_dequantize, which fails its own checks" in notes) == bool(wrong), notes
 
 
-# The course's own answer to the exercise a scenario drives (gptq_on_a_copy), for test_grader's
-# check that scenarios run on their own.
-SCENARIO_ANSWERS = {"gptq_quantize": ANSWERS.gptq_quantize}
+# The course's own answers to the exercises a scenario drives (gptq_on_a_copy, rejects_a_bad_group),
+# for test_grader's check that scenarios run on their own.
+SCENARIO_ANSWERS = {name: getattr(ANSWERS, name) for name in ("quantize_dequantize", "gptq_quantize", "awq_quantize")}
 
 
 DO_NOTHING = {  # answers that do no work (issue 55), each written for every exercise's names

@@ -146,6 +146,9 @@ SEARCHED = ("salient", "per_row", "dead_channel")  # the checks whose answer com
 
 
 def _failing(checks, words: str) -> tuple[set[str], str]:
+    """The checks a mistake fails: with per_row, bad_group too, which judges the result on a group size
+    that divides the columns beside its ValueError on one that does not."""
+    checks = (*checks, "bad_group") if "per_row" in checks else checks
     return {f"awq_quantize.{c}" for c in checks}, words
 
 

@@ -162,7 +162,9 @@ def gptq_source(damping="damping", factor=UPPER, scale_source="w", update=UPDATE
     return GPTQ_ANSWER.format(damping=damping, factor=factor, scale_source=scale_source, update=update)
 
 
-COMPENSATED = {f"gptq_quantize.{c}" for c in ("per_row", "groups", "copy", "dtype", "few_samples", "output_error")}
+COMPENSATED = {
+    f"gptq_quantize.{c}" for c in ("per_row", "groups", "copy", "dtype", "few_samples", "output_error", "bad_group")
+}  # bad_group: the codes on a group size that divides the columns, beside the ValueError on one that does not
 GROUPED = COMPENSATED - {"gptq_quantize.per_row"}  # per row, one group: no scale to take too early
 
 PLANTED = {  # graded end to end: the prompt says to work on a copy; the sandbox runs the scenario that sees it
