@@ -24,7 +24,6 @@ STILL_EDITED = (
     "course/quantization/packing.py",
     "course/stored_weights.py",
     "autograder/chapters/choosing_a_technique.py",
-    "autograder/chapters/in_practice.py",
     "autograder/chapters/prefill_decode.py",
 )
 
