@@ -18,7 +18,6 @@ STILL_EDITED = (
     "course/advice.py",
     "course/calibrated.py",
     "course/choosing_a_technique.py",
-    "course/in_practice.py",
     "course/kernels/int4.py",
     "course/prefill_decode.py",
     "course/quantization/packing.py",
