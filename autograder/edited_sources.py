@@ -19,11 +19,9 @@ STILL_EDITED = (
     "course/calibrated.py",
     "course/choosing_a_technique.py",
     "course/kernels/int4.py",
-    "course/prefill_decode.py",
     "course/quantization/packing.py",
     "course/stored_weights.py",
     "autograder/chapters/choosing_a_technique.py",
-    "autograder/chapters/prefill_decode.py",
 )
 
 
