@@ -109,7 +109,7 @@ RUNS_WITHOUT_ANSWERS = (  # chapters whose cells get their numbers as the copy c
 # are recorded, its check cells' are not (the visible checks are recorded apart, the hidden ones never)
 RECORDING = "release-recording"  # their tag
 _RECORD_FROM_HERE = "from course import withheld as _withheld\n_recorded = _withheld.record_into({})"
-_RECORD = "_withheld.record_into(_recorded)"
+_RECORD = "_recorded = _withheld.record_into(_recorded)"  # assigned: a cell's last value is displayed
 _PAUSE = "_withheld.record_into(None)"
 # what the chapter's widgets can ask beyond its cells, asked in the same kernel: its caches are warm
 _WIDGETS = (
