@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.mistakes import Planted
+from autograder.mistakes import Planted, answer_cell
 
 # --- acceptance_rate -----------------------------------------------------------------------------------
 
@@ -237,20 +237,11 @@ SOLUTION_LOOP_VARIANTS = {
 }
 
 
-def solution_loop(*replaced: str):
-    """Chapter 9's solution ``speculative_greedy``, its cell's source with ``replaced`` (old, new)
-    substituted: a wrong loop that cannot drift from the answer (the old text must be there)."""
-    from course import paths
-    from course.withheld import solution_cells
-
-    cells = solution_cells(paths.SOLUTIONS / "09_choosing_a_technique.py")
-    source = next(code for _, meta, code in cells if meta.get("nbgrader", {}).get("grade_id") == "speculative_greedy")
-    if replaced:
-        old, new = replaced
-        if old not in source:
-            raise ValueError(f"the solution's speculative_greedy no longer holds {old!r}")
-        source = source.replace(old, new)
+def solution_loop(*replaced: tuple[str, str]):
+    """Chapter 9's solution ``speculative_greedy`` with each (old, new) of ``replaced`` substituted in
+    its cell (:func:`autograder.mistakes.answer_cell`): a wrong loop that cannot drift from the answer."""
     namespace = {"torch": torch}
+    source = answer_cell("09_choosing_a_technique", "speculative_greedy", *replaced)
     exec(compile(source, "speculative_greedy", "exec"), namespace)
     return namespace["speculative_greedy"]
 
@@ -264,7 +255,7 @@ def of_speculative_greedy(mistake: str, target, draft, prompt, k: int, new_token
     from course.answers.speculative_decoding import speculative_generate
 
     if mistake in SOLUTION_LOOP_VARIANTS:
-        return solution_loop(*SOLUTION_LOOP_VARIANTS[mistake])(target, draft, prompt, k, new_tokens)
+        return solution_loop(SOLUTION_LOOP_VARIANTS[mistake])(target, draft, prompt, k, new_tokens)
     wrong_target, wrong_draft = LOOP_VARIANTS[mistake](target, draft)
     return speculative_generate(wrong_target, wrong_draft, prompt, k, new_tokens, temperature=0)[0][0].tolist()
 
