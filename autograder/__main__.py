@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument(
         "--hub-dir", type=Path, default=None, help="the hub's own files, root's alone (default: /srv/jupyterhub)"
     )
+    hub.add_argument(
+        "--learners-group",
+        default=None,
+        help="the Unix group whose members the hub admits as learners, made when missing (default: the course id)",
+    )
     for command in (many, join):
         command.add_argument("--roster", type=Path, default=None, help="CSV of learners (Canvas's gradebook export)")
         command.add_argument(
@@ -185,12 +190,20 @@ def _hub_setup(args: argparse.Namespace) -> int:
     hub_dir = (args.hub_dir or hub.HUB_DIR).absolute()
     try:
         steps = hub.plan(
-            args.course, args.course_id, args.exchange, args.learners_env, args.instructor, hub_dir=hub_dir
+            args.course,
+            args.course_id,
+            args.exchange,
+            args.learners_env,
+            args.instructor,
+            hub_dir=hub_dir,
+            learners_group=args.learners_group,
         )
         written = hub.apply(steps)
     except (hub.HubSetupError, KeyError) as error:  # KeyError: pwd knows no such instructor
         print(f"error: {error}", file=sys.stderr)
         return 2
+    for group in steps.groups:
+        print(f"made the learners' group {group}")
     for path in written:
         print(f"wrote {path}")
     for folder, mode in steps.folders.items():
@@ -198,7 +211,9 @@ def _hub_setup(args: argparse.Namespace) -> int:
     config = hub_dir / "jupyterhub_config.py"
     if config in written:
         start = args.learners_env.absolute() / "bin" / "jupyterhub"
-        print(f"start the hub as root: cd {hub_dir} && {start} -f {config} (add the learners to allowed_users there)")
+        group = args.learners_group or args.course_id
+        print(f"enrol each learner as root: useradd -m -G {group} NAME && passwd NAME (or: usermod -aG {group} NAME)")
+        print(f"start the hub as root: cd {hub_dir} && {start} -f {config}")
     for line in steps.left:
         print(f"still to do: {line}", file=sys.stderr)
     return 1 if steps.left else 0

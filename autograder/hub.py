@@ -26,6 +26,9 @@ root with the instructor's environment's Python, writes:
   the hub keeps its database and cookie secret (JupyterHub writes them world-readable into the folder
   it starts in otherwise); learners' servers start in the learners' environment, the instructor's in
   the instructor's, and every home is made private before its server starts.
+* the learners' Unix group (``--learners-group``, the course id by default), made when missing: the
+  hub admits the instructor and the group's members, so that enrolling a learner is making their
+  account in that group (``useradd -m -G GROUP NAME``), with no edit to the hub's configuration.
 
 Run by the instructor rather than root, it writes the instructor's part and names the command root
 must run for the rest. Not handled: a course directory shared by several instructors (nbgrader's
@@ -36,6 +39,7 @@ and exchanges on a network file system without sticky bits.
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import pwd
@@ -73,6 +77,7 @@ class Plan:
     folders: dict[Path, int] = field(default_factory=dict)
     owner: tuple[int, int] | None = None  # the instructor's uid and gid, for what goes in their home
     owned: list[Path] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)  # Unix groups to create (groupadd), as root
     left: list[str] = field(default_factory=list)
 
 
@@ -205,7 +210,10 @@ c = get_config()  # noqa: F821 (JupyterHub defines get_config when it reads this
 # --- the hub's own choices: change them for yours ---
 c.JupyterHub.bind_url = "http://127.0.0.1:8000"  # put TLS and a public address in front of it
 c.Authenticator.admin_users = {{{instructor!r}}}
-c.Authenticator.allowed_users = {{{instructor!r}}}  # add every learner's user name
+c.Authenticator.allowed_users = {{{instructor!r}}}
+# learners: every member of this Unix group may log in (JupyterHub 5+ admits a user named above OR a
+# member); enrol a learner with `useradd -m -G {group} NAME` (an existing account: usermod -aG {group} NAME)
+c.LocalAuthenticator.allowed_groups = {{{group!r}}}
 # the hub's database and cookie secret in a folder only root reads: JupyterHub writes both
 # world-readable into the folder it starts in otherwise
 c.JupyterHub.db_url = {db_url!r}
@@ -241,14 +249,16 @@ c.Spawner.pre_spawn_hook = course_spawn
 """
 
 
-def hub_config(learners: Path, instructor_prefix: Path, instructor: str, hub_dir: Path) -> str:
+def hub_config(learners: Path, instructor_prefix: Path, instructor: str, hub_dir: Path, group: str) -> str:
     """A ``jupyterhub_config.py`` that starts learners' servers in the environment at ``learners``
-    and ``instructor``'s in the one at ``instructor_prefix``, keeping its files in ``hub_dir``."""
+    and ``instructor``'s in the one at ``instructor_prefix``, keeping its files in ``hub_dir``, and
+    admits ``instructor`` and the members of the Unix group ``group``."""
     learners_bin = learners / "bin"
     return HUB_CONFIG.format(
         hub_dir=hub_dir,
         learners_bin=learners_bin,
         instructor=instructor,
+        group=group,
         db_url=f"sqlite:///{hub_dir / 'jupyterhub.sqlite'}",
         cookie_secret=str(hub_dir / "jupyterhub_cookie_secret"),
         learners_singleuser=str(learners_bin / "jupyterhub-singleuser"),
@@ -267,16 +277,21 @@ def plan(
     home: Path | None = None,
     hub_dir: Path = HUB_DIR,
     instructors_copy: Path | None = None,
+    learners_group: str | None = None,
 ) -> Plan:
     """Everything :func:`apply` would write, checked first: raises :class:`HubSetupError` for what
     no run can fix (a course id nbgrader refuses, a learners' environment that is not the learners'
     copy or whose interpreter other users cannot run, an environment without
     ``jupyterhub-singleuser``). ``learners`` is the learners' environment, ``prefix`` the
     instructor's (this one by default), ``home`` the instructor's home (theirs by default),
-    ``instructors_copy`` the instructor's copy (this repository by default)."""
+    ``instructors_copy`` the instructor's copy (this repository by default), ``learners_group`` the
+    Unix group whose members the hub admits as learners (the course id by default; made when missing)."""
     prefix, learners = Path(prefix or sys.prefix).absolute(), Path(learners).absolute()
     if not course_id or not course_id.replace("-", "").replace("_", "").isalnum():
         raise HubSetupError(f"--course-id {course_id!r}: use letters, digits, '-' and '_' (nbgrader's rule)")
+    group = learners_group or course_id
+    if not group.replace("-", "").replace("_", "").isalnum() or len(group) > 32:
+        raise HubSetupError(f"--learners-group {group!r}: a Unix group name of letters, digits, '-' and '_'")
     if learners == prefix:
         raise HubSetupError(
             f"--learners-env {learners} is the instructor's environment: give the one make hub-learners-env made"
@@ -312,16 +327,21 @@ def plan(
     result.owned = [course, *result.files, home / ".jupyter"]
     roots = {
         learners / "etc": learners_files(learners, course_id, exchange),
-        hub_dir: {hub_dir / "jupyterhub_config.py": hub_config(learners, prefix, user.pw_name, hub_dir)},
+        hub_dir: {hub_dir / "jupyterhub_config.py": hub_config(learners, prefix, user.pw_name, hub_dir, group)},
     }
     if all(_can_write(folder) for folder in roots):
         result.folders[hub_dir] = 0o700
         for files in roots.values():
             result.files.update(files)
+        if not _group_exists(group) and os.geteuid() == 0:
+            result.groups.append(group)
+        elif not _group_exists(group):
+            result.left.append(f"the learners' group {group} does not exist: sudo groupadd {group}")
     else:
         again = (
             f"{prefix / 'bin' / 'python'} -m autograder hub-setup {course} --course-id {course_id} "
             f"--exchange {exchange} --learners-env {learners} --instructor {user.pw_name} --hub-dir {hub_dir}"
+            f" --learners-group {group}"
         )
         result.left.append(f"the learners' environment's settings and the hub's folder need root: sudo {again}")
     return result
@@ -342,6 +362,10 @@ def apply(steps: Plan) -> list[Path]:
                 f"cannot make {folder} with mode {mode:o}: ask the hub's admin to run "
                 f"sudo install -d -m {mode:o} {folder}"
             ) from None
+    for group in steps.groups:
+        done = subprocess.run(["groupadd", group], capture_output=True, text=True)
+        if done.returncode:
+            raise HubSetupError(f"cannot make the learners' group {group}: groupadd said {done.stderr.strip()}")
     written = []
     for path, text in steps.files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -352,6 +376,14 @@ def apply(steps: Plan) -> list[Path]:
             if path.exists():
                 os.chown(path, *steps.owner)
     return written
+
+
+def _group_exists(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _can_write(folder: Path) -> bool:

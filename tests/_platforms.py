@@ -115,6 +115,10 @@ def _macos() -> None:
 
 
 def _windows() -> None:
+    # Linux's asyncio (sys.platform stays Linux's: Windows has its own event loops) reads os.sysconf at
+    # import from Python 3.13 on: imported before sysconf goes, as Windows' asyncio needs none
+    import asyncio  # noqa: F401
+
     import psutil  # its Linux backend stands in for its Windows one, which needs none of what goes
 
     kill_signal = signal.SIGKILL

@@ -24,6 +24,7 @@ by the system's user database, so the two are system users of this run alone (``
 from __future__ import annotations
 
 import ast
+import grp
 import hashlib
 import json
 import os
@@ -146,9 +147,11 @@ def test_hub_setup_starts_learners_in_the_learners_environment_and_the_instructo
     course, exchange, home, hub_dir = (open_tmp / name for name in ("course", "exchange", "teach", "hub"))
     learner = open_tmp / "al"
     learner.mkdir()
+    group = grp.getgrgid(os.getgid()).gr_name  # a group that exists: nothing to make
     where = {"prefix": prefix, "home": home, "hub_dir": hub_dir, "instructors_copy": instructors_copy}
+    where["learners_group"] = group
     steps = hub.plan(course, COURSE_ID, exchange, learners, **where)
-    assert steps.left == []
+    assert steps.left == [] and steps.groups == []
     hub.apply(steps)
     for folder, mode in ((course, 0o700), (exchange, 0o1777), (hub_dir, 0o700), (instructors_copy, 0o700)):
         assert stat.S_IMODE(folder.stat().st_mode) == mode, folder
@@ -159,6 +162,9 @@ def test_hub_setup_starts_learners_in_the_learners_environment_and_the_instructo
     assert hub_config.JupyterHub.db_url == f"sqlite:///{hub_dir / 'jupyterhub.sqlite'}"
     assert Path(hub_config.JupyterHub.cookie_secret_file).parent == hub_dir
     user = pwd.getpwuid(os.getuid()).pw_name  # the instructor: whoever runs hub-setup
+    # the hub admits the instructor by name and the learners by their Unix group
+    assert hub_config.Authenticator.allowed_users == {user} == hub_config.Authenticator.admin_users
+    assert hub_config.LocalAuthenticator.allowed_groups == {group}
     made_private = []
     theirs = _spawns(hub_config, "nobody", chmod=lambda *args: made_private.append(args))
     mine = _spawns(hub_config, user, chmod=lambda *args: made_private.append(args))
@@ -187,6 +193,31 @@ def test_hub_setup_starts_learners_in_the_learners_environment_and_the_instructo
 
     hub.apply(hub.plan(course, COURSE_ID, exchange, learners, **where))  # again: the same settings once
     assert (course / "nbgrader_config.py").read_text().count(hub.MARK) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="makes a Unix group: needs root")
+def test_hub_setup_makes_the_learners_group_that_admits_them(open_tmp):
+    """A missing group is made (as root, with groupadd) once, and the hub's configuration admits its
+    members; a name no group can have is refused."""
+    learners, prefix, instructors_copy = _two_environments(open_tmp)
+    group = f"hub-class-{os.getpid()}"
+    where = {"prefix": prefix, "home": open_tmp / "teach", "hub_dir": open_tmp / "hub"}
+
+    def setup(name=group):
+        where.update(instructors_copy=instructors_copy, learners_group=name)
+        return hub.plan(open_tmp / "course", COURSE_ID, open_tmp / "exchange", learners, **where)
+
+    steps = setup()
+    assert steps.groups == [group] and steps.left == []
+    try:
+        hub.apply(steps)
+        assert grp.getgrnam(group).gr_name == group
+        assert _hub_config(open_tmp / "hub").LocalAuthenticator.allowed_groups == {group}
+        assert setup().groups == []  # made once
+    finally:
+        subprocess.run(["groupdel", group], capture_output=True)
+    with pytest.raises(hub.HubSetupError, match="--learners-group"):
+        setup("class of 2027")
 
 
 @pytest.fixture

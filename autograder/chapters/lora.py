@@ -384,6 +384,15 @@ def judge_trains(probe, report):
         return verdict
     training, failed = _part(report, "training")
     if failed:
+        initial, expected = report.get("initial"), base_output(probe)
+        if isinstance(initial, torch.Tensor) and initial.shape != expected.shape:
+            return _start_mistake(
+                report,
+                probe,
+                initial,
+                f"the output's shape is {list(initial.shape)}, "
+                f"the base layer's {list(expected.shape)}, so training could not start",
+            )
         if NO_GRAPH in report["training"]["error"]:
             return Verdict(
                 False,
