@@ -325,9 +325,9 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
         """The model behind its interface, its calls and the positions fed counted; feeding it nothing
         or more than its cache holds fails with what that means (not the model's own error)."""
 
-        def __init__(self, model, name):
+        def __init__(self, model, name, last_caches):
             self.model, self.name, self.calls, self.fed = model, name, 0, 0
-            self.cache, self.beside = None, None  # the cache it was last fed with; the other model served
+            self.last_caches = last_caches  # each model served: the cache it was last fed with (shared)
 
         def new_cache(self, batch=1, max_len=None):
             if batch != 1:
@@ -338,18 +338,17 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
             self.calls, self.fed = self.calls + 1, self.fed + tokens.shape[1]
             if tokens.dim() == 2 and tokens.shape[1] == 0:
                 cached = f"; its cache holds {cache.length} positions" if cache is not None else ""
-                beside = self.beside.name if self.beside is not None else ""
-                other = self.beside.cache if self.beside is not None else None
-                if cache is not None and other is not None and other.length > cache.length:
-                    # fed nothing, this cache holds at least the tokens so far; the other's holds more
-                    cached += f", the {beside}'s {other.length}: the {beside}'s was not rolled back either"
+                for beside, other in self.last_caches.items():
+                    if beside != self.name and cache is not None and other is not None and other.length > cache.length:
+                        # fed nothing, this cache holds at least the tokens so far; the other's holds more
+                        cached += f", the {beside}'s {other.length}: the {beside}'s was not rolled back either"
                 raise ValueError(f"the {self.name} was fed no tokens (a tensor of shape {tuple(tokens.shape)}{cached})")
             if cache is not None and cache.length + tokens.shape[1] > cache.max_len:
                 raise ValueError(
                     f"the {self.name}'s KV cache holds {cache.max_len} positions, {cache.length + tokens.shape[1]} "
                     "needed: was it rolled back to the positions kept after a rejection?"
                 )
-            self.cache = cache
+            self.last_caches[self.name] = cache
             return self.model(tokens, cache)
 
     def codes_served(layer, codes, scale) -> int:
@@ -382,8 +381,8 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
             stored = sum(t.numel() * t.element_size() for layer in layers for t in layer.state_dict().values())
             found = {"loss": float(loss), "layer_bytes": int(stored), "layers": len(layers)}
             return found | ({"codes_kept": kept / weights} if weights else {})
-        served, drafter = Served(build(target), "target"), Served(build(draft), "draft")
-        served.beside, drafter.beside = drafter, served
+        last_caches: dict = {}  # no link between the two served objects: their arguments' fingerprints stay plain
+        served, drafter = Served(build(target), "target", last_caches), Served(build(draft), "draft", last_caches)
         tokens = answer(served, drafter, inputs["prompt"], inputs["k"], inputs["new_tokens"])
         tokens = tokens.flatten().tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
         return {
