@@ -5,12 +5,9 @@ the libraries (transformers, peft, bitsandbytes) that do the same job.
 logits out, ``new_cache``, ``embed``), so the course's measurements (``course.evaluation``), its
 fine-tuning loop (``course.lora.finetune``) and its speculative decoding
 (``course.speculative_decoding.speculative_generate``) run on it unchanged. The rest are the
-reference answers of the chapter's exercises (KV bytes and LoRA parameters from a model's
-config, NF4 packing), and the hooks that take the model apart: its linear layers, the inputs
-they see, and its attention's q, k, v.
-
-A worked example: ``kv_cache_bytes_from_config`` of SmolLM2-135M's config (30 layers, 3
-key-value heads shared by 9 query heads) gives 23,040 bytes of cache per token in fp16.
+hooks that take the model apart (its linear layers, the inputs they see, and its attention's q,
+k, v) and the chapter's experiments on it. The chapter's exercises (KV bytes and LoRA parameters
+from a model's config, NF4 packing) are its solution cells: :func:`course_answer`.
 
 Not handled: batches with padding (prompts of one length only), models whose layers are not
 named like Llama's (``q_proj`` ... ``down_proj``), sliding-window caches.
@@ -27,9 +24,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from course import flash_attention, lora, quantization, readings
+from course import flash_attention, lora, quantization, readings, withheld
 from course.model import repeat_kv
-from course.withheld import withheld
 
 # --- the course model's interface over a transformers model ---------------------------------------
 
@@ -130,79 +126,29 @@ def chat_prompt(tokenizer, request: str) -> torch.Tensor:
     return encode(tokenizer, text)[None]
 
 
-# --- exercises' references: sizes from a config -------------------------------------------------
+# --- the chapter's exercises: the course's answers are its solution cells --------------------------
+
+CHAPTER = "08_in_practice"
 
 
-@withheld
-def head_dim(config: dict) -> int:
-    """The config's ``head_dim`` when it has one (Gemma's differs from the width / heads), else
-    ``hidden_size // num_attention_heads``."""
-    return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
-
-
-@withheld
-def kv_cache_bytes_from_config(config: dict, seq_len: int, batch: int = 1, bytes_per_element: int = 2) -> int:
-    """Chapter 4's formula with the numbers read off a transformers config (as a dict)."""
-    return int(
-        2
-        * config["num_hidden_layers"]
-        * config["num_key_value_heads"]
-        * head_dim(config)
-        * seq_len
-        * batch
-        * bytes_per_element
-    )
-
-
-LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # one block's
-
-
-@withheld
-def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
-    """(d_in, d_out) of each linear layer of one Llama-style block, by its name."""
-    width, heads, kv_heads = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
-    d, ffn = head_dim(config), config["intermediate_size"]
-    return {
-        "q_proj": (width, heads * d),
-        "k_proj": (width, kv_heads * d),
-        "v_proj": (width, kv_heads * d),
-        "o_proj": (heads * d, width),
-        "gate_proj": (width, ffn),
-        "up_proj": (width, ffn),
-        "down_proj": (ffn, width),
-    }
-
-
-@withheld
-def lora_trainable_parameters(config: dict, target_modules: Iterable[str], r: int) -> int:
-    """Numbers peft trains for rank-``r`` adapters on ``target_modules`` of every layer."""
-    shapes = linear_shapes(config)
-    unknown = set(target_modules) - set(shapes)
-    if unknown:
-        raise ValueError(f"no layers named {sorted(unknown)}; a Llama block has {', '.join(shapes)}")
-    per_layer = sum(lora.course_answer("lora_parameters")(*shapes[name], r) for name in set(target_modules))
-    return config["num_hidden_layers"] * per_layer
+def course_answer(name: str):
+    """The course's answer to the chapter's exercise ``name``: its solution cell (recorded, in the learners' copy)."""
+    return getattr(withheld.answers(CHAPTER), name)
 
 
 def yours_or_the_course(namespace: dict, name: str, *args, **kwargs) -> tuple[object, str]:
-    """The notebook's own ``name`` (one of chapter 8's formulas, :data:`FORMULAS`) on ``args`` once it
-    is written, else the course's, and the words that say whose it is ("your
+    """The notebook's own ``name`` (``kv_cache_bytes_from_config`` or ``lora_trainable_parameters``)
+    on ``args`` once it is written, else the course's, and the words that say whose it is ("your
     lora_trainable_parameters"). The course's is called either way, so that the learners' copy,
     which replays it, has it for the cells before the learner's is written."""
-    course_value = FORMULAS[name](*args, **kwargs)
+    course_value = course_answer(name)(*args, **kwargs)
     own = namespace.get(name)
-    if callable(own) and own is not FORMULAS[name]:
+    if callable(own):
         try:
             return own(*args, **kwargs), f"your {name}"
         except NotImplementedError:
             pass
     return course_value, f"the course's {name} (yours is not written yet)"
-
-
-FORMULAS = {
-    "kv_cache_bytes_from_config": kv_cache_bytes_from_config,
-    "lora_trainable_parameters": lora_trainable_parameters,
-}
 
 
 def lora_linear_from_peft(layer: nn.Module, adapter: str = "default") -> nn.Module:
@@ -322,21 +268,6 @@ def distinct_per_block(weight: torch.Tensor, block: int = 32) -> torch.Tensor:
         raise ValueError(f"rows of {weight.shape[-1]} do not split into blocks of {block}")
     rows = weight.detach().reshape(-1, block).sort(dim=1).values
     return (rows.diff(dim=1) != 0).sum(dim=1) + 1
-
-
-@withheld
-def pack_nf4(codes: torch.Tensor) -> torch.Tensor:
-    """Two 4-bit codes per byte, the first in the high nibble (bitsandbytes' layout): (n,) -> (n/2,) uint8."""
-    flat = codes.flatten().to(torch.uint8)
-    if flat.numel() % 2:
-        raise ValueError(f"an even number of codes packs into bytes, got {flat.numel()}")
-    return quantization.pack_codes(flat.reshape(1, -1), 4).flatten()
-
-
-@withheld
-def unpack_nf4(packed: torch.Tensor) -> torch.Tensor:
-    """The inverse of :func:`pack_nf4`: (n/2,) bytes -> (n,) codes 0..15."""
-    return quantization.unpack_codes(packed.reshape(1, -1), 4).flatten()
 
 
 @torch.no_grad()
@@ -510,8 +441,9 @@ def int8_draft(model: nn.Module) -> nn.Module:
 # --- experiments on the pretrained model, of plain data (the learners' copy replays them) ------------
 #
 # Each cross-check that runs another chapter's answer on the model (LoRALinear, quantize_dequantize,
-# int8 products, blockwise attention, speculative decoding) is one withheld function of token ids,
-# names and numbers: it runs on the model as loaded (:func:`pristine`, left as it was found), so
+# int8 products, blockwise attention, speculative decoding) is one function of token ids, names and
+# numbers in course/answers/in_practice.py (instructor-only), called across the line between the
+# copies (EXPERIMENTS): it runs on the model as loaded (:func:`pristine`, left as it was found), so
 # the learners' copy answers it from the release's recordings instead of the model's tensors.
 
 LOSS_SEQ_LEN, LOSS_BATCH = 128, 4  # the chapter's held-out loss: windows of 128 tokens, 4 a batch
@@ -560,95 +492,40 @@ def seeded_adapter(d_in: int, d_out: int, r: int, tokens: int, seed: int = 0) ->
     return a, b, torch.randn(tokens, d_in, generator=generator)
 
 
-@withheld
-@own_random
+EXPERIMENTS = withheld.module("course.answers.in_practice")
+DRAFTS = ("prompt lookup", "int8 draft")  # the drafts speculative_on_model runs
+
+
 def lora_linear_output(path: str, r: int, alpha: float, tokens: int, seed: int = 0) -> torch.Tensor:
     """The course's LoRALinear over the model's linear layer ``path``, with :func:`seeded_adapter`'s
     A and B, on its x: (tokens, d_out)."""
-    model, _ = pristine()
-    base = model.get_submodule(path)
-    a, b, x = seeded_adapter(base.in_features, base.out_features, r, tokens, seed)
-    with torch.no_grad():
-        ours = lora.course_answer("LoRALinear")(base, r, alpha=alpha)
-        ours.lora_A.copy_(a)
-        ours.lora_B.copy_(b)
-        return ours(x)
+    return EXPERIMENTS.lora_linear_output(path, r, alpha, tokens, seed)
 
 
-@withheld
-@own_random
 def requantized_loss(ids: torch.Tensor, method: str, group_size: int | None = None) -> float:
     """:func:`held_out_loss` on ``ids`` with every decoder linear layer through :func:`round_trip`."""
-    model, _ = pristine()
-    with quantized_weights(model, method, group_size):
-        return held_out_loss(model, ids)
+    return EXPERIMENTS.requantized_loss(ids, method, group_size)
 
 
-@withheld
-@own_random
 def outlier_product_errors(ids: torch.Tensor, layer: int, name: str, threshold: float = 6.0) -> tuple[float, float]:
     """Relative error of ``x @ W.T`` for the inputs x that layer ``layer``'s ``name`` sees on
     ``ids`` (T,): all in int8, and with the features reaching ``threshold`` in float (LLM.int8())."""
-    model, _ = pristine()
-    x = linear_inputs(model, ids[None], names=(name,))[(layer, name)]  # (tokens, features)
-    path = f"model.layers.{layer}.{'mlp' if name in ('gate_proj', 'up_proj', 'down_proj') else 'self_attn'}.{name}"
-    weight = model.get_submodule(path).weight.detach()
-    exact = x @ weight.T
-    int8 = quantization.course_answer("quantize_int8")  # chapter 3's exercise: the course's answer
-    mixed, _ = quantization.int8_matmul_with_outliers(x, weight, threshold, quantize_int8=int8)
-    return (
-        quantization.relative_norm_error(exact, quantization.int8_matmul(x, weight, quantize_int8=int8)),
-        quantization.relative_norm_error(exact, mixed),
-    )
+    return EXPERIMENTS.outlier_product_errors(ids, layer, name, threshold)
 
 
-@withheld
-@own_random
 def blockwise_differences(ids: torch.Tensor, layer: int, blocks: list[int]) -> list[float]:
     """Largest |blockwise_attention - SDPA| (causal) on the q, k, v attention layer ``layer`` sees for
     ``ids`` (T,), for each block size of ``blocks``."""
-    model, _ = pristine()
-    q, k, v = attention_inputs(model, ids[None], layer)
-    n_rep = q.shape[1] // k.shape[1]
-    k_all, v_all = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, T, D)
-    fused = torch.nn.functional.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)
-    return [
-        (flash_attention.batched_blockwise_attention(q, k_all, v_all, block, causal=True) - fused).abs().max().item()
-        for block in blocks
-    ]
+    return EXPERIMENTS.blockwise_differences(ids, layer, blocks)
 
 
-@withheld
-@own_random
 def blockwise_logits(ids: torch.Tensor, block: int) -> tuple[float, float]:
     """The model on ``ids`` (T,) with the course's blockwise attention in every layer against torch's:
     (largest logit difference, share of positions with the same argmax)."""
-    model, _ = pristine()
-    with torch.no_grad():
-        reference = model(input_ids=ids[None]).logits
-        with attention_implementation(model, "course_blockwise", blockwise_attention_function(block)):
-            swapped = model(input_ids=ids[None]).logits
-    same = (swapped.argmax(-1) == reference.argmax(-1)).float().mean().item()
-    return (swapped - reference).abs().max().item(), same
+    return EXPERIMENTS.blockwise_logits(ids, block)
 
 
-DRAFTS = ("prompt lookup", "int8 draft")
-
-
-@withheld
-@own_random
 def speculative_on_model(prompt: torch.Tensor, draft: str, k: int, new: int) -> tuple[torch.Tensor, list]:
     """The course's ``speculative_generate`` at temperature 0 with the model as target and ``draft``
     (one of :data:`DRAFTS`: prompt lookup of 2 tokens down to 1, or :func:`int8_draft`): (tokens, rounds)."""
-    from course import speculative_decoding as speculative
-
-    model, _ = pristine()
-    if draft not in DRAFTS:
-        raise ValueError(f"draft must be one of {', '.join(DRAFTS)}, got {draft!r}")
-    drafter = (
-        speculative.PromptLookupDraft(longest=2, shortest=1, vocab_size=model.config.vocab_size)
-        if draft == "prompt lookup"
-        else AsCourseModel(int8_draft(model))
-    )
-    tokens, rounds = speculative.speculative_generate(AsCourseModel(model), drafter, prompt, k, new, temperature=0)
-    return tokens, [list(r) for r in rounds]
+    return EXPERIMENTS.speculative_on_model(prompt, draft, k, new)

@@ -6,6 +6,12 @@ ratio peak / bandwidth it waits on memory. A worked example: a 70B model at 4 bi
 and on an H100 (989 TFLOP/s, 3.35 TB/s) decode at batch 1 takes at least 35e9 / 3.35e12 = 10.4 ms
 per token.
 
+The chapter's exercises (``weight_memory_gb``, ``prefill_flops``, ``roofline_step_time``,
+``critical_batch_size``, ``static_batch_throughput``) are the learner's: the figures and the
+simulator compute with :class:`Formulas` made from them, a notebook's once written (:meth:`Formulas.of`)
+and the course's answers before that (``REFERENCE``: the chapter's solution cells, through
+``course.withheld``).
+
 Not handled: attention's own FLOPs and KV-cache traffic (chapter 4), tensor parallelism,
 overlap of compute with memory traffic beyond the max() of the roofline.
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from course.withheld import withheld
+from course import withheld
 
 
 @dataclass(frozen=True)
@@ -47,32 +53,13 @@ def _positive(**values: float) -> None:
             raise ValueError(f"{name} must be positive, got {value!r}")
 
 
-@withheld
-def weight_bytes(params: float, bits: float) -> float:
-    """Bytes of ``params`` weights stored at ``bits`` each (the chapter's exercise ``weight_memory_gb`` in bytes)."""
-    _positive(params=params, bits=bits)
-    return params * bits / 8
-
-
-@withheld
-def prefill_flops(params: float, tokens: float) -> float:
-    """The FLOPs of one forward pass over a prompt of ``tokens`` (the chapter's exercise)."""
-    _positive(params=params, tokens=tokens)
-    return 2 * params * tokens
-
-
-@withheld
-def roofline_seconds(flops: float, n_bytes: float, peak_flops: float, bandwidth: float) -> float:
-    """:func:`roofline_time` of plain numbers (the chapter's exercise ``roofline_step_time``)."""
-    return max(flops / peak_flops, n_bytes / bandwidth)
-
-
-@withheld
-def critical_batch_of(peak_flops: float, bandwidth: float, bits: float) -> float:
-    """:func:`critical_batch` of plain numbers (the chapter's exercise ``critical_batch_size``, in bits)."""
-    return peak_flops / bandwidth * (bits / 8) / 2
-
-
+CHAPTER = "01_prefill_decode"
+TRIED_ON = {  # the inputs a notebook's function is tried on, to tell whether it is written yet
+    "weight_memory_gb": (8e9, 16),
+    "prefill_flops": (8e9, 512),
+    "roofline_step_time": (1e12, 1e9, 1e14, 1e12),
+    "critical_batch_size": (1e14, 1e12, 2),
+}
 NAMES = {  # each formula, and the notebook's exercise it is made from
     "weight_bytes": "weight_memory_gb",
     "prefill_flops": "prefill_flops",
@@ -81,35 +68,41 @@ NAMES = {  # each formula, and the notebook's exercise it is made from
 }
 DECODE = ("weight_bytes", "roofline_seconds")  # what decode_step_time computes with
 PREFILL = ("weight_bytes", "prefill_flops", "roofline_seconds")  # prefill_time, and so the simulator
-PROBES = {  # a call of each exercise that says whether it is written
-    "weight_memory_gb": (8e9, 16),
-    "prefill_flops": (8e9, 512),
-    "roofline_step_time": (1e12, 1e9, 1e14, 1e12),
-    "critical_batch_size": (1e14, 1e12, 2),
-}
+
+
+def course_answer(name: str):
+    """The course's answer to the chapter's exercise ``name``: its solution cell (recorded, in the learners' copy)."""
+    return getattr(withheld.answers(CHAPTER), name)
+
+
+def _course(name: str) -> Callable:
+    """A function that calls the course's answer ``name`` when called (the chapter's solution cells
+    are read at the first call, not when this module is imported)."""
+
+    def call(*args):
+        return course_answer(name)(*args)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 @dataclass(frozen=True)
 class Formulas:
-    """The four formulas the figures and the simulator compute with: the course's (``REFERENCE``),
-    or a notebook's exercises (:meth:`of`), None in place of each one not written yet. ``yours``
-    names the exercises whose functions these are; :meth:`or_course` puts the course's formulas
-    where the notebook's are not written."""
+    """The four formulas the figures and the simulator compute with, made from the chapter's four
+    exercises (:meth:`of`: a notebook's, None in place of each one not written yet; ``REFERENCE``:
+    the course's answers). ``yours`` names the exercises whose functions these are; :meth:`or_course`
+    puts the course's formulas where the notebook's are not written."""
 
-    weight_bytes: Callable[[float, float], float] | None = weight_bytes  # (params, bits) -> bytes
-    prefill_flops: Callable[[float, float], float] | None = prefill_flops  # (params, tokens) -> FLOPs
-    roofline_seconds: Callable[[float, float, float, float], float] | None = roofline_seconds
-    critical_batch_of: Callable[[float, float, float], float] | None = critical_batch_of  # (peak, bandwidth, bits)
+    weight_bytes: Callable[[float, float], float] | None = None  # (params, bits) -> bytes
+    prefill_flops: Callable[[float, float], float] | None = None  # (params, tokens) -> FLOPs
+    roofline_seconds: Callable[[float, float, float, float], float] | None = None
+    critical_batch_of: Callable[[float, float, float], float] | None = None  # (peak, bandwidth, bits)
     yours: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, namespace: dict) -> Formulas:
-        """The notebook's ``weight_memory_gb``, ``prefill_flops``, ``roofline_step_time`` and
-        ``critical_batch_size`` as formulas (GB and bytes per weight converted to bytes and bits),
-        None in place of each one not written yet."""
-        from course.withheld import written
-
-        found = {name: namespace[name] if written(namespace, name, *args) else None for name, args in PROBES.items()}
+    def made_from(cls, found: dict, yours: tuple[str, ...] = ()) -> Formulas:
+        """The formulas of the exercises ``found`` (name -> function or None), in the chapter's units:
+        GB and bytes per weight converted to bytes and bits."""
         gb, critical = found["weight_memory_gb"], found["critical_batch_size"]
         return cls(
             weight_bytes=None if gb is None else lambda params, bits: 1e9 * gb(params, bits),
@@ -118,8 +111,17 @@ class Formulas:
             critical_batch_of=None
             if critical is None
             else lambda peak_flops, bandwidth, bits: critical(peak_flops, bandwidth, bits / 8),
-            yours=tuple(name for name, function in found.items() if function is not None),
+            yours=yours,
         )
+
+    @classmethod
+    def of(cls, namespace: dict) -> Formulas:
+        """The notebook's ``weight_memory_gb``, ``prefill_flops``, ``roofline_step_time`` and
+        ``critical_batch_size`` as formulas, None in place of each one not written yet
+        (:func:`course.withheld.own_if_written`: while the learners' copy is recorded, the course's
+        answer is called beside each, on the same inputs)."""
+        found = {name: withheld.own_if_written(namespace, CHAPTER, name, args) for name, args in TRIED_ON.items()}
+        return cls.made_from(found, tuple(name for name, function in found.items() if function is not None))
 
     def can(self, *fields: str) -> bool:
         """Whether each formula of ``fields`` is there (not None)."""
@@ -143,7 +145,12 @@ class Formulas:
         return replace(self, **{field: getattr(REFERENCE, field) for field in NAMES if getattr(self, field) is None})
 
 
-REFERENCE = Formulas()
+REFERENCE = Formulas.made_from({name: _course(name) for name in TRIED_ON})  # the course's answers
+
+
+def weight_bytes(params: float, bits: float) -> float:
+    """Bytes of ``params`` weights stored at ``bits`` each, by the course's ``weight_memory_gb``."""
+    return REFERENCE.weight_bytes(params, bits)
 
 
 def whose(formulas: Formulas, what: str, fields: tuple[str, ...] = tuple(NAMES), instead: str = "") -> str:

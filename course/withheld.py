@@ -11,7 +11,8 @@ module:
   ``solutions/04_kv_cache.py`` run as grading runs a learner's (the grader-setup cells, then the
   answer cells in notebook order, in one namespace);
 - :func:`module` ``("autograder.mistakes.kv_cache")``: an instructor-only module;
-- :func:`yours_or_course`: a notebook's own function once written, else the chapter's answer.
+- :func:`yours_or_course`: a notebook's own function once written, else the chapter's answer
+  (:func:`own_if_written`: else None).
 
 Each returns a :class:`Withheld` namespace. In the instructor's copy its functions are the real
 ones; while :func:`recording` is on, each outermost call is kept with its arguments and result.
@@ -250,15 +251,24 @@ def yours_or_course(namespace: dict, chapter: str, name: str, tried_on: tuple, w
     chapter's answer (:func:`answers`), after printing whose numbers ``what`` shows (:func:`yours`).
 
     While the learners' copy is recorded, the answer is also called beside the notebook's own on the
-    same inputs: the instructor's notebook, whose own is the solution, then records every call that
-    a learner's blank notebook makes through this function."""
-    course = getattr(answers(chapter), name)
-    own = namespace[name] if written(namespace, name, *tried_on) else None
+    same inputs (:func:`own_if_written`)."""
+    own = own_if_written(namespace, chapter, name, tried_on)
     _say_whose({name: own} if own else {}, [] if own else [name], what)
-    if own is None:
-        return course
+    return own if own is not None else getattr(answers(chapter), name)
+
+
+def own_if_written(namespace: dict, chapter: str, name: str, tried_on: tuple) -> Callable | None:
+    """The notebook's own ``name`` once written (tried on ``tried_on``, :func:`written`), else None.
+
+    While the learners' copy is recorded, the chapter's answer is also called beside the notebook's
+    own on the same inputs: the instructor's notebook, whose own is the solution, then records every
+    call that a learner's blank notebook makes to the course's answer in its place."""
+    if not written(namespace, name, *tried_on):
+        return None
+    own = namespace[name]
     if not is_recording():
         return own
+    course = getattr(answers(chapter), name)
 
     @functools.wraps(own)
     def own_and_recorded(*args, **kwargs):

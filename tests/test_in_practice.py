@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.planted import Planted, planted
+from autograder.mistakes import judged, planted
+from autograder.mistakes.in_practice import KV, KV_HEAD_DIM, LORA
 from course import evaluation, flash_attention, in_practice, lora, pretrained, quantization
 from course import speculative_decoding as speculative
 from course.model import repeat_kv
@@ -185,9 +186,9 @@ def test_nf4_codes_scales_bytes_and_values_equal_bitsandbytes(loaded):
     for weight in weights:
         packed, state = bnb_functional.quantize_4bit(weight, blocksize=64, quant_type="nf4")
         ours, scale = quantization.quantize_nf4(weight, 64)
-        assert torch.equal(in_practice.unpack_nf4(packed).reshape(weight.shape), ours)
+        assert torch.equal(quantization.unpack_codes(packed.reshape(1, -1), 4).reshape(weight.shape), ours)
         assert torch.equal(scale.flatten(), state.absmax)
-        assert torch.equal(in_practice.pack_nf4(ours), packed.flatten())
+        assert torch.equal(in_practice.course_answer("pack_nf4")(ours), packed.flatten())
         assert torch.equal(quantization.dequantize_nf4(ours, scale), bnb_functional.dequantize_4bit(packed, state))
 
 
@@ -203,7 +204,7 @@ def test_qlora_stores_the_course_nf4_bytes_and_trains(loaded, text):
     for name in [n for n in layers if ".layers.0." in n or ".layers.29." in n]:  # the chapter compares all 210
         layer = layers[name]
         codes, scale = quantization.quantize_nf4(model.get_submodule(name).weight.detach(), 64)
-        assert torch.equal(in_practice.pack_nf4(codes), layer.weight.data.flatten()), name
+        assert torch.equal(in_practice.course_answer("pack_nf4")(codes), layer.weight.data.flatten()), name
         assert torch.equal(scale.flatten(), layer.weight.quant_state.absmax), name
     assert in_practice.storage_bytes(quantized) < in_practice.storage_bytes(model) / 3
     wrapped = get_peft_model(quantized, LoraConfig(r=4, target_modules=["v_proj"]))
@@ -213,13 +214,12 @@ def test_qlora_stores_the_course_nf4_bytes_and_trains(loaded, text):
     assert all(p.abs().max() > 0 for p in parameters)  # B moved away from zero: gradients reached it
 
 
-def test_pack_and_unpack_nf4():
+def test_pack_nf4_undone_by_the_courses_unpacking():
+    pack_nf4 = in_practice.course_answer("pack_nf4")
     codes = torch.tensor([1, 2, 3, 15], dtype=torch.uint8)
-    assert in_practice.pack_nf4(codes).tolist() == [0x12, 0x3F]
+    assert pack_nf4(codes).tolist() == [0x12, 0x3F]
     random = torch.randint(0, 16, (1000,), dtype=torch.uint8)
-    assert torch.equal(in_practice.unpack_nf4(in_practice.pack_nf4(random)), random)
-    with pytest.raises(ValueError, match="even"):
-        in_practice.pack_nf4(codes[:3])
+    assert torch.equal(quantization.unpack_codes(pack_nf4(random).reshape(1, -1), 4).flatten(), random)
 
 
 def test_quantized_weights_are_restored():
@@ -310,10 +310,9 @@ def test_trainable_parameters_formula_matches_peft(loaded, targets):
     model, _ = loaded
     wrapped = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, target_modules=targets))
     trainable, total = wrapped.get_nb_trainable_parameters()
-    assert in_practice.lora_trainable_parameters(in_practice.config_dict(model), targets, 4) == trainable
+    formula = in_practice.course_answer("lora_trainable_parameters")
+    assert formula(in_practice.config_dict(model), targets, 4) == trainable
     assert total == trainable + in_practice.count_parameters(model)
-    with pytest.raises(ValueError, match="no layers named"):
-        in_practice.lora_trainable_parameters(in_practice.config_dict(model), ["c_attn"], 4)
 
 
 def test_the_course_training_loop_trains_peft_adapters(peft_model, text):
@@ -335,10 +334,9 @@ def test_kv_formula_equals_transformers_cache(loaded, text):
     positions = cache.get_seq_length()
     assert positions == out.sequences.shape[1] - 1  # the last token is not fed back
     config = in_practice.config_dict(model)
-    assert in_practice.cache_nbytes(cache) == in_practice.kv_cache_bytes_from_config(
-        config, positions, bytes_per_element=4
-    )
-    assert in_practice.kv_cache_bytes_from_config(config, 1) == 23_040
+    formula = in_practice.course_answer("kv_cache_bytes_from_config")
+    assert in_practice.cache_nbytes(cache) == formula(config, positions, bytes_per_element=4)
+    assert formula(config, 1) == 23_040
 
 
 def test_the_course_view_passes_the_cache_by_the_models_own_name(loaded):
@@ -378,9 +376,8 @@ def test_course_cache_rolls_back(loaded, text):
         cache.length = 6
         stepped = view(text[None, 6:7], cache)[0, -1]
         full = view(text[None, :7])[0, -1]
-    assert cache.length == 7 and cache.nbytes() == in_practice.kv_cache_bytes_from_config(
-        in_practice.config_dict(model), 7, bytes_per_element=4
-    )
+    formula = in_practice.course_answer("kv_cache_bytes_from_config")
+    assert cache.length == 7 and cache.nbytes() == formula(in_practice.config_dict(model), 7, bytes_per_element=4)
     torch.testing.assert_close(stepped, full, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="cannot grow"):
         cache.length = 20
@@ -487,62 +484,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
 
 
-KV = "def kv_cache_bytes_from_config(config, seq_len, batch=1, bytes_per_element=2):\n"
-KV_HEAD_DIM = "    d = config.get('head_dim') or config['hidden_size'] // config['num_attention_heads']\n"
-LORA = (
-    "def lora_trainable_parameters(config, target_modules, r):\n"
-    "    h, f, heads, kv = (config[key] for key in ('hidden_size', 'intermediate_size', "
-    "'num_attention_heads', 'num_key_value_heads'))\n"
-    "{head_dim}"
-    "    shapes = {{'q_proj': (h, heads * d), 'k_proj': (h, kv * d), 'v_proj': (h, kv * d), 'o_proj': (heads * d, h),\n"
-    "              'gate_proj': (h, f), 'up_proj': (h, f), 'down_proj': (f, h)}}\n"
-    "    return config['num_hidden_layers'] * sum(r * sum(shapes[n]) for n in set(target_modules))\n"
-)
-KV_ALL = {f"kv_cache_bytes_from_config.{name}" for name in ("smollm2", "llama3", "head_dim", "random")}
-
-# More plausible mistakes, judged in this process (conftest.assert_caught).
-MISTAKES = {
-    "kv_without_batch": Planted(
-        "kv_cache_bytes_from_config",
-        KV + KV_HEAD_DIM + "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len"
-        " * bytes_per_element\n",
-        {
-            "kv_cache_bytes_from_config.llama3",
-            "kv_cache_bytes_from_config.head_dim",
-            "kv_cache_bytes_from_config.random",
-        },
-        "left out the batch",
-    ),
-    "kv_without_bytes": Planted(
-        "kv_cache_bytes_from_config",
-        KV + KV_HEAD_DIM + "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len"
-        " * batch\n",
-        KV_ALL - {"kv_cache_bytes_from_config.random"},  # whose draw is 1 byte an element here
-        # (at SmolLM2's and Llama's default of 2 bytes it reads as the factor 2 missing too, and says both)
-        "left out bytes_per_element",
-    ),
-    "kv_fp16_always": Planted(
-        "kv_cache_bytes_from_config",
-        KV + KV_HEAD_DIM + "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len"
-        " * batch * 2\n",
-        {"kv_cache_bytes_from_config.head_dim", "kv_cache_bytes_from_config.random"},
-        "bytes_per_element fixed at 2",
-    ),
-    "kv_head_dim_of_the_kv_heads": Planted(
-        "kv_cache_bytes_from_config",
-        KV + "    d = config.get('head_dim') or config['hidden_size'] // config['num_key_value_heads']\n"
-        "    return 2 * config['num_hidden_layers'] * config['num_key_value_heads'] * d * seq_len * batch"
-        " * bytes_per_element\n",
-        {"kv_cache_bytes_from_config.smollm2", "kv_cache_bytes_from_config.llama3"},
-        "hidden_size // num_key_value_heads",
-    ),
-    "lora_head_dim_of_the_kv_heads": Planted(
-        "lora_trainable_parameters",
-        LORA.format(head_dim="    d = config.get('head_dim') or h // kv\n"),
-        {"lora_trainable_parameters.smollm2_qv", "lora_trainable_parameters.all_linear"},
-        "hidden_size // num_key_value_heads",
-    ),
-}
+MISTAKES = judged("in_practice")
 
 # Correct answers written their own way: each must keep every point.
 VARIANTS = {
@@ -596,12 +538,16 @@ def test_the_formula_cells_use_the_learners_function_once_written_and_say_whose(
     assert in_practice.yours_or_the_course({}, "kv_cache_bytes_from_config", config, 1)[1].startswith("the course's")
 
 
-def test_no_course_function_of_chapter_8_left_readable_reads_off_the_config():
-    """head_dim and the table of layer shapes are most of both exercises: the learners' copy withholds them."""
-    import inspect
+def test_no_course_function_of_chapter_8_reads_off_the_config():
+    """head_dim and the table of layer shapes are most of both exercises: the course's answers are
+    the solution cells, which the learners' copy leaves out, and no shipped module writes them again."""
+    from course import withheld
 
-    for function in (in_practice.head_dim, in_practice.linear_shapes):
-        assert inspect.getsource(function).startswith("@withheld\n"), function.__name__
+    answers = withheld.answers(in_practice.CHAPTER)
+    for name in ("kv_cache_bytes_from_config", "lora_trainable_parameters", "pack_nf4"):
+        assert callable(getattr(answers, name)) and not hasattr(in_practice, name), name
+    for name in ("head_dim", "linear_shapes", "unpack_nf4", "FORMULAS"):
+        assert not hasattr(in_practice, name), name
     assert "2 * 30 * 3 * 64" not in in_practice.__doc__
 
 

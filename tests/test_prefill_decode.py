@@ -5,14 +5,18 @@ from dataclasses import replace
 
 import pytest
 
-from autograder.planted import Planted, planted
-from course import evaluation, paths, prefill_decode
+from autograder.mistakes import judged, planted
+from autograder.mistakes import prefill_decode as known
+from autograder.mistakes.prefill_decode import CRITICAL, MEMORY, ROOFLINE, STATIC
+from autograder.mistakes.prefill_decode import answer_cell as _answer
+from course import evaluation, paths, prefill_decode, withheld
 from course.plots import prefill_decode as plots
 from course.plots._widgets import figure_png
 
 from conftest import assert_named, judged_in_process
 
 A100 = prefill_decode.PRESETS["A100-80G"]
+ANSWERS = withheld.answers("01_prefill_decode")  # the solution cells
 
 
 def test_weight_memory_of_a_70b_model():
@@ -39,7 +43,7 @@ def test_prefill_is_compute_bound_and_grows_with_the_prompt():
     short, long = (prefill_decode.prefill_time(8e9, 16, t, A100) for t in (1000, 4000))
     assert short == pytest.approx(16e12 / A100.peak_flops)
     assert long == pytest.approx(4 * short)
-    assert prefill_decode.prefill_flops(8e9, 1000) == 16e12
+    assert ANSWERS.prefill_flops(8e9, 1000) == 16e12
 
 
 def test_a_70b_model_at_4_bits_decodes_faster_than_at_16():
@@ -96,8 +100,6 @@ def test_static_schedule_by_hand():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: prefill_decode.weight_bytes(-1, 16),
-        lambda: prefill_decode.prefill_flops(1e9, 0),
         lambda: prefill_decode.decode_step_time(1e9, 16, 0, A100),
         lambda: prefill_decode.make_trace(10, 0.0),
         lambda: prefill_decode.simulate([], 1e9, 16, A100, 0, True),
@@ -150,7 +152,7 @@ def test_the_notebooks_formulas_drive_the_figures():
     """Formulas.of takes a notebook's four exercises, in the chapter's units, and predicts what the
     course's formulas predict."""
     yours = prefill_decode.Formulas.of(_notebook_functions())
-    assert yours.complete and yours.yours == tuple(prefill_decode.PROBES)
+    assert yours.complete and yours.yours == tuple(prefill_decode.TRIED_ON)
     for batch in (1, 64, 512):
         assert prefill_decode.decode_step_time(70e9, 4, batch, A100, yours) == pytest.approx(
             prefill_decode.decode_step_time(70e9, 4, batch, A100)
@@ -190,7 +192,7 @@ def test_the_notebooks_formulas_that_are_written_are_used_while_others_are_not_y
         "The simulator uses your prefill_flops and roofline_step_time; weight_memory_gb is not written yet."
     )
     none = prefill_decode.Formulas.of({})
-    assert none.yours == () and none.missing() == list(prefill_decode.PROBES)
+    assert none.yours == () and none.missing() == list(prefill_decode.TRIED_ON)
     assert prefill_decode.whose(none, "This figure", ("critical_batch_of",), "left out") == (
         "Your critical_batch_size is not written yet: left out."
     )
@@ -248,18 +250,33 @@ def test_a_chart_whose_stand_ins_were_not_recorded_says_so_instead_of_raising():
     )
 
 
-def test_the_roofline_widget_records_every_preset_it_offers():
-    """withheld_calls makes every withheld call the roofline chart makes on a preset: each one is recorded."""
-    from course import withheld
-
+def test_the_roofline_chart_asks_every_preset_view_when_built():
+    """Built, the chart asks the course's formulas everything its sliders can show on the presets
+    (recorded in the instructor's notebook, it answers every view of the learners' copy's chart)."""
     with withheld.recording() as recorded:
-        plots.withheld_calls()
+        plots.RooflineChart()
     views = [(8e9, 16, 1, 256, "A100-80G"), (405e9, 4, 1024, 16384, "T4"), (1e9, 8, 32, 64, "H200")]
+    chart = plots.RooflineChart()
     for view in views:
         with withheld.recording() as wanted:
-            plots.RooflineChart().update(*view)
+            chart.update(*view)
+        assert wanted, view
         for name, calls in wanted.items():
             assert all(call in recorded[name] for call in calls), (view, name)
+
+
+def test_the_notebooks_formulas_record_the_course_s_beside_them():
+    """While the learners' copy is recorded, the instructor's notebook (whose functions are the
+    solution's) calls the course's answer beside each of its own: a blank notebook's calls are recorded."""
+    with withheld.recording() as recorded:
+        yours = prefill_decode.Formulas.of(_notebook_functions())
+        assert prefill_decode.decode_step_time(8e9, 16, 4, A100, yours) == pytest.approx(
+            prefill_decode.decode_step_time(8e9, 16, 4, A100)
+        )
+    assert sorted(recorded) == [
+        "solutions.01_prefill_decode.roofline_step_time",
+        "solutions.01_prefill_decode.weight_memory_gb",
+    ]
 
 
 PLANTED = planted("prefill_decode")
@@ -270,153 +287,7 @@ def test_planted_mistake_loses_points_with_a_hint(planted_reports, name):
     assert_named(planted_reports[name], PLANTED[name])
 
 
-def _answer(name: str, arguments: str, body: str) -> str:
-    return f"def {name}({arguments}):\n" + "".join(f"    {line}\n" for line in body.strip().split("\n"))
-
-
-MEMORY = ("weight_memory_gb", "params, bits")
-ROOFLINE = ("roofline_step_time", "flops, n_bytes, peak_flops, bandwidth")
-ALL_ROOFLINE = {f"roofline_step_time.{name}" for name in ("memory_bound", "prefill_8b", "compute_bound")}
-CRITICAL = ("critical_batch_size", "peak_flops, bandwidth, bytes_per_param")
-STATIC = ("static_batch_throughput", "output_lengths, batch_size, step_seconds")
-ALL_STATIC = {"static_batch_throughput.example", "static_batch_throughput.random"}
-
-# More plausible mistakes, judged in this process (conftest.assert_caught): each check in the set
-# must fail and its hint must name the mistake.
-MISTAKES = {
-    "memory_two_bytes_always": Planted(
-        "weight_memory_gb",
-        _answer("weight_memory_gb", "params, bits", "return params * 2 / 1e9"),
-        {"weight_memory_gb.other"},
-        "2 bytes per weight",
-    ),
-    "prefill_training_cost": Planted(
-        "prefill_flops",
-        _answer("prefill_flops", "params, tokens", "return 6 * params * tokens"),
-        {"prefill_flops.8b", "prefill_flops.random"},
-        "cost of training",
-    ),
-    "roofline_intensity": Planted(
-        "roofline_step_time",
-        _answer("roofline_step_time", "flops, n_bytes, peak_flops, bandwidth", "return flops / n_bytes"),
-        {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
-        "arithmetic intensity",
-    ),
-    "roofline_multiplied": Planted(
-        "roofline_step_time",
-        _answer(
-            "roofline_step_time",
-            "flops, n_bytes, peak_flops, bandwidth",
-            "return max(flops * peak_flops, n_bytes * bandwidth)",
-        ),
-        {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
-        "multiplied by the rates",
-    ),
-    "static_seconds": Planted(
-        STATIC[0],
-        _answer(
-            *STATIC,
-            "steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))\n"
-            "return steps * step_seconds",
-        ),
-        ALL_STATIC,
-        "returned the seconds",
-    ),
-    "static_padding_counted": Planted(
-        STATIC[0],
-        _answer(
-            *STATIC,
-            "chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
-            "return sum(len(c) * max(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
-        ),
-        ALL_STATIC,
-        "idle slots",
-    ),
-    "static_last_batch_dropped": Planted(
-        STATIC[0],
-        _answer(
-            *STATIC,
-            "full = len(output_lengths) // batch_size * batch_size\n"
-            "chunks = [output_lengths[i:i + batch_size] for i in range(0, full, batch_size)]\n"
-            "return sum(sum(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
-        ),
-        ALL_STATIC,
-        "last, smaller batch",
-    ),
-    # what a new learner found passing every visible check, or hinted as a mistake it did not make
-    "memory_integer_division": Planted(
-        MEMORY[0], _answer(*MEMORY, "return params * bits / 8 // 1e9"), {"weight_memory_gb.7b_3bit"}, "rounded down"
-    ),
-    "memory_bits_floored": Planted(
-        MEMORY[0],
-        _answer(*MEMORY, "return params * (bits // 8) / 1e9"),
-        {"weight_memory_gb.7b_3bit", "weight_memory_gb.other"},
-        "bits // 8 is 0 for 3 bits",
-    ),
-    "roofline_memory_only": Planted(
-        ROOFLINE[0],
-        _answer(*ROOFLINE, "return n_bytes / bandwidth"),
-        {"roofline_step_time.prefill_8b", "roofline_step_time.compute_bound"},
-        "got the memory time n_bytes / bandwidth alone",
-    ),
-    "roofline_smaller": Planted(
-        ROOFLINE[0],
-        _answer(*ROOFLINE, "return min(flops / peak_flops, n_bytes / bandwidth)"),
-        ALL_ROOFLINE,
-        "is the larger, and the slower limit decides",
-    ),
-    "roofline_milliseconds": Planted(
-        ROOFLINE[0],
-        _answer(*ROOFLINE, "return 1000 * max(flops / peak_flops, n_bytes / bandwidth)"),
-        ALL_ROOFLINE,
-        "returned milliseconds",
-    ),
-    "critical_two_bytes_always": Planted(
-        CRITICAL[0],
-        _answer(*CRITICAL, "return peak_flops / bandwidth * 2 / 2"),
-        {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
-        "the critical batch of 2-byte weights: bytes_per_param was taken as 2",
-    ),
-    # issue 55: without the division by 2 an int8 answer was told "the critical batch of 2-byte
-    # weights", and dividing by the bytes "bytes per parameter were left out"
-    "critical_no_half": Planted(
-        CRITICAL[0],
-        _answer(*CRITICAL, "return peak_flops / bandwidth * bytes_per_param"),
-        {f"critical_batch_size.{name}" for name in ("a100_bf16", "a100_int8", "a100_fp32", "int8")},
-        "the division by 2 is missing",
-    ),
-    "critical_divided_without_half": Planted(
-        CRITICAL[0],
-        _answer(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param"),
-        {f"critical_batch_size.{name}" for name in ("a100_bf16", "a100_int8", "a100_fp32", "int8")},
-        "divided by bytes_per_param (multiply",
-    ),
-    "critical_divided": Planted(
-        CRITICAL[0],
-        _answer(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param / 2"),
-        {"critical_batch_size.a100_bf16", "critical_batch_size.a100_fp32"},
-        "divided by bytes_per_param: multiply",
-    ),
-    "critical_integer_division": Planted(
-        CRITICAL[0],
-        _answer(*CRITICAL, "return peak_flops / bandwidth * (bytes_per_param // 2)"),
-        {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
-        "rounded down (// or int())",
-    ),
-    "static_integer_division": Planted(
-        STATIC[0],
-        _answer(
-            *STATIC,
-            "steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))\n"
-            "return sum(output_lengths) // (steps * step_seconds)",
-        ),
-        ALL_STATIC,
-        "rounded down",
-    ),
-    "static_every_slot_a_token": Planted(
-        STATIC[0], _answer(*STATIC, "return batch_size / step_seconds"), ALL_STATIC, "idle in their slot"
-    ),
-}
+MISTAKES = judged("prefill_decode")  # more plausible mistakes, judged in this process (conftest.assert_caught)
 
 # The MISTAKES above that a new learner found passing every visible check, or hinted there as a
 # mistake they did not make: the check cell (visible checks only) must fail each and name it.
@@ -472,7 +343,7 @@ def test_the_prompts_example_is_the_check_cells_and_has_a_shorter_last_batch():
     example = next(c for c in chapter.STATIC.checks if c.name == "example").probe(None)["args"]
     outputs, batch, step = example
     assert len(outputs) % batch
-    expected, mistakes = chapter._static_numbers(*example)
+    expected, mistakes = ANSWERS.static_batch_throughput(*example), known.of_static_batch_throughput(*example)
     text = (paths.SOLUTIONS / "01_prefill_decode.py").read_text()
     assert f"`{outputs}`, batches\n# of {batch} and {step} s per step" in text
     assert f"about {expected:.1f} tokens/s" in text
@@ -492,14 +363,14 @@ def test_two_mistakes_that_give_the_same_number_share_a_hint_that_names_each():
     (it once named neither), and a mistake that gives a number of its own is named alone."""
     from autograder.chapters import prefill_decode as chapter
 
-    assert chapter._told_apart([("seen", 1.0)], [("a", 2.0), ("b", 2.0), ("c", 3.0), ("c", 4.0)]) == [
+    assert known.told_apart([("seen", 1.0)], [("a", 2.0), ("b", 2.0), ("c", 3.0), ("c", 4.0)]) == [
         ("seen", 1.0),
-        (chapter.JOINED + "a; or b", 2.0),
+        (known.JOINED + "a; or b", 2.0),
         ("c", 3.0),
         ("c", 4.0),
     ]
-    verdict = chapter._judge_memory({"args": [70e9, 4]}, {"returned": 140.0})
-    assert verdict.hint.startswith(chapter.JOINED) and "multiplied by bits / 8 the wrong way" in verdict.hint
+    verdict = chapter.judge_memory({"args": [70e9, 4]}, {"returned": 140.0})
+    assert verdict.hint.startswith(known.JOINED) and "multiplied by bits / 8 the wrong way" in verdict.hint
     assert "counted 2 bytes per weight" in verdict.hint and verdict.hint.endswith("(expected 35 GB, got 140 GB)")
 
 
@@ -509,7 +380,7 @@ def test_a_number_copied_from_a_printed_hint_reads_apart_from_the_expected_one()
     from autograder.chapters import prefill_decode as chapter
 
     params = 104.3077e9 * 8 / 3
-    verdict = chapter._judge_memory({"args": [params, 3]}, {"returned": 104.308})
+    verdict = chapter.judge_memory({"args": [params, 3]}, {"returned": 104.308})
     assert not verdict.passed and verdict.hint == "expected 104.3077 GB, got 104.308 GB", verdict.hint
 
 

@@ -27,13 +27,20 @@ def _hardware(name_or_hw):
     return prefill_decode.PRESETS[name_or_hw] if isinstance(name_or_hw, str) else name_or_hw
 
 
+PARAMS = (1, 3, 8, 13, 34, 70, 180, 405)  # billions: the roofline widget's choices
+BITS = (4, 8, 16)
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+PROMPTS = (16, 64, 256, 1024, 4096, 16384)
+
+
 class RooflineChart(Chart):
     """The roofline of a machine with one model's decode step and prefill on it, and the numbers.
 
     ``measured``: (label, FLOPs per byte, FLOP/s achieved) points drawn beside the predictions.
     ``formulas`` compute the predictions (:class:`course.prefill_decode.Formulas`): a prediction
     whose formulas are missing (None, or a notebook's not written yet) is left out, and the legend
-    lists only what is drawn; the numbers beside the chart say what is left out and why.
+    lists only what is drawn; the numbers beside the chart say what is left out and why. Built, it
+    asks the formulas for every view its widget offers on the presets (:meth:`ask_every_view`).
     """
 
     def __init__(
@@ -70,6 +77,30 @@ class RooflineChart(Chart):
         self.legend = self.moving(ax.legend(handles=handles, fontsize=8, loc="lower right")) if handles else None
         text_ax.axis("off")
         self.numbers = self.moving(text_ax.text(0, 0.95, "", va="top", fontsize=10, family="monospace"))
+        self.ask_every_view()
+
+    def ask_every_view(self) -> None:
+        """Compute what every view of the presets shows, once: the instructor's notebook, recorded,
+        then records every call the learners' copy's chart makes to the course's formulas, however
+        its sliders move. In the learners' copy, the course's formulas beside a notebook's answer
+        they were never recorded with stop the asking; the views say so as they are drawn."""
+        f = self.formulas
+        can_prefill, can_decode = f.can(*prefill_decode.PREFILL), f.can(*prefill_decode.DECODE)
+        try:
+            for hardware in prefill_decode.PRESETS.values():
+                for params, bits in ((p * 1e9, b) for p in PARAMS for b in BITS):
+                    if f.can("weight_bytes"):
+                        f.weight_bytes(params, bits)
+                    if f.can("critical_batch_of"):
+                        prefill_decode.critical_batch(hardware, bits, f)
+                    for batch in BATCHES if can_decode else ():
+                        prefill_decode.decode_step_time(params, bits, batch, hardware, f)
+                    for prompt in PROMPTS if f.can("prefill_flops") else ():
+                        f.prefill_flops(params, prompt)
+                        if can_prefill:
+                            prefill_decode.prefill_time(params, bits, prompt, hardware, f)
+        except NotRecorded:
+            pass
 
     def update(self, params: float = 8e9, bits: int = 16, batch: int = 1, prompt: int = 512, hardware="A100-80G"):
         hw = _hardware(hardware)
@@ -162,29 +193,6 @@ def plot_roofline(
     which ``formulas`` compute (None: left out).
     """
     return RooflineChart(measured, formulas).update(params, bits, batch, prompt, hardware).figure
-
-
-PARAMS = (1, 3, 8, 13, 34, 70, 180, 405)  # billions: the roofline widget's choices
-BITS = (4, 8, 16)
-BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-PROMPTS = (16, 64, 256, 1024, 4096, 16384)
-
-
-def withheld_calls() -> None:
-    """What the roofline widget computes for every preset it offers, and the batching widget for
-    its first view, so that the learners' copy records them (``course/withheld.py``). The batching
-    widget's other views are not recorded (each simulates hundreds of steps, a few hundred
-    recordings each): in the learners' copy they move once the learner's formulas drive them."""
-    BatchingChart().update()
-    for hardware in prefill_decode.PRESETS.values():
-        for params, bits in ((p * 1e9, b) for p in PARAMS for b in BITS):
-            prefill_decode.weight_bytes(params, bits)
-            prefill_decode.critical_batch(hardware, bits)
-            for batch in BATCHES:
-                prefill_decode.decode_step_time(params, bits, batch, hardware)
-            for prompt in PROMPTS:
-                prefill_decode.prefill_flops(params, prompt)
-                prefill_decode.prefill_time(params, bits, prompt, hardware)
 
 
 def widget_roofline(this_machine=None, formulas: prefill_decode.Formulas = prefill_decode.REFERENCE) -> None:
