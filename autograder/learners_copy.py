@@ -228,18 +228,20 @@ def build(
     kernel: str = "course",
     parameters: dict | None = None,
 ) -> Path:
-    """Write the learners' copy of ``chapters`` (all by default) into ``out``, emptied first, and
-    its zip beside it; return the zip's path. The instructor's notebooks of the chapters that run
-    without the answers are executed into ``executed`` (by default a temporary folder: they hold
-    the answers, so nothing of them stays beside the copy), each with its own measurements' sizes
-    or those of ``parameters[chapter]`` (chapter -> parameter -> value; the copy then records the
-    calls of those sizes: what a learner runs with them is answered, the default sizes' calls only
-    where they are the same)."""
+    """Write the learners' copy of ``chapters`` (all by default) into ``out``, replacing what it held,
+    and its zip beside it; return the zip's path. Both are written beside ``out`` first and put in
+    place when whole: ``out`` never holds half a copy (the recording runs take minutes). The
+    instructor's notebooks of the chapters that run without the answers are executed into
+    ``executed`` (by default a temporary folder: they hold the answers, so nothing of them stays
+    beside the copy), each with its own measurements' sizes or those of ``parameters[chapter]``
+    (chapter -> parameter -> value; the copy then records the calls of those sizes: what a learner
+    runs with them is answered, the default sizes' calls only where they are the same)."""
     import tempfile
 
     chapters = chapters or [source.stem for source in paths.chapter_sources()]
     with tempfile.TemporaryDirectory() as folder:
         recordings = record(chapters, executed or Path(folder), kernel, parameters)
+    final, out = out, out.with_name(f"{out.name}.partial")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -269,7 +271,11 @@ def build(
     )
     (out / "Makefile").write_text(MAKEFILE, encoding="utf-8")
     (out / "autograder" / "__main__.py").write_text(MAIN, encoding="utf-8")
-    return _zip(out)
+    archive = _zip(out, final.name)
+    if final.exists():
+        shutil.rmtree(final)
+    out.rename(final)
+    return archive.replace(final.with_suffix(".zip"))
 
 
 def reference_for_learners(topic: str, numbers: dict[str, dict]) -> dict[str, dict]:
@@ -313,12 +319,13 @@ def _hidden_check_counts() -> dict[str, int]:
     return {grade_id: len(checks) for module in modules if module for grade_id, checks in module.HIDDEN.items()}
 
 
-def _zip(out: Path) -> Path:
-    archive = out.with_suffix(".zip")
+def _zip(out: Path, name: str) -> Path:
+    """``out`` zipped beside it, its files under the folder ``name``."""
+    archive = out.with_name(f"{out.name}.zip")
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
         for path in sorted(out.rglob("*")):
             if path.is_file():
-                handle.write(path, Path(out.name) / path.relative_to(out))
+                handle.write(path, Path(name) / path.relative_to(out))
     return archive
 
 

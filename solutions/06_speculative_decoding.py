@@ -364,7 +364,10 @@ for name in speculative_decoding.COURSE_DRAFTS:
 # openings: the acceptance rate alpha; the draft's cost c, its seconds per proposed token over
 # the seconds of one target step, measured inside the loop (and how far apart the repeats put
 # it); the tokens per target call against the formula at the measured alpha (your
-# `expected_tokens_per_call`); and the wall-clock speed-up against the target generating alone
+# `expected_tokens_per_call`), taken round by round at the number of tokens the draft proposed in
+# that round: k for a model draft, fewer or none for prompt lookup when the text offers no match,
+# so its formula sits far below the one at k (the row prints the tokens drafted per call); and the
+# wall-clock speed-up against the target generating alone
 # with its KV cache, timed in turn with it, the median of several repeats, on the threads chosen
 # in section 3. Where the course's loop runs (its own repository, on your machine), the sampled
 # runs verify the proposals with your `speculative_token` once it is written: how often it
@@ -408,7 +411,7 @@ for temperature, label in ((0.0, "greedy"), (1.0, "sampled")):
     for name, r in results.items():
         said = f"{name:15s} alpha {r['alpha']:.2f}  c {r['cost']:.3f} (repeats {timing.spread(r['costs']):.0%} apart)"
         said += f"  verify {r['verify']:.2f}  tokens per call {r['tokens_per_call']:.2f}"
-        said += f" (formula {r['formula']:.2f})" if formula else ""
+        said += f" (formula {r['formula']:.2f}, {r['drafted_per_call']:.2f} drafted per call)" if formula else ""
         said += f"  speed-up {readings.spread(r['speedups'])}"
         print(said + (f" (formula with c: {r['formula_speedup']:.2f}x)" if formula else ""))
         measured[f"{name}, {label}"] = r

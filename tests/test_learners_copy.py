@@ -158,6 +158,26 @@ def test_the_scan_finds_a_shipped_body_and_not_a_withheld_one():
         assert _shipped_bodies([("course/kernels/int4.py", "Int4Linear.forward")], sources) == []
 
 
+def test_a_build_that_stops_leaves_the_last_copy_whole(tmp_path, monkeypatch):
+    """The copy is written beside its folder and put in place when whole: a build that stops
+    part-way (here, at the notebooks) leaves the last copy and its zip as they were."""
+    monkeypatch.setattr(learners_copy, "record", lambda *args, **kwargs: {})  # no chapter executed
+    out = tmp_path / "learners-copy"
+    learners_copy.build(out, ["05_flash_attention"])
+    last = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    zipped = out.with_suffix(".zip").read_bytes()
+
+    def stop(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(learners_copy, "_notebooks", stop)
+    with pytest.raises(KeyboardInterrupt):
+        learners_copy.build(out, ["05_flash_attention"])
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == last
+    assert out.with_suffix(".zip").read_bytes() == zipped
+    assert (out / "notebooks" / "05_flash_attention.ipynb").is_file()
+
+
 def test_every_source_file_of_the_copy_is_the_instructors_file(learners_copy_folder):
     """The learners' copy is a subset of the repository's files: every Python file in it is the
     instructor's file at the same path, byte for byte, but the files it writes (its README, Makefile

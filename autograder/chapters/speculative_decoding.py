@@ -455,9 +455,16 @@ def judge_ngram(probe, got):
             f"NGramDraft table does): this exercise stops there and returns the proposals so far ({difference})",
         )
     named = {hint for hint, wrong in known["mistakes"] if wrong == tokens}
+    kept_going = len(tokens) > len(expected) and tokens[: len(expected)] == expected
     if len(named) == 1:  # a mistake named only where no other known one gives the same proposals here
-        return Verdict(False, f"{named.pop()} ({difference})")
-    if len(tokens) > len(expected) and tokens[: len(expected)] == expected:
+        # past the stop, a shorter context and backing off to one propose the same
+        also = (
+            f"; or it backed off to a shorter context where the last {n} never occur: stop there" if kept_going else ""
+        )
+        return Verdict(False, f"{named.pop()}{also} ({difference})")
+    if tokens == [int(t) for t in context]:
+        return Verdict(False, f"returned the context itself: return only the new proposals, at most k ({difference})")
+    if kept_going:
         return Verdict(
             False,
             f"kept proposing after a context that never occurs in the text: stop there and return what you have "

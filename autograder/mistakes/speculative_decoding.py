@@ -60,6 +60,7 @@ def of_expected_tokens_per_call(alpha, k) -> list[tuple[str, float]]:
             1 + k * alpha,
         ),
         ("returned k + 1, which holds only at alpha = 1, when every proposal is accepted", float(k + 1)),
+        ("returned 0: a target call always gives at least one token, its own (the sum starts at alpha^0 = 1)", 0.0),
     ]
 
 
@@ -107,6 +108,10 @@ def of_speculative_speedup(alpha, k, c, tokens: float) -> list[tuple[str, float]
         ("the target's own call was left out of the cost: divide by (k c + 1), not k c", tokens / (k * c)),
         ("the draft's cost was counted once, not per drafted token: (k c + 1)", tokens / (c + 1)),
         ("divided the cost by the tokens, upside down: tokens per call / (k c + 1)", (k * c + 1) / tokens),
+        (
+            "counted k + 1 draft calls: the draft proposes k tokens, so a round costs k c + 1 target steps",
+            tokens / ((k + 1) * c + 1),
+        ),
     ]
 
 
@@ -344,6 +349,26 @@ PLANTED = {  # graded end to end
 RIGHT_TOKEN = SPECULATIVE_TOKEN.format(leftover="(target - draft).clamp(min=0)")
 
 JUDGED = {  # judged in the tests' process
+    "tokens_returns_zero": Planted(
+        "expected_tokens_per_call",
+        "def expected_tokens_per_call(alpha, draft_length):\n    return 0.0\n",
+        {"expected_tokens_per_call.example"},
+        "returned 0: a target call always gives at least one token",
+    ),
+    "speedup_k_plus_one_draft_calls": Planted(
+        "speculative_speedup",
+        "def speculative_speedup(alpha, draft_length, cost):\n"
+        "    tokens = (1 - alpha ** (draft_length + 1)) / (1 - alpha)\n"
+        "    return tokens / ((draft_length + 1) * cost + 1)\n",
+        {"speculative_speedup.paper"},
+        "counted k + 1 draft calls",
+    ),
+    "ngram_returns_the_context": Planted(
+        "ngram_draft",
+        "def ngram_draft(text, context, n, k):\n    return list(context)\n",
+        {"ngram_draft.example", "ngram_draft.stop"},
+        "returned the context itself",
+    ),
     "alpha_averaged": Planted(
         "acceptance_rate",
         "def acceptance_rate(target, draft):\n    return torch.minimum(target, draft).mean().item()\n",
