@@ -587,13 +587,17 @@ def test_the_sandbox_model_is_the_course_model():
 
 
 def test_mistaken_loops_differ_from_greedy():
-    """Each planted mistake is the course's loop with one part changed: the target's cache not rolled
-    back overflows it, one position too many gives other tokens."""
+    """Each loop mistake is the course's loop (or the solution's) with one part changed: the target's
+    cache not rolled back overflows it, one position too many or the target's choices read one
+    position late give other tokens."""
     greedy = checks._loop_expected("distilled", 0, 4)["greedy"]
     assert checks._mistake_outcome("distilled", 0, 4, "target_cache") == "ValueError"
     tokens = checks._mistake_outcome("distilled", 0, 4, "one_more")
     assert isinstance(tokens, list) and len(tokens) == len(greedy) and tokens != greedy
     assert checks._mistake_outcome("distilled", 0, 4, "draft_cache") == "RuntimeError"  # the draft is fed nothing
+    assert checks._mistake_outcome("distilled", 0, 4, "both_caches") == "RuntimeError"  # the draft's error comes first
+    late = checks._mistake_outcome("distilled", 0, 4, "late")
+    assert isinstance(late, list) and len(late) == len(greedy) and late != greedy
 
 
 def test_the_calibrated_checks_losses_are_told_apart():
@@ -902,14 +906,20 @@ VISIBLY_CAUGHT = (
     "layer_rerounds_given_codes",
     "loop_one_target_call_per_token",
     "loop_draft_cache_not_rolled_back",
+    "loop_without_draft_cache",
+    "loop_without_target_cache",
+    "loop_reads_choices_late",
+    "loop_neither_cache_rolled_back",
 )
 
 
 @pytest.mark.parametrize("name", VISIBLY_CAUGHT)
 def test_the_check_cell_names_each_mistake_the_chapter_stresses(name, capsys):
     """Packing odd columns without the ValueError the prompt asks for, unpacking the nibbles in the
-    other order, GPTQ's codes rounded again, one target call per token and a draft cache never
-    rolled back each fail a visible check with their hint, before grading."""
+    other order, GPTQ's codes rounded again, one target call per token, a draft cache never rolled
+    back, a model without its KV cache (fed every position again: the right tokens), the target's
+    choices read one position late and neither cache rolled back each fail a visible check with
+    their hint, before grading."""
     planted = PLANTED[name]
     earlier = "" if planted.grade_id == "pack_int4" else solution_answer("pack_int4")
     printed = check_cell(planted.grade_id, earlier + planted.source, capsys)
@@ -918,10 +928,15 @@ def test_the_check_cell_names_each_mistake_the_chapter_stresses(name, capsys):
 
 @pytest.mark.parametrize(
     "name, mistake",
-    [("loop_cache_not_rolled_back", "target_cache"), ("loop_draft_cache_not_rolled_back", "draft_cache")],
+    [
+        ("loop_cache_not_rolled_back", "target_cache"),
+        ("loop_draft_cache_not_rolled_back", "draft_cache"),
+        ("loop_neither_cache_rolled_back", "both_caches"),
+    ],
 )
 def test_a_loop_that_raises_is_told_its_mistake_before_the_error(name, mistake, capsys):
-    """A cache never rolled back ends in an error; the hint names the mistake first, then what was raised."""
+    """A cache never rolled back ends in an error; the hint names the mistake first, the cache at
+    fault (the target's, the draft's, or both), then what was raised."""
     printed = check_cell("speculative_greedy", PLANTED[name].source, capsys)
     hint = printed.split("hint: ", 1)[1]
     assert hint.startswith(f"{checks.LOOP_MISTAKES[mistake]} (your loop raised ValueError: the "), printed

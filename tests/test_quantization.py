@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.mistakes import judged, planted
+from autograder.mistakes import answer_cell, judged, planted
 from autograder.mistakes.quantization.absmax import quantize_variant
-from autograder.mistakes.quantization.awq import awq_source
+from autograder.mistakes.quantization.awq import APPROX, awq_source
 from autograder.mistakes.quantization.gptq import gptq_source
 from course import quantization, reference, withheld
 from course.plots import quantization as plots
@@ -925,7 +925,7 @@ def test_a_small_fixed_damping_is_not_told_it_has_none():
     what differs."""
     from conftest import verdicts
 
-    source = gptq_source().replace("damping * h.diagonal().mean() * torch.eye", "1e-3 * torch.eye")
+    source = gptq_source(("damping * h.diagonal().mean() * torch.eye", "1e-3 * torch.eye"))
     found = {i: v for i, v in verdicts("gptq_quantize", source).items() if not v.passed}
     assert set(found) == MISTAKES["gptq_no_damping"].must_fail, found
     named = [v.hint for v in found.values() if "damping" in v.hint]
@@ -980,6 +980,17 @@ def test_each_awq_mistake_loses_exactly_its_checks_with_its_hint(name):
     shown = "\n".join(f"{i}: {'ok' if v.passed else 'FAIL ' + v.hint}" for i, v in found.items())
     assert {i for i, v in found.items() if not v.passed} == set(words), shown
     assert all(said in found[check].hint for check, said in words.items()), shown
+
+
+def test_the_wrong_answers_are_the_solution_with_one_part_replaced():
+    """GPTQ's and AWQ's wrong answers are written from the solution's own cells: each differs from
+    it, and a part the solution no longer holds raises instead of leaving the answer right."""
+    for grade_id in ("gptq_quantize", "awq_quantize"):
+        answer = answer_cell("03_quantization", grade_id)
+        assert answer.startswith(f"def {grade_id}(") and "### " not in answer
+        assert all(m.source != answer for m in {**PLANTED, **MISTAKES}.values() if m.grade_id == grade_id)
+    with pytest.raises(ValueError, match="no longer holds"):
+        gptq_source(("a part the solution never held", "x"))
 
 
 CHECK_CELL_MISTAKES = [(m.grade_id, name, m.words) for name, m in {**GPTQ_MISTAKES, **AWQ_MISTAKES}.items()]
@@ -1063,7 +1074,7 @@ def test_awq_that_calls_a_wrong_quantize_dequantize_says_to_fix_that_first():
 
     from conftest import verdicts
 
-    awq = awq_source(approx="quantize_dequantize(weight * s, bits, group_size) / s")
+    awq = awq_source((APPROX, "quantize_dequantize(weight * s, bits, group_size) / s"))
     for helper, wrong in (
         (quantize_variant(levels="2 ** bits - 1"), {"uniform", *SEARCHED, "bad_group"}),
         (quantize_variant(), set()),

@@ -325,8 +325,9 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
         """The model behind its interface, its calls and the positions fed counted; feeding it nothing
         or more than its cache holds fails with what that means (not the model's own error)."""
 
-        def __init__(self, model, name):
+        def __init__(self, model, name, last_caches):
             self.model, self.name, self.calls, self.fed = model, name, 0, 0
+            self.last_caches = last_caches  # each model served: the cache it was last fed with (shared)
 
         def new_cache(self, batch=1, max_len=None):
             if batch != 1:
@@ -337,12 +338,17 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
             self.calls, self.fed = self.calls + 1, self.fed + tokens.shape[1]
             if tokens.dim() == 2 and tokens.shape[1] == 0:
                 cached = f"; its cache holds {cache.length} positions" if cache is not None else ""
+                for beside, other in self.last_caches.items():
+                    if beside != self.name and cache is not None and other is not None and other.length > cache.length:
+                        # fed nothing, this cache holds at least the tokens so far; the other's holds more
+                        cached += f", the {beside}'s {other.length}: the {beside}'s was not rolled back either"
                 raise ValueError(f"the {self.name} was fed no tokens (a tensor of shape {tuple(tokens.shape)}{cached})")
             if cache is not None and cache.length + tokens.shape[1] > cache.max_len:
                 raise ValueError(
                     f"the {self.name}'s KV cache holds {cache.max_len} positions, {cache.length + tokens.shape[1]} "
                     "needed: was it rolled back to the positions kept after a rejection?"
                 )
+            self.last_caches[self.name] = cache
             return self.model(tokens, cache)
 
     def codes_served(layer, codes, scale) -> int:
@@ -375,7 +381,8 @@ def on_course_model(answer, job, model_source, target, draft, inputs) -> dict:
             stored = sum(t.numel() * t.element_size() for layer in layers for t in layer.state_dict().values())
             found = {"loss": float(loss), "layer_bytes": int(stored), "layers": len(layers)}
             return found | ({"codes_kept": kept / weights} if weights else {})
-        served, drafter = Served(build(target), "target"), Served(build(draft), "draft")
+        last_caches: dict = {}  # no link between the two served objects: their arguments' fingerprints stay plain
+        served, drafter = Served(build(target), "target", last_caches), Served(build(draft), "draft", last_caches)
         tokens = answer(served, drafter, inputs["prompt"], inputs["k"], inputs["new_tokens"])
         tokens = tokens.flatten().tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
         return {
@@ -815,6 +822,11 @@ LOOP_MISTAKES = {  # each planted mistake's hint (the loop with it: autograder/m
     "guesses; the target's own token after them has not been fed yet",
     "draft_cache": "the draft's KV cache was not rolled back after a rejection, so it holds rejected guesses and is "
     "fed nothing: set its length to at most the positions kept",
+    "both_caches": "neither KV cache was rolled back after a rejection: set the target's length to the positions kept "
+    "(the tokens so far plus the accepted guesses) and the draft's to at most that",
+    "late": "the target's choices were read one position late: the logits at a position choose the token after it, "
+    "so the choice to compare with the first guess is at the position before that guess (the last of the tokens "
+    "fed before the guesses): take the last k + 1 positions",
 }
 
 
@@ -858,8 +870,9 @@ def _loop_probe(draft, start, k):
 
 
 # what the scenario's models say when a cache was not rolled back (on_course_model's Served), by mistake
-RAISED_BY = {
+RAISED_BY = {  # the first whose sign is in the message names it
     "target_cache": ("the target's KV cache holds",),
+    "both_caches": ("the target's was not rolled back either",),
     "draft_cache": ("the draft's KV cache holds", "the draft was fed no tokens"),
 }
 
@@ -879,7 +892,7 @@ def _raised_hint(draft: str, start: int, k: int, raised: dict) -> str:
     return outcome(raised)[1].hint
 
 
-def _loop_verdict(probe, got, part) -> Verdict:
+def _loop_verdict(probe, got, parts) -> Verdict:
     draft, start, k = probe["expected"]
     if is_recording():  # every mistake's outcome, so that the learners' copy can name any of them
         for mistake in LOOP_MISTAKES:
@@ -900,14 +913,14 @@ def _loop_verdict(probe, got, part) -> Verdict:
             return Verdict(False, f"{len(got['tokens'])} tokens returned, expected the prompt + {LOOP_NEW_TOKENS}")
         first = next(i for i, (a, b) in enumerate(zip(got["tokens"], expected["greedy"], strict=True)) if a != b)
         return Verdict(False, f"token {first} differs from the target's greedy decoding ({draft}, k={k})")
-    if part == "calls" and got["target_calls"] != expected["calls"]:
+    if "calls" in parts and got["target_calls"] != expected["calls"]:
         return Verdict(
             False,
             f"{got['target_calls']} target calls, expected {expected['calls']}: one target call per round verifies "
             "its k guesses (the prefill is part of the first round), and after k accepted guesses the same call "
             "gives the target's next token too",
         )
-    if part == "caches":
+    if "caches" in parts:
         bound = prompt_length + LOOP_NEW_TOKENS + got["target_calls"] * (k + 1)
         for who in ("target", "draft"):
             if got[f"{who}_fed"] > bound:
@@ -916,15 +929,18 @@ def _loop_verdict(probe, got, part) -> Verdict:
                     f"the {who} was fed {got[f'{who}_fed']} positions in all, more than {bound}: keep a KV cache and "
                     "feed only the positions it has not seen",
                 )
-    return Verdict(True, data={"target_calls": got["target_calls"]} if part == "calls" else None)
+    return Verdict(True, data={"target_calls": got["target_calls"]} if "calls" in parts else None)
 
 
-def _loop_judge(part):
+def _loop_judge(*parts):
+    """The judge of a loop's tokens and ``parts``: ``"calls"`` (the target's calls counted),
+    ``"caches"`` (the positions each model was fed)."""
+
     def judge(probe, result):
         if "raised" in result and result["raised"] not in ("NotImplementedError", "MemoryError"):
-            return _loop_verdict(probe, result, part)
+            return _loop_verdict(probe, result, parts)
         value, failed = outcome(result)
-        return failed or _loop_verdict(probe, value, part)
+        return failed or _loop_verdict(probe, value, parts)
 
     return judge
 
@@ -936,9 +952,10 @@ SPECULATIVE = Exercise(
         Check(
             "greedy",
             2,
-            "the distilled draft, k = 4: the target's greedy tokens, one target call per round",
+            "the distilled draft, k = 4: the target's greedy tokens, one target call per round, both models fed "
+            "only what their caches have not seen",
             _loop_probe("distilled", 0, 4),
-            _loop_judge("calls"),
+            _loop_judge("calls", "caches"),
             visible=True,
         ),
         Check(

@@ -51,6 +51,26 @@ def _chapter_module(slug: str):
     return optional_module(f"{__name__}.{slug}") or optional_module(f"autograder.planted.{slug}")
 
 
+def answer_cell(chapter: str, grade_id: str, *replaced: tuple[str, str]) -> str:
+    """The solution's answer cell ``grade_id`` of ``chapter`` (``"03_quantization"``), its solution
+    markers dropped, with each (old, new) of ``replaced`` substituted: a wrong answer written from the
+    answer itself, so that it cannot drift from it. An old text the cell no longer holds raises."""
+    from course import paths
+    from course.withheld import solution_cells
+
+    cells = solution_cells(paths.SOLUTIONS / f"{chapter}.py")
+    found = [code for _, meta, code in cells if meta.get("nbgrader", {}).get("grade_id") == grade_id]
+    if not found:
+        raise KeyError(f"{chapter} has no answer cell {grade_id!r}")
+    markers = ("### BEGIN SOLUTION", "### END SOLUTION")
+    source = "\n".join(line for line in found[0].splitlines() if line.strip() not in markers) + "\n"
+    for old, new in replaced:
+        if old not in source:
+            raise ValueError(f"the solution's {grade_id} no longer holds {old!r}: write the wrong answer again")
+        source = source.replace(old, new)
+    return source
+
+
 def planted(slug: str) -> dict[str, Planted]:
     """The wrong answers of the chapter ``slug`` that are graded end to end, by name."""
     return getattr(_chapter_module(slug), "PLANTED", {})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.mistakes import Planted
+from autograder.mistakes import Planted, answer_cell
 
 # --- acceptance_rate -----------------------------------------------------------------------------------
 
@@ -234,16 +234,33 @@ LOOP_VARIANTS = {  # chapter 9's names: the course's loop with one part wrong
     "target_cache": lambda target, draft: (_Target(target, lambda asked, cached: cached), draft),
     "one_more": lambda target, draft: (_Target(target, lambda asked, cached: asked + 1), draft),
     "draft_cache": lambda target, draft: (target, _draft_not_rolled_back(draft)),
+    "both_caches": lambda target, draft: (_Target(target, lambda asked, cached: cached), _draft_not_rolled_back(draft)),
+}
+# chapter 9's names: the solution's loop with one expression replaced (old, new)
+SOLUTION_LOOP_VARIANTS = {
+    "late": ("[0, -(k + 1) :]", "[0, -k:]"),  # the target's choices read one position late
 }
 
 
+def solution_loop(*replaced: tuple[str, str]):
+    """Chapter 9's solution ``speculative_greedy`` with each (old, new) of ``replaced`` substituted in
+    its cell (:func:`autograder.mistakes.answer_cell`): a wrong loop that cannot drift from the answer."""
+    namespace = {"torch": torch}
+    source = answer_cell("09_choosing_a_technique", "speculative_greedy", *replaced)
+    exec(compile(source, "speculative_greedy", "exec"), namespace)
+    return namespace["speculative_greedy"]
+
+
 def of_speculative_greedy(mistake: str, target, draft, prompt, k: int, new_tokens: int) -> list[int]:
-    """The tokens of the course's greedy loop with ``mistake`` (:data:`LOOP_VARIANTS`: the target's cache
-    not rolled back after a rejection; kept one position too far, the target's own token counted as
-    cached before it is fed; the draft's cache not rolled back) on ``prompt``; it raises where that
-    loop does."""
+    """The tokens of the greedy loop with ``mistake`` on ``prompt``: the course's loop
+    (:data:`LOOP_VARIANTS`: the target's cache not rolled back after a rejection; kept one position
+    too far, the target's own token counted as cached before it is fed; the draft's cache not rolled
+    back; neither) or the solution's (:data:`SOLUTION_LOOP_VARIANTS`: the target's choices read one
+    position late); it raises where that loop does."""
     from course.answers.speculative_decoding import speculative_generate
 
+    if mistake in SOLUTION_LOOP_VARIANTS:
+        return solution_loop(SOLUTION_LOOP_VARIANTS[mistake])(target, draft, prompt, k, new_tokens)
     wrong_target, wrong_draft = LOOP_VARIANTS[mistake](target, draft)
     return speculative_generate(wrong_target, wrong_draft, prompt, k, new_tokens, temperature=0)[0][0].tolist()
 

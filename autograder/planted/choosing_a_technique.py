@@ -1,6 +1,7 @@
 """Chapter 9's planted mistakes: the advice, packing, the int4 layer and the greedy loop (written
 from the solution's own cells), and the capstone's configuration."""
 
+from autograder.mistakes.speculative_decoding import SOLUTION_LOOP_VARIANTS
 from autograder.planted import Planted
 from course.benchmarks import choosing_a_technique as bench
 from course.choosing_a_technique import BUDGET
@@ -105,8 +106,31 @@ PLANTED = {
             "choices = target(torch.tensor([feed]), target_cache)",
             "choices = target(torch.tensor([tokens + proposed]))",
         ),
-        {"speculative_greedy.caches"},
+        {"speculative_greedy.greedy", "speculative_greedy.caches"},  # the visible check counts what each was fed
         "keep a KV cache",
+    ),
+    "loop_without_draft_cache": Planted(  # every position fed to the draft again for each guess: the right tokens
+        "speculative_greedy",
+        LOOP_SOLUTION.replace(
+            "logits = draft(torch.tensor([fresh]), draft_cache)[0, -1]",
+            "logits = draft(torch.tensor([tokens + proposed]))[0, -1]",
+        ),
+        {"speculative_greedy.greedy", "speculative_greedy.caches"},
+        "the draft was fed",
+    ),
+    "loop_reads_choices_late": Planted(  # the target's choice for guess i read at guess i's own position
+        "speculative_greedy",
+        LOOP_SOLUTION.replace(*SOLUTION_LOOP_VARIANTS["late"]),
+        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k1", "k7")},
+        "read one position late",
+    ),
+    "loop_neither_cache_rolled_back": Planted(  # the draft is fed nothing first; the target's cache holds more
+        "speculative_greedy",
+        LOOP_SOLUTION.replace("        target_cache.length = n + accepted\n", "").replace(
+            "        draft_cache.length = min(draft_cache.length, n + accepted)\n", ""
+        ),
+        {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k7")},  # k = 1 keeps no extra
+        "neither KV cache was rolled back",
     ),
     "layer_unpacks_low_nibble_first": Planted(  # codes packed right, unpacked in the other order
         "int4_linear",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from autograder.chapters.quantization.absmax import too_many_levels_hint
-from autograder.mistakes import Planted
+from autograder.mistakes import Planted, answer_cell
 from autograder.mistakes.quantization.absmax import grouped_round_trip
 from course import quantization
 
@@ -105,41 +105,14 @@ def of_awq_quantize(weight, hessian, mean_abs, bits, group, grid) -> list[tuple[
 
 # --- wrong answers written out -------------------------------------------------------------------------
 
-AWQ_ANSWER = """
-def awq_quantize(weight, hessian, mean_abs, bits, group_size=None, grid=20):
-    rows, cols = weight.shape
-    group = cols if group_size is None else group_size
-    if cols % group != 0:
-        raise ValueError("group_size must divide the columns")
-    levels = 2 ** (bits - 1) - 1
-
-    def round_trip(w):
-        grouped = w.reshape(rows, cols // group, group)
-        scale = grouped.abs().amax(dim=-1, keepdim=True) / levels
-        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        return (torch.round(grouped / scale).clamp(-levels, levels) * scale).reshape(rows, cols)
-
-    best, errors = None, []
-    for alpha in {alphas}:
-        s = {scales}
-        s = s / (s.max() * s.min()).sqrt()
-        approx = {approx}
-        delta = weight - approx
-        errors.append({error})
-        if best is None or errors[-1] < best[0]:
-            best = (errors[-1], alpha, approx)
-    return best[1], best[2], errors
-"""
+SCALES = "mean_abs.to(weight.dtype).pow(alpha).clamp(min=1e-4)"  # the solution's s, before its normalisation
+APPROX = "round_trip(weight * s) / s"  # the solution's W_hat
 
 
-def awq_source(
-    alphas="[step / grid for step in range(grid)]",
-    scales="mean_abs.pow(alpha).clamp(min=1e-4)",
-    approx="round_trip(weight * s) / s",
-    error="torch.trace(delta @ hessian @ delta.T).item()",
-):
-    """The answer above with parts replaced: a wrong answer's source."""
-    return AWQ_ANSWER.format(alphas=alphas, scales=scales, approx=approx, error=error)
+def awq_source(*replaced: tuple[str, str]) -> str:
+    """The solution's ``awq_quantize`` with each (old, new) of ``replaced`` substituted in its cell: a
+    wrong answer's source (:func:`autograder.mistakes.answer_cell`)."""
+    return answer_cell("03_quantization", "awq_quantize", *replaced)
 
 
 SEARCHED = ("salient", "per_row", "dead_channel")  # the checks whose answer comes from the search
@@ -154,50 +127,54 @@ def _failing(checks, words: str) -> tuple[set[str], str]:
 
 JUDGED = {  # judged in the tests' process, each failing exactly its checks (tests: AWQ_WORDS, where they differ)
     "awq_not_divided_after": Planted(
-        "awq_quantize", awq_source(approx="round_trip(weight * s)"), *_failing(SEARCHED, "not divided by s")
+        "awq_quantize", awq_source((APPROX, "round_trip(weight * s)")), *_failing(SEARCHED, "not divided by s")
     ),
     "awq_salient_channels_shrunk": Planted(
         "awq_quantize",
-        awq_source(scales="mean_abs.pow(-alpha).clamp(min=1e-4)"),
+        awq_source(("pow(alpha)", "pow(-alpha)")),
         *_failing(("salient", "per_row"), "shrunk"),  # and dead_channel, told by the clamp's hint: 1 / 0
     ),
     "awq_weight_error": Planted(
         "awq_quantize",
-        awq_source(error="(delta ** 2).sum().item()"),
+        awq_source(("torch.trace(delta @ hessian.to(weight.dtype) @ delta.T)", "(delta ** 2).sum()")),
         *_failing(("uniform", *SEARCHED), "error of the weights"),
     ),
     "awq_alpha_one_tried": Planted(
-        "awq_quantize", awq_source(alphas="torch.linspace(0, 1, grid).tolist()"), *_failing(SEARCHED, "linspace")
+        "awq_quantize",
+        awq_source(("alpha = step / grid", "alpha = torch.linspace(0, 1, grid)[step].item()")),
+        *_failing(SEARCHED, "linspace"),
     ),
     "awq_no_clamp": Planted(
-        "awq_quantize", awq_source(scales="mean_abs.pow(alpha)"), *_failing(("dead_channel",), "never fires")
+        "awq_quantize",
+        awq_source((SCALES, SCALES.replace(".clamp(min=1e-4)", ""))),
+        *_failing(("dead_channel",), "never fires"),
     ),
     "awq_only_divided_by_s": Planted(
-        "awq_quantize", awq_source(approx="round_trip(weight) / s"), *_failing(SEARCHED, "only divided by s")
+        "awq_quantize", awq_source((APPROX, "round_trip(weight) / s")), *_failing(SEARCHED, "only divided by s")
     ),
     "awq_scales_from_the_weights": Planted(
         "awq_quantize",
-        awq_source(scales="weight.abs().mean(dim=0).pow(alpha).clamp(min=1e-4)"),
+        awq_source(("mean_abs.to(weight.dtype)", "weight.abs().mean(dim=0)")),
         *_failing(("uniform", *SEARCHED), "weights' column means"),
     ),
     "awq_scales_from_the_hessian_diagonal": Planted(
         "awq_quantize",
-        awq_source(scales="hessian.diagonal().pow(alpha).clamp(min=1e-4)"),
+        awq_source(("mean_abs.to(weight.dtype)", "hessian.diagonal().to(weight.dtype)")),
         *_failing(("uniform", *SEARCHED), "diag(H)"),
     ),
     "awq_clamped_before_the_power": Planted(
         "awq_quantize",
-        awq_source(scales="mean_abs.clamp(min=1e-4).pow(alpha)"),
+        awq_source((SCALES, "mean_abs.to(weight.dtype).clamp(min=1e-4).pow(alpha)")),
         *_failing(("dead_channel",), "clamped before the power"),
     ),
     "awq_last_of_tied_exponents": Planted(  # the prompt: the first, if several tie
         "awq_quantize",
-        awq_source().replace("errors[-1] < best[0]", "errors[-1] <= best[0]"),
+        awq_source(("errors[-1] < best[0]", "errors[-1] <= best[0]")),
         *_failing(("uniform",), "20 exponents tie for the least error"),
     ),
     "awq_too_many_levels": Planted(
         "awq_quantize",
-        awq_source().replace("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1"),
+        awq_source(("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1")),
         *_failing(("uniform", "salient", "dead_channel", "per_row"), "levels instead of"),
     ),
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from autograder.chapters.quantization.absmax import too_many_levels_hint
-from autograder.mistakes import Planted
+from autograder.mistakes import Planted, answer_cell
 from autograder.mistakes.quantization.absmax import computed
 from course import quantization
 
@@ -130,36 +130,14 @@ def of_gptq_quantize(weight, hessian, bits, group) -> list[tuple[str, tuple[torc
 
 # --- wrong answers written out -------------------------------------------------------------------------
 
-GPTQ_ANSWER = """
-def gptq_quantize(weight, hessian, bits, group_size=None, damping=0.01):
-    rows, cols = weight.shape
-    group = cols if group_size is None else group_size
-    if cols % group != 0:
-        raise ValueError("group_size must divide the columns")
-    levels = 2 ** (bits - 1) - 1
-    w = weight.clone()
-    original = weight.clone()
-    h = hessian.to(w.dtype).clone()
-    h += {damping} * h.diagonal().mean() * torch.eye(cols, dtype=h.dtype)
-    u = {factor}
-    codes = torch.zeros_like(w)
-    scale = torch.zeros(rows, cols // group, dtype=w.dtype)
-    for j in range(cols):
-        if j % group == 0:
-            scale[:, j // group] = {scale_source}[:, j : j + group].abs().amax(dim=1) / levels
-            step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))
-        codes[:, j] = torch.round(w[:, j] / step).clamp(-levels, levels)
-        error = (w[:, j] - codes[:, j] * step) / u[j, j]
-        {update}
-    return codes, scale
-"""
-UPPER = "torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)"
-UPDATE = "w[:, j + 1 :] -= error[:, None] * u[j, j + 1 :][None, :]"
+UPPER = "torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)"  # the solution's U
+UPDATE = "w[:, j + 1 :] -= error[:, None] * u[j, j + 1 :][None, :]"  # the solution's compensation
 
 
-def gptq_source(damping="damping", factor=UPPER, scale_source="w", update=UPDATE):
-    """The answer above with one part replaced: a wrong answer's source."""
-    return GPTQ_ANSWER.format(damping=damping, factor=factor, scale_source=scale_source, update=update)
+def gptq_source(*replaced: tuple[str, str]) -> str:
+    """The solution's ``gptq_quantize`` with each (old, new) of ``replaced`` substituted in its cell: a
+    wrong answer's source (:func:`autograder.mistakes.answer_cell`)."""
+    return answer_cell("03_quantization", "gptq_quantize", *replaced)
 
 
 COMPENSATED = {
@@ -170,64 +148,76 @@ GROUPED = COMPENSATED - {"gptq_quantize.per_row"}  # per row, one group: no scal
 PLANTED = {  # graded end to end: the prompt says to work on a copy; the sandbox runs the scenario that sees it
     "gptq_sweeps_the_caller_s_weight": Planted(
         "gptq_quantize",
-        gptq_source().replace("w = weight.clone()", "w = weight"),
+        gptq_source(("w = weight.clone()", "w = weight")),
         {"gptq_quantize.copy"},
         "weight passed in was changed",
     ),
 }
 
 JUDGED = {  # judged in the tests' process, each failing exactly its checks
-    "gptq_no_compensation": Planted("gptq_quantize", gptq_source(update="pass"), COMPENSATED, "no error compensation"),
+    "gptq_no_compensation": Planted(
+        "gptq_quantize", gptq_source((UPDATE, "pass")), COMPENSATED, "no error compensation"
+    ),
     "gptq_rows_of_the_inverse": Planted(
-        "gptq_quantize", gptq_source(factor="torch.linalg.inv(h)"), COMPENSATED, "rows of H^-1 itself"
+        "gptq_quantize", gptq_source((UPPER, "torch.linalg.inv(h)")), COMPENSATED, "rows of H^-1 itself"
     ),
     "gptq_lower_factor": Planted(
         "gptq_quantize",
-        gptq_source(factor="torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)))"),
+        gptq_source((UPPER, UPPER.replace(", upper=True)", ")"))),
         COMPENSATED,
         "lower Cholesky factor does nothing",
     ),
     "gptq_factor_of_the_hessian": Planted(
-        "gptq_quantize", gptq_source(factor="torch.linalg.cholesky(h, upper=True)"), COMPENSATED, "Cholesky factor of H"
+        "gptq_quantize",
+        gptq_source((UPPER, "torch.linalg.cholesky(h, upper=True)")),
+        COMPENSATED,
+        "Cholesky factor of H",
     ),
-    "gptq_no_damping": Planted("gptq_quantize", gptq_source(damping="0.0"), COMPENSATED, "no damping"),
+    "gptq_no_damping": Planted(
+        "gptq_quantize", gptq_source(("h += damping *", "h += 0.0 *")), COMPENSATED, "no damping"
+    ),
     "gptq_scales_fixed_before_the_sweep": Planted(
-        "gptq_quantize", gptq_source(scale_source="original"), GROUPED, "fixed before the sweep"
+        "gptq_quantize",
+        gptq_source(("= w[:, j : j + group].abs()", "= weight[:, j : j + group].abs()")),
+        GROUPED,
+        "fixed before the sweep",
     ),
     "gptq_sweeps_in_float32": Planted(  # the prompt: in its own dtype
         "gptq_quantize",
-        gptq_source().replace("w = weight.clone()", "w = weight.float().clone()"),
+        gptq_source(("w = weight.clone()", "w = weight.float().clone()")),
         {"gptq_quantize.dtype"},
         "the scale is torch.float32 for a float64 weight",
     ),
     "gptq_error_added": Planted(
         "gptq_quantize",
-        gptq_source(update="w[:, j + 1 :] += error[:, None] * u[j, j + 1 :][None, :]"),
+        gptq_source((UPDATE, UPDATE.replace("-=", "+="))),
         COMPENSATED,
         "added instead of subtracted",
     ),
     "gptq_too_many_levels": Planted(  # quantize_dequantize's mistake, named with the same words
         "gptq_quantize",
-        gptq_source().replace("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1"),
+        gptq_source(("levels = 2 ** (bits - 1) - 1", "levels = 2 ** bits - 1")),
         COMPENSATED | {"gptq_quantize.identity", "gptq_quantize.zero_groups"},
         "levels instead of",
     ),
     "gptq_no_zero_group_guard": Planted(  # the prompt: an all-zero group, scale 0, codes 0, no NaN
         "gptq_quantize",
-        gptq_source().replace(
-            "step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))",
-            "step = scale[:, j // group]",
+        gptq_source(
+            (
+                "step = torch.where(scale[:, j // group] > 0, scale[:, j // group], torch.ones_like(scale[:, 0]))",
+                "step = scale[:, j // group]",
+            )
         ),
         {"gptq_quantize.zero_groups"},
         "all-zero group",
     ),
     "gptq_absolute_damping": Planted(
         "gptq_quantize",
-        gptq_source().replace("h.diagonal().mean() * torch.eye", "torch.eye"),
+        gptq_source(("h.diagonal().mean() * torch.eye", "torch.eye")),
         COMPENSATED,
         "damping was added as an absolute amount",
     ),
     "gptq_error_not_divided_by_the_diagonal": Planted(
-        "gptq_quantize", gptq_source().replace(") / u[j, j]", ")"), COMPENSATED, "not divided by U[j, j]"
+        "gptq_quantize", gptq_source((") / u[j, j]", ")")), COMPENSATED, "not divided by U[j, j]"
     ),
 }
