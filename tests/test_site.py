@@ -127,6 +127,18 @@ def test_the_audit_finds_an_answer_in_a_page(site, build_site, tmp_path):
     assert build_site.answers_in_pages(tmp_path / "site") != []
 
 
+def test_no_visible_check_says_a_hidden_checks_words(build_site):
+    """A chapter's page prints its visible checks' words: none may hold a hidden check's (the page
+    audit above would fail the whole site for it, after building every chapter)."""
+    from autograder.chapters import CHAPTERS
+
+    hidden = build_site.secrets()
+    said = [
+        " ".join(c.what.split()) for exercises in CHAPTERS.values() for e in exercises for c in e.checks if c.visible
+    ]
+    assert [s for s in hidden if any(" ".join(s.split()) in text for text in said)] == []
+
+
 @contextlib.contextmanager
 def _served(folder: Path):
     """``folder`` on a web server at a free localhost port, as a static host serves it."""

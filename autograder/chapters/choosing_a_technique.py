@@ -952,8 +952,8 @@ SPECULATIVE = Exercise(
         Check(
             "greedy",
             2,
-            "the distilled draft, k = 4: the target's greedy tokens, one target call per round, both models fed "
-            "only what their caches have not seen",
+            "the distilled draft, k = 4: the target's greedy tokens, one target call per round, each model given "
+            "only the positions missing from its KV cache",
             _loop_probe("distilled", 0, 4),
             _loop_judge("calls", "caches"),
             visible=True,
