@@ -358,6 +358,36 @@ def test_drafts_chart_renders_greedy_and_sampled_points():
     assert figure_png(fig).startswith(b"\x89PNG")
 
 
+def test_the_drafts_map_keeps_its_labels_off_the_markers():
+    """No contour label and no measured label covers a marker (a new learner found "1.5x" on a
+    draft's dot and one speed-up label over another draft's square), on drafts placed as the chapter's
+    four land: prompt lookup near c = 0, the model drafts between 0.1 and 0.5."""
+    measured = {
+        "prompt lookup, greedy": {"alpha": 0.76, "cost": 0.002, "speedup": 1.11, "temperature": 0.0},
+        "prompt lookup, sampled": {"alpha": 0.31, "cost": 0.002, "speedup": 1.02, "temperature": 1.0},
+        "n-gram table, greedy": {"alpha": 0.81, "cost": 0.004, "speedup": 1.95, "temperature": 0.0},
+        "n-gram table, sampled": {"alpha": 0.62, "cost": 0.004, "speedup": 1.5, "temperature": 1.0},
+        "draft model, greedy": {"alpha": 0.83, "cost": 0.28, "speedup": 1.32, "temperature": 0.0},
+        "draft model, sampled": {"alpha": 0.66, "cost": 0.29, "speedup": 1.15, "temperature": 1.0},
+        "distilled draft, greedy": {"alpha": 0.88, "cost": 0.27, "speedup": 1.22, "temperature": 0.0},
+        "distilled draft, sampled": {"alpha": 0.7, "cost": 0.28, "speedup": 1.1, "temperature": 1.0},
+    }
+    fig = plots.plot_drafts(measured, k=4)
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    markers = [line.get_window_extent(renderer) for line in ax.get_lines() if line.get_label().endswith("x")]
+    assert len(markers) == len(measured)
+    labels = [text for text in ax.texts if text.get_text().endswith("x")]  # contours' and the measured ones
+    assert len(labels) > len(measured)
+    covering = [
+        text.get_text()
+        for text in labels
+        for marker in markers
+        if text.get_window_extent(renderer).overlaps(marker.expanded(0.6, 0.6))  # its middle, 60% wide
+    ]
+    assert covering == []
+
+
 def test_the_measurements_words_hold_in_both_copies(monkeypatch):
     """Section 5's numbers are this machine's where the course's loop runs and recorded ones in the
     learners' copy: the heading, the chapter's plan and the chart's title claim neither, the prose

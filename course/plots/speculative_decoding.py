@@ -178,23 +178,30 @@ def plot_drafts(measured: dict[str, dict], k: int = 4, speculative_speedup=None)
     lines = ax.contour(alphas, costs, grid, levels=levels, colors="#555555", linewidths=0.9)
     ax.set_yscale("log")
     ax.set(xlim=(0.0, 1.0), ylim=(1e-3, 1.0))
+    scale = fig.dpi / 72  # pixels a point
+    places = {name: (min(r["alpha"], 0.99), min(max(r["cost"], 1.05e-3), 0.95)) for name, r in measured.items()}
+    points = [ax.transData.transform(place) for place in places.values()]
+
+    def clear(x, y):  # a contour label there, of 28 x 14 points, leaves every marker (12 points) in sight
+        centre = ax.transData.transform((x, y))
+        return all(abs(centre[0] - p[0]) > 20 * scale or abs(centre[1] - p[1]) > 13 * scale for p in points)
+
     inside = lambda x, y: 0.04 < x < 0.95 and 1.4e-3 < y < 0.75  # noqa: E731 (a label at the frame would cross it)
     kept = []
     for label in ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=10, colors="#222222"):
-        if inside(*label.get_position()):
+        if inside(*label.get_position()) and clear(*label.get_position()):
             kept.append(label)
         else:
             label.remove()
     labelled = {label.get_text() for label in kept}
     for level, segments in zip(levels, lines.allsegs, strict=True):  # a level whose label fell at the frame
-        points = [(x, y) for segment in segments for x, y in segment if inside(x, y) and 3e-3 < y < 0.3]
-        if f"{level:g}x" not in labelled and points:
-            x, y = points[len(points) // 2]
+        points_on = [(x, y) for seg in segments for x, y in seg if inside(x, y) and 3e-3 < y < 0.3 and clear(x, y)]
+        if f"{level:g}x" not in labelled and points_on:
+            x, y = points_on[len(points_on) // 2]
             kept += ax.clabel(lines, [level], manual=[(x, y)], fmt=lambda v: f"{v:g}x", fontsize=10, colors="#222222")
     drafts = dict.fromkeys(name.split(",")[0] for name in measured)  # in order, once each
     colours = dict(zip(drafts, DRAFT_COLOURS * 2, strict=False))
     markers = dict(zip(drafts, DRAFT_MARKERS * 2, strict=False))
-    scale = fig.dpi / 72  # pixels a point
     taken = []
     for label in kept:  # the measured labels keep clear of the contours' labels
         centre = ax.transData.transform(label.get_position())
@@ -202,7 +209,7 @@ def plot_drafts(measured: dict[str, dict], k: int = 4, speculative_speedup=None)
     for name, r in measured.items():
         draft = name.split(",")[0]
         greedy = r.get("temperature", 0) == 0
-        x, y = min(r["alpha"], 0.99), min(max(r["cost"], 1.05e-3), 0.95)
+        x, y = places[name]
         ax.plot(
             [x],
             [y],
@@ -217,7 +224,7 @@ def plot_drafts(measured: dict[str, dict], k: int = 4, speculative_speedup=None)
         point, half = ax.transData.transform((x, y)), (3.5 if greedy else 6) * scale
         taken.append((point[0] - half, point[1] - half, point[0] + half, point[1] + half))
     for name, r in measured.items():
-        x, y = min(r["alpha"], 0.99), min(max(r["cost"], 1.05e-3), 0.95)
+        x, y = places[name]
         offset, box = _free_offset(ax.transData.transform((x, y)), taken, scale, ax.bbox.padded(-3).extents)
         taken.append(box)
         ax.annotate(
