@@ -8,7 +8,7 @@ import pytest
 from autograder.mistakes import judged, planted
 from autograder.mistakes import prefill_decode as known
 from autograder.mistakes.prefill_decode import CRITICAL, MEMORY, ROOFLINE, STATIC
-from autograder.mistakes.prefill_decode import answer_cell as _answer
+from autograder.mistakes.prefill_decode import function_cell as _answer
 from course import evaluation, paths, prefill_decode, withheld
 from course.plots import prefill_decode as plots
 from course.plots._widgets import figure_png

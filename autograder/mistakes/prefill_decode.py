@@ -186,8 +186,9 @@ def of_static_batch_throughput(outputs, batch, step) -> list[tuple[str, float]]:
 # --- wrong answers written out ------------------------------------------------------------------
 
 
-def answer_cell(name: str, arguments: str, body: str) -> str:
-    """The source of an answer cell defining `name(arguments)` with `body`."""
+def function_cell(name: str, arguments: str, body: str) -> str:
+    """The source of a cell defining `name(arguments)` with `body`: a wrong answer written whole (a
+    solution cell with one part replaced is :func:`autograder.mistakes.answer_cell`)."""
     return f"def {name}({arguments}):\n" + "".join(f"    {line}\n" for line in body.strip().split("\n"))
 
 
@@ -201,25 +202,25 @@ ALL_STATIC = {"static_batch_throughput.example", "static_batch_throughput.random
 JUDGED = {  # judged in the tests' process: each check in the set must fail and its hint must name the mistake
     "memory_two_bytes_always": Planted(
         "weight_memory_gb",
-        answer_cell("weight_memory_gb", "params, bits", "return params * 2 / 1e9"),
+        function_cell("weight_memory_gb", "params, bits", "return params * 2 / 1e9"),
         {"weight_memory_gb.other"},
         "2 bytes per weight",
     ),
     "prefill_training_cost": Planted(
         "prefill_flops",
-        answer_cell("prefill_flops", "params, tokens", "return 6 * params * tokens"),
+        function_cell("prefill_flops", "params, tokens", "return 6 * params * tokens"),
         {"prefill_flops.8b", "prefill_flops.random"},
         "cost of training",
     ),
     "roofline_intensity": Planted(
         "roofline_step_time",
-        answer_cell("roofline_step_time", "flops, n_bytes, peak_flops, bandwidth", "return flops / n_bytes"),
+        function_cell("roofline_step_time", "flops, n_bytes, peak_flops, bandwidth", "return flops / n_bytes"),
         {"roofline_step_time.memory_bound", "roofline_step_time.compute_bound"},
         "arithmetic intensity",
     ),
     "roofline_multiplied": Planted(
         "roofline_step_time",
-        answer_cell(
+        function_cell(
             "roofline_step_time",
             "flops, n_bytes, peak_flops, bandwidth",
             "return max(flops * peak_flops, n_bytes * bandwidth)",
@@ -229,7 +230,7 @@ JUDGED = {  # judged in the tests' process: each check in the set must fail and 
     ),
     "static_seconds": Planted(
         STATIC[0],
-        answer_cell(
+        function_cell(
             *STATIC,
             "steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))\n"
             "return steps * step_seconds",
@@ -239,7 +240,7 @@ JUDGED = {  # judged in the tests' process: each check in the set must fail and 
     ),
     "static_padding_counted": Planted(
         STATIC[0],
-        answer_cell(
+        function_cell(
             *STATIC,
             "chunks = [output_lengths[i:i + batch_size] for i in range(0, len(output_lengths), batch_size)]\n"
             "return sum(len(c) * max(c) for c in chunks) / (sum(max(c) for c in chunks) * step_seconds)",
@@ -249,7 +250,7 @@ JUDGED = {  # judged in the tests' process: each check in the set must fail and 
     ),
     "static_last_batch_dropped": Planted(
         STATIC[0],
-        answer_cell(
+        function_cell(
             *STATIC,
             "full = len(output_lengths) // batch_size * batch_size\n"
             "chunks = [output_lengths[i:i + batch_size] for i in range(0, full, batch_size)]\n"
@@ -260,35 +261,38 @@ JUDGED = {  # judged in the tests' process: each check in the set must fail and 
     ),
     # what a new learner found passing every visible check, or hinted as a mistake it did not make
     "memory_integer_division": Planted(
-        MEMORY[0], answer_cell(*MEMORY, "return params * bits / 8 // 1e9"), {"weight_memory_gb.7b_3bit"}, "rounded down"
+        MEMORY[0],
+        function_cell(*MEMORY, "return params * bits / 8 // 1e9"),
+        {"weight_memory_gb.7b_3bit"},
+        "rounded down",
     ),
     "memory_bits_floored": Planted(
         MEMORY[0],
-        answer_cell(*MEMORY, "return params * (bits // 8) / 1e9"),
+        function_cell(*MEMORY, "return params * (bits // 8) / 1e9"),
         {"weight_memory_gb.7b_3bit", "weight_memory_gb.other"},
         "bits // 8 is 0 for 3 bits",
     ),
     "roofline_memory_only": Planted(
         ROOFLINE[0],
-        answer_cell(*ROOFLINE, "return n_bytes / bandwidth"),
+        function_cell(*ROOFLINE, "return n_bytes / bandwidth"),
         {"roofline_step_time.prefill_8b", "roofline_step_time.compute_bound"},
         "got the memory time n_bytes / bandwidth alone",
     ),
     "roofline_smaller": Planted(
         ROOFLINE[0],
-        answer_cell(*ROOFLINE, "return min(flops / peak_flops, n_bytes / bandwidth)"),
+        function_cell(*ROOFLINE, "return min(flops / peak_flops, n_bytes / bandwidth)"),
         ALL_ROOFLINE,
         "is the larger, and the slower limit decides",
     ),
     "roofline_milliseconds": Planted(
         ROOFLINE[0],
-        answer_cell(*ROOFLINE, "return 1000 * max(flops / peak_flops, n_bytes / bandwidth)"),
+        function_cell(*ROOFLINE, "return 1000 * max(flops / peak_flops, n_bytes / bandwidth)"),
         ALL_ROOFLINE,
         "returned milliseconds",
     ),
     "critical_two_bytes_always": Planted(
         CRITICAL[0],
-        answer_cell(*CRITICAL, "return peak_flops / bandwidth * 2 / 2"),
+        function_cell(*CRITICAL, "return peak_flops / bandwidth * 2 / 2"),
         {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
         "the critical batch of 2-byte weights: bytes_per_param was taken as 2",
     ),
@@ -296,31 +300,31 @@ JUDGED = {  # judged in the tests' process: each check in the set must fail and 
     # weights", and dividing by the bytes "bytes per parameter were left out"
     "critical_no_half": Planted(
         CRITICAL[0],
-        answer_cell(*CRITICAL, "return peak_flops / bandwidth * bytes_per_param"),
+        function_cell(*CRITICAL, "return peak_flops / bandwidth * bytes_per_param"),
         {f"critical_batch_size.{name}" for name in ("a100_bf16", "a100_int8", "a100_fp32", "int8")},
         "the division by 2 is missing",
     ),
     "critical_divided_without_half": Planted(
         CRITICAL[0],
-        answer_cell(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param"),
+        function_cell(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param"),
         {f"critical_batch_size.{name}" for name in ("a100_bf16", "a100_int8", "a100_fp32", "int8")},
         "divided by bytes_per_param (multiply",
     ),
     "critical_divided": Planted(
         CRITICAL[0],
-        answer_cell(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param / 2"),
+        function_cell(*CRITICAL, "return peak_flops / bandwidth / bytes_per_param / 2"),
         {"critical_batch_size.a100_bf16", "critical_batch_size.a100_fp32"},
         "divided by bytes_per_param: multiply",
     ),
     "critical_integer_division": Planted(
         CRITICAL[0],
-        answer_cell(*CRITICAL, "return peak_flops / bandwidth * (bytes_per_param // 2)"),
+        function_cell(*CRITICAL, "return peak_flops / bandwidth * (bytes_per_param // 2)"),
         {"critical_batch_size.a100_int8", "critical_batch_size.int8"},
         "rounded down (// or int())",
     ),
     "static_integer_division": Planted(
         STATIC[0],
-        answer_cell(
+        function_cell(
             *STATIC,
             "steps = sum(max(output_lengths[i:i + batch_size]) for i in range(0, len(output_lengths), batch_size))\n"
             "return sum(output_lengths) // (steps * step_seconds)",
@@ -329,7 +333,7 @@ JUDGED = {  # judged in the tests' process: each check in the set must fail and 
         "rounded down",
     ),
     "static_every_slot_a_token": Planted(
-        STATIC[0], answer_cell(*STATIC, "return batch_size / step_seconds"), ALL_STATIC, "idle in their slot"
+        STATIC[0], function_cell(*STATIC, "return batch_size / step_seconds"), ALL_STATIC, "idle in their slot"
     ),
 }
 
