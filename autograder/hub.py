@@ -333,10 +333,11 @@ def plan(
         result.folders[hub_dir] = 0o700
         for files in roots.values():
             result.files.update(files)
-        if not _group_exists(group) and os.geteuid() == 0:
-            result.groups.append(group)
-        elif not _group_exists(group):
-            result.left.append(f"the learners' group {group} does not exist: sudo groupadd {group}")
+        if not _group_exists(group):
+            if os.geteuid() == 0:
+                result.groups.append(group)
+            else:
+                result.left.append(f"the learners' group {group} does not exist: sudo groupadd {group}")
     else:
         again = (
             f"{prefix / 'bin' / 'python'} -m autograder hub-setup {course} --course-id {course_id} "
