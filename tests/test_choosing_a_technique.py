@@ -454,6 +454,67 @@ def test_the_learners_copy_holds_no_number_that_names_the_capstones_answer(monke
     assert recorded == [technique.OBVIOUS], recorded
 
 
+FORWARD_BODY = "        return x @ grouped.reshape(rows, cols).T\n"
+SHIPPED_FORWARDS = {  # Int4Linear's forward made of code the learners' copy ships: (first line of the cell, body)
+    "unpacking_and_dequantize": (
+        "from course import quantization\n",
+        "        return x @ quantization.dequantize(quantization.unpack_int4(self.codes), self.scale.float()).T\n",
+    ),
+    "the_kernels_product": (
+        "",
+        "        from course.kernels import int4\n        return int4.linear(x, self.codes, self.scale)\n",
+    ),
+    "a_computed_import": (
+        "",
+        "        kernel = __import__('course.kernels.' + 'int4', fromlist=['linear'])\n"
+        "        return kernel.linear(x, self.codes, self.scale)\n",
+    ),
+}
+
+
+def _shipped_forward(name: str) -> str:
+    from autograder.mistakes import answer_cell
+
+    first, body = SHIPPED_FORWARDS[name]
+    return first + answer_cell("09_choosing_a_technique", "int4_linear", (FORWARD_BODY, body))
+
+
+def test_an_int4_linear_made_of_the_copys_own_code_earns_nothing_at_grading(tmp_path):
+    """The learners' copy ships the course's int4 product and its unpacking, because its chapters
+    run them on bytes no recording holds (chapter 9's timing serves the configuration a learner
+    picks, and the learner's own codes, through torch's fused int4 product; chapter 8 unpacks
+    bitsandbytes' NF4 bytes). An answer cannot borrow them: grading runs answers without the course
+    package, so a forward built on them scores 0 of 7, however it imports them, while the same
+    notebook's pack_int4 keeps its 4 points."""
+    from autograder.sandbox.inside import unavailable
+    from course import paths
+
+    blank = json.loads((paths.ROOT / "notebooks" / "09_choosing_a_technique.ipynb").read_text())
+    for name in SHIPPED_FORWARDS:
+        submitted = copy.deepcopy(blank)
+        for cell in submitted["cells"]:
+            grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+            if grade_id in ("pack_int4", "int4_linear"):
+                cell["source"] = solution_answer("pack_int4") if grade_id == "pack_int4" else _shipped_forward(name)
+        path = tmp_path / f"{name}.ipynb"
+        path.write_text(json.dumps(submitted))
+        report = grade.grade(path, seed=3)
+        layer = [t for t in report.tests if t.id.startswith("int4_linear.")]
+        assert len(layer) == 6 and sum(t.points for t in layer) == 0, (name, report.text())
+        assert all(unavailable("course") in t.hint for t in layer), (name, report.text())
+        assert sum(t.points for t in report.tests if t.id.startswith("pack_int4.")) == 4, (name, report.text())
+
+
+@pytest.mark.parametrize("name", ["unpacking_and_dequantize", "the_kernels_product"])
+def test_the_check_cell_says_an_int4_linear_of_the_copys_code_will_score_nothing(name, capsys):
+    """The visible check says so first, in grading's words. (An import whose module name is computed,
+    SHIPPED_FORWARDS' last, is beyond what the check cell reads; grading gives it 0 all the same.)"""
+    from autograder.sandbox.inside import unavailable
+
+    printed = check_cell("int4_linear", solution_answer("pack_int4") + _shipped_forward(name), capsys)
+    assert "ok  " not in printed and unavailable("course") in printed, printed
+
+
 def test_counted_figures_are_the_loops():
     """What the learners' copy shows for a configuration whose loop it did not record (bytes and
     loss of its format, tokens per call from where the draft agrees): the loop's figures exactly."""

@@ -8,7 +8,6 @@ working on one chapter); the full run builds them all."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -83,79 +82,6 @@ def test_the_learners_copy_holds_no_answer(learners_copy_folder):
     similar, too_short = learners_copy.similar_code_in(learners_copy_folder)
     assert similar == []
     assert "gptq_quantize" not in too_short and "weight_memory_gb" in too_short  # the scan can see an answer
-
-
-# What ``Int4Linear.forward`` (chapter 9) is made of: the unpacking of two codes a byte, and each
-# function that rebuilds the weight or the product from a layer's packed codes and scales. Any one of
-# them called in a forward earns the exercise's 7 of 7 points (tried on the grader's checks, visible
-# and hidden), so the learners' copy must hold none of their bodies. (file, name): a file of None
-# looks in every file the copy ships; names that other modules also use are looked for in their file.
-INT4_FORWARD = (
-    (None, "unpack_codes"),
-    (None, "unpack_int4"),
-    (None, "StoredLinear.weight"),
-    (None, "reference_linear"),
-    (None, "fused_linear"),
-    ("course/kernels/int4.py", "dequantize"),
-    ("course/kernels/int4.py", "prepare"),
-    ("course/kernels/int4.py", "linear"),
-)
-
-
-def _shipped_sources() -> dict[str, str]:
-    """The Python files of ``course/`` and ``autograder/`` that the learners' copy ships, by path, each
-    as the copy writes it (a file still edited loses its withheld bodies and hidden checks)."""
-    from autograder.edited_sources import learners_source
-
-    sources = {}
-    for path in sorted([*(paths.ROOT / "course").rglob("*.py"), *(paths.ROOT / "autograder").rglob("*.py")]):
-        name = path.relative_to(paths.ROOT).as_posix()
-        if learners_copy.left_out(path):
-            continue
-        text = path.read_text(encoding="utf-8")
-        sources[name] = learners_source(text, name.startswith("autograder/chapters/")) if name in STILL_EDITED else text
-    return sources
-
-
-def _shipped_bodies(wanted, sources: dict[str, str]) -> list[str]:
-    """Which of ``wanted`` ((file or None, qualified name), as :data:`INT4_FORWARD`) ``sources``
-    define with more than a docstring and a raise, as "file name"."""
-    found = []
-    for name, text in sources.items():
-        tree = ast.parse(text)
-        for where, qualified in wanted:
-            if where not in (None, name):
-                continue
-            scope = tree
-            for part in qualified.split("."):
-                scope = next((n for n in scope.body if getattr(n, "name", None) == part), None)
-                if scope is None:
-                    break
-            if scope is not None and not learners_copy._only_docstring_and_raise(scope):
-                found.append(f"{name} {qualified}")
-    return found
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 55, open: the learners' copy runs these on bytes no recording holds: chapter 9's timing cells "
-    "serve the configuration a learner picks (technique.generation: StoredLinear, torch's fused int4 product, whose "
-    "CPU layout takes unpacked codes), the learner's server and SmolLM2 timing put the learner's own bytes through "
-    "that product, and chapter 8's cells unpack bitsandbytes' NF4 bytes (quantization.unpack_codes)",
-)
-def test_the_learners_copy_holds_nothing_that_int4_linears_forward_is_made_of():
-    assert _shipped_bodies(INT4_FORWARD, _shipped_sources()) == []
-
-
-def test_the_scan_finds_a_shipped_body_and_not_a_withheld_one():
-    sources = _shipped_sources()
-    absmax = ("course/quantization/absmax.py", "dequantize")  # chapter 3's lesson: it ships
-    assert _shipped_bodies([absmax], sources) == ["course/quantization/absmax.py dequantize"]
-    moved = {"course/helpers.py": "def unpack_int4(packed):\n    return packed\n"}
-    assert _shipped_bodies(INT4_FORWARD, moved) == ["course/helpers.py unpack_int4"]  # found wherever it moves
-    assert "course/answers/lora.py" not in sources  # left out whole
-    if "course/kernels/int4.py" in STILL_EDITED:  # the copy keeps a withheld class's signatures only
-        assert _shipped_bodies([("course/kernels/int4.py", "Int4Linear.forward")], sources) == []
 
 
 def test_a_build_that_stops_leaves_the_last_copy_whole(tmp_path, monkeypatch):
