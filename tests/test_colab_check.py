@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tomllib
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -23,22 +24,26 @@ from conftest import load_tool
 
 @pytest.fixture(scope="module")
 def check():
-    return load_tool("colab_check")
+    """make colab-check's pieces (tools/colab/), imported as the tool imports them."""
+    load_tool("colab_check")  # which puts tools/ on the path
+    from colab import notebooks, packages, runtime
+
+    return SimpleNamespace(packages=packages, notebooks=notebooks, runtime=runtime)
 
 
 def test_colab_list_names_its_source_and_every_package_is_installed_replaced_or_left_out(check):
-    text = check.FREEZE.read_text()
-    source = check.header(text)
+    text = check.packages.FREEZE.read_text()
+    source = check.packages.header(text)
     assert source["commit"] == "a72407924822ea377410b69f0a290150bcb5c9c2" and source["date"].startswith("2026-08-19")
     assert source["python"].startswith("3.13.")
-    install, replaced, left_out = check.plan(text)
+    install, replaced, left_out = check.packages.plan(text)
     listed = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    installed = {check.canonical(r.split("==")[0]) for r in install}
+    installed = {check.packages.canonical(r.split("==")[0]) for r in install}
     assert len(installed | set(replaced) | set(left_out)) == len(listed) and not installed & set(left_out)
     assert "torch==2.11.0" in install and "ipywidgets==7.7.1" in install and "ipython==7.34.0" in install
     assert set(replaced) == {"torch", "torchvision", "torchaudio", "torchcodec", "nvidia-nccl-cu13"}
     assert "nvidia-nccl-cu13" not in installed  # PyPI's torch (a CUDA build) pins its own
-    assert set(left_out) == set(check.LEFT_OUT) and all(len(why) > 20 for why in left_out.values())
+    assert set(left_out) == set(check.packages.LEFT_OUT) and all(len(why) > 20 for why in left_out.values())
 
 
 def _program(path, version: str | None):
@@ -56,26 +61,32 @@ def test_python_313_is_found_by_the_stated_rule(check, tmp_path):
     newest = _program(pyenv / "versions" / "3.13.10" / "bin" / "python3", "3.13.10")
     _program(pyenv / "versions" / "3.12.9" / "bin" / "python3", "3.12.9")
     environ = {"PATH": str(shim.parent), "PYENV_ROOT": str(pyenv)}
-    assert check.find_python(environ) == (str(newest), "3.13.10", f"the newest 3.13 under {pyenv / 'versions'}")
+    assert check.packages.find_python(environ) == (
+        str(newest),
+        "3.13.10",
+        f"the newest 3.13 under {pyenv / 'versions'}",
+    )
     on_path = _program(tmp_path / "bin" / "python3.13", "3.13.4")
     environ["PATH"] = os.pathsep.join([str(shim.parent), str(on_path.parent)])
-    assert check.find_python(environ) == (str(on_path), "3.13.4", "python3.13 on PATH")
+    assert check.packages.find_python(environ) == (str(on_path), "3.13.4", "python3.13 on PATH")
     named = _program(tmp_path / "elsewhere" / "python", "3.12.9")
-    assert check.find_python({**environ, "COLAB_PYTHON": str(named)}) == (str(named), "3.12.9", "COLAB_PYTHON")
+    assert check.packages.find_python({**environ, "COLAB_PYTHON": str(named)}) == (str(named), "3.12.9", "COLAB_PYTHON")
     with pytest.raises(SystemExit, match="COLAB_PYTHON=/path/to/python"):
-        check.find_python({"PATH": str(shim.parent), "PYENV_ROOT": str(tmp_path / "none")})
+        check.packages.find_python({"PATH": str(shim.parent), "PYENV_ROOT": str(tmp_path / "none")})
 
 
 def test_the_notebooks_colab_cell_is_pointed_at_the_stand_in(check, tmp_path):
     notebook = nbformat.read(paths.NOTEBOOKS / "01_prefill_decode.ipynb", as_version=4)
     assert colab.source() in notebook.cells[0].source  # the release's cell, which the stand-in runs
-    pointed = check.colab_notebook(notebook, "file:///somewhere/course.git", tmp_path, ["%pip install /content/x"])
+    pointed = check.notebooks.colab_notebook(
+        notebook, "file:///somewhere/course.git", tmp_path, ["%pip install /content/x"]
+    )
     cell, added = pointed.cells[0].source, pointed.cells[1].source
     assert "/content" not in cell and colab.repository() not in cell
     assert '"file:///somewhere/course.git"' in cell and f" -e {tmp_path}/course" in cell
-    assert added == f"%pip install {tmp_path}/x" and pointed.metadata["kernelspec"]["name"] == check.KERNEL
+    assert added == f"%pip install {tmp_path}/x" and pointed.metadata["kernelspec"]["name"] == check.runtime.KERNEL
     with pytest.raises(SystemExit, match="not the Colab cell"):
-        check.in_standin("print('no cell')", "file:///x", tmp_path)
+        check.notebooks.in_standin("print('no cell')", "file:///x", tmp_path)
 
 
 def test_the_snapshot_holds_the_working_tree_as_git_sees_it(check, tmp_path):
@@ -94,7 +105,7 @@ def test_the_snapshot_holds_the_working_tree_as_git_sees_it(check, tmp_path):
     (root / "untracked.txt").write_text("new\n")
     (root / "ignored.txt").write_text("never\n")
     (tmp_path / "snap").mkdir()
-    url = check.snapshot(tmp_path / "snap", root)
+    url = check.notebooks.snapshot(tmp_path / "snap", root)
     subprocess.run(["git", "clone", "-q", "--depth", "1", url, str(tmp_path / "clone")], check=True)
     clone = tmp_path / "clone"
     assert (clone / "tracked.txt").read_text() == "changed, not committed\n"
@@ -104,8 +115,8 @@ def test_the_snapshot_holds_the_working_tree_as_git_sees_it(check, tmp_path):
 
 
 def _colab_versions(check) -> dict[str, str]:
-    install, _, _ = check.plan(check.FREEZE.read_text())
-    return {check.canonical(r.split("==")[0]): r.split("==")[1] for r in install}
+    install, _, _ = check.packages.plan(check.packages.FREEZE.read_text())
+    return {check.packages.canonical(r.split("==")[0]): r.split("==")[1] for r in install}
 
 
 @pytest.mark.parametrize("extra", [None, "llm"])
@@ -117,7 +128,7 @@ def test_the_course_accepts_every_package_colab_ships(check, extra):
     colab_has = _colab_versions(check)
     refused = []
     for requirement in map(Requirement, wanted):
-        shipped = colab_has.get(check.canonical(requirement.name))
+        shipped = colab_has.get(check.packages.canonical(requirement.name))
         if shipped and not requirement.specifier.contains(shipped, prereleases=True):
             refused.append(f"{requirement} (Colab ships {shipped})")
     assert refused == []
@@ -126,7 +137,7 @@ def test_the_course_accepts_every_package_colab_ships(check, extra):
 def _lacked(check, requirements: list[str]) -> list[str]:
     """Those of ``requirements`` that Colab does not ship, as written (spaces dropped)."""
     colab_has = _colab_versions(check)
-    return [r.replace(" ", "") for r in requirements if check.canonical(Requirement(r).name) not in colab_has]
+    return [r.replace(" ", "") for r in requirements if check.packages.canonical(Requirement(r).name) not in colab_has]
 
 
 def test_the_colab_cell_installs_with_no_deps_exactly_what_colab_lacks(check):
@@ -145,7 +156,7 @@ def test_chapter_8s_colab_lines_install_what_colab_lacks_of_the_llm_extra(check)
     assert list(pretrained.COLAB_LACKS) == _lacked(check, project["optional-dependencies"]["llm"])
     colab_has = _colab_versions(check)
     for upgrade in map(Requirement, pretrained.COLAB_UPGRADES):
-        assert not upgrade.specifier.contains(colab_has[check.canonical(upgrade.name)])  # Colab's is refused
+        assert not upgrade.specifier.contains(colab_has[check.packages.canonical(upgrade.name)])  # Colab's is refused
     first, second = pretrained.COLAB_INSTALL
     wanted = pretrained.COLAB_LACKS + pretrained.COLAB_UPGRADES
     assert first == "%pip install -q " + " ".join(f'"{r}"' for r in wanted)
