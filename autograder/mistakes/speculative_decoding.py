@@ -333,15 +333,16 @@ PLANTED = {  # graded end to end
         "expected_tokens_per_call",  # speculative_speedup calls the learner's own formula
         "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n",
         {"expected_tokens_per_call.example", "expected_tokens_per_call.random"},
-        "one term short",
-        calls_it={"speculative_speedup"},
+        "one term short",  # speculative_speedup, which calls it, keeps its points: the mistake is graded once
     ),
-    "speedup_names_the_wrong_helper": Planted(  # the case: the speed-up is wrong because its helper is
-        "expected_tokens_per_call",
-        "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n",
+    "speedup_names_the_wrong_helper": Planted(  # wrong, and calling a wrong helper: the helper is named first
+        "speculative_speedup",
+        "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n\n\n"
+        "def speculative_speedup(alpha, draft_length, cost):\n"
+        "    return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost)\n",
         {"speculative_speedup.paper", "speculative_speedup.random"},
         "calls your expected_tokens_per_call, which fails its own checks",
-        calls_it={"speculative_speedup", "expected_tokens_per_call"},
+        calls_it={"expected_tokens_per_call"},
     ),
 }
 
