@@ -15,7 +15,6 @@ STUB = 'raise NotImplementedError("withheld from the learners\' copy: the record
 # The files the learners' copy still edits: the chapters' not converted yet. Every other Python file of
 # the copy is the instructor's, byte for byte (tests/test_learners_copy.py).
 STILL_EDITED = (
-    "course/advice.py",
     "course/calibrated.py",
     "course/choosing_a_technique.py",
     "course/kernels/int4.py",

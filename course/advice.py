@@ -1,5 +1,7 @@
-"""Chapter 9's advice: when to fine-tune at all (the notes' rule and eight scenarios), and a guide
-from a problem to the first technique to try, with chapter 1's and chapter 2's memory arithmetic.
+"""Chapter 9's advice: when to fine-tune at all (the needs, the advice's words and eight scenarios;
+the rule itself is the chapter's exercise, ``fine_tuning_advice``, whose answer is its solution cell:
+``course.choosing_a_technique.course_answer``), and a guide from a problem to the first technique to
+try, with chapter 1's and chapter 2's memory arithmetic.
 
 A worked example: ``recommend("serve", 70, 48)`` answers 4-bit weights with GPTQ or AWQ, since 70B
 in 4 bits takes 32.6 GiB and the weights may take 38.4 GiB (80%) of a 48 GiB GPU.
@@ -14,7 +16,6 @@ import re
 from dataclasses import dataclass
 
 from course import lora
-from course.withheld import withheld
 
 GiB = 2**30
 
@@ -29,24 +30,6 @@ NEEDS = {
 }
 ADVICE = ("retrieval", "prompting", "fine-tuning")
 _SYNONYMS = {"rag": "retrieval", "prompt": "prompting", "finetuning": "fine-tuning", "fine-tune": "fine-tuning"}
-
-
-@withheld
-def fine_tuning_advice(need: str, changes_often: bool, tried_prompting: bool) -> str:
-    """The first thing to do for ``need`` (a key of :data:`NEEDS`): ``"retrieval"``, ``"prompting"``
-    or ``"fine-tuning"``.
-
-    Knowledge is retrieval's job; instructions are prompting's. Format, tone and narrow tasks are
-    fine-tuning's, but only once prompting has seriously been tried, and not when what the model
-    must learn changes often (every change would mean training again): then prompting.
-    """
-    if need not in NEEDS:
-        raise ValueError(f"need must be one of {', '.join(NEEDS)}, got {need!r}")
-    if need == "knowledge":
-        return "retrieval"
-    if need == "instructions" or changes_often or not tried_prompting:
-        return "prompting"
-    return "fine-tuning"
 
 
 def advice_label(value) -> str | None:

@@ -31,8 +31,9 @@ from course import checkpoints, corpus, evaluation, quantization, timing
 from course.drafts import DRAFTS, draft_model
 from course.model import LanguageModel
 from course.stored_weights import CALIBRATED, FORMAT_BITS, GROUPED, StoredLinear, store_weights, weight_bytes
-from course.withheld import is_recording, withheld
+from course.withheld import answers, is_recording, withheld
 
+CHAPTER = "09_choosing_a_technique"
 GROUP_SIZES = (None, 32, 64)  # every one divides the target's 256 and 704 columns
 CALIBRATIONS = ("none", "gptq")  # round to nearest, or chapter 3's GPTQ on training text
 DRAFT_COST = 0.25  # a draft call, counted as this share of a target call in the modelled speed-up
@@ -130,6 +131,11 @@ class Configuration:
         if len(parts) != 1:
             parts["both" if parts else "fp32 alone"] = self
         return parts
+
+
+def course_answer(name: str):
+    """The course's answer to the chapter's exercise ``name``: its solution cell (recorded, in the learners' copy)."""
+    return getattr(answers(CHAPTER), name)
 
 
 def format_label(weights: str, group_size: int | None = None, calibration: str = "none") -> str:

@@ -112,12 +112,13 @@ check("fine_tuning_advice", hidden=True)
 # beside the rule's:
 
 # %%
+the_rule = technique.course_answer("fine_tuning_advice")  # the course's answer to the exercise
 for scenario in advice.SCENARIOS:
     try:
         yours = fine_tuning_advice(scenario.need, scenario.changes_often, scenario.tried_prompting)
     except NotImplementedError:
         yours = "(not written yet)"
-    rule = advice.fine_tuning_advice(scenario.need, scenario.changes_often, scenario.tried_prompting)
+    rule = the_rule(scenario.need, scenario.changes_often, scenario.tried_prompting)
     print(f"- {scenario.text}")
     print(
         f"    need {scenario.need}, changes often: {scenario.changes_often}, prompting tried: "

@@ -39,7 +39,7 @@ from conftest import assert_named, check_cell
 
 
 def test_advice_follows_the_notes():
-    rule = advice.fine_tuning_advice
+    rule = technique.course_answer("fine_tuning_advice")
     for changes, tried in itertools.product((False, True), repeat=2):
         assert rule("knowledge", changes, tried) == "retrieval"  # documents: retrieval, never fine-tuning
         assert rule("instructions", changes, tried) == "prompting"
@@ -52,7 +52,8 @@ def test_advice_follows_the_notes():
 
 
 def test_scenarios_end_as_the_chapter_says():
-    verdicts = [advice.fine_tuning_advice(s.need, s.changes_often, s.tried_prompting) for s in advice.SCENARIOS]
+    rule = technique.course_answer("fine_tuning_advice")
+    verdicts = [rule(s.need, s.changes_often, s.tried_prompting) for s in advice.SCENARIOS]
     assert len(verdicts) == 8 and verdicts.count("fine-tuning") == 3  # "only three of the eight"
     assert set(verdicts) == set(advice.ADVICE)
 
@@ -1095,7 +1096,7 @@ def test_the_bytes_check_pays_only_beside_the_work():
 
 def test_mistake_rules_differ_from_the_course_rule():
     """Each recomputed mistake is a different rule, so that the hint it gives can be told apart."""
-    course = [advice.fine_tuning_advice(*case) for case in checks.ALL_CASES]
+    course = [technique.course_answer("fine_tuning_advice")(*case) for case in checks.ALL_CASES]
     outputs = [tuple(answers) for _, answers in checks._advice_mistakes(checks.ALL_CASES)]
     assert len(set(outputs)) == len(outputs) and tuple(course) not in outputs
 
@@ -1114,7 +1115,7 @@ FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
 
 # the course's answers to the exercises its checks drive with a scenario
 SCENARIO_ANSWERS = {
-    "fine_tuning_advice": advice.fine_tuning_advice,
+    "fine_tuning_advice": technique.course_answer("fine_tuning_advice"),
     "Int4Linear": stored_weights.course_int4_layer,
     "speculative_greedy": drafts.greedy_speculative,
 }

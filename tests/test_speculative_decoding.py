@@ -16,7 +16,7 @@ from course.model import generate
 from course.plots import speculative_decoding as plots
 from course.plots._widgets import figure_png
 
-from conftest import assert_named, check_cell, judged_in_process
+from conftest import assert_named, check_cell, judged_in_process, verdicts
 
 ANSWERS = withheld.answers("06_speculative_decoding")  # the solution cells
 
@@ -468,11 +468,25 @@ def test_a_speedup_names_its_helper_only_where_the_helper_is_wrong_on_the_same_i
     printed = check_cell("speculative_speedup", blank + right, capsys)
     assert "calls your expected_tokens_per_call, which is not written yet" in printed, printed
     assert "not answered yet" not in printed, printed
-    wrong = "def expected_tokens_per_call(alpha, draft_length):\n"
-    wrong += "    return (1 - alpha ** draft_length) / (1 - alpha)\n\n\n"
-    printed = check_cell("speculative_speedup", wrong + right, capsys)
+    printed = check_cell("speculative_speedup", WRONG_HELPER + right.replace(" + 1)", ")"), capsys)
     assert "which fails its own checks: at alpha = " in printed, printed  # the check's own alpha and k
     assert "fix expected_tokens_per_call first" in printed, printed
+
+
+WRONG_HELPER = "def expected_tokens_per_call(alpha, draft_length):\n"
+WRONG_HELPER += "    return (1 - alpha ** draft_length) / (1 - alpha)\n\n\n"
+
+
+def test_a_speedup_right_for_its_wrong_helper_keeps_its_points():
+    """A wrong expected_tokens_per_call is graded once, by its own checks: the speed-up that calls it
+    with the right formula passes every check, visible and hidden (a learner's trial lost 5 points for
+    one mistake), while the helper's own checks fail."""
+    right = "def speculative_speedup(alpha, draft_length, cost):\n"
+    right += "    return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost + 1)\n"
+    speedup = verdicts("speculative_speedup", WRONG_HELPER + right)
+    assert speedup and all(v.passed for v in speedup.values()), speedup
+    helper = verdicts("expected_tokens_per_call", WRONG_HELPER)
+    assert not any(v.passed for v in helper.values()), helper
 
 
 def test_a_wrong_quiz_choice_is_told_at_grading_with_its_note(capsys):

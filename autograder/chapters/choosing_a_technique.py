@@ -100,7 +100,7 @@ def _judge_advice(probe, got):
                 f"fine_tuning_advice{tuple(case)} returned {value!r}, which means {label!r}: return exactly "
                 + ", ".join(repr(a) for a in advice.ADVICE),
             )
-    expected = [advice.fine_tuning_advice(*case) for case in cases]
+    expected = [technique.course_answer("fine_tuning_advice")(*case) for case in cases]
     wrong = [i for i, (a, b) in enumerate(zip(labels, expected, strict=True)) if a != b]
     if not wrong:
         return Verdict(True)

@@ -357,8 +357,9 @@ HELPER = "speculative_speedup calls your expected_tokens_per_call"
 
 @judges_value
 def judge_speedup(probe, got):
-    """The speed-up, and where it is wrong and the notebook's expected_tokens_per_call (which it
-    calls) is wrong on the same alpha and k, that one named instead: fixing it comes first."""
+    """The speed-up. Where the notebook's expected_tokens_per_call, which it calls, is wrong on the same
+    alpha and k, a speed-up right for what that helper gives passes (the helper's mistake costs the
+    helper's points only: graded once), and a speed-up wrong even so names the helper first."""
     alpha, k, c = probe["args"]
     if not isinstance(got, dict) or "speedup" not in got:
         return Verdict(False, f"speculative_speedup could not be tested: {got!r}"[:200])
@@ -376,6 +377,9 @@ def judge_speedup(probe, got):
     helper, _ = number(tokens["returned"], "the tokens per call")
     if helper is not None and math.isclose(helper, right, rel_tol=1e-6):
         return verdict  # its own helper is right here: the speed-up's own mistake
+    speedup, _ = number(got["speedup"], "the speed-up")
+    if helper is not None and speedup is not None and math.isclose(speedup, expected * helper / right, rel_tol=1e-6):
+        return Verdict(True)  # the formula is right for the helper's tokens per call (the speed-up is linear in them)
     shown = "no number" if helper is None else fmt(helper)
     return Verdict(
         False,

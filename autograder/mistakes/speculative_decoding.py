@@ -112,6 +112,11 @@ def of_speculative_speedup(alpha, k, c, tokens: float) -> list[tuple[str, float]
             "counted k + 1 draft calls: the draft proposes k tokens, so a round costs k c + 1 target steps",
             tokens / ((k + 1) * c + 1),
         ),
+        (  # the number the chapter prints, hard-coded
+            "returned 2.95, the paper's example (alpha 0.8, k 5, c 0.05), whatever the inputs: compute the speed-up "
+            "from alpha, draft_length and cost",
+            2.95,
+        ),
     ]
 
 
@@ -333,15 +338,16 @@ PLANTED = {  # graded end to end
         "expected_tokens_per_call",  # speculative_speedup calls the learner's own formula
         "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n",
         {"expected_tokens_per_call.example", "expected_tokens_per_call.random"},
-        "one term short",
-        calls_it={"speculative_speedup"},
+        "one term short",  # speculative_speedup, which calls it, keeps its points: the mistake is graded once
     ),
-    "speedup_names_the_wrong_helper": Planted(  # the issue's case: the speed-up is wrong because its helper is
-        "expected_tokens_per_call",
-        "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n",
+    "speedup_names_the_wrong_helper": Planted(  # wrong, and calling a wrong helper: the helper is named first
+        "speculative_speedup",
+        "def expected_tokens_per_call(alpha, draft_length):\n    return (1 - alpha ** draft_length) / (1 - alpha)\n\n\n"
+        "def speculative_speedup(alpha, draft_length, cost):\n"
+        "    return expected_tokens_per_call(alpha, draft_length) / (draft_length * cost)\n",
         {"speculative_speedup.paper", "speculative_speedup.random"},
         "calls your expected_tokens_per_call, which fails its own checks",
-        calls_it={"speculative_speedup", "expected_tokens_per_call"},
+        calls_it={"expected_tokens_per_call"},
     ),
 }
 
@@ -354,6 +360,12 @@ JUDGED = {  # judged in the tests' process
         "def expected_tokens_per_call(alpha, draft_length):\n    return 0.0\n",
         {"expected_tokens_per_call.example"},
         "returned 0: a target call always gives at least one token",
+    ),
+    "speedup_hard_coded_from_the_paper": Planted(
+        "speculative_speedup",
+        "def speculative_speedup(alpha, draft_length, cost):\n    return 2.95\n",
+        {"speculative_speedup.paper"},
+        "the paper's example",
     ),
     "speedup_k_plus_one_draft_calls": Planted(
         "speculative_speedup",
