@@ -7,8 +7,7 @@ import pytest
 
 from autograder.mistakes import judged, planted
 from autograder.mistakes import prefill_decode as known
-from autograder.mistakes.prefill_decode import CRITICAL, MEMORY, ROOFLINE, STATIC
-from autograder.mistakes.prefill_decode import function_cell as _answer
+from autograder.mistakes.prefill_decode import CRITICAL, MEMORY, ROOFLINE, STATIC, function_cell
 from course import evaluation, paths, prefill_decode, withheld
 from course.plots import prefill_decode as plots
 from course.plots._widgets import figure_png
@@ -319,13 +318,13 @@ def test_every_hint_of_a_number_carries_its_unit(capsys):
     """A step time of 12.26 read "expected 0.0122609, got 12.2609": seconds or milliseconds?"""
     from conftest import check_cell
 
-    printed = check_cell(ROOFLINE[0], _answer(*ROOFLINE, "return 7.0"), capsys)
+    printed = check_cell(ROOFLINE[0], function_cell(*ROOFLINE, "return 7.0"), capsys)
     assert "expected 0.0122609 s, got 7 s" in printed, printed
-    printed = check_cell(STATIC[0], _answer(*STATIC, "return 7.0"), capsys)
+    printed = check_cell(STATIC[0], function_cell(*STATIC, "return 7.0"), capsys)
     assert "expected 76.3158 tokens/s, got 7 tokens/s" in printed, printed
     for name, unit in (("weight_memory_gb", "GB"), ("prefill_flops", "FLOPs"), ("critical_batch_size", "sequences")):
         arguments = next(m.source for m in MISTAKES.values() if m.grade_id == name).split("(")[1].split(")")[0]
-        printed = check_cell(name, _answer(name, arguments, "return 7.0"), capsys)
+        printed = check_cell(name, function_cell(name, arguments, "return 7.0"), capsys)
         assert f", got 7 {unit})" in printed or f"got 7 {unit}\n" in printed, printed
 
 
@@ -387,24 +386,24 @@ def test_a_number_copied_from_a_printed_hint_reads_apart_from_the_expected_one()
 # Answers that return the values the visible checks print for their inputs (the prompts' examples)
 # and 0.0 for any other: each must earn at most a third of its exercise's points.
 HARD_CODED = {
-    MEMORY[0]: _answer(
+    MEMORY[0]: function_cell(
         *MEMORY,
         "return {(70e9, 16): 140.0, (70e9, 8): 70.0, (70e9, 4): 35.0, (7e9, 3): 2.625}.get((params, bits), 0.0)",
     ),
-    "prefill_flops": _answer(
+    "prefill_flops": function_cell(
         "prefill_flops", "params, tokens", "return 1.6e13 if (params, tokens) == (8e9, 1000) else 0.0"
     ),
-    ROOFLINE[0]: _answer(
+    ROOFLINE[0]: function_cell(
         *ROOFLINE,
         "return 16e9 * 1000 / 312e12 if (flops, n_bytes, peak_flops) == (16e12, 16e9, 312e12) else 0.0",
     ),
-    CRITICAL[0]: _answer(
+    CRITICAL[0]: function_cell(
         *CRITICAL,
         "if (peak_flops, bandwidth) == (312e12, 2.039e12):\n"
         "    return 312e12 / 2.039e12 * bytes_per_param / 2\n"
         "return 0.0",
     ),
-    STATIC[0]: _answer(*STATIC, "return 145 / 1.9 if output_lengths == [10, 40, 20, 30, 5, 15, 25] else 0.0"),
+    STATIC[0]: function_cell(*STATIC, "return 145 / 1.9 if output_lengths == [10, 40, 20, 30, 5, 15, 25] else 0.0"),
 }
 
 
@@ -452,15 +451,16 @@ def test_the_decode_throughput_chart_labels_its_log_axis_where_the_values_are():
 VARIANTS = {
     "memory_integers": (
         "weight_memory_gb",
-        _answer("weight_memory_gb", "params, bits", "return params * bits // 8 / 10**9"),
+        function_cell("weight_memory_gb", "params, bits", "return params * bits // 8 / 10**9"),
     ),
     "prefill_numpy_imported_in_the_answer": (
         "prefill_flops",
-        "import numpy as np\n\n" + _answer("prefill_flops", "params, tokens", "return np.float64(2) * params * tokens"),
+        "import numpy as np\n\n"
+        + function_cell("prefill_flops", "params, tokens", "return np.float64(2) * params * tokens"),
     ),
     "roofline_branches": (
         "roofline_step_time",
-        _answer(
+        function_cell(
             "roofline_step_time",
             "flops, n_bytes, peak_flops, bandwidth",
             "compute, memory = flops / peak_flops, n_bytes / bandwidth\n"
@@ -469,7 +469,7 @@ VARIANTS = {
     ),
     "critical_from_intensity": (
         "critical_batch_size",
-        _answer(
+        function_cell(
             "critical_batch_size",
             "peak_flops, bandwidth, bytes_per_param",
             "intensity_per_sequence = 2 / bytes_per_param\nreturn (peak_flops / bandwidth) / intensity_per_sequence",
@@ -477,7 +477,7 @@ VARIANTS = {
     ),
     "static_loop": (
         STATIC[0],
-        _answer(
+        function_cell(
             *STATIC,
             "seconds, tokens = 0.0, 0\nfor start in range(0, len(output_lengths), batch_size):\n"
             "    batch = output_lengths[start:start + batch_size]\n    seconds += max(batch) * step_seconds\n"
