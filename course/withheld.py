@@ -289,6 +289,18 @@ def recording():
         record_into(before)
 
 
+@contextlib.contextmanager
+def not_recorded():
+    """Keep no call made inside the block, while recording or not: for a call whose recording would
+    name an answer in the learners' copy (the capstone's configuration and its figures)."""
+    before = _recording
+    record_into(None)
+    try:
+        yield
+    finally:
+        record_into(before)
+
+
 def record_into(recordings: dict | None) -> dict | None:
     """Keep every outermost withheld call from now on in ``recordings`` (None: keep none); return
     it. For code that cannot hold a ``with`` block open, as a notebook's cells (the release records

@@ -146,23 +146,25 @@ def test_every_row_of_the_table_says_whether_it_changes_behaviour():
 
 
 def test_pack_int4_against_the_bit_formula():
-    assert quantization.pack_int4(torch.tensor([[-7, 7]])).tolist() == [[0x1F]]
+    """The solution's pack_int4 (the course packs int4 codes with it) against the formula written out."""
+    pack_int4 = technique.course_answer("pack_int4")
+    assert pack_int4(torch.tensor([[-7, 7]])).tolist() == [[0x1F]]
     codes = torch.randint(-8, 8, (6, 40), generator=torch.Generator().manual_seed(0))
-    packed = quantization.pack_int4(codes)
+    packed = pack_int4(codes)
     assert packed.dtype == torch.uint8 and packed.shape == (6, 20)
     expected = [[(a + 8) * 16 + (b + 8) for a, b in zip(row[0::2], row[1::2], strict=True)] for row in codes.tolist()]
     assert packed.tolist() == expected
     assert torch.equal(quantization.unpack_int4(packed), codes)
     with pytest.raises(ValueError, match="columns"):
-        quantization.pack_int4(torch.zeros(2, 3, dtype=torch.int64))
-    with pytest.raises(ValueError, match=r"\[-8, 7\]"):
-        quantization.pack_int4(torch.full((1, 2), 8))
+        pack_int4(torch.zeros(2, 3, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_pack_and_unpack_are_inverse(bits):
+    from course.answers.choosing_a_technique import pack_codes
+
     values = torch.randint(0, 2**bits, (5, 32), generator=torch.Generator().manual_seed(bits))
-    packed = quantization.pack_codes(values, bits)
+    packed = pack_codes(values, bits)
     assert packed.shape == (5, 32 * bits // 8)
     assert torch.equal(quantization.unpack_codes(packed, bits).long(), values)
 
@@ -605,8 +607,10 @@ def test_greedy_speculative_is_the_targets_greedy_decoding(draft, k):
 
 
 def test_int4_layer_buffers_against_chapter_3():
+    from course.answers.choosing_a_technique import int4_buffers
+
     weight = quantization.gaussian_matrix(16, 128, seed=4)
-    packed, scale = stored_weights.int4_layer_buffers(weight, 32)
+    packed, scale = int4_buffers(weight, 32)
     codes, expected_scale = quantization.quantize(weight, 4, 32)
     assert packed.dtype == torch.uint8 and packed.shape == (16, 64) and scale.dtype == torch.float16
     assert scale.shape == (16, 4) and torch.equal(scale, expected_scale.half())
@@ -761,8 +765,8 @@ def test_the_bench_runs_the_solutions_own_layer_and_loop():
 
     learner = bench.solution_answers()
     layer = learner["Int4Linear"](quantization.gaussian_matrix(16, 128, seed=4), 64)
-    packed, scale = stored_weights.int4_layer_buffers(quantization.gaussian_matrix(16, 128, seed=4), 64)
-    assert torch.equal(layer.codes, packed) and torch.equal(layer.scale, scale)
+    ours = stored_weights.course_int4_layer(quantization.gaussian_matrix(16, 128, seed=4), 64)
+    assert torch.equal(layer.codes, ours.codes) and torch.equal(layer.scale, ours.scale)
     assert learner["speculative_greedy"] is not drafts.greedy_speculative
     with pytest.raises(KeyError, match="no cell with grade id 'nowhere'"):
         bench.solution_answers(("nowhere",))
@@ -1086,7 +1090,8 @@ def test_the_bytes_check_pays_only_beside_the_work():
     base layer doing the work) kept the bytes check's point: it now needs the scales computed."""
     weight = torch.randn(16, 128) * 0.02
     probe = {"args": [weight, 64, torch.randn(3, 128)]}
-    codes, scale = stored_weights.int4_layer_buffers(weight, 64)
+    layer = stored_weights.course_int4_layer(weight, 64)
+    codes, scale = layer.codes, layer.scale
     judge = checks._judge_layer_bytes.__wrapped__
     assert judge(probe, {"tensors": {"codes": codes, "scale": scale}}).passed
     zeros = {"codes": torch.zeros_like(codes), "scale": torch.zeros_like(scale)}
