@@ -307,7 +307,7 @@ def _first_order_terms(formats) -> tuple[dict, dict]:
     layers = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     for layer in layers.values():
         layer.weight.requires_grad_(True)
-    held = technique._held_out()
+    held = technique.held_out()
     count = (len(held) - 1) // 256
     starts = (torch.arange(count) * 256)[torch.linspace(0, count - 1, technique.EVAL_WINDOWS).long()]
     windows = torch.stack([held[s : s + 257] for s in starts.tolist()])
@@ -452,7 +452,7 @@ def test_the_learners_copy_holds_no_number_that_names_the_capstones_answer(monke
     with withheld.recording() as recordings:
         technique.measure(answer)
         technique.measure(technique.OBVIOUS)
-    calls = recordings.get(withheld.key(technique.configuration_figures), [])
+    calls = recordings.get("course.answers.choosing_a_technique.configuration_figures", [])
     recorded = [technique.Configuration.from_dict(wire.decode(args)[0]) for args, _, _ in calls]
     assert recorded == [technique.OBVIOUS], recorded
 

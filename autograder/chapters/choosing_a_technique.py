@@ -230,7 +230,7 @@ def _judge_pack(probe, got):
     codes = probe["args"][0]
     if not isinstance(got, torch.Tensor):
         return Verdict(False, f"returned {type(got).__name__}; pack_int4 should return a torch.Tensor of dtype uint8")
-    expected = quantization.pack_int4(codes)
+    expected = technique.course_answer("pack_int4")(codes)
     if tuple(got.shape) != tuple(expected.shape):
         return Verdict(
             False,
@@ -449,7 +449,7 @@ def _stored(tensors) -> tuple[torch.Tensor, torch.Tensor, str]:
 @withheld
 def _codes_mistakes(weight, group) -> list[tuple[str, torch.Tensor | None, torch.Tensor | None]]:
     codes, scale = quantization.quantize(weight.float(), 4, group)
-    packed = quantization.pack_int4(codes)
+    packed = technique.course_answer("pack_int4")(codes)
     rows = quantization.quantize(weight.float(), 4, None)
     wide = (
         torch.round(
@@ -462,18 +462,20 @@ def _codes_mistakes(weight, group) -> list[tuple[str, torch.Tensor | None, torch
     return [
         (
             "wrong nibble order: the first code of each pair goes into the high four bits, (c0 + 8) * 16 + (c1 + 8)",
-            quantization.pack_int4(torch.stack([codes[:, 1::2], codes[:, 0::2]], -1).reshape(codes.shape)),
+            technique.course_answer("pack_int4")(
+                torch.stack([codes[:, 1::2], codes[:, 0::2]], -1).reshape(codes.shape)
+            ),
             None,
         ),
         (
             "scales per row instead of per group: keep one scale per group_size columns, shape "
             "(out_features, in_features // group_size)",
-            quantization.pack_int4(rows[0]),
+            technique.course_answer("pack_int4")(rows[0]),
             rows[1].half(),
         ),
         (
             "the scale is absmax / 7 (the largest symmetric 4-bit code), not absmax / 8",
-            quantization.pack_int4(wide),
+            technique.course_answer("pack_int4")(wide),
             None,
         ),
         ("the scales are stored in float32: keep them in float16 (two bytes each)", packed, scale.float()),
@@ -488,7 +490,7 @@ def _judge_layer_tensors(probe, got):
     codes, scale, problem = _stored(got["tensors"])
     if problem:
         return Verdict(False, problem)
-    expected_codes, expected_scale = stored_weights.int4_layer_buffers(weight, group)
+    expected_codes, expected_scale = technique.COURSE.int4_buffers(weight, group)
     for hint, wrong_codes, wrong_scale in _codes_mistakes(weight, group):
         if (
             (wrong_scale is None or (scale.dtype == wrong_scale.dtype and torch.equal(scale, wrong_scale)))
@@ -521,7 +523,7 @@ def _judge_layer_tensors(probe, got):
 @withheld
 def _codes_of_scale(weight: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
     """The packed codes of ``weight`` rounded against ``scale`` (the layer's float16 scales)."""
-    return quantization.pack_int4(
+    return technique.course_answer("pack_int4")(
         torch.round(weight / scale.float().repeat_interleave(group, dim=1)).clamp(-8, 7).to(torch.int32)
     )
 
@@ -568,7 +570,7 @@ def _judge_layer_bytes(probe, got):
     expected = rows * cols // 2 + 2 * rows * (cols // group)
     held = {name: t.numel() * t.element_size() for name, t in tensors.items() if isinstance(t, torch.Tensor)}
     if sum(held.values()) == expected and set(held) == {"codes", "scale"}:  # the right bytes, and the work in them?
-        scale, expected_scale = tensors["scale"].float(), stored_weights.int4_layer_buffers(weight, group)[1].float()
+        scale, expected_scale = tensors["scale"].float(), technique.COURSE.int4_buffers(weight, group)[1].float()
         if scale.shape == expected_scale.shape and torch.allclose(scale, expected_scale, rtol=1e-3, atol=0):
             return Verdict(True)
         return Verdict(
