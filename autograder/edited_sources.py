@@ -20,7 +20,6 @@ STILL_EDITED = (
     "course/kernels/int4.py",
     "course/quantization/packing.py",
     "course/stored_weights.py",
-    "autograder/chapters/choosing_a_technique.py",
 )
 
 
