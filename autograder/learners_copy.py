@@ -13,10 +13,6 @@ while the instructor's notebooks run, and how many hidden checks each exercise h
 records each choice, and the grader gives the answers and why in its feedback. :func:`answers_in`
 and ``autograder.quiz.keys_in`` are the audits that the build and the tests run on the result.
 
-The chapters not converted yet to that line between files still have their sources edited here
-(``autograder/edited_sources.py``): every function marked ``@withheld`` keeps only its docstring
-and a ``raise``, and their checks modules lose their hidden checks and the code only those reach.
-
 The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
 answers (its quiz answers each click at once).
 """
@@ -35,7 +31,6 @@ import zipfile
 from pathlib import Path
 
 from autograder import colab, notebook
-from autograder.edited_sources import STILL_EDITED, is_withheld, learners_source
 from course import paths, withheld
 
 OUT = paths.ROOT / "dist" / "learners-copy"
@@ -46,7 +41,6 @@ LEFT_OUT = (  # what the copy leaves out whole, of the folders it copies (course
     "course/benchmarks/",  # `make bench`'s, which times the answers
     "autograder/hidden/",  # the hidden checks
     "autograder/mistakes/",  # the known mistakes: what they return, and wrong answers written out
-    "autograder/planted/",  # the older home of wrong answers, for the chapters not converted yet
 )
 GENERATED = ("README.md", "Makefile", "autograder/__main__.py")  # written here, not copied
 INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
@@ -280,19 +274,13 @@ def _notebooks(out: Path, chapters: list[str]) -> None:
 
 
 def _write(target: Path, source: Path) -> None:
-    """Copy ``source`` to ``target`` byte for byte, or, for a file of :data:`STILL_EDITED`, as
-    :func:`learners_source` edits it."""
+    """Copy ``source`` to ``target`` byte for byte: the copy edits no source."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    if _posix(source) in STILL_EDITED:  # a chapter not converted yet
-        checks_module = _posix(source).startswith("autograder/chapters/")
-        target.write_text(learners_source(source.read_text(encoding="utf-8"), checks_module), encoding="utf-8")
-    else:
-        shutil.copyfile(source, target)
+    shutil.copyfile(source, target)
 
 
 def _hidden_check_counts() -> dict[str, int]:
-    """How many hidden checks each exercise has, for the chapters whose hidden checks are a module
-    of their own (``autograder/hidden/<slug>.py``): grade_id -> count."""
+    """How many hidden checks each exercise has (``autograder/hidden/<slug>.py``): grade_id -> count."""
     from autograder.chapters import CHAPTERS, hidden_module
 
     modules = [hidden_module(paths.slug(chapter)) for chapter in CHAPTERS]
@@ -329,7 +317,7 @@ def _only_docstring_and_raise(node) -> bool:
 
 def answers_in(folder: Path) -> list[str]:
     """Where ``folder``'s Python files hold an exercise's reference: a function or class of a
-    graded name with more than a docstring and a raise, or a withheld function that kept its body."""
+    graded name with more than a docstring and a raise."""
     names = graded_names()
     found = []
     for path in sorted(folder.rglob("*.py")):
@@ -337,7 +325,7 @@ def answers_in(folder: Path) -> list[str]:
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            if (node.name in names or is_withheld(node)) and not _only_docstring_and_raise(node):
+            if node.name in names and not _only_docstring_and_raise(node):
                 found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno} {node.name}")
     return found
 

@@ -58,7 +58,7 @@ PROBE = Path(__file__).with_name("_hub_probe.py")
 INSTRUCTORS_ONLY = {
     "solutions": ("solutions",),  # the chapters' sources and the quizzes' keys
     "hidden checks": ("autograder/hidden",),
-    "known mistakes": ("autograder/mistakes", "autograder/planted"),
+    "known mistakes": ("autograder/mistakes",),
     "course's answers": ("course/answers", "course/kernels/flash_attention.py"),
     "tests": ("tests",),
 }
