@@ -162,7 +162,7 @@ def reference() -> Configuration:
     closing note shows once the learner's is within the budget. Never recorded, so the learners'
     copy cannot show it: there it raises :class:`course.withheld.NotRecorded`."""
     with not_recorded():
-        return Configuration.from_dict(COURSE.capstone_configuration())
+        return Configuration.from_dict(COURSE.course_configuration())
 
 
 OBVIOUS = Configuration("int4", 64, "distilled", 4)  # what chapters 3 and 6 alone suggest: it misses

@@ -137,7 +137,7 @@ def pin_threads(size: int, group_size: int = 64) -> str:
 # --- the capstone's figures of the stored target ------------------------------------------------------
 
 
-def capstone_configuration() -> dict:
+def course_configuration() -> dict:
     """The course's answer to the capstone (its solution cell), as a configuration's dict."""
     return SOLUTION.capstone_configuration()
 
