@@ -13,10 +13,6 @@ while the instructor's notebooks run, and how many hidden checks each exercise h
 records each choice, and the grader gives the answers and why in its feedback. :func:`answers_in`
 and ``autograder.quiz.keys_in`` are the audits that the build and the tests run on the result.
 
-The chapters not converted yet to that line between files still have their sources edited here
-(``autograder/edited_sources.py``): every function marked ``@withheld`` keeps only its docstring
-and a ``raise``, and their checks modules lose their hidden checks and the code only those reach.
-
 The repository stays the instructor's copy, and the self-study copy for whoever chooses to read the
 answers (its quiz answers each click at once).
 """
@@ -35,7 +31,6 @@ import zipfile
 from pathlib import Path
 
 from autograder import colab, notebook
-from autograder.edited_sources import STILL_EDITED, is_withheld, learners_source
 from course import paths, withheld
 
 OUT = paths.ROOT / "dist" / "learners-copy"
@@ -46,7 +41,6 @@ LEFT_OUT = (  # what the copy leaves out whole, of the folders it copies (course
     "course/benchmarks/",  # `make bench`'s, which times the answers
     "autograder/hidden/",  # the hidden checks
     "autograder/mistakes/",  # the known mistakes: what they return, and wrong answers written out
-    "autograder/planted/",  # the older home of wrong answers, for the chapters not converted yet
 )
 GENERATED = ("README.md", "Makefile", "autograder/__main__.py")  # written here, not copied
 INSTALL_FILES = ("pyproject.toml", "environment.yml", "tools/setup_course.py", "tools/install_torch.py")
@@ -94,37 +88,19 @@ def run_visible_checks(chapter: str, answers: dict[str, str], only: set | None =
                     selfcheck.check(exercise.grade_id, namespace=namespace)
 
 
-RUNS_WITHOUT_ANSWERS = (  # chapters whose cells get their numbers as the copy can give them
-    "01_prefill_decode",
-    "02_lora",
-    "03_quantization",
-    "04_kv_cache",
-    "05_flash_attention",
-    "06_speculative_decoding",
-    "07_distillation",
-    "08_in_practice",
-    "09_choosing_a_technique",
-)
 # cells put into the instructor's notebook while it runs for the release: its cells' withheld calls
 # are recorded, its check cells' are not (the visible checks are recorded apart, the hidden ones never)
 RECORDING = "release-recording"  # their tag
 _RECORD_FROM_HERE = "from course import withheld as _withheld\n_recorded = _withheld.record_into({})"
 _RECORD = "_recorded = _withheld.record_into(_recorded)"  # assigned: a cell's last value is displayed
 _PAUSE = "_withheld.record_into(None)"
-# what the chapter's widgets can ask beyond its cells, asked in the same kernel: its caches are warm
-_WIDGETS = (
-    "import importlib as _importlib\n"
-    "_plots = _importlib.import_module({module!r})\n"
-    "if hasattr(_plots, 'withheld_calls'):\n"
-    "    _plots.withheld_calls()"
-)
 _WRITE_RECORDED = "import json as _json\nwith open({path!r}, 'w') as _file:\n    _json.dump(_recorded, _file)"
 
 
 def _recording_cells(instructor, chapter: str, calls: Path) -> None:
-    """Put the recording cells into ``instructor``: a start, a pause around each check cell, the
-    chapter's plots module's ``withheld_calls()`` (what its widgets can ask for beyond their first
-    view) after the last cell, and the write of the recordings to ``calls``."""
+    """Put the recording cells into ``instructor``: a start, a pause around each check cell, and the
+    write of the recordings to ``calls`` after the last cell. What a chapter's widgets can show
+    beyond their first view, their charts ask when built (their constructors tabulate every view)."""
     import nbformat
 
     def cell(source: str):
@@ -134,15 +110,14 @@ def _recording_cells(instructor, chapter: str, calls: Path) -> None:
     for original in instructor.cells:
         checks = original.cell_type == "code" and original.metadata.get("nbgrader", {}).get("grade")
         cells += [cell(_PAUSE), original, cell(_RECORD)] if checks else [original]
-    widgets = cell(_WIDGETS.format(module=f"course.plots.{paths.slug(chapter)}"))
-    instructor.cells = [*cells, widgets, cell(_WRITE_RECORDED.format(path=str(calls)))]
+    instructor.cells = [*cells, cell(_WRITE_RECORDED.format(path=str(calls)))]
 
 
 def run_chapter(chapter: str, executed: Path, kernel: str = "course", parameters: dict | None = None) -> dict:
     """Execute the instructor's notebook of ``chapter`` headless (a kernel of ``kernel``, every
     cell within the per-cell limit, its parameters cell given ``parameters``: sizes of its
     measurements) into ``executed/<chapter>.solution.ipynb``, recording its
-    withheld calls and those of its widgets (:func:`_recording_cells`); return the kernel's
+    calls across the line between the copies (:func:`_recording_cells`); return the kernel's
     recordings. A cell that raises stops the release, naming the cell."""
     import tempfile
 
@@ -173,18 +148,17 @@ def run_chapter(chapter: str, executed: Path, kernel: str = "course", parameters
 
 def record(chapters: list[str], executed: Path, kernel: str = "course", parameters: dict | None = None) -> dict:
     """The withheld calls made by every visible check on every chapter's solution, blank copy and
-    planted mistakes, and by the cells of the chapters that run without the answers (executed
-    into ``executed``, see :func:`run_chapter`, with ``parameters[chapter]`` where given)."""
+    planted mistakes, and by every chapter's cells (executed into ``executed``, see
+    :func:`run_chapter`, with ``parameters[chapter]`` where given)."""
     from tqdm.auto import tqdm
 
     with withheld.recording() as recordings:
         for chapter in tqdm(chapters, desc="recording the checks and chapters"):
             for answers, only in _namespaces(chapter).values():
                 run_visible_checks(chapter, answers, only)
-            if chapter in RUNS_WITHOUT_ANSWERS:
-                sizes = (parameters or {}).get(chapter)
-                for name, calls in run_chapter(chapter, executed, kernel, sizes).items():
-                    recordings.setdefault(name, []).extend(calls)
+            sizes = (parameters or {}).get(chapter)
+            for name, calls in run_chapter(chapter, executed, kernel, sizes).items():
+                recordings.setdefault(name, []).extend(calls)
     return recordings
 
 
@@ -300,19 +274,13 @@ def _notebooks(out: Path, chapters: list[str]) -> None:
 
 
 def _write(target: Path, source: Path) -> None:
-    """Copy ``source`` to ``target`` byte for byte, or, for a file of :data:`STILL_EDITED`, as
-    :func:`learners_source` edits it."""
+    """Copy ``source`` to ``target`` byte for byte: the copy edits no source."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    if _posix(source) in STILL_EDITED:  # a chapter not converted yet
-        checks_module = _posix(source).startswith("autograder/chapters/")
-        target.write_text(learners_source(source.read_text(encoding="utf-8"), checks_module), encoding="utf-8")
-    else:
-        shutil.copyfile(source, target)
+    shutil.copyfile(source, target)
 
 
 def _hidden_check_counts() -> dict[str, int]:
-    """How many hidden checks each exercise has, for the chapters whose hidden checks are a module
-    of their own (``autograder/hidden/<slug>.py``): grade_id -> count."""
+    """How many hidden checks each exercise has (``autograder/hidden/<slug>.py``): grade_id -> count."""
     from autograder.chapters import CHAPTERS, hidden_module
 
     modules = [hidden_module(paths.slug(chapter)) for chapter in CHAPTERS]
@@ -349,7 +317,7 @@ def _only_docstring_and_raise(node) -> bool:
 
 def answers_in(folder: Path) -> list[str]:
     """Where ``folder``'s Python files hold an exercise's reference: a function or class of a
-    graded name with more than a docstring and a raise, or a withheld function that kept its body."""
+    graded name with more than a docstring and a raise."""
     names = graded_names()
     found = []
     for path in sorted(folder.rglob("*.py")):
@@ -357,7 +325,7 @@ def answers_in(folder: Path) -> list[str]:
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            if (node.name in names or is_withheld(node)) and not _only_docstring_and_raise(node):
+            if node.name in names and not _only_docstring_and_raise(node):
                 found.append(f"{path.relative_to(folder).as_posix()}:{node.lineno} {node.name}")
     return found
 

@@ -62,9 +62,9 @@ def card(name: str, folder: Path = MODELS) -> dict:
 def _restore() -> str:
     """How to get the course's checkpoints back: from git and ``make model`` in the repository, from
     the folder as handed out in the learners' copy (which has neither)."""
-    from course.withheld import LEARNERS_COPY
+    from course import withheld
 
-    if LEARNERS_COPY:
+    if withheld.in_learners_copy():
         return "unpack the course folder your instructor gave you again (its data/models holds them)"
     return "restore them with `git checkout -- data/models` (or `git lfs pull`), or retrain with `make model`"
 

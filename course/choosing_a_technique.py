@@ -7,7 +7,7 @@ call from greedy runs of the real loop, and the modelled speed-up; its reference
 A worked example: ``budget_passes(OBVIOUS)`` is False (int4 in groups of 64 rounded to nearest:
 too many bytes of scales, too much loss).
 
-What names the capstone's answer stays the instructor's: :func:`reference` is withheld, the
+What names the capstone's answer stays the instructor's: :func:`reference` is never recorded, the
 reference numbers of its figures (:data:`ANSWER_NUMBERS`) are left out of the learners' copy's
 ``data/reference``, and the loop's figures of a configuration within the budget are never
 recorded for it (:func:`loop_figures`; the copy counts them, the same numbers).
@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import nn
 
-from course import checkpoints, corpus, evaluation, quantization, timing
+from course import checkpoints, corpus, quantization, timing
 from course.drafts import DRAFTS, draft_model
 from course.model import LanguageModel
 from course.stored_weights import CALIBRATED, FORMAT_BITS, GROUPED, StoredLinear, store_weights, weight_bytes
-from course.withheld import answers, is_recording, withheld
+from course.withheld import answers, is_recording, module, not_recorded
 
 CHAPTER = "09_choosing_a_technique"
+COURSE = module("course.answers.choosing_a_technique")  # what runs the chapter's answers: instructor-only
 GROUP_SIZES = (None, 32, 64)  # every one divides the target's 256 and 704 columns
 CALIBRATIONS = ("none", "gptq")  # round to nearest, or chapter 3's GPTQ on training text
 DRAFT_COST = 0.25  # a draft call, counted as this share of a target call in the modelled speed-up
@@ -156,11 +157,12 @@ def configurations() -> list[Configuration]:
     return [Configuration(w, g, d, k, c) for w, g, c in formats for d, k in speculation]
 
 
-@withheld
 def reference() -> Configuration:
-    """The course's answer to the capstone: the configuration the chapter's closing note shows
-    once the learner's is within the budget (never recorded, so the learners' copy cannot show it)."""
-    return Configuration("int4", None, "distilled", 4, "gptq")
+    """The course's answer to the capstone (its solution cell): the configuration the chapter's
+    closing note shows once the learner's is within the budget. Never recorded, so the learners'
+    copy cannot show it: there it raises :class:`course.withheld.NotRecorded`."""
+    with not_recorded():
+        return Configuration.from_dict(COURSE.course_configuration())
 
 
 OBVIOUS = Configuration("int4", 64, "distilled", 4)  # what chapters 3 and 6 alone suggest: it misses
@@ -252,13 +254,14 @@ def target() -> LanguageModel:
 
 
 @functools.cache
-def _held_out() -> torch.Tensor:
+def held_out() -> torch.Tensor:
+    """The held-out plays' tokens (the loss's windows and the prompts come from them)."""
     return corpus.tokens("validation")
 
 
 def prompts() -> list[torch.Tensor]:
     """The greedy runs' prompts: (1, PROMPT_LENGTH) openings of held-out plays."""
-    return [_held_out()[s : s + PROMPT_LENGTH][None] for s in PROMPT_STARTS]
+    return [held_out()[s : s + PROMPT_LENGTH][None] for s in PROMPT_STARTS]
 
 
 @functools.cache
@@ -290,33 +293,24 @@ def stored_target(
     return store_weights(target(), weights, group_size, hessians, fused=False)
 
 
-@withheld  # chapter 3's GPTQ: the learners' copy has the codes of the configurations it was released with
-@functools.cache
 def gptq_int4_codes(group_size: int | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """GPTQ's int4 codes of the target, as :func:`stored_target` stores them (its Hessians from
     :func:`calibration_hessians`): layer path -> (packed codes, uint8 (out, in // 2); float16
-    scales (out, groups)), ``group_size`` None for one scale per row."""
-    model = stored_target("int4", group_size, "gptq")
-    return {
-        path: (module.codes.clone(), module.scale.clone())
-        for path, module in model.named_modules()
-        if isinstance(module, StoredLinear)
-    }
+    scales (out, groups)), ``group_size`` None for one scale per row. Chapter 3's GPTQ chooses them:
+    the learners' copy has those of the configurations it was released with."""
+    return COURSE.gptq_int4_codes(group_size)
 
 
-@functools.cache
 def format_bytes(weights: str, group_size: int | None) -> int:
     """Bytes of the target stored in ``weights`` (calibration changes the codes, not how many)."""
-    return weight_bytes(stored_target(weights, group_size))
+    return COURSE.format_bytes(weights, group_size)
 
 
-@withheld  # it stores the target through chapter 3's answers; the learners' copy has every format's
-@functools.cache
-@_on_one_thread
 def format_figures(weights: str, group_size: int | None, calibration: str = "none") -> tuple[int, float]:
-    """Bytes and held-out loss of the target stored in ``weights`` (on the CPU, fixed windows)."""
-    model = stored_target(weights, group_size, calibration)
-    return weight_bytes(model), evaluation.text_loss(model, _held_out(), max_windows=EVAL_WINDOWS)
+    """Bytes and held-out loss of the target stored in ``weights`` (on the CPU, fixed windows). It
+    stores the target through chapter 3's and 9's answers: the learners' copy has every format's."""
+    n_bytes, loss = COURSE.format_figures(weights, group_size, calibration)
+    return n_bytes, loss
 
 
 def measure(config: Configuration) -> Figures:
@@ -332,15 +326,16 @@ def loop_figures(configuration: dict) -> dict:
     capstone's answer in the copy, which counts that configuration's figures instead
     (:func:`counted_figures`, the same numbers) where :class:`NotRecorded` says so."""
     if is_recording() and budget_passes(Configuration.from_dict(configuration)):
-        return configuration_figures.__wrapped__(configuration)
+        with not_recorded():
+            return configuration_figures(configuration)
     return configuration_figures(configuration)
 
 
-@withheld  # it runs the stored target and chapter 9's loop: the learners' copy has the released configurations'
 def configuration_figures(configuration: dict) -> dict:
     """:func:`measure`'s figures of ``configuration`` (a :meth:`Configuration.as_dict`), as plain
-    data: :class:`Figures`' fields."""
-    return asdict(_measured(Configuration.from_dict(configuration)))
+    data: :class:`Figures`' fields. It runs the stored target and chapter 9's loop: the learners'
+    copy has the released configurations'."""
+    return COURSE.configuration_figures(configuration)
 
 
 def counted_figures(config: Configuration) -> Figures:
@@ -355,18 +350,6 @@ def counted_figures(config: Configuration) -> Figures:
     per_call = draft_curves(*config.format)[config.draft][config.draft_length - 1]
     drafted = weight_bytes(draft_model(config.draft))
     return Figures(target_bytes, drafted, fp32_bytes, loss, fp32_loss, per_call, config.draft_length)
-
-
-@functools.lru_cache(maxsize=64)
-@_on_one_thread
-def _measured(config: Configuration) -> Figures:
-    target_bytes, loss = format_figures(*config.format)
-    fp32_bytes, fp32_loss = format_figures("fp32", None)
-    target, drafter = stored_target(*config.format), draft_model(config.draft)
-    runs = [DRAFTS[config.draft].run(target, drafter, p, config.draft_length, NEW_TOKENS) for p in prompts()]
-    per_call = len(runs) * NEW_TOKENS / sum(r["target_calls"] for r in runs)
-    k = config.draft_length if drafter is not None else 0
-    return Figures(target_bytes, weight_bytes(drafter), fp32_bytes, loss, fp32_loss, per_call, k)
 
 
 def budget_passes(config: Configuration) -> bool:
@@ -463,24 +446,13 @@ def agreement(drafter: LanguageModel, tokens: torch.Tensor, prompt_length: int) 
     return (guesses == tokens[0, prompt_length:]).tolist()
 
 
-@withheld  # as format_figures: the learners' copy has every format's
-@functools.cache
-@_on_one_thread
 def draft_curves(weights: str, group_size: int | None, calibration: str = "none") -> dict[str, list[float]]:
     """Tokens per target call at every draft length of :data:`DRAFT_LENGTHS`, for each model draft,
     with the target stored in ``weights``, ``group_size`` and ``calibration``: counted from where
     each draft agrees with the target's greedy output (:func:`greedy_tokens`,
-    :func:`calls_from_agreement`), without running the loop for every k."""
-    curves = {}
-    for name, draft in DRAFTS.items():
-        if draft.checkpoint is None:
-            continue
-        tokens = greedy_tokens(weights, group_size, calibration)
-        agreements = [agreement(draft_model(name), t, PROMPT_LENGTH) for t in tokens]
-        curves[name] = [
-            len(agreements) * NEW_TOKENS / sum(calls_from_agreement(a, k) for a in agreements) for k in DRAFT_LENGTHS
-        ]
-    return curves
+    :func:`calls_from_agreement`), without running the loop for every k. As :func:`format_figures`,
+    the learners' copy has every format's."""
+    return COURSE.draft_curves(weights, group_size, calibration)
 
 
 ALTERNATIVES = (("fp32", None), ("fp16", None), ("int8", None), ("int4", None), ("int4", 64), ("nf4", 64), ("int2", 32))

@@ -68,7 +68,7 @@ def batched_blockwise_attention(
     causal or not: the course's (``course/answers/flash_attention.py``; its recorded calls, in the
     learners' copy). The Triton kernel has its signature."""
     check_shapes(q, k, v, block)
-    return COURSE.blockwise_attention(q, k, v, block, causal)
+    return COURSE.batched_blockwise_attention(q, k, v, block, causal)
 
 
 def online_softmax_trace(scores: torch.Tensor, values: torch.Tensor, block: int, online_softmax_update) -> list[dict]:

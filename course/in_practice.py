@@ -227,14 +227,15 @@ def quantized_weights(model: nn.Module, method: str, group_size: int | None = No
 
 @contextlib.contextmanager
 def int4_linears(model: nn.Module, group_size: int = 64, output_layer: bool = False, make=None):
-    """Within the block, every linear layer of the decoder is a ``course.kernels.int4.Int4Linear``
-    (rounded to nearest, one fp16 scale per ``group_size`` columns: torch's fused int4 product where
+    """Within the block, every linear layer of the decoder is the course's int4 layer
+    (``course.stored_weights.course_int4_layer``: rounded to nearest, codes packed by chapter 9's
+    ``pack_int4``, one fp16 scale per ``group_size`` columns: torch's fused int4 product where
     it takes the layer), or ``make(layer)`` when given; afterwards the float layers are back.
     ``output_layer``: the output layer too, as an int4 copy (it is tied to the embedding, which
     stays in float32 for looking tokens up). Not handled: layers with a bias."""
-    from course.kernels import int4
+    from course.stored_weights import course_int4_layer
 
-    make = make or (lambda layer: int4.Int4Linear.from_linear(layer, group_size))
+    make = make or (lambda layer: course_int4_layer(layer.weight, group_size))
 
     layers = linear_layers(model)
     if output_layer:

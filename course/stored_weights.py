@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import quantization
+from course import quantization, withheld
 from course.kernels import int4
+from course.kernels.int4 import FusedInt4
 from course.model import LanguageModel
-from course.quantization import pack_codes, pack_int4, unpack_codes
-from course.withheld import withheld
+from course.quantization import unpack_codes
 
 FORMAT_BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "nf4": 4, "int2": 2}
 GROUPED = ("int8", "int4", "nf4", "int2")  # formats with codes and scales
@@ -71,7 +71,7 @@ class StoredLinear(nn.Module):
             return
         if weights == "nf4":
             codes, scale = quantization.quantize_nf4(weight, group_size)  # (out, in) uint8 in 0..15
-            stored = pack_codes(codes, 4)
+            stored = _course().pack_codes(codes, 4)
         else:
             codes, scale = (  # (out, in) int32, symmetric
                 quantization.quantize(weight, self.bits, group_size)
@@ -79,7 +79,7 @@ class StoredLinear(nn.Module):
                 else quantization.quantize_gptq(weight, hessian, self.bits, group_size)
             )
             offset = 2 ** (self.bits - 1)
-            stored = codes.to(torch.int8) if self.bits == 8 else pack_codes(codes + offset, self.bits)
+            stored = codes.to(torch.int8) if self.bits == 8 else _course().pack_codes(codes + offset, self.bits)
         self.register_buffer("codes", stored)
         self.register_buffer("scale", scale.half())  # (out, groups)
 
@@ -159,38 +159,14 @@ def weight_bytes(model: nn.Module | None) -> int:
     return sum(t.numel() * t.element_size() for t in model.state_dict().values())
 
 
-@withheld
-def int4_layer_buffers(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """What a stored int4 layer keeps for ``weight`` (out, in): codes packed two to a byte
-    (:func:`pack_int4`, from chapter 3's symmetric absmax codes of the float32 scale) and the scales
-    in float16, one per ``group_size`` columns: ``(out, in // 2)`` uint8 and ``(out, in // group_size)``."""
-    codes, scale = quantization.quantize(weight.detach().float(), 4, group_size)
-    return pack_int4(codes), scale.half()
-
-
-class FusedInt4(nn.Module):
-    """Codes already packed two to a byte (``pack_int4``'s layout) and their float16 scales, served
-    through torch's fused int4 product (``course.kernels.int4.linear``; its reference product where
-    the kernel cannot take them): what a stored layer's ``codes`` and ``scale`` cost with a kernel
-    that reads them four bits at a time. Not handled: a bias, codes changed after the first call."""
-
-    def __init__(self, packed: torch.Tensor, scale: torch.Tensor):
-        super().__init__()
-        self.out_features, self.in_features, self.group_size = int4.check_stored(packed, scale)
-        self.register_buffer("codes", packed)  # (out, in // 2) uint8
-        self.register_buffer("scale", scale.to(torch.float16))  # (out, in // group_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return int4.linear(x, self.codes, self.scale, int4.prepared_for(self, self.codes, self.scale))
-
-    def extra_repr(self) -> str:
-        return f"{self.in_features} -> {self.out_features}, int4, groups of {self.group_size}"
-
-
 def course_int4_layer(weight: torch.Tensor, group_size: int, codes=None, scale=None) -> FusedInt4:
     """The course's stored int4 layer for ``weight``, built as the learner's ``Int4Linear(weight,
-    group_size)`` is: the same codes and scales (:func:`int4_layer_buffers`), or the ``codes`` and
-    ``scale`` given (GPTQ's), through the fused product."""
-    if codes is None:
-        return FusedInt4(*int4_layer_buffers(weight, group_size))
-    return FusedInt4(pack_int4(codes), scale)
+    group_size)`` is: chapter 3's codes of ``weight`` and their float16 scales, or the ``codes`` and
+    ``scale`` given (GPTQ's), packed by chapter 9's ``pack_int4``, through the fused product."""
+    return FusedInt4(*_course().int4_buffers(weight, group_size, codes, scale))
+
+
+def _course():
+    """The instructor-only module that packs codes through the chapters' answers (the learners' copy
+    answers it from its recordings)."""
+    return withheld.module("course.answers.choosing_a_technique")

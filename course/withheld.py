@@ -28,9 +28,7 @@ raises :class:`NotRecorded`, which says that the instructor's grader judges it.
 
 Not handled: arguments that are not plain data (modules, generators, learners' functions), which
 no recording answers; classes, which cannot be answered from recordings (a chapter records the
-course's function that uses its class instead). The ``@withheld`` decorator is the older way,
-kept for the chapters not yet converted (``autograder/edited_sources.py``): their learners' copy
-keeps only a marked function's docstring and a ``raise``, and the decorator replays its calls.
+course's function that uses its class instead).
 """
 
 from __future__ import annotations
@@ -50,38 +48,15 @@ from course import paths, wire
 
 RECORDINGS = paths.REFERENCE / "withheld"  # one <name>.json.gz per recorded run, in the learners' copy only
 HIDDEN_CHECKS = RECORDINGS / "hidden_checks.json"  # grade_id -> hidden checks left out, in the learners' copy only
-LEARNERS_COPY = RECORDINGS.is_dir()  # only the learners' copy has recordings; there the bodies are withheld
 RTOL = 1e-6
 
 _recording: dict | None = None  # key -> list of [args, kwargs, result], encoded; None when not recording
-_depth = 0  # withheld calls now running: only the outermost is recorded
+_depth = 0  # calls across the line now running: only the outermost is recorded
 _recordings: dict | None = None  # the learners' copy's recordings, loaded on first use
 
 
 class NotRecorded(RuntimeError):
     """A withheld function was called with arguments that no recording holds."""
-
-
-def key(function: Callable) -> str:
-    return f"{function.__module__}.{function.__qualname__}"
-
-
-def withheld(function: Callable) -> Callable:
-    """Mark ``function`` as withheld from the learners' copy (see the module docstring). A class
-    marked so keeps, in the learners' copy, its docstring and its methods' signatures, each with
-    its docstring and a ``raise``: its calls are not recorded, so what a check needs of it must come
-    from a withheld function."""
-    if isinstance(function, type):
-        return function
-    name = key(function)
-
-    @functools.wraps(function)
-    def call(*args, **kwargs):
-        if LEARNERS_COPY:
-            return replay(name, args, kwargs)
-        return _recorded_call(name, function, args, kwargs)
-
-    return call
 
 
 def _recorded_call(name: str, function: Callable, args: tuple, kwargs: dict):
@@ -248,7 +223,7 @@ def hidden_checks() -> dict[str, int]:
 
 def yours_or_course(namespace: dict, chapter: str, name: str, tried_on: tuple, what: str) -> Callable:
     """The notebook's own ``name`` once written (tried on ``tried_on``, :func:`written`), else the
-    chapter's answer (:func:`answers`), after printing whose numbers ``what`` shows (:func:`yours`).
+    chapter's answer (:func:`answers`), after printing whose numbers ``what`` shows.
 
     While the learners' copy is recorded, the answer is also called beside the notebook's own on the
     same inputs (:func:`own_if_written`)."""
@@ -285,6 +260,18 @@ def recording():
     before = _recording
     try:
         yield record_into({} if before is None else before)
+    finally:
+        record_into(before)
+
+
+@contextlib.contextmanager
+def not_recorded():
+    """Keep no call made inside the block, while recording or not: for a call whose recording would
+    name an answer in the learners' copy (the capstone's configuration and its figures)."""
+    before = _recording
+    record_into(None)
+    try:
+        yield
     finally:
         record_into(before)
 
@@ -332,21 +319,6 @@ def written(namespace: dict, name: str, *args) -> bool:
     except NotImplementedError:
         return False
     return True
-
-
-def yours(namespace: dict, tried_on: dict[str, tuple], names, what: str, together: bool = False) -> dict | None:
-    """The notebook's own functions among ``names`` that are written (each tried on its
-    ``tried_on[name]`` arguments, :func:`written`), by name, after printing whose numbers ``what``
-    shows: "Your `a` draws the chart; your `b` is not written yet: the course's numbers, recorded on
-    the same inputs, stand in for it (write it, then run this cell again)." With ``together`` (a
-    cell that needs them all at once), None until every one is written, the course's recorded
-    numbers drawing ``what`` meanwhile."""
-    mine = {name: namespace[name] for name in names if written(namespace, name, *tried_on[name])}
-    missing = [name for name in names if name not in mine]
-    if together and missing:
-        mine = {}
-    _say_whose(mine, missing, what)
-    return None if together and missing else mine
 
 
 def _say_whose(mine: dict, missing: list[str], what: str) -> None:

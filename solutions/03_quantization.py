@@ -747,17 +747,17 @@ print(
 #
 # ## 12. Int4 that pays: a kernel that reads the codes
 #
-# `course.kernels.int4.Int4Linear` stores a layer the way int4 formats do: the codes packed two to
-# a byte, one fp16 scale per group of 64 columns (handed to the kernel as the bfloat16 scale and
-# zero pair it reads). Its forward does not rebuild a float32 matrix:
+# The course's int4 layer (`course.kernels.int4.FusedInt4`) stores a layer the way int4 formats do:
+# the codes packed two to a byte, one fp16 scale per group of 64 columns (handed to the kernel as
+# the bfloat16 scale and zero pair it reads). Its forward does not rebuild a float32 matrix:
 # it calls torch's fused int4 product (`torch.ops.aten._weight_int4pack_mm_for_cpu` on the CPU,
 # `_weight_int4pack_mm` on CUDA, the kernel torchao and gpt-fast use), which reads the four-bit
 # codes directly and multiplies in bfloat16. The dequantize-then-multiply path stays beside it as
 # the reference it is tested against; layers the kernel cannot take (group sizes other than 32 to
-# 256, odd widths) go through the reference, and the layer says why. (The layer is also chapter
-# 9's exercise, `Int4Linear`, which packs its codes with chapter 9's `pack_int4`. A course given
-# for credit leaves the course's layer out: there the next two cells show what your instructor's
-# machine recorded, and the timing cell says so.) First, the two paths agree to bfloat16's
+# 256, odd widths) go through the reference, and the layer says why. (Its codes are packed by
+# chapter 9's exercise `pack_int4`, and chapter 9's `Int4Linear` is this layer written by you. A
+# course given for credit leaves the packing out until then: there the next two cells show what
+# your instructor's machine recorded, and the timing cell says so.) First, the two paths agree to bfloat16's
 # rounding, on the CPU, where torch always has the kernel:
 
 # %%
@@ -780,12 +780,13 @@ assert agreed["difference"] < int4.TOLERANCE
 # %% tags=["measures"]
 if withheld.in_learners_copy():  # the course's int4 layer is left out: what was measured when the copy was made
     print(
-        "This copy of the course leaves out the int4 layer (chapter 9's exercise `Int4Linear`), so this machine's "
-        "int4 products are not timed here: below are those measured when the copy was made (chapter 9 times yours)."
+        "This copy of the course leaves out how the int4 layer packs its codes (chapter 9's exercise `pack_int4`), "
+        "so this machine's int4 products are not timed here: below are those measured when the copy was made "
+        "(chapter 9 times yours)."
     )
 else:
     print(int4.pin_threads(INT4_SIZES[-1], 64))  # timing.pin_threads on the largest int4 product
-measured = int4.speedups(INT4_SIZES, 64)  # int4.speedup of each size, on this machine
+measured = int4.speedups(INT4_SIZES, 64)  # one token through each size, on this machine
 print(f"measured on {measured['machine']}")
 for r in measured["rows"]:
     print(

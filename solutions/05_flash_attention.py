@@ -214,7 +214,7 @@ plots.widget_io()
 # Triton's interpreter (`TRITON_INTERPRET=1`), so its logic is checked even where there is no GPU.
 
 # %%
-if triton_available(device) and device.type == "cuda" and not withheld.LEARNERS_COPY:
+if triton_available(device) and device.type == "cuda" and not withheld.in_learners_copy():
     from course.kernels import flash_attention as kernel
 
     qg, kg, vg = (torch.randn(1, 8, 1024, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
@@ -228,7 +228,7 @@ if triton_available(device) and device.type == "cuda" and not withheld.LEARNERS_
         .item()
     )
     print(f"Triton kernel against the reference (bf16): largest difference {difference:.1e}")
-elif withheld.LEARNERS_COPY:
+elif withheld.in_learners_copy():
     print("The learners' copy leaves the Triton kernel out: it is the blockwise_attention you write, in Triton.")
 else:
     print(

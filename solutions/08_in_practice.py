@@ -585,7 +585,7 @@ def timed_greedy():
     return tokens, (time.perf_counter() - started) / tokens.shape[1]
 
 
-if withheld.LEARNERS_COPY or withheld.is_recording():  # the copy leaves it out: the release records none of it
+if withheld.in_learners_copy() or withheld.is_recording():  # the copy leaves it out: the release records none of it
     print(
         "This measurement is left out here: it runs the course's Int4Linear, an exercise of chapter 9 that "
         "this copy of the course leaves for you to write."

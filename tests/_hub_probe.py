@@ -6,7 +6,8 @@ in the instructor's environment (``python tests/_hub_probe.py NAMES.json``).
 and for every function or class whose name is a graded name (what an exercise defines), gives its
 source as ``inspect.getsource`` prints it and, in a learners' copy, what calling it does: with the
 arguments of a recorded call, and with those arguments changed (or with none, where nothing is
-recorded); and the same calls of the copy's other withheld functions that have recordings. Only
+recorded); and, for every name the copy's recordings answer across the line between the copies
+(``withheld.answers`` and ``withheld.module``), its first recorded call and that call altered. Only
 the standard library, the course and what it imports."""
 
 from __future__ import annotations
@@ -87,19 +88,27 @@ def _examine(obj) -> dict:
     except (OSError, TypeError):
         source = None
     calls = {}
-    if withheld.LEARNERS_COPY:  # in the instructor's copy a call would run the reference itself
-        calls = _replayed(obj) or {"unrecorded": _call(obj, [None] * _required(obj), {})}
+    if withheld.in_learners_copy():  # in the instructor's copy a call would run the reference itself
+        calls = {"unrecorded": _call(obj, [None] * _required(obj), {})}
     return {"source": source, "calls": calls}
 
 
-def _replayed(function) -> dict:
-    """What calling the withheld ``function`` does with the arguments of its first recorded call, and
-    with those changed ({} where it has no recording)."""
-    from course import wire, withheld
+def _across_the_line(key: str):
+    """The function the learners' copy answers ``key`` with: ``solutions.<chapter>.<name>`` is a
+    chapter's answer (``withheld.answers``), any other ``<module>.<name>`` an instructor-only module's."""
+    from course import withheld
 
-    recorded = _recordings().get(withheld.key(function), []) if inspect.isfunction(function) else []
-    if not recorded:
-        return {}
+    label, _, name = key.rpartition(".")
+    namespace = withheld.answers(label.partition(".")[2]) if label.startswith("solutions.") else withheld.module(label)
+    return getattr(namespace, name)
+
+
+def _replayed(key: str, recorded: list) -> dict:
+    """What the copy's stand-in for ``key`` does with the arguments of its first recorded call, and
+    with those changed (or with none)."""
+    from course import wire
+
+    function = _across_the_line(key)
     args, kwargs, result = recorded[0]
     args, kwargs = wire.decode(args), wire.decode(kwargs)
     altered = _altered(list(args))
@@ -125,7 +134,7 @@ def probe(names) -> dict:
                 importlib.import_module(info.name)
             except BaseException as error:  # a module that exits on import is reported too
                 failed[info.name] = f"{type(error).__name__}: {error}"
-    found, replayed = {}, {}
+    found = {}
     for module_name, module in sorted(sys.modules.items()):
         if module is None or module_name.split(".")[0] not in ("course", "autograder"):
             continue
@@ -134,14 +143,15 @@ def probe(names) -> dict:
                 continue
             if name in names and (inspect.isfunction(obj) or inspect.isclass(obj)):
                 found[f"{module_name}.{name}"] = _examine(obj)
-            elif withheld.LEARNERS_COPY and hasattr(obj, "__wrapped__"):  # the other withheld functions
-                replayed[f"{module_name}.{name}"] = _replayed(obj)
+    replayed = {}
+    if withheld.in_learners_copy():
+        replayed = {key: _replayed(key, calls) for key, calls in sorted(_recordings().items()) if calls}
     return {
         "root": str(paths.ROOT),
-        "learners_copy": withheld.LEARNERS_COPY,
+        "learners_copy": withheld.in_learners_copy(),
         "failed": failed,
         "found": found,
-        "replayed": {name: calls for name, calls in replayed.items() if calls},
+        "replayed": replayed,
     }
 
 

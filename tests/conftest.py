@@ -168,12 +168,11 @@ def executed_solution(request, instructor_notebooks, kernel, artifacts, tmp_path
     """``executed_solution(chapter)``: the instructor's notebook of ``chapter`` executed headless, once
     in a test run whichever test asks first (the workers share it through a lock), and kept in
     ``test-artifacts/<chapter>.solution.ipynb``. The learners' copy's build executes the chapters
-    that run without the answers (recording their withheld calls): those are its runs."""
-    from autograder import learners_copy
+    (recording their calls across the line between the copies): those are its runs."""
 
     def run(chapter: str) -> dict:
         name = f"{chapter}.solution.ipynb"
-        if chapter in learners_copy.RUNS_WITHOUT_ANSWERS and chapter in learners_copy_chapters():
+        if chapter in learners_copy_chapters():
             done = request.getfixturevalue("learners_copy_folder").with_name("instructor-executed") / name
         else:
             done = once_a_run(

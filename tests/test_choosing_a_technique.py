@@ -5,6 +5,7 @@ agreement against the real loop, the figures, the leaderboard, and the planted m
 
 import copy
 import csv
+import functools
 import itertools
 import json
 
@@ -14,9 +15,12 @@ import torch
 from torch import nn
 
 from autograder import grade, leaderboard
-from autograder.chapters import choosing_a_technique as checks
-from autograder.planted import planted
-from autograder.planted.choosing_a_technique import solution_answer
+from autograder.chapters.choosing_a_technique import capstone, course_models, int4_layer, speculative
+from autograder.chapters.choosing_a_technique.advice import ALL_CASES
+from autograder.chapters.choosing_a_technique.packing import PACK
+from autograder.mistakes import choosing_a_technique as mistakes
+from autograder.mistakes import planted
+from autograder.mistakes.choosing_a_technique import solution_answer
 from course import (
     advice,
     checkpoints,
@@ -146,23 +150,25 @@ def test_every_row_of_the_table_says_whether_it_changes_behaviour():
 
 
 def test_pack_int4_against_the_bit_formula():
-    assert quantization.pack_int4(torch.tensor([[-7, 7]])).tolist() == [[0x1F]]
+    """The solution's pack_int4 (the course packs int4 codes with it) against the formula written out."""
+    pack_int4 = technique.course_answer("pack_int4")
+    assert pack_int4(torch.tensor([[-7, 7]])).tolist() == [[0x1F]]
     codes = torch.randint(-8, 8, (6, 40), generator=torch.Generator().manual_seed(0))
-    packed = quantization.pack_int4(codes)
+    packed = pack_int4(codes)
     assert packed.dtype == torch.uint8 and packed.shape == (6, 20)
     expected = [[(a + 8) * 16 + (b + 8) for a, b in zip(row[0::2], row[1::2], strict=True)] for row in codes.tolist()]
     assert packed.tolist() == expected
     assert torch.equal(quantization.unpack_int4(packed), codes)
     with pytest.raises(ValueError, match="columns"):
-        quantization.pack_int4(torch.zeros(2, 3, dtype=torch.int64))
-    with pytest.raises(ValueError, match=r"\[-8, 7\]"):
-        quantization.pack_int4(torch.full((1, 2), 8))
+        pack_int4(torch.zeros(2, 3, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_pack_and_unpack_are_inverse(bits):
+    from course.answers.choosing_a_technique import pack_codes
+
     values = torch.randint(0, 2**bits, (5, 32), generator=torch.Generator().manual_seed(bits))
-    packed = quantization.pack_codes(values, bits)
+    packed = pack_codes(values, bits)
     assert packed.shape == (5, 32 * bits // 8)
     assert torch.equal(quantization.unpack_codes(packed, bits).long(), values)
 
@@ -305,7 +311,7 @@ def _first_order_terms(formats) -> tuple[dict, dict]:
     layers = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     for layer in layers.values():
         layer.weight.requires_grad_(True)
-    held = technique._held_out()
+    held = technique.held_out()
     count = (len(held) - 1) // 256
     starts = (torch.arange(count) * 256)[torch.linspace(0, count - 1, technique.EVAL_WINDOWS).long()]
     windows = torch.stack([held[s : s + 257] for s in starts.tolist()])
@@ -374,7 +380,7 @@ def test_gptq_in_groups_of_32_lowers_what_it_sees_and_the_rest_is_a_first_order_
     # the loss hint: rounding to nearest usually costs more, and in groups of 32 the two are within a few 1e-4
     assert change[g64] < change[("int4", 64, "none")]
     assert 1e-4 < abs(change[g32] - change[("int4", 32, "none")]) < 1e-3, change
-    assert "in groups of 32 the two are within a few ten-thousandths" in checks.PART_HINTS["loss_gap"]
+    assert "in groups of 32 the two are within a few ten-thousandths" in capstone.PART_HINTS["loss_gap"]
 
 
 def test_the_budget_count_by_enumeration():
@@ -450,7 +456,7 @@ def test_the_learners_copy_holds_no_number_that_names_the_capstones_answer(monke
     with withheld.recording() as recordings:
         technique.measure(answer)
         technique.measure(technique.OBVIOUS)
-    calls = recordings.get(withheld.key(technique.configuration_figures), [])
+    calls = recordings.get("course.answers.choosing_a_technique.configuration_figures", [])
     recorded = [technique.Configuration.from_dict(wire.decode(args)[0]) for args, _, _ in calls]
     assert recorded == [technique.OBVIOUS], recorded
 
@@ -605,8 +611,10 @@ def test_greedy_speculative_is_the_targets_greedy_decoding(draft, k):
 
 
 def test_int4_layer_buffers_against_chapter_3():
+    from course.answers.choosing_a_technique import int4_buffers
+
     weight = quantization.gaussian_matrix(16, 128, seed=4)
-    packed, scale = stored_weights.int4_layer_buffers(weight, 32)
+    packed, scale = int4_buffers(weight, 32)
     codes, expected_scale = quantization.quantize(weight, 4, 32)
     assert packed.dtype == torch.uint8 and packed.shape == (16, 64) and scale.dtype == torch.float16
     assert scale.shape == (16, 4) and torch.equal(scale, expected_scale.half())
@@ -622,11 +630,11 @@ def test_the_sandbox_model_is_the_course_model():
     from autograder.sandbox import inside
     from course.model import generate
 
-    assert "from course" not in checks.model_source() and "import course" not in checks.model_source()
-    on_course_model = inside.scenario(scenario_source(checks.on_course_model))
+    assert "from course" not in course_models.model_source() and "import course" not in course_models.model_source()
+    on_course_model = inside.scenario(scenario_source(course_models.on_course_model))
     prompt = technique.prompts()[2]
     inputs = {"prompt": prompt, "k": 3, "new_tokens": 24}
-    specs = checks.model_source(), checks.model_spec("target"), checks.model_spec("draft")
+    specs = course_models.model_source(), course_models.model_spec("target"), course_models.model_spec("draft")
     run = on_course_model(drafts.greedy_speculative, "speculate", *specs, inputs)
     assert run["tokens"] == generate(checkpoints.load("target"), prompt, 24)[0].tolist()
     _, rounds = speculative_decoding.speculative_generate(
@@ -643,22 +651,23 @@ def test_the_sandbox_model_is_the_course_model():
         def forward(self, x):
             return x @ self.weight.T
 
-    inputs = {"group_size": 64, "windows": checks._loss_windows()}
+    inputs = {"group_size": 64, "windows": int4_layer.loss_windows()}
     loss = on_course_model(Float, "loss", *specs[:2], None, inputs)
-    assert loss["layers"] == 42 and loss["loss"] == pytest.approx(checks._course_loss(checks.FP32), abs=1e-5)
+    assert loss["layers"] == 42 and loss["loss"] == pytest.approx(mistakes.course_loss(int4_layer.FP32), abs=1e-5)
 
 
 def test_mistaken_loops_differ_from_greedy():
     """Each loop mistake is the course's loop (or the solution's) with one part changed: the target's
     cache not rolled back overflows it, one position too many or the target's choices read one
     position late give other tokens."""
-    greedy = checks._loop_expected("distilled", 0, 4)["greedy"]
-    assert checks._mistake_outcome("distilled", 0, 4, "target_cache") == "ValueError"
-    tokens = checks._mistake_outcome("distilled", 0, 4, "one_more")
+    greedy = mistakes.loop_expected("distilled", 0, 4)["greedy"]
+    loop = functools.partial(mistakes.of_speculative_greedy, "distilled", 0, 4)
+    assert loop("target_cache") == "ValueError"
+    tokens = loop("one_more")
     assert isinstance(tokens, list) and len(tokens) == len(greedy) and tokens != greedy
-    assert checks._mistake_outcome("distilled", 0, 4, "draft_cache") == "RuntimeError"  # the draft is fed nothing
-    assert checks._mistake_outcome("distilled", 0, 4, "both_caches") == "RuntimeError"  # the draft's error comes first
-    late = checks._mistake_outcome("distilled", 0, 4, "late")
+    assert loop("draft_cache") == "RuntimeError"  # the draft is fed nothing
+    assert loop("both_caches") == "RuntimeError"  # the draft's error comes first
+    late = loop("late")
     assert isinstance(late, list) and len(late) == len(greedy) and late != greedy
 
 
@@ -668,24 +677,23 @@ def test_the_calibrated_checks_losses_are_told_apart():
     tolerance of one is no other's. GPTQ's codes rounded again are not told by the loss (1.5e-4
     from the right one on one machine, under the tolerance that torch's fused int4 product needs)
     but by the codes the layers serve (the planted mistake ``layer_rerounds_given_codes``)."""
-    group = checks.CALIBRATED_GROUP
+    group = int4_layer.CALIBRATED_GROUP
     losses = {
-        "kept": checks._course_loss(group, calibration="gptq"),
-        "ignored": checks._course_loss(group),
-        "swapped": checks._course_loss(group, "swapped", "gptq"),
+        "kept": mistakes.course_loss(group, calibration="gptq"),
+        "ignored": mistakes.course_loss(group),
+        "swapped": mistakes.course_loss(group, "swapped", "gptq"),
     }
-    close = [
-        (a, b) for a, b in itertools.combinations(losses, 2) if abs(losses[a] - losses[b]) <= 2 * checks.LOSS_TOLERANCE
-    ]
+    tolerance = int4_layer.LOSS_TOLERANCE
+    close = [(a, b) for a, b in itertools.combinations(losses, 2) if abs(losses[a] - losses[b]) <= 2 * tolerance]
     assert close == [], losses
 
 
 def test_the_grader_leaves_the_models_it_keeps_as_loaded():
     """The grader's cached target and state dicts are shared by every probe: its recomputed losses
     change weights of a copy only (a worker's state must not change a later submission's figures)."""
-    checks._course_loss(64, "swapped", "gptq"), checks._course_loss(64, "rows")
+    mistakes.course_loss(64, "swapped", "gptq"), mistakes.course_loss(64, "rows")
     fresh = checkpoints.load("target").state_dict()
-    kept, spec = technique.target().state_dict(), checks.model_spec("target")["state"]
+    kept, spec = technique.target().state_dict(), course_models.model_spec("target")["state"]
     assert all(torch.equal(kept[name], t) and torch.equal(spec[name], t) for name, t in fresh.items())
 
 
@@ -699,8 +707,8 @@ def test_calibration_hooks_a_copy_of_the_loaded_target(monkeypatch):
     assert len(given) == 1 and given[0] is not technique.target()
     windows = []  # the grader's calibrated check takes its Hessians from the same function
     monkeypatch.setattr(technique, "calibration_hessians", lambda n: windows.append(n) or {})
-    checks._probe_hessians.__wrapped__()
-    assert windows == [checks.CALIBRATION_PROBE_WINDOWS]
+    mistakes.probe_hessians.__wrapped__()
+    assert windows == [mistakes.CALIBRATION_PROBE_WINDOWS]
 
 
 def test_replace_layers_and_the_course_layer():
@@ -761,8 +769,8 @@ def test_the_bench_runs_the_solutions_own_layer_and_loop():
 
     learner = bench.solution_answers()
     layer = learner["Int4Linear"](quantization.gaussian_matrix(16, 128, seed=4), 64)
-    packed, scale = stored_weights.int4_layer_buffers(quantization.gaussian_matrix(16, 128, seed=4), 64)
-    assert torch.equal(layer.codes, packed) and torch.equal(layer.scale, scale)
+    ours = stored_weights.course_int4_layer(quantization.gaussian_matrix(16, 128, seed=4), 64)
+    assert torch.equal(layer.codes, ours.codes) and torch.equal(layer.scale, ours.scale)
     assert learner["speculative_greedy"] is not drafts.greedy_speculative
     with pytest.raises(KeyError, match="no cell with grade id 'nowhere'"):
         bench.solution_answers(("nowhere",))
@@ -1001,7 +1009,7 @@ def test_a_loop_that_raises_is_told_its_mistake_before_the_error(name, mistake, 
     fault (the target's, the draft's, or both), then what was raised."""
     printed = check_cell("speculative_greedy", PLANTED[name].source, capsys)
     hint = printed.split("hint: ", 1)[1]
-    assert hint.startswith(f"{checks.LOOP_MISTAKES[mistake]} (your loop raised ValueError: the "), printed
+    assert hint.startswith(f"{speculative.LOOP_MISTAKES[mistake]} (your loop raised ValueError: the "), printed
 
 
 HELPER = (  # a cell of the learner's own, which grading runs: it defines a helper that imports the course
@@ -1067,18 +1075,19 @@ def test_the_visible_checks_inputs_that_could_be_looked_up_are_worth_a_third_at_
     at most a third of their exercise's points (capstone_configuration, a choice without inputs,
     aside). pack_int4's odd-columns check is visible on a shape drawn each time; Int4Linear's fixed
     weight is worth 1 of 7 beside the course model's calibrated check."""
+    from autograder.chapters import exercises
     from autograder.checks import encode_probe
 
     def fixed(check) -> bool:
         draws = [encode_probe(check.probe(np.random.default_rng(seed))) for seed in (1, 2)]
         return json.dumps(draws[0], sort_keys=True, default=str) == json.dumps(draws[1], sort_keys=True, default=str)
 
-    for exercise in checks.EXERCISES:
-        if exercise.grade_id == "capstone_configuration":
+    for exercise in exercises("09_choosing_a_technique"):  # hidden checks included
+        if exercise.grade_id in ("capstone_configuration", "quiz_choosing_a_technique"):
             continue
         looked_up = sum(c.points for c in exercise.checks if c.visible and fixed(c))
         assert 3 * looked_up <= exercise.points, (exercise.grade_id, looked_up, exercise.points)
-    assert not fixed(next(c for c in checks.PACK.checks if c.name == "odd"))
+    assert not fixed(next(c for c in PACK.checks if c.name == "odd"))
 
 
 def test_the_bytes_check_pays_only_beside_the_work():
@@ -1086,8 +1095,9 @@ def test_the_bytes_check_pays_only_beside_the_work():
     base layer doing the work) kept the bytes check's point: it now needs the scales computed."""
     weight = torch.randn(16, 128) * 0.02
     probe = {"args": [weight, 64, torch.randn(3, 128)]}
-    codes, scale = stored_weights.int4_layer_buffers(weight, 64)
-    judge = checks._judge_layer_bytes.__wrapped__
+    layer = stored_weights.course_int4_layer(weight, 64)
+    codes, scale = layer.codes, layer.scale
+    judge = int4_layer.judge_layer_bytes.__wrapped__
     assert judge(probe, {"tensors": {"codes": codes, "scale": scale}}).passed
     zeros = {"codes": torch.zeros_like(codes), "scale": torch.zeros_like(scale)}
     verdict = judge(probe, {"tensors": zeros})
@@ -1096,8 +1106,8 @@ def test_the_bytes_check_pays_only_beside_the_work():
 
 def test_mistake_rules_differ_from_the_course_rule():
     """Each recomputed mistake is a different rule, so that the hint it gives can be told apart."""
-    course = [technique.course_answer("fine_tuning_advice")(*case) for case in checks.ALL_CASES]
-    outputs = [tuple(answers) for _, answers in checks._advice_mistakes(checks.ALL_CASES)]
+    course = [technique.course_answer("fine_tuning_advice")(*case) for case in ALL_CASES]
+    outputs = [tuple(answers) for _, answers in mistakes.of_fine_tuning_advice(ALL_CASES)]
     assert len(set(outputs)) == len(outputs) and tuple(course) not in outputs
 
 
@@ -1115,9 +1125,7 @@ FIGURES = {  # each plot of measurements, with numbers shaped like the chapter's
 
 # the course's answers to the exercises its checks drive with a scenario
 SCENARIO_ANSWERS = {
-    "fine_tuning_advice": technique.course_answer("fine_tuning_advice"),
-    "Int4Linear": stored_weights.course_int4_layer,
-    "speculative_greedy": drafts.greedy_speculative,
+    name: getattr(mistakes.ANSWERS, name) for name in ("fine_tuning_advice", "Int4Linear", "speculative_greedy")
 }
 
 PROSE_WARNINGS = {  # mistakes the chapter's prose or prompt warns about: its visible checks must catch each

@@ -146,9 +146,10 @@ def test_quantization_on_the_gpu_equals_the_cpu():
 @pytest.mark.parametrize("out_features, in_features, group", [(256, 256, 64), (576, 1536, 64), (4096, 4096, 128)])
 def test_the_fused_int4_product_on_the_gpu_matches_the_reference(out_features, in_features, group):
     from course.kernels import int4
+    from course.stored_weights import course_int4_layer
 
     weight = quantization.gaussian_matrix(out_features, in_features)
-    layer = int4.Int4Linear(*quantization.quantize(weight, 4, group)).to(CUDA)
+    layer = course_int4_layer(weight, group).to(CUDA)
     assert layer.path == "fused cuda", layer.why_reference()
     x = torch.randn(3, in_features, generator=torch.Generator().manual_seed(1))
     expected = int4.reference_linear(x, layer.codes.cpu(), layer.scale.cpu())  # the CPU reference

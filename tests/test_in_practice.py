@@ -626,11 +626,11 @@ def test_int4_linears_swap_every_decoder_layer_and_put_them_back(loaded, text):
         with in_practice.quantized_weights(model, "int4", 64):  # chapter 3's round trip, in float32
             rounded_logits = view(text[None])
         with in_practice.int4_linears(model, 64):
-            swapped = [m for m in model.modules() if isinstance(m, int4.Int4Linear)]
+            swapped = [m for m in model.modules() if isinstance(m, int4.FusedInt4)]
             assert len(swapped) == len(before) == 210 and all(m.path == "fused cpu" for m in swapped)
             int4_logits = view(text[None])
         with in_practice.int4_linears(model, 64, output_layer=True):
-            assert isinstance(model.get_output_embeddings(), int4.Int4Linear)
+            assert isinstance(model.get_output_embeddings(), int4.FusedInt4)
         assert in_practice.linear_layers(model) == before
         assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # still tied
         assert torch.equal(view(text[None]), float_logits)

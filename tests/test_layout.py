@@ -44,7 +44,6 @@ def test_every_chapter_has_all_of_its_parts(chapter):
         ("course/plots", ""),
         ("course/benchmarks", ""),
         ("autograder/chapters", ""),
-        ("autograder/planted", ""),
         ("autograder/hidden", ""),
         ("autograder/mistakes", ""),
         ("course/answers", ""),

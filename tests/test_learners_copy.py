@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from autograder import learners_copy, release
-from autograder.edited_sources import STILL_EDITED
 from course import paths
 
 from conftest import borrowing_environment, learners_copy_chapters, with_the_solutions_answers
@@ -107,8 +106,7 @@ def test_a_build_that_stops_leaves_the_last_copy_whole(tmp_path, monkeypatch):
 def test_every_source_file_of_the_copy_is_the_instructors_file(learners_copy_folder):
     """The learners' copy is a subset of the repository's files: every Python file in it is the
     instructor's file at the same path, byte for byte, but the files it writes (its README, Makefile
-    and ``python -m autograder``) and those of the chapters not converted yet to the line between
-    files (``STILL_EDITED``, a list that shrinks to none): each of those is still edited, and listed."""
+    and ``python -m autograder``). What only instructors may read is left out whole, never edited."""
     edited = []
     for path in sorted(learners_copy_folder.rglob("*.py")):
         name = path.relative_to(learners_copy_folder).as_posix()
@@ -118,8 +116,7 @@ def test_every_source_file_of_the_copy_is_the_instructors_file(learners_copy_fol
         assert original.is_file(), f"{name} is in the copy but not in the repository"
         if path.read_bytes() != original.read_bytes():
             edited.append(name)
-    assert edited == sorted(STILL_EDITED), "edit only, and list, the unconverted chapters' files"
-    assert not [f for f in STILL_EDITED if learners_copy.left_out(paths.ROOT / f)]
+    assert edited == [], "the copy edits no source: leave what only instructors may read out whole"
 
 
 def test_the_scan_finds_an_answer_under_another_name(tmp_path):
@@ -225,7 +222,7 @@ def test_the_learners_copy_installs_with_pip_for_a_hubs_shared_environment(learn
     python = borrowing_environment(tmp_path / "hub-env", copy)
     code = (
         "import autograder.selfcheck\nfrom course import paths, withheld\n"
-        "print(paths.ROOT, withheld.LEARNERS_COPY, autograder.selfcheck.__file__.startswith(str(paths.ROOT)))"
+        "print(paths.ROOT, withheld.in_learners_copy(), autograder.selfcheck.__file__.startswith(str(paths.ROOT)))"
     )
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     seen = subprocess.run([python, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)

@@ -1,9 +1,8 @@
-"""The learners' copy's chapters that run without the answers (``RUNS_WITHOUT_ANSWERS``), executed
-headless from the copy: blank, as a learner first opens them, and solved, with the solution's answers
-written in. The copy is built once a test run (``conftest.learners_copy_folder``), and each chapter's
-blank run is made once (``conftest.blank_run``), for these tests and the site's pages; these tests go
-to whichever worker is free. The build and these runs give the chapters the same sizes of measurements
-(``conftest.MEASUREMENT_SIZES``)."""
+"""The learners' copy's chapters, executed headless from the copy: blank, as a learner first opens
+them, and solved, with the solution's answers written in. The copy is built once a test run
+(``conftest.learners_copy_folder``), and each chapter's blank run is made once (``conftest.blank_run``),
+for these tests and the site's pages; these tests go to whichever worker is free. The build and these
+runs give the chapters the same sizes of measurements (``conftest.MEASUREMENT_SIZES``)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import json
 import re
 
 import pytest
-
-from autograder import learners_copy
 
 from conftest import (
     MEASUREMENT_SIZES,
@@ -68,7 +65,7 @@ def _as_the_copy_prints(executed: dict) -> dict:
     return copy
 
 
-RUNNING = [c for c in learners_copy.RUNS_WITHOUT_ANSWERS if c in learners_copy_chapters()]
+RUNNING = learners_copy_chapters()
 
 
 @pytest.mark.parametrize("kind", ["blank", "solved"])

@@ -143,7 +143,7 @@ def test_checkpoint_round_trip_and_checksum(tmp_path):
 def test_the_learners_copy_says_how_to_get_a_missing_checkpoint_back_without_git_or_make(tmp_path, monkeypatch):
     from course import withheld
 
-    monkeypatch.setattr(withheld, "LEARNERS_COPY", True)
+    monkeypatch.setattr(withheld, "in_learners_copy", lambda: True)
     checkpoints.save(tiny_model(), "tiny", {"note": "test"}, folder=tmp_path)
     (tmp_path / "tiny" / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="missing: unpack the course folder your instructor gave you") as error:

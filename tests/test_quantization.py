@@ -444,10 +444,11 @@ test_mistake_is_named, test_correct_answer_written_its_own_way_keeps_every_point
 
 
 def _int4_layer(out_features, in_features, group, seed=0):
-    from course.kernels import int4
+    """The course's int4 layer (chapter 9's pack_int4 under torch's fused product) and its weight."""
+    from course.stored_weights import course_int4_layer
 
     weight = quantization.gaussian_matrix(out_features, in_features, seed=seed)
-    return int4.Int4Linear(*quantization.quantize(weight, 4, group)), weight
+    return course_int4_layer(weight, group), weight
 
 
 def _relative(a, b):
@@ -482,11 +483,7 @@ def test_int4_layer_stores_codes_two_to_a_byte_and_rounds_to_nearest():
     assert layer.scale.dtype == torch.float16 and layer.scale.shape == (64, 2)
     expected = quantization.round_trip(weight, 4, 64)
     assert torch.allclose(layer.weight(), expected, rtol=1e-3, atol=1e-6)  # fp16 scales
-    from course.kernels import int4
-
-    linear = torch.nn.Linear(128, 64, bias=False)
-    linear.weight.data = weight
-    assert torch.equal(int4.Int4Linear.from_linear(linear, 64).codes, layer.codes)
+    assert torch.equal(quantization.unpack_int4(layer.codes), quantization.quantize(weight, 4, 64)[0])
     assert "128 -> 64, int4, groups of 64, fused cpu" in repr(layer)
 
 
@@ -507,6 +504,7 @@ def test_layers_the_kernel_cannot_take_fall_back_to_the_reference_and_say_why(ou
 
 def test_int4_bad_inputs_say_what_to_do():
     from course.kernels import int4
+    from course.stored_weights import course_int4_layer
 
     layer, _ = _int4_layer(32, 64, 32)
     with pytest.raises(ValueError, match="takes 64"):
@@ -518,9 +516,9 @@ def test_int4_bad_inputs_say_what_to_do():
     with pytest.raises(ValueError, match="does not fit"):
         int4.reference_linear(torch.randn(1, 64), layer.codes, layer.scale[:, :1].repeat(1, 3))
     with pytest.raises(ValueError, match=r"\[-8, 7\]"):
-        int4.Int4Linear(torch.full((16, 64), 9), torch.ones(16, 1))
-    with pytest.raises(ValueError, match="bias-free"):
-        int4.Int4Linear.from_linear(torch.nn.Linear(64, 16))
+        course_int4_layer(torch.zeros(16, 64), 64, codes=torch.full((16, 64), 9), scale=torch.ones(16, 1))
+    with pytest.raises(ValueError, match="does not fit"):
+        int4.FusedInt4(layer.codes, layer.scale[:, :1].repeat(1, 3))
 
 
 def test_the_crossover_reading_follows_the_numbers():
@@ -540,9 +538,9 @@ def test_the_crossover_reading_follows_the_numbers():
 
 
 def test_speedup_reports_both_times_and_the_bytes_bound():
-    from course.kernels import int4
+    from course.answers.choosing_a_technique import speedup
 
-    row = int4.speedup(64, 128, 64, repeats=3)
+    row = speedup(64, 128, 64, repeats=3)
     assert row["path"] == "fused cpu" and row["shape"] == (64, 128) and row["fp32_bytes"] == 4 * 64 * 128
     assert row["bound"] == pytest.approx(32 / (4 + 32 / 64))  # 4-bit codes, a bf16 scale and zero per 64
     assert row["speedup"] == pytest.approx(row["fp32_seconds"] / row["int4_seconds"])
@@ -550,8 +548,8 @@ def test_speedup_reports_both_times_and_the_bytes_bound():
 
 
 def test_the_int4_timings_are_one_call_of_plain_data_that_a_recording_can_answer():
-    """The learners' copy leaves the int4 layer out; its chart once showed the bound alone. The
-    timings are now one withheld call of plain data (sizes in, rows and the machine out), which the
+    """The learners' copy leaves the int4 layer's packing out; its chart once showed the bound alone.
+    The timings are now one withheld call of plain data (sizes in, rows and the machine out), which the
     copy answers with what was measured when it was made, and the chart draws them, naming the machine."""
     from course import wire
     from course.device import best_device, describe

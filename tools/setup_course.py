@@ -70,7 +70,6 @@ INSTRUCTORS_ONLY = (
     "course/benchmarks",
     "autograder/hidden",
     "autograder/mistakes",
-    "autograder/planted",
 )
 INSTALLED_MARK = ".hub-learners"  # the file that says a folder holds a learners' copy this script installed
 # CI's two cores; more workers would also multiply the grader's sandboxes, each allowed its memory limit

@@ -44,11 +44,10 @@ class Planted:
 
 
 def _chapter_module(slug: str):
-    """``autograder/mistakes/<slug>.py``, or the older ``autograder/planted/<slug>.py`` of a chapter
-    not converted yet; None for a chapter with neither."""
+    """``autograder/mistakes/<slug>.py``; None for a chapter without one."""
     from course.withheld import optional_module
 
-    return optional_module(f"{__name__}.{slug}") or optional_module(f"autograder.planted.{slug}")
+    return optional_module(f"{__name__}.{slug}")
 
 
 def answer_cell(chapter: str, grade_id: str, *replaced: tuple[str, str]) -> str:

@@ -17,7 +17,7 @@ from course.model import causal_mask
 SOLUTION = withheld.answers("05_flash_attention")
 
 
-def blockwise_attention(
+def batched_blockwise_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int, causal: bool = False
 ) -> torch.Tensor:
     """Exact softmax attention computed ``block`` keys at a time, never forming the score matrix."""

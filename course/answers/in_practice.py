@@ -1,5 +1,5 @@
 """Chapter 8's experiments on the pretrained model that run an earlier chapter's answers (chapter 2's
-``LoRALinear``, chapter 3's int8 quantization and round trips, chapter 5's blockwise attention,
+``LoRALinear``, chapter 3's int8 quantization, round trips and GPTQ, chapter 5's blockwise attention,
 chapter 6's speculative loop), of plain data in and out: token ids, names and numbers. Each runs on
 the model as loaded (:func:`course.in_practice.pristine`) and leaves it, and torch's random stream,
 as it found them. Shipped code reaches them through ``withheld.module("course.answers.in_practice")``
@@ -110,3 +110,21 @@ def speculative_on_model(prompt: torch.Tensor, draft: str, k: int, new: int) -> 
     )
     tokens, rounds = speculative.speculative_generate(AsCourseModel(model), drafter, prompt, k, new, temperature=0)
     return tokens, [list(r) for r in rounds]
+
+
+@own_random
+def gptq_on_pretrained(windows: torch.Tensor, ids: torch.Tensor, names: list[str]) -> dict:
+    """``course.calibrated.compare_gptq`` on the pretrained model as loaded, calibrated on ``windows``
+    (n, T), its loss :func:`course.in_practice.held_out_loss` on ``ids`` (T,), as plain data
+    (``course.calibrated.comparison_of`` makes it a ``Comparison`` again)."""
+    from course import calibrated, pretrained
+
+    model, tokenizer = pristine()
+    found = calibrated.compare_gptq(model, tokenizer, pretrained.load, windows, names, lambda m: held_out_loss(m, ids))
+    return {
+        "agreements": {
+            name: [a.same, a.total, a.rows_differing, a.first_at_extra_level] for name, a in found.agreements.items()
+        },
+        "losses": found.losses,
+        "error_ratios": found.error_ratios,
+    }

@@ -96,7 +96,7 @@ def benchmark(device: torch.device, bound: float) -> dict[str, float]:
         with int4_linears(model, 64, output_layer=True):
             int4_step = evaluation.decode_step_seconds(view, 1, steps=6)
         print(
-            f"decode batch 1 with int4 weights (chapter 3's Int4Linear, fused kernel, the output layer too): "
+            f"decode batch 1 with int4 weights (the course's int4 layer, fused kernel, the output layer too): "
             f"{1 / int4_step:.1f} tokens/s against float32's {1 / step:.1f}: {step / int4_step:.2f}x"
         )
         print(

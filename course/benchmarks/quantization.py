@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from course import quantization, timing
-from course.kernels import int4
-from course.quantization import gaussian_matrix, nf4_levels, quantize, quantize_nf4, round_trip
+from course import quantization, timing, withheld
+from course.quantization import gaussian_matrix, nf4_levels, quantize_nf4, round_trip
+from course.stored_weights import course_int4_layer
 
 
 def benchmark(device: torch.device, bound: float) -> dict[str, float]:
@@ -69,14 +69,14 @@ def _int4_layers(device: torch.device) -> dict[str, float]:
     """Chapter 3's int4 layer (torch's fused kernel) against float32, one token through one layer, at
     4096 x 4096 and SmolLM2-135M's sizes, against the bytes ratio's bound; threads chosen on the largest."""
     print("\n== chapter 3: int4 layers (fused kernel) against float32, one token ==")
-    big = int4.Int4Linear(*quantize(gaussian_matrix(4096, 4096), 4, 64)).to(device)
+    big = course_int4_layer(gaussian_matrix(4096, 4096), 64).to(device)
     x = torch.randn(1, 4096, device=device)
     chosen, tried = timing.choose_threads(lambda: big(x), device)
     print(timing.describe_threads(chosen, tried))
     ratios = {}
     with timing.threads(chosen):
         for name, (n, k) in INT4_SHAPES.items():
-            r = int4.speedup(n, k, 64, device, repeats=15)
+            r = withheld.module("course.answers.choosing_a_technique").speedup(n, k, 64, device, repeats=15)
             share, spreads = r["speedup"] / r["bound"], f"float32 {r['fp32_spread']:.0%}, int4 {r['int4_spread']:.0%}"
             print(
                 f"{name:16s} {n}x{k}: {r['speedup']:5.2f}x float32 ({r['path']}), {share:.2f} of the bytes "

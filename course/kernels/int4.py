@@ -1,5 +1,5 @@
 """Int4 weights that decode faster: a linear layer that keeps symmetric 4-bit codes packed two to a
-byte (``code + 8``, the first of each pair in the high nibble, as ``course.quantization.pack_int4``)
+byte (``code + 8``, the first of each pair in the high nibble, as chapter 9's ``pack_int4``)
 with one scale per group of columns, and multiplies with torch's fused int4 kernel where torch has
 one for the device.
 
@@ -35,8 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import quantization
-from course.withheld import withheld
+from course import quantization, withheld
 
 GROUP_SIZES = (32, 64, 128, 256)  # what torch's fused int4 kernels accept
 TOLERANCE = 1e-2  # ||fused - reference|| / ||reference||: bfloat16 activations and scales (measured ~3e-3)
@@ -50,7 +49,7 @@ def check_stored(packed: torch.Tensor, scale: torch.Tensor) -> tuple[int, int, i
         raise ValueError(
             f"packed codes must be a 2-D torch.uint8 tensor (out, in // 2), got "
             f"{getattr(packed, 'dtype', type(packed).__name__)} {tuple(getattr(packed, 'shape', ()))}; "
-            "build them with course.quantization.pack_int4"
+            "build them with pack_int4 (chapter 9)"
         )
     if not isinstance(scale, torch.Tensor) or not scale.is_floating_point() or scale.dim() != 2:
         raise ValueError("scale must be a 2-D floating-point tensor (out, in // group_size)")
@@ -191,32 +190,18 @@ def prepared_for(module: nn.Module, packed: torch.Tensor, scale: torch.Tensor) -
     return cache[key]
 
 
-@withheld
-class Int4Linear(nn.Module):
-    """A bias-free linear layer stored as int4 codes packed two to a byte and one fp16 scale per group.
+class FusedInt4(nn.Module):
+    """Codes already packed two to a byte (``pack_int4``'s layout, chapter 9's exercise) and their
+    float16 scales, served through :func:`linear`: the fused kernel where it applies (:attr:`path`
+    says which, :meth:`why_reference` why not), what a stored layer's ``codes`` and ``scale`` cost
+    with a kernel that reads them four bits at a time. Not handled: a bias, codes changed after the
+    first call."""
 
-    ``Int4Linear(codes, scale)`` takes signed codes (out, in) in [-8, 7] and their (out, groups)
-    scales (what ``course.quantization.quantize(w, 4, group_size)`` or a calibrated method returns);
-    :meth:`from_linear` rounds a float layer to the nearest code. ``forward`` goes through
-    :func:`linear`: the fused kernel where it applies (:attr:`path` says which, :meth:`why_reference`
-    why not).
-    """
-
-    def __init__(self, codes: torch.Tensor, scale: torch.Tensor):
+    def __init__(self, packed: torch.Tensor, scale: torch.Tensor):
         super().__init__()
-        packed = quantization.pack_int4(codes)
-        check_stored(packed, scale)
-        self.out_features, self.in_features = codes.shape
-        self.group_size = self.in_features // scale.shape[1]
+        self.out_features, self.in_features, self.group_size = check_stored(packed, scale)
         self.register_buffer("codes", packed)  # (out, in // 2) uint8
         self.register_buffer("scale", scale.to(torch.float16))  # (out, in // group_size)
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear, group_size: int | None = 64) -> Int4Linear:
-        """Round ``linear``'s weight to the nearest symmetric 4-bit code, one scale per ``group_size`` columns."""
-        if linear.bias is not None:
-            raise ValueError("Int4Linear handles bias-free layers only; keep the bias as a separate addition")
-        return cls(*quantization.quantize(linear.weight.detach().float(), 4, group_size))
 
     def weight(self) -> torch.Tensor:
         """The float32 (out, in) matrix the codes and scales encode."""
@@ -247,46 +232,8 @@ def stored_bytes(out_features: int, in_features: int, group_size: int) -> int:
     return out_features * in_features // 2 + 4 * out_features * (in_features // group_size)
 
 
-@withheld  # it builds the Int4Linear of chapter 9's exercise; the learners' copy leaves the layer out
-def speedup(
-    out_features: int,
-    in_features: int,
-    group_size: int = 64,
-    device: torch.device | None = None,
-    repeats: int = 7,
-    seed: int = 0,
-) -> dict:
-    """One token through an (out, in) layer: float32 ``F.linear`` against :class:`Int4Linear`.
-
-    Returns both medians (seconds), the spread of each (``course.timing.spread``), the speed-up
-    (float32 time / int4 time), and the bound the bytes set on it (float32 bytes / int4 bytes):
-    the speed-up a product that only reads its weight would reach. Uses the thread count in force.
-    """
-    from course import timing
-
-    device = device or torch.device("cpu")
-    weight = quantization.gaussian_matrix(out_features, in_features, seed=seed).to(device)
-    layer = Int4Linear(*quantization.quantize(weight, 4, group_size)).to(device)
-    x = torch.randn(1, in_features, generator=torch.Generator().manual_seed(seed + 1)).to(device)
-    with torch.no_grad():
-        fp32 = timing.repeat_seconds(lambda: F.linear(x, weight), device, repeats=repeats)
-        int4 = timing.repeat_seconds(lambda: layer(x), device, repeats=repeats)
-    median_fp32, median_int4 = sorted(fp32)[len(fp32) // 2], sorted(int4)[len(int4) // 2]
-    return {
-        "shape": (out_features, in_features),
-        "fp32_bytes": 4 * weight.numel(),
-        "path": layer.path,
-        "fp32_seconds": median_fp32,
-        "int4_seconds": median_int4,
-        "fp32_spread": timing.spread(fp32),
-        "int4_spread": timing.spread(int4),
-        "speedup": median_fp32 / median_int4,
-        "bound": 4 * weight.numel() / stored_bytes(out_features, in_features, group_size),
-    }
-
-
 def crossover_reading(rows: list[dict]) -> str:
-    """Where the int4 layer starts to beat float32, read off :func:`speedup`'s rows, and how close the
+    """Where the int4 layer starts to beat float32, read off :func:`speedups`' rows, and how close the
     largest layer comes to the bytes ratio's bound."""
     from course import readings
 
@@ -311,43 +258,32 @@ def crossover_reading(rows: list[dict]) -> str:
     return f"{where}; {reach}"
 
 
-# --- chapter 3's section 12, each withheld: they build the Int4Linear of chapter 9's exercise --------
+# --- chapter 3's section 12: they build the course's int4 layer on chapter 9's exercise, pack_int4 ------
 
 
-@withheld
+def _course():
+    return withheld.module("course.answers.choosing_a_technique")
+
+
 def agreement(size: int = 1024, group_size: int = 64, device_type: str = "cpu", seed: int = 4) -> dict:
     """One token through the int4 layer of ``gaussian_matrix(size, size, seed=seed)`` on
     ``device_type``, fused against dequantize-then-multiply: ``{"layer": its description, "path",
     "why": why the reference runs (or None), "difference": the relative difference of the outputs}``."""
-    device = torch.device(device_type)
-    layer = Int4Linear(*quantization.quantize(quantization.gaussian_matrix(size, size, seed=seed), 4, group_size))
-    layer = layer.to(device)
-    x = torch.randn(1, size, generator=torch.Generator().manual_seed(seed + 1)).to(device)
-    fused = layer(x)
-    reference = reference_linear(x, layer.codes, layer.scale)
-    difference = quantization.relative_norm_error(reference, fused)
-    return {"layer": str(layer), "path": layer.path, "why": layer.why_reference(), "difference": difference}
+    return _course().agreement(size, group_size, device_type, seed)
 
 
-@withheld
 def speedups(sizes: tuple[int, ...], group_size: int = 64) -> dict:
-    """:func:`speedup` of a square layer of each of ``sizes`` on this machine's best device (with the
-    thread count in force), and the machine: ``{"machine": course.device.describe's line, "rows": [...]}``.
-    Plain data, so that the learners' copy, which leaves the int4 layer out, shows the speed-ups
-    measured when it was made."""
-    from course.device import best_device, describe
+    """One token through a square int4 layer of each of ``sizes`` against float32 ``F.linear`` on
+    this machine's best device (with the thread count in force), and the machine: ``{"machine":
+    course.device.describe's line, "rows": [...]}``, each row both medians (seconds), their spreads
+    (``course.timing.spread``), the speed-up (float32 time / int4 time) and the bound the bytes set
+    on it (float32 bytes / int4 bytes, :func:`stored_bytes`). Plain data, so that the learners'
+    copy, which has no int4 layer until chapter 9's exercise is written, shows those measured when
+    it was made."""
+    return _course().speedups(tuple(sizes), group_size)
 
-    device = best_device()
-    return {"machine": describe(device), "rows": [speedup(n, n, group_size, device) for n in sizes]}
 
-
-@withheld
 def pin_threads(size: int, group_size: int = 64) -> str:
     """``course.timing.pin_threads`` on one token through a ``size`` x ``size`` int4 layer on the CPU:
     the thread count it chose for what follows, and its message."""
-    from course import timing
-
-    weight = quantization.gaussian_matrix(size, size)
-    layer = Int4Linear(*quantization.quantize(weight, 4, group_size))
-    x = torch.randn(1, size)
-    return timing.pin_threads(lambda: layer(x), torch.device("cpu"))
+    return _course().pin_threads(size, group_size)

@@ -45,6 +45,8 @@ class GuideChart(Chart):
 
     def __init__(self):
         super().__init__(12, 4.6, left=0.01, right=0.98, bottom=0.12, top=0.9, wspace=0.12)
+        self.memory = lora.course_answer("finetune_memory_gib")  # chapter 2's: every size the control offers, asked now
+        self.fine_tuning = {(p, k): self.memory(p * 1e9, k) for p in PARAMS for k in ("full", "lora", "qlora")}
         grid = self.figure.add_gridspec(1, 2, width_ratios=[2.1, 1])
         ax, self.ax_m = self.figure.add_subplot(grid[0]), self.figure.add_subplot(grid[1])
         ax.set_axis_off()
@@ -70,6 +72,13 @@ class GuideChart(Chart):
         self.ax_m.title.set_fontsize(9)
         self.legend = self.moving(self.ax_m.legend(fontsize=7, loc="upper right"))
 
+    def _fine_tuning(self, params_billion: float, kind: str) -> float:
+        if (params_billion, kind) not in self.fine_tuning:  # a size the control does not offer (plot_guide's)
+            self.fine_tuning[params_billion, kind] = lora.course_answer("finetune_memory_gib")(
+                params_billion * 1e9, kind
+            )
+        return self.fine_tuning[params_billion, kind]
+
     def update(
         self, problem: str = "serve", params_billion: float = 70, gpu_gib: float = 80, first_done: bool = False
     ) -> GuideChart:
@@ -79,9 +88,8 @@ class GuideChart(Chart):
         self.answer.set_text(f"First try: {advice.technique}" if not first_done else f"Then: {advice.technique}")
         self.why.set_text(_wrap(advice.why, 110))
         self.where.set_text(f"Changes behaviour: {advice.changes_behaviour}.  Measured in {advice.chapter}.")
-        params = params_billion * 1e9
         needs = [weights_gib(params_billion, bits) for bits in (16, 8, 4)]
-        needs += [lora.course_answer("finetune_memory_gib")(params, kind) for kind in ("full", "lora", "qlora")]
+        needs += [self._fine_tuning(params_billion, kind) for kind in ("full", "lora", "qlora")]
         room = HEADROOM * gpu_gib
         for i, (bar, gib) in enumerate(zip(self.bars, needs, strict=True)):
             bar.set_height(gib)
@@ -261,7 +269,25 @@ class _FormatChoice(CapstoneChart):
         return self
 
 
+def every_format() -> list[tuple[str, int | None, str]]:
+    """Every (weights, group size, calibration) the capstone widget offers."""
+    return [
+        (w, g, c)
+        for w in FORMAT_BITS
+        for g in _groups(w)
+        for c in (technique.CALIBRATIONS if w in CALIBRATED else ("none",))
+    ]
+
+
 def widget_capstone() -> None:
+    """The capstone chart with a control for each part of a configuration. Every format's figures
+    are asked first (about a minute the first time in the instructor's copy, as GPTQ calibrates
+    nine of them; the learners' copy has them recorded), so that no control waits after that."""
+    from tqdm.auto import tqdm
+
+    for fmt in tqdm(every_format(), desc="every weight format's bytes, loss and drafts", leave=False):
+        technique.format_figures(*fmt)
+        technique.draft_curves(*fmt)
     formats = [(technique.format_label(w, g), (w, g)) for w in FORMAT_BITS for g in _groups(w)]
     controls = {
         "fmt": slider("Dropdown", options=formats, value=("fp32", None), description="weights"),  # neutral start
@@ -274,29 +300,12 @@ def widget_capstone() -> None:
     interactive(
         _FormatChoice(),
         controls,
-        "Try a configuration (each new weight format takes a few seconds the first time, GPTQ several more)",
+        "Try a configuration",
     )
 
 
 def _groups(weights: str) -> tuple:
     return technique.GROUP_SIZES if weights in GROUPED else (None,)
-
-
-def withheld_calls() -> None:
-    """What the chapter's widgets and cells can ask for beyond what its cells ask, so that the
-    learners' copy records it (``course/withheld.py``): the guide's memory for every model size, each
-    weight format's bytes, loss and draft curves (every configuration the capstone widget shows, and
-    the figures of every configuration counted from them), and the fp32 target's loop figures (what
-    the capstone cell measures before a configuration is written)."""
-    for params in PARAMS:
-        for kind in ("full", "lora", "qlora"):
-            lora.course_answer("finetune_memory_gib")(params * 1e9, kind)
-    for weights in FORMAT_BITS:
-        for group in _groups(weights):
-            for calibration in technique.CALIBRATIONS if weights in CALIBRATED else ("none",):
-                technique.format_figures(weights, group, calibration)
-                technique.draft_curves(weights, group, calibration)
-    technique.configuration_figures(technique.Configuration().as_dict())
 
 
 def plot_speedups(speedups: dict[str, float]) -> Figure:

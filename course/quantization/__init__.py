@@ -124,8 +124,6 @@ from course.quantization.nf4 import (
     quantize_nf4,
 )
 from course.quantization.packing import (
-    pack_codes,
-    pack_int4,
     unpack_codes,
     unpack_int4,
 )
@@ -190,8 +188,6 @@ __all__ = [
     "outlier_matrix",
     "outlier_row_example",
     "output_error",
-    "pack_codes",
-    "pack_int4",
     "QUANTIZATION_VIEW",
     "quantization_view",
     "quantize",

@@ -1,15 +1,240 @@
-"""Chapter 9's planted mistakes: the advice, packing, the int4 layer and the greedy loop (written
-from the solution's own cells), and the capstone's configuration."""
+"""Chapter 9's known mistakes: what each returns on a check's inputs (the judges of
+``autograder/chapters/choosing_a_technique/`` name a mistake by it), what the judges compare with
+beyond the solution's cells (the solution's int4 layer's buffers, the course's held-out losses,
+GPTQ's codes for the calibrated check, the target's greedy tokens), and wrong answers written out
+(the advice, packing, the int4 layer and the greedy loop, written from the solution's own cells,
+and the capstone's configuration). The costly ones are cached: a grading process asks them again
+for every submission."""
 
-from autograder.mistakes.speculative_decoding import SOLUTION_LOOP_VARIANTS
-from autograder.planted import Planted
-from course.benchmarks import choosing_a_technique as bench
-from course.choosing_a_technique import BUDGET
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.chapters.choosing_a_technique.int4_layer import FP32, loss_windows
+from autograder.chapters.choosing_a_technique.speculative import LOOP_NEW_TOKENS
+from autograder.mistakes import Planted, answer_cell
+from autograder.mistakes import speculative_decoding as chapter_6
+from course import choosing_a_technique as technique
+from course import drafts, quantization, speculative_decoding, stored_weights, withheld
+from course.model import generate
+
+CHAPTER = "09_choosing_a_technique"
+ANSWERS = withheld.answers(CHAPTER)
+
+# --- fine_tuning_advice -------------------------------------------------------------------------------
+
+
+def _variant(knowledge=None, instructions="prompting", changes=True, prompting_first=True, knowledge_moving=None):
+    """A rule like the course's with one part changed: what plausible wrong answers compute."""
+
+    def rule(need, changes_often, tried_prompting):
+        if need == "knowledge":
+            if changes_often and knowledge_moving:
+                return knowledge_moving
+            if knowledge:
+                return knowledge if changes_often is False and tried_prompting else "prompting"
+            return "retrieval"
+        if need == "instructions":
+            return instructions
+        if (changes and changes_often) or (prompting_first and not tried_prompting):
+            return "prompting"
+        return "fine-tuning"
+
+    return rule
+
+
+def of_fine_tuning_advice(cases: list) -> list[tuple[str, list[str]]]:
+    """Each plausible wrong rule's advice for ``cases``, with the hint that names it."""
+    mistakes = [
+        (
+            "need 'knowledge' is retrieval's job whatever else holds: documents go into the prompt through retrieval, "
+            "not into the weights",
+            _variant(knowledge="fine-tuning"),
+        ),
+        (
+            "knowledge that changes often is still retrieval's job: retrieval reads the current documents",
+            _variant(knowledge_moving="prompting"),
+        ),
+        ("instructions belong in the prompt: need 'instructions' is 'prompting'", _variant(instructions="fine-tuning")),
+        (
+            "when what the model must learn changes often, every change would mean training again: that is "
+            "'prompting', not 'fine-tuning'",
+            _variant(changes=False),
+        ),
+        (
+            "prompting comes first: until it has seriously been tried (tried_prompting False), the advice is "
+            "'prompting'",
+            _variant(prompting_first=False),
+        ),
+    ]
+    return [(hint, [rule(*case) for case in cases]) for hint, rule in mistakes]
+
+
+# --- pack_int4 ----------------------------------------------------------------------------------------------
+
+
+def of_pack_int4(codes: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """The bytes each known packing mistake makes of ``codes``, with the hint that names it."""
+    c = codes.to(torch.int64)
+    high, low = c[:, 0::2], c[:, 1::2]
+    no_offset = (
+        "the codes were packed without their +8 offset, so a negative code wraps around the byte (-7 * 16 + 7 = "
+        "-105 is stored as 151): store code + 8, so that -8..7 become 0..15"
+    )
+    return [
+        (
+            "the pair's order is swapped: the first code of each pair goes into the high nibble, (first + 8) << 4",
+            ((low + 8) << 4) | (high + 8),
+        ),
+        (
+            "negative codes were stored as two's complement (code & 15): store code + 8, so -8..7 become 0..15",
+            ((high & 15) << 4) | (low & 15),
+        ),
+        (no_offset, (high * 16 + low) % 256),
+        (no_offset, ((high << 4) | low) & 255),
+        ("the offset is 8, not 7: -8 must become 0 and 7 must become 15", ((high + 7) << 4) | (low + 7)),
+        ("the two codes were added, not packed: shift the first left by 4 bits", (high + 8) + (low + 8)),
+    ]
+
+
+# --- Int4Linear -----------------------------------------------------------------------------------------
+
+
+def int4_linear_buffers(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed codes and float16 scales the solution's ``Int4Linear(weight, group)`` keeps: what a
+    learner's layer must keep (a class is not answered across the line between the copies: its buffers are)."""
+    layer = ANSWERS.Int4Linear(weight, group)
+    return layer.codes, layer.scale
+
+
+def of_int4_linear(weight: torch.Tensor, group: int) -> list[tuple[str, torch.Tensor, torch.Tensor | None]]:
+    """The codes (packed) and scales each known mistake keeps for ``weight``, with the hint that names
+    it; a scale of None: any scale."""
+    codes, scale = quantization.quantize(weight.float(), 4, group)
+    packed = ANSWERS.pack_int4(codes)
+    rows = quantization.quantize(weight.float(), 4, None)
+    wide = (
+        torch.round(
+            weight.float()
+            / (weight.float().reshape(len(weight), -1, group).abs().amax(-1) / 8).repeat_interleave(group, dim=1)
+        )
+        .clamp(-8, 7)
+        .to(torch.int32)
+    )
+    return [
+        (
+            "wrong nibble order: the first code of each pair goes into the high four bits, (c0 + 8) * 16 + (c1 + 8)",
+            ANSWERS.pack_int4(torch.stack([codes[:, 1::2], codes[:, 0::2]], -1).reshape(codes.shape)),
+            None,
+        ),
+        (
+            "scales per row instead of per group: keep one scale per group_size columns, shape "
+            "(out_features, in_features // group_size)",
+            ANSWERS.pack_int4(rows[0]),
+            rows[1].half(),
+        ),
+        (
+            "the scale is absmax / 7 (the largest symmetric 4-bit code), not absmax / 8",
+            ANSWERS.pack_int4(wide),
+            None,
+        ),
+        ("the scales are stored in float32: keep them in float16 (two bytes each)", packed, scale.float()),
+    ]
+
+
+def codes_of_scale(weight: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
+    """The packed codes of ``weight`` rounded against ``scale`` (the layer's float16 scales): as
+    good an answer as the codes of the float32 scale."""
+    return ANSWERS.pack_int4(
+        torch.round(weight / scale.float().repeat_interleave(group, dim=1)).clamp(-8, 7).to(torch.int32)
+    )
+
+
+@functools.cache
+@torch.no_grad()
+def course_loss(group: int | None | str, mistake: str = "", calibration: str = "none") -> float:
+    """The held-out loss on the checks' windows (``int4_layer.loss_windows``) of the target with int4
+    weights in groups of ``group`` (None: one scale per row; ``FP32``: float32 weights), rounded to
+    nearest or with GPTQ's codes (``calibration``); ``mistake`` "rows": one scale per row, "swapped":
+    each byte's two codes unpacked in the other order. The course's model computes it."""
+    model = copy.deepcopy(technique.target())
+    if group != FP32:
+        codes = gptq_inputs(group) if calibration == "gptq" else {}
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Linear):
+                if name + ".weight" in codes:
+                    signed, scale = codes[name + ".weight"]
+                else:  # the codes of the solution's layer, before packing (which changes none)
+                    signed, scale = quantization.quantize(
+                        module.weight.detach().float(), 4, None if mistake == "rows" else group
+                    )
+                if mistake == "swapped":  # each pair's two codes unpacked in the other order
+                    signed = signed.reshape(len(signed), -1, 2).flip(-1).reshape(signed.shape)
+                module.weight.data = quantization.dequantize(signed, scale.half().float())
+    windows = loss_windows()
+    logits = model(windows[:, :-1])
+    return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)))
+
+
+CALIBRATION_PROBE_WINDOWS = 8  # of chapter 3's 32: GPTQ's codes still differ from rounding's, at a quarter the time
+
+
+@functools.cache
+def probe_hessians() -> dict[str, torch.Tensor]:
+    """H = X^T X / n of the target's linear layers on evenly spaced windows of the training plays:
+    the calibrated check needs codes that GPTQ chose, not the capstone's own (32 windows)."""
+    return technique.calibration_hessians(CALIBRATION_PROBE_WINDOWS)
+
+
+@functools.cache
+def gptq_inputs(group: int | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """GPTQ's signed codes and float32 scales for each of the target's linear layers, by state-dict
+    name: what a calibrated int4 layer is given (``course.stored_weights.gptq_codes``)."""
+    target, hessians = technique.target(), probe_hessians()
+    return {
+        name + ".weight": stored_weights.gptq_codes(module.weight, hessians[name], group or module.in_features)
+        for name, module in target.named_modules()
+        if isinstance(module, nn.Linear)
+    }
+
+
+# --- speculative_greedy --------------------------------------------------------------------------------
+
+
+@functools.cache
+def loop_expected(draft: str, start: int, k: int) -> dict:
+    """The target's greedy tokens (course.model.generate), chapter 6's loop's target calls at
+    temperature 0, and the prompt, for one of the course's prompts."""
+    target, drafter = technique.target(), drafts.draft_model(draft)
+    prompt = technique.prompts()[start]
+    greedy = generate(target, prompt, LOOP_NEW_TOKENS)[0].tolist()
+    calls = len(speculative_decoding.speculative_generate(target, drafter, prompt, k, LOOP_NEW_TOKENS, 0)[1])
+    return {"greedy": greedy, "calls": calls, "prompt": prompt}
+
+
+@functools.cache
+def of_speculative_greedy(draft: str, start: int, k: int, mistake: str) -> list[int] | str:
+    """The tokens of the course's loop with ``mistake`` planted (the judge's ``LOOP_MISTAKES``:
+    ``autograder.mistakes.speculative_decoding.of_speculative_greedy``) on one of the course's
+    prompts, or the name of the exception it raises."""
+    target, drafter = technique.target(), drafts.draft_model(draft)
+    try:
+        return chapter_6.of_speculative_greedy(mistake, target, drafter, technique.prompts()[start], k, LOOP_NEW_TOKENS)
+    except (IndexError, ValueError, RuntimeError) as error:
+        return type(error).__name__
+
+
+# --- wrong answers written out ---------------------------------------------------------------------------
 
 
 def solution_answer(grade_id: str) -> str:
     """The solution's answer cell ``grade_id``, its solution markers dropped: the base of a planted mistake."""
-    return "\n".join(line for line in bench.answer_cells()[grade_id].splitlines() if "### " not in line) + "\n"
+    return answer_cell(CHAPTER, grade_id)
 
 
 LAYER_SOLUTION = solution_answer("int4_linear")
@@ -120,7 +345,7 @@ PLANTED = {
     ),
     "loop_reads_choices_late": Planted(  # the target's choice for guess i read at guess i's own position
         "speculative_greedy",
-        LOOP_SOLUTION.replace(*SOLUTION_LOOP_VARIANTS["late"]),
+        LOOP_SOLUTION.replace(*chapter_6.SOLUTION_LOOP_VARIANTS["late"]),
         {f"speculative_greedy.{name}" for name in ("greedy", "calls", "caches", "k1", "k7")},
         "read one position late",
     ),
@@ -232,13 +457,13 @@ PLANTED = {
         "capstone_configuration",
         CONFIG_HEAD + "{'weights': 'nf4', 'group_size': None, 'calibration': 'gptq', 'draft': 'distilled', "
         "'draft_length': 4}\n",
-        {f"capstone_configuration.{part}" for part in BUDGET},
+        {f"capstone_configuration.{part}" for part in technique.BUDGET},
         "GPTQ chooses absmax codes",
     ),
     "capstone_misspelt": Planted(
         "capstone_configuration",
         CONFIG_HEAD + "{'weights': 'int4', 'groupsize': 64, 'draft': 'distilled', 'draft_length': 4}\n",
-        {f"capstone_configuration.{part}" for part in BUDGET},
+        {f"capstone_configuration.{part}" for part in technique.BUDGET},
         "unknown key(s) 'groupsize'",
     ),
 }
