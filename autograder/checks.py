@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from autograder.sandbox.memory import HINT as MEMORY_HINT
-from course import wire, withheld
+from course import plain_data, withheld
 
 
 @dataclass
@@ -111,12 +111,12 @@ def scenario_source(scenario: Callable) -> dict:
 
 def encode_probe(probe: dict, shared: dict | None = None) -> dict:
     """``probe`` as plain data for the sandbox; with ``shared``, its large arrays go into that table
-    once for every probe of a job (``wire.encode``), and the job carries the table."""
+    once for every probe of a job (``plain_data.encode``), and the job carries the table."""
     return {
         "call": probe["call"],
         "scenario": scenario_source(probe["scenario"]) if probe.get("scenario") else None,
-        "args": [wire.encode(a, shared=shared) for a in probe.get("args", [])],
-        "kwargs": {k: wire.encode(v, shared=shared) for k, v in probe.get("kwargs", {}).items()},
+        "args": [plain_data.encode(a, shared=shared) for a in probe.get("args", [])],
+        "kwargs": {k: plain_data.encode(v, shared=shared) for k, v in probe.get("kwargs", {}).items()},
     }
 
 
@@ -128,7 +128,7 @@ NOT_ANSWERED = "not answered yet: replace `raise NotImplementedError()` with you
 def outcome(result: dict) -> tuple[object, Verdict | None]:
     """The returned value, or a failing verdict saying what happened instead."""
     if "returned" in result:
-        return wire.decode(result["returned"]), None
+        return plain_data.decode(result["returned"]), None
     if "raised" in result:
         if result["raised"] == "NotImplementedError":
             return None, Verdict(False, NOT_ANSWERED)
@@ -183,7 +183,7 @@ def as_tensor(value, what: str) -> tuple[torch.Tensor | None, str]:
     """``value`` as a float64 tensor, or a message saying why it is not one."""
     if isinstance(value, torch.Tensor):
         return value.double(), ""
-    if isinstance(value, wire.Opaque):
+    if isinstance(value, plain_data.Opaque):
         return None, f"returned a {value.type_name}; {what} should be a torch.Tensor"
     return None, f"returned {type(value).__name__} {str(value)[:60]}; {what} should be a torch.Tensor"
 
@@ -278,7 +278,7 @@ def number(value, what: str) -> tuple[float | None, str]:
         return float(value), ""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return float(value.reshape(())), ""
-    if isinstance(value, wire.Opaque):
+    if isinstance(value, plain_data.Opaque):
         return None, f"returned a {value.type_name}; {what} should be a number"
     return None, f"returned {type(value).__name__}; {what} should be a number"
 

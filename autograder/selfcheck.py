@@ -3,7 +3,7 @@
 The visible checks of one exercise run on the functions the notebook defined (and all of them in the
 instructor's source), so learners in Colab get the grader's feedback without nbgrader. The probes
 go through :func:`autograder.sandbox.inside.call`, as in the grader's sandbox, so both probe alike. Before
-any probe, :func:`autograder.reach.problem` looks for what grading will not give the answer (the
+any probe, :func:`autograder.answer_imports.problem` looks for what grading will not give the answer (the
 course package, names only the chapter's own cells define): the checks then fail with grading's
 message instead of printing ``ok`` for an answer that grading fails.
 
@@ -26,11 +26,11 @@ from collections import Counter
 
 import numpy as np
 
-from autograder import reach
+from autograder import answer_imports
 from autograder.chapters import chapter_of, exercise_by_id
 from autograder.checks import Check, Exercise, Verdict, builds_on_note, encode_probe
 from autograder.sandbox import inside
-from course import wire, withheld
+from course import plain_data, withheld
 
 VISIBLE_SEED = 2024
 
@@ -39,7 +39,7 @@ def run_in_process(check: Check, namespace: dict, seed: int) -> Verdict:
     """Probe and judge one check against functions in ``namespace`` (the caller's own kernel)."""
     probe = check.probe(np.random.default_rng(seed))
     try:
-        result = {"returned": wire.encode(inside.call(namespace, encode_probe(probe)))}
+        result = {"returned": plain_data.encode(inside.call(namespace, encode_probe(probe)))}
     except Exception as error:  # the learner's own error, reported as a hint
         result = inside.describe(error)
     return check.judge(probe, result)
@@ -107,7 +107,7 @@ def _run(exercise: str, hidden: bool, namespace: dict) -> tuple[float, int, int]
     """Print a line per check of ``exercise``; return the points earned, the failures and the checks run."""
     found = exercise_by_id(exercise)
     chosen = [c for c in found.checks if hidden or c.visible]
-    unreachable = reach.problem(found, chapter_of(exercise), namespace)
+    unreachable = answer_imports.problem(found, chapter_of(exercise), namespace)
     earned, failures, notes, last_hint = 0.0, 0, None, ""
     for index, item in enumerate(chosen):
         verdict = Verdict(False, unreachable) if unreachable else run_in_process(item, namespace, VISIBLE_SEED + index)

@@ -14,7 +14,7 @@ recorded for it (:func:`loop_figures`; the copy counts them, the same numbers).
 
 Not handled: quantized drafts or embeddings (both stay in float32), activation quantization,
 sampling in the graded runs (greedy only, so that the figures are deterministic), batches of more
-than one sequence. The advice and the guide of the chapter's first half are ``course.advice``;
+than one sequence. The advice and the guide of the chapter's first half are ``course.technique_guide``;
 the learner's server is ``course.learner_server``.
 """
 

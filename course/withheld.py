@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from course import paths, wire
+from course import paths, plain_data
 
 RECORDINGS = paths.REFERENCE / "withheld"  # one <name>.json.gz per recorded run, in the learners' copy only
 HIDDEN_CHECKS = RECORDINGS / "hidden_checks.json"  # grade_id -> hidden checks left out, in the learners' copy only
@@ -69,14 +69,14 @@ def _recorded_call(name: str, function: Callable, args: tuple, kwargs: dict):
     finally:
         _depth -= 1
     if _recording is not None and _depth == 0:
-        inputs = [wire.encode(args), wire.encode(kwargs)]
+        inputs = [plain_data.encode(args), plain_data.encode(kwargs)]
         if not _opaque(inputs):  # a call with an object no replay can match (a generator) is dead weight
-            _recording.setdefault(name, []).append([*inputs, wire.encode(result)])
+            _recording.setdefault(name, []).append([*inputs, plain_data.encode(result)])
     return result
 
 
 def _opaque(encoded) -> bool:
-    """Whether ``encoded`` (plain data from ``wire.encode``) holds an object that is not plain data."""
+    """Whether ``encoded`` (plain data from ``plain_data.encode``) holds an object that is not plain data."""
     if isinstance(encoded, list):
         return any(_opaque(item) for item in encoded)
     if not isinstance(encoded, dict):
@@ -364,7 +364,7 @@ def _load() -> dict:
                 for name, calls in json.load(handle).items():
                     found = _recordings.setdefault(name, ([], {}))
                     for args, kwargs, result in calls:
-                        found[0].append((wire.decode(args), wire.decode(kwargs), result))
+                        found[0].append((plain_data.decode(args), plain_data.decode(kwargs), result))
                         found[1].setdefault(_exact([args, kwargs]), result)
     return _recordings
 
@@ -376,12 +376,12 @@ def _exact(encoded) -> str:
 def replay(name: str, args: tuple, kwargs: dict):
     """The recorded result of the withheld ``name`` called with ``args`` and ``kwargs``."""
     calls, exact = _load().get(name, ([], {}))
-    result = exact.get(_exact([wire.encode(args), wire.encode(kwargs)])) if exact else None
+    result = exact.get(_exact([plain_data.encode(args), plain_data.encode(kwargs)])) if exact else None
     if result is not None:
-        return wire.decode(result)
+        return plain_data.decode(result)
     for recorded_args, recorded_kwargs, result in calls:
         if _same(recorded_args, list(args)) and _same(recorded_kwargs, kwargs):
-            return wire.decode(result)
+            return plain_data.decode(result)
     raise NotRecorded(
         f"{name.rpartition('.')[2]} is withheld from the learners' copy (it computes an exercise's answer), and "
         "the results recorded for the copy do not cover these inputs: the instructor's grader judges this case"

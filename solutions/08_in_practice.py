@@ -510,19 +510,19 @@ plots.plot_quantized_loss(quantized_losses, "float32")
 # (W8A8), take longer than this chapter has: they are left out here.
 
 # %% tags=["varies"]
-from course import calibrated
+from course import gptq_library_check
 
-calibration = calibrated.calibration_windows(
+calibration = gptq_library_check.calibration_windows(
     in_practice.encode(tokenizer, corpus.decode(corpus.tokens("train")[:100_000])), *CALIBRATION
 )
 gptq_names = [name for name in in_practice.linear_layers(model) if int(name.split(".")[2]) < GPTQ_BLOCKS]
-gptq = calibrated.comparison_of(calibrated.gptq_on_pretrained(calibration, eval_ids, gptq_names))
+gptq = gptq_library_check.comparison_of(gptq_library_check.gptq_on_pretrained(calibration, eval_ids, gptq_names))
 for name, agreement in gptq.agreements.items():
     print(
         f"{name:32s} {agreement.share:9.4%} of codes alike; {agreement.rows_differing:3d} of "
         f"{model.get_submodule(name).out_features} rows differ, {agreement.first_at_extra_level} of them first at the code -8"
     )
-print(calibrated.agreement_reading(gptq.agreements, 4))
+print(gptq_library_check.agreement_reading(gptq.agreements, 4))
 agreements["llmcompressor's GPTQ codes = the course's (same W, H, scales)"] = (
     f"{gptq.share:.4%} of the codes of {len(gptq.agreements)} layers"
 )
@@ -542,7 +542,9 @@ for label, ratios in gptq.error_ratios.items():
     )
 for label, loss in gptq.losses.items():
     print(f"{label:21s} loss {loss:.4f} nats per token")
-print(calibrated.losses_reading(gptq.losses, "float32", "round to nearest", list(calibrated.GPTQ_METHODS)))
+print(
+    gptq_library_check.losses_reading(gptq.losses, "float32", "round to nearest", list(gptq_library_check.GPTQ_METHODS))
+)
 agreements["GPTQ's output error, course and llmcompressor"] = (
     ", ".join(f"{label} {ratios.median():.2f}" for label, ratios in gptq.error_ratios.items())
     + " of round to nearest's (median)"

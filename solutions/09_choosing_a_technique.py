@@ -36,8 +36,8 @@ SMOLLM2_TOKENS = 8  # tokens per timed generation of SmolLM2
 # %%
 import torch
 
-from course import advice, learner_server, smollm2_timing, timing, withheld
 from course import choosing_a_technique as technique
+from course import learner_server, smollm2_timing, technique_guide, timing, withheld
 from course.device import best_device, describe
 from course.plots import choosing_a_technique as plots
 
@@ -113,7 +113,7 @@ check("fine_tuning_advice", hidden=True)
 
 # %%
 the_rule = technique.course_answer("fine_tuning_advice")  # the course's answer to the exercise
-for scenario in advice.SCENARIOS:
+for scenario in technique_guide.SCENARIOS:
     try:
         yours = fine_tuning_advice(scenario.need, scenario.changes_often, scenario.tried_prompting)
     except NotImplementedError:

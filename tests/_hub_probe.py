@@ -45,20 +45,20 @@ def _altered(value):
 
 def _call(function, args, kwargs, expected=None) -> str:
     """What calling ``function`` did: ``answered`` (returned ``expected``, the recorded result, as
-    ``course.wire`` writes it), ``returned`` (something else), or ``raised <exception's name>``."""
-    from course import wire
+    ``course.plain_data`` writes it), ``returned`` (something else), or ``raised <exception's name>``."""
+    from course import plain_data
 
     try:
         result = function(*args, **kwargs)
     except Exception as error:  # what a learner would see
         return f"raised {type(error).__name__}"
-    same = json.dumps(wire.encode(result), sort_keys=True) == json.dumps(expected, sort_keys=True)
+    same = json.dumps(plain_data.encode(result), sort_keys=True) == json.dumps(expected, sort_keys=True)
     return "answered" if expected is not None and same else "returned"
 
 
 def _recordings() -> dict:
     """The learners' copy's recordings as its files hold them: name -> [[args, kwargs, result], ...],
-    each as ``course.wire`` encodes it."""
+    each as ``course.plain_data`` encodes it."""
     import gzip
 
     from course import withheld
@@ -106,11 +106,11 @@ def _across_the_line(key: str):
 def _replayed(key: str, recorded: list) -> dict:
     """What the copy's stand-in for ``key`` does with the arguments of its first recorded call, and
     with those changed (or with none)."""
-    from course import wire
+    from course import plain_data
 
     function = _across_the_line(key)
     args, kwargs, result = recorded[0]
-    args, kwargs = wire.decode(args), wire.decode(kwargs)
+    args, kwargs = plain_data.decode(args), plain_data.decode(kwargs)
     altered = _altered(list(args))
     return {
         "recorded": _call(function, args, kwargs, expected=result),

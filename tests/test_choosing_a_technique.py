@@ -22,7 +22,6 @@ from autograder.mistakes import choosing_a_technique as mistakes
 from autograder.mistakes import planted
 from autograder.mistakes.choosing_a_technique import solution_answer
 from course import (
-    advice,
     checkpoints,
     drafts,
     learner_server,
@@ -31,6 +30,7 @@ from course import (
     smollm2_timing,
     speculative_decoding,
     stored_weights,
+    technique_guide,
 )
 from course import choosing_a_technique as technique
 from course.kernels import int4
@@ -57,16 +57,16 @@ def test_advice_follows_the_notes():
 
 def test_scenarios_end_as_the_chapter_says():
     rule = technique.course_answer("fine_tuning_advice")
-    verdicts = [rule(s.need, s.changes_often, s.tried_prompting) for s in advice.SCENARIOS]
+    verdicts = [rule(s.need, s.changes_often, s.tried_prompting) for s in technique_guide.SCENARIOS]
     assert len(verdicts) == 8 and verdicts.count("fine-tuning") == 3  # "only three of the eight"
-    assert set(verdicts) == set(advice.ADVICE)
+    assert set(verdicts) == set(technique_guide.ADVICE)
 
 
 def test_advice_labels_forgive_spelling():
-    assert advice.advice_label(" Fine tuning ") == "fine-tuning"
-    assert advice.advice_label("RAG") == "retrieval"
-    assert advice.advice_label("Prompting") == "prompting"
-    assert advice.advice_label("train it") is None and advice.advice_label(3) is None
+    assert technique_guide.advice_label(" Fine tuning ") == "fine-tuning"
+    assert technique_guide.advice_label("RAG") == "retrieval"
+    assert technique_guide.advice_label("Prompting") == "prompting"
+    assert technique_guide.advice_label("train it") is None and technique_guide.advice_label(3) is None
 
 
 # --- the guide --------------------------------------------------------------------------------------
@@ -93,30 +93,33 @@ def test_advice_labels_forgive_spelling():
     ],
 )
 def test_guide_answers(problem, params, gpu, first_done, technique_words):
-    answer = advice.recommend(problem, params, gpu, first_done)
+    answer = technique_guide.recommend(problem, params, gpu, first_done)
     assert technique_words in answer.technique
     assert answer.why and answer.changes_behaviour and "chapter" in answer.chapter
 
 
-@pytest.mark.parametrize("problem", list(advice.PROBLEMS))
+@pytest.mark.parametrize("problem", list(technique_guide.PROBLEMS))
 def test_the_guide_never_repeats_its_first_try(problem):
     """ "Done that; still not enough" moves on, unless the first try was already the last resort."""
     for params in (1, 7, 13, 34, 70, 180, 405):
         for gpu in (16, 24, 48, 80):
-            first = advice.recommend(problem, params, gpu).technique
+            first = technique_guide.recommend(problem, params, gpu).technique
             if not first.startswith("Several GPUs"):
-                assert advice.recommend(problem, params, gpu, first_done=True).technique != first, (params, gpu)
+                assert technique_guide.recommend(problem, params, gpu, first_done=True).technique != first, (
+                    params,
+                    gpu,
+                )
 
 
 def test_guide_memory_is_chapter_1_and_2_arithmetic():
-    assert advice.weights_gib(7, 16) == pytest.approx(7e9 * 2 / 2**30)
-    answer = advice.recommend("adapt", 13, 24)
+    assert technique_guide.weights_gib(7, 16) == pytest.approx(7e9 * 2 / 2**30)
+    answer = technique_guide.recommend("adapt", 13, 24)
     memory_gib = lora.course_answer("finetune_memory_gib")
     assert f"{memory_gib(13e9, 'lora'):.1f} GiB" in answer.why
     assert f"{memory_gib(13e9, 'qlora'):.1f} GiB" in answer.why
-    assert "fits in 16 bits" in advice.recommend("serve", 7, 24).why  # 13 GiB of 24: quantized for speed
+    assert "fits in 16 bits" in technique_guide.recommend("serve", 7, 24).why  # 13 GiB of 24: quantized for speed
     with pytest.raises(ValueError, match="problem must be one of"):
-        advice.recommend("slow", 7, 24)
+        technique_guide.recommend("slow", 7, 24)
 
 
 def test_the_chapters_memory_example_is_the_guides():
@@ -124,12 +127,15 @@ def test_the_chapters_memory_example_is_the_guides():
     the 80% of a 48 GiB GPU that the guide leaves to the weights, and not that of a 40 GiB one."""
     from course import paths, quiz
 
-    w4, w16 = f"{advice.weights_gib(70, 4):.1f} GiB", f"{advice.weights_gib(8, 16):.1f} GiB"
-    room = f"{advice.HEADROOM * 48:.1f} GiB"
-    fits, too_big = advice.recommend("serve", 70, 48), advice.recommend("serve", 70, 40)
+    w4, w16 = f"{technique_guide.weights_gib(70, 4):.1f} GiB", f"{technique_guide.weights_gib(8, 16):.1f} GiB"
+    room = f"{technique_guide.HEADROOM * 48:.1f} GiB"
+    fits, too_big = technique_guide.recommend("serve", 70, 48), technique_guide.recommend("serve", 70, 40)
     assert fits.technique.startswith("4-bit") and w4 in fits.why and room in fits.why
     assert too_big.technique.startswith("Several GPUs") and w4 in too_big.why
-    assert advice.recommend("serve", 8, 48).technique == "8-bit weights" and w16 in advice.recommend("serve", 8, 48).why
+    assert (
+        technique_guide.recommend("serve", 8, 48).technique == "8-bit weights"
+        and w16 in technique_guide.recommend("serve", 8, 48).why
+    )
     prose = " ".join((paths.ROOT / "solutions" / "09_choosing_a_technique.py").read_text().replace("# ", " ").split())
     assert f"A 48 GiB GPU holds the weights of a 70B model in 4 bits (35 GB, which is {w4})" in prose
     assert f"an 8B model in 16 bits (16 GB, {w16})" in prose and f"({room};" in prose
@@ -141,9 +147,9 @@ def test_the_chapters_memory_example_is_the_guides():
 
 
 def test_every_row_of_the_table_says_whether_it_changes_behaviour():
-    exact = {row.problem for row in advice.TABLE if row.changes.startswith("No")}
+    exact = {row.problem for row in technique_guide.TABLE if row.changes.startswith("No")}
     assert exact == {"long", "decode"}
-    assert [row.problem for row in advice.TABLE] == list(advice.PROBLEMS)
+    assert [row.problem for row in technique_guide.TABLE] == list(technique_guide.PROBLEMS)
 
 
 # --- codes, packed and stored ---------------------------------------------------------------------------
@@ -432,7 +438,7 @@ def test_the_learners_copy_holds_no_number_that_names_the_capstones_answer(monke
     hold none of its figures, the closing note says where they are, and the loop's figures of a
     configuration within the budget are never recorded for the copy (it counts them instead)."""
     from autograder.learners_copy import reference_for_learners
-    from course import reference, wire, withheld
+    from course import plain_data, reference, withheld
 
     figures = technique.measure(technique.reference()).as_dict()
     named = [
@@ -457,7 +463,7 @@ def test_the_learners_copy_holds_no_number_that_names_the_capstones_answer(monke
         technique.measure(answer)
         technique.measure(technique.OBVIOUS)
     calls = recordings.get("course.answers.choosing_a_technique.configuration_figures", [])
-    recorded = [technique.Configuration.from_dict(wire.decode(args)[0]) for args, _, _ in calls]
+    recorded = [technique.Configuration.from_dict(plain_data.decode(args)[0]) for args, _, _ in calls]
     assert recorded == [technique.OBVIOUS], recorded
 
 
@@ -821,7 +827,7 @@ def test_smollm2_through_the_learners_layer():
 # --- figures ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("problem", list(advice.PROBLEMS))
+@pytest.mark.parametrize("problem", list(technique_guide.PROBLEMS))
 def test_guide_figure_renders(problem):
     assert figure_png(plots.plot_guide(problem, 13, 24, problem == "decode")).startswith(b"\x89PNG")
 
@@ -1041,17 +1047,17 @@ DECORATED_FORWARD = (
     ],
 )
 def test_the_check_cell_follows_a_decorated_answer_to_the_course_as_grading_does(grade_id, source):
-    """reach.problem, which the check cell asks before any probe, says what grading will say (0
+    """answer_imports.problem, which the check cell asks before any probe, says what grading will say (0
     points): a speculative_greedy under @torch.no_grad() that reached the course printed ok, then
     scored 0 of 6. (An import in the answer's own cell is read off the cell; one in a helper that
     the answer calls is found only by following the answer's code.)"""
-    from autograder import reach
+    from autograder import answer_imports
     from autograder.chapters import exercise_by_id
 
     namespace = {"__name__": "__main__", "torch": torch, "In": ["", HELPER, source]}
     exec(HELPER, namespace)
     exec(source, namespace)
-    found = reach.problem(exercise_by_id(grade_id), "09_choosing_a_technique", namespace)
+    found = answer_imports.problem(exercise_by_id(grade_id), "09_choosing_a_technique", namespace)
     assert found.startswith("helper imports course; grading would fail it"), found
 
 

@@ -288,15 +288,15 @@ def test_lora_linear_output_is_peft_with_the_same_seeded_factors_and_leaves_what
 
 
 def test_gptq_numbers_make_the_comparison_again():
-    from course import calibrated
+    from course import gptq_library_check
 
     numbers = {
         "agreements": {"a": [9, 10, 1, 1], "b": [10, 10, 0, 0]},
         "losses": {"float32": 3.0},
         "error_ratios": {"course's GPTQ": torch.tensor([0.5, 0.75])},
     }
-    comparison = calibrated.comparison_of(numbers)
-    assert comparison.share == 0.95 and comparison.agreements["a"] == calibrated.Agreement(9, 10, 1, 1)
+    comparison = gptq_library_check.comparison_of(numbers)
+    assert comparison.share == 0.95 and comparison.agreements["a"] == gptq_library_check.Agreement(9, 10, 1, 1)
     assert comparison.losses == {"float32": 3.0} and comparison.error_ratios["course's GPTQ"].tolist() == [0.5, 0.75]
 
 
@@ -648,7 +648,7 @@ def test_first_difference():
     assert in_practice.first_difference(a, a[:, :3]) is None
 
 
-# --- GPTQ against llmcompressor (course.calibrated) ---------------------------------------------------
+# --- GPTQ against llmcompressor (course.gptq_library_check) ---------------------------------------------------
 
 
 def _correlated_hessian(cols: int, tokens: int = 512, seed: int = 0) -> torch.Tensor:
@@ -659,21 +659,21 @@ def _correlated_hessian(cols: int, tokens: int = 512, seed: int = 0) -> torch.Te
 
 def test_the_library_rounds_to_nearest_on_its_grid_with_an_identity_hessian():
     """No error to spread: each code is round(w / scale), clamped to compressed-tensors' -8..7."""
-    from course import calibrated
+    from course import gptq_library_check
 
     weight = quantization.gaussian_matrix(16, 128, seed=3) * torch.linspace(0.5, 1.5, 128)
     scale = weight.abs().reshape(16, 2, 64).amax(dim=2) / 8  # finer than absmax / 7: codes reach -8 and clamp at 7
-    codes = calibrated.library_codes(weight, torch.eye(128, dtype=torch.float64), scale, 4, 64)
+    codes = gptq_library_check.library_codes(weight, torch.eye(128, dtype=torch.float64), scale, 4, 64)
     expected = torch.round(weight / scale.repeat_interleave(64, dim=1)).clamp(-8, 7).to(torch.int32)
     assert torch.equal(codes, expected) and (codes == -8).any() and (codes == 7).any()
 
 
 def test_compare_codes_counts_rows_and_the_extra_level():
-    from course import calibrated
+    from course import gptq_library_check
 
     course = torch.tensor([[1, 2, 3], [-7, 0, 1], [4, 4, 4]])
     library = torch.tensor([[1, 2, 3], [-8, 1, 1], [4, 5, 3]])
-    agreement = calibrated.compare_codes(course, library, 4)
+    agreement = gptq_library_check.compare_codes(course, library, 4)
     assert (agreement.same, agreement.total, agreement.rows_differing, agreement.first_at_extra_level) == (5, 9, 2, 1)
     assert agreement.share == 5 / 9 and not agreement.identical
 
@@ -681,30 +681,32 @@ def test_compare_codes_counts_rows_and_the_extra_level():
 def test_the_library_and_the_course_choose_the_same_gptq_codes_layer_by_layer():
     """Same weight, Hessian, damping and scales: the two sweeps walk the same path; a row leaves it
     only where the library's grid has a level the course's has not (-8), or by float32 rounding."""
-    from course import calibrated
+    from course import gptq_library_check
 
     weight = quantization.gaussian_matrix(64, 256, seed=1)
     hessian = _correlated_hessian(256)
-    agreement = calibrated.layer_agreement(weight, hessian, bits=4, group_size=64)
+    agreement = gptq_library_check.layer_agreement(weight, hessian, bits=4, group_size=64)
     assert agreement.share > 0.99
     assert agreement.first_at_extra_level >= 0.8 * agreement.rows_differing
     # without the sweep's error spreading (an identity Hessian) nothing leaves the course's grid
-    assert calibrated.layer_agreement(weight, torch.eye(256, dtype=torch.float64)).identical
+    assert gptq_library_check.layer_agreement(weight, torch.eye(256, dtype=torch.float64)).identical
 
 
 def test_the_library_gptq_on_smollm2_keeps_its_grid_and_beats_round_to_nearest(loaded):
     """oneshot's GPTQ on one layer: only that layer changes; its weights are codes -8..7 times scales
     absmax / 7.5 of the original groups of 64; its output error on the calibration Hessian is below
     round to nearest's (the course's grid), as is the course's GPTQ's."""
-    from course import calibrated, corpus
+    from course import corpus, gptq_library_check
 
     model, tokenizer = loaded
     name = "model.layers.3.self_attn.o_proj"
-    windows = calibrated.calibration_windows(
+    windows = gptq_library_check.calibration_windows(
         in_practice.encode(tokenizer, corpus.decode(corpus.tokens("train")[:20_000])), 4, 64
     )
-    hessian = calibrated.decoder_hessians(model, windows, [name])[name]
-    library = calibrated.library_quantized(pretrained.load, calibrated.gptq_recipe([name]), windows, tokenizer)
+    hessian = gptq_library_check.decoder_hessians(model, windows, [name])[name]
+    library = gptq_library_check.library_quantized(
+        pretrained.load, gptq_library_check.gptq_recipe([name]), windows, tokenizer
+    )
     original = model.get_submodule(name).weight.detach()
     theirs = library.get_submodule(name).weight.detach()
     other = "model.layers.4.self_attn.o_proj"
@@ -723,10 +725,10 @@ def test_the_library_gptq_on_smollm2_keeps_its_grid_and_beats_round_to_nearest(l
 def test_pinned_memory_is_switched_off_only_within_the_block():
     from llmcompressor.pipelines.cache import IntermediatesCache
 
-    from course import calibrated
+    from course import gptq_library_check
 
     original = IntermediatesCache.pin_memory
-    with calibrated.without_pinned_memory():
+    with gptq_library_check.without_pinned_memory():
         if not torch.accelerator.is_available():
             assert IntermediatesCache.pin_memory is not original
             assert IntermediatesCache.pin_memory(object(), 0) is None
@@ -734,16 +736,16 @@ def test_pinned_memory_is_switched_off_only_within_the_block():
 
 
 def test_calibration_windows_are_evenly_spaced_and_bad_input_says_what_to_give():
-    from course import calibrated
+    from course import gptq_library_check
 
-    windows = calibrated.calibration_windows(torch.arange(100), 3, 10)
+    windows = gptq_library_check.calibration_windows(torch.arange(100), 3, 10)
     assert windows[:, 0].tolist() == [0, 45, 90] and windows.shape == (3, 10)
     with pytest.raises(ValueError, match="1-D sequence of at least 10 tokens"):
-        calibrated.calibration_windows(torch.arange(5), 3, 10)
+        gptq_library_check.calibration_windows(torch.arange(5), 3, 10)
 
 
 def test_losses_reading_says_what_each_gptq_took_back():
-    from course import calibrated
+    from course import gptq_library_check
 
-    reading = calibrated.losses_reading({"f": 3.0, "r": 3.4, "a": 3.1, "b": 3.5}, "f", "r", ["a", "b"])
+    reading = gptq_library_check.losses_reading({"f": 3.0, "r": 3.4, "a": 3.1, "b": 3.5}, "f", "r", ["a", "b"])
     assert reading == "round to nearest costs +0.4000 nats per token; a takes back 75% of it, b adds 25% to it"

@@ -48,7 +48,7 @@ from autograder.chapters import CHAPTERS
 from autograder.checks import Check, Exercise, Verdict, encode_probe
 from autograder.sandbox import inside
 from autograder.selfcheck import VISIBLE_SEED
-from course import paths, wire, withheld
+from course import paths, plain_data, withheld
 
 # The chapters whose points still pay for no work, each a strict expected failure: a chapter that
 # becomes fixed fails this test until its line goes. None today; the scores: `python tests/test_points.py`.
@@ -278,7 +278,7 @@ def verdict(check: Check, probe: dict, namespace: dict) -> Verdict:
     as plain data."""
     with withheld.streams_kept():
         try:
-            result = {"returned": wire.encode(inside.call(namespace, encode_probe(probe)))}
+            result = {"returned": plain_data.encode(inside.call(namespace, encode_probe(probe)))}
         except Exception as error:  # the answer's own error, as the sandbox reports it
             result = inside.describe(error)
     try:

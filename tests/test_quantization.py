@@ -551,7 +551,7 @@ def test_the_int4_timings_are_one_call_of_plain_data_that_a_recording_can_answer
     """The learners' copy leaves the int4 layer's packing out; its chart once showed the bound alone.
     The timings are now one withheld call of plain data (sizes in, rows and the machine out), which the
     copy answers with what was measured when it was made, and the chart draws them, naming the machine."""
-    from course import wire
+    from course import plain_data
     from course.device import best_device, describe
     from course.kernels import int4
 
@@ -559,7 +559,7 @@ def test_the_int4_timings_are_one_call_of_plain_data_that_a_recording_can_answer
     assert measured["machine"] == describe(best_device())
     assert [r["shape"] for r in measured["rows"]] == [(64, 64), (128, 128)]
     assert all(r["speedup"] > 0 and r["bound"] > 1 for r in measured["rows"])
-    assert wire.decode(wire.encode(measured)) == measured  # what a recording keeps is what the cell reads
+    assert plain_data.decode(plain_data.encode(measured)) == measured  # what a recording keeps is what the cell reads
     figure = plots.plot_int4_speedup(measured["rows"], measured["machine"])
     assert measured["machine"] in figure.axes[0].get_title() and len(figure.axes[0].lines) == 3
 

@@ -391,18 +391,18 @@ def test_an_array_that_several_probes_take_travels_once_and_each_call_gets_its_o
 
     from autograder.checks import encode_probe
     from autograder.sandbox import system
-    from course import wire
+    from course import plain_data
 
-    weight = torch.arange(2**15, dtype=torch.float32)  # 128 KiB, over wire.SHARED_BYTES
+    weight = torch.arange(2**15, dtype=torch.float32)  # 128 KiB, over plain_data.SHARED_BYTES
     shared: dict = {}
     probes = [{"id": f"probe{i}", **encode_probe({"call": "spoil", "args": [weight]}, shared)} for i in range(3)]
     assert len(shared) == 1 and len(json.dumps(probes)) < 1000
     assert len(json.dumps(shared)) > 4 * weight.numel()  # the bytes themselves, once
-    assert torch.equal(wire.decode(probes[0]["args"][0], shared), weight)
-    unpacked = wire.unpacked(shared)  # as the sandbox decodes the table: once, then a copy per decoding
-    first, second = (wire.decode(probes[i]["args"][0], unpacked) for i in range(2))
+    assert torch.equal(plain_data.decode(probes[0]["args"][0], shared), weight)
+    unpacked = plain_data.unpacked(shared)  # as the sandbox decodes the table: once, then a copy per decoding
+    first, second = (plain_data.decode(probes[i]["args"][0], unpacked) for i in range(2))
     first.zero_()
-    assert torch.equal(second, weight) and torch.equal(wire.decode(probes[2]["args"][0], unpacked), weight)
+    assert torch.equal(second, weight) and torch.equal(plain_data.decode(probes[2]["args"][0], unpacked), weight)
     monkeypatch.setattr(system, "FORKS", forks)
     answer = "def spoil(w):\n    total = float(w.sum())\n    w.zero_()\n    return total\n"
     job = {"setup": [], "answers": [{"grade_id": "answer", "source": answer}], "probes": probes, "shared": shared}

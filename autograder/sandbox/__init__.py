@@ -2,7 +2,7 @@
 plain data comes back; where the system forks, a child of a warm sandbox that imported torch once.
 
 - ``inside.py``: the program that runs inside it (define the answers, call them, report); it is
-  copied into the sandbox with ``course/wire.py`` and imports only the standard library, numpy and torch;
+  copied into the sandbox with ``course/plain_data.py`` and imports only the standard library, numpy and torch;
 - ``modes.py``: how it is isolated (bubblewrap, Landlock, both, a Seatbelt profile on macOS, limits
   only), what a submission may read there (an allowlist), and which mode is chosen on this machine;
 - ``confine.py``: what a sandbox's process does to itself before the learner's code runs (Landlock,

@@ -11,7 +11,7 @@ says so), and the visible checks say the same. Where the system forks (``job["fo
 runs in a forked child with its own alarm, so an exit, a crash or a hang in one function costs that
 probe only; elsewhere probes run here one after another under a timer thread, and the grader starts
 the sandbox again after the probe that ended it (:mod:`autograder.sandbox.launch`). Results go out
-as JSON lines (:func:`report`) as they come. Only plain data comes back (see ``wire.py``); whether
+as JSON lines (:func:`report`) as they come. Only plain data comes back (see ``plain_data.py``); whether
 an answer is right is decided by the grader, outside this process.
 
 This file is copied into the sandbox and must import only the standard library, numpy and torch. The
@@ -34,11 +34,11 @@ import time
 import traceback
 
 try:  # in a notebook's own kernel (the visible checks), and where the course is importable
-    from course import wire
+    from course import plain_data
 except (ImportError, OSError):  # in the sandbox, where the course is hidden: the copy beside this file
     sys.dont_write_bytecode = True  # no __pycache__ of the grader's in the sandbox's folder, which answers see
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import wire
+    import plain_data
 
 MAX_PAYLOAD = 8 * 2**20
 BLOCKED_PACKAGES = ("course", "autograder")  # what answers may not use: grading has neither
@@ -191,12 +191,12 @@ def call(namespace: dict, probe: dict, shared: dict | None = None):
     """The generic probe: ``namespace[probe["call"]](*args, **kwargs)``, or, when the probe carries
     a scenario (its name and source, written beside its chapter's checks), that scenario's
     ``scenario(namespace[probe["call"]], *args, **kwargs)``. ``shared``: the job's table of arrays
-    that its probes name (``wire.encode``); each call decodes its own copy of them."""
+    that its probes name (``plain_data.encode``); each call decodes its own copy of them."""
     function = namespace.get(probe["call"])
     if function is None:
         raise NameError(f"{probe['call']} is not defined: run the cell that defines it, keeping its name")
-    args = [wire.decode(a, shared) for a in probe.get("args", [])]
-    kwargs = {k: wire.decode(v, shared) for k, v in probe.get("kwargs", {}).items()}
+    args = [plain_data.decode(a, shared) for a in probe.get("args", [])]
+    kwargs = {k: plain_data.decode(v, shared) for k, v in probe.get("kwargs", {}).items()}
     if probe.get("scenario"):
         return scenario(probe["scenario"])(function, *args, **kwargs)
     return function(*args, **kwargs)
@@ -226,7 +226,7 @@ def run_probe_here(namespace: dict, probe: dict, seconds: float, limit: TimeLimi
     with contextlib.redirect_stdout(Discard()), contextlib.redirect_stderr(Discard()):
         try:
             with limit(seconds):
-                return {"returned": wire.encode(call(namespace, probe, shared))}
+                return {"returned": plain_data.encode(call(namespace, probe, shared))}
         except OutOfTime:
             return {"timeout": seconds}
         except BaseException as error:
@@ -246,7 +246,7 @@ def run_probe(namespace: dict, probe: dict, seconds: float, memory_bytes: int = 
         signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(max(1, int(seconds)))
         try:
-            payload = {"returned": wire.encode(call(namespace, probe, shared))}
+            payload = {"returned": plain_data.encode(call(namespace, probe, shared))}
         except OutOfTime:
             payload = {"timeout": seconds}
         except BaseException as error:
@@ -348,7 +348,7 @@ def run_job(job_path: str, where: str) -> None:
     block_course_packages()
     limit = TimeLimit(alarm=forks)
     namespace, problems = define(job, limit)
-    shared = wire.unpacked(job.pop("shared", {}))  # decoded once here, copied by each call
+    shared = plain_data.unpacked(job.pop("shared", {}))  # decoded once here, copied by each call
     report(results, {"cells": problems})
     hung = set()
     for probe in job["probes"]:

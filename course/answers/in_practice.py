@@ -114,13 +114,15 @@ def speculative_on_model(prompt: torch.Tensor, draft: str, k: int, new: int) -> 
 
 @own_random
 def gptq_on_pretrained(windows: torch.Tensor, ids: torch.Tensor, names: list[str]) -> dict:
-    """``course.calibrated.compare_gptq`` on the pretrained model as loaded, calibrated on ``windows``
+    """``course.gptq_library_check.compare_gptq`` on the pretrained model as loaded, calibrated on ``windows``
     (n, T), its loss :func:`course.in_practice.held_out_loss` on ``ids`` (T,), as plain data
-    (``course.calibrated.comparison_of`` makes it a ``Comparison`` again)."""
-    from course import calibrated, pretrained
+    (``course.gptq_library_check.comparison_of`` makes it a ``Comparison`` again)."""
+    from course import gptq_library_check, pretrained
 
     model, tokenizer = pristine()
-    found = calibrated.compare_gptq(model, tokenizer, pretrained.load, windows, names, lambda m: held_out_loss(m, ids))
+    found = gptq_library_check.compare_gptq(
+        model, tokenizer, pretrained.load, windows, names, lambda m: held_out_loss(m, ids)
+    )
     return {
         "agreements": {
             name: [a.same, a.total, a.rows_differing, a.first_at_extra_level] for name, a in found.agreements.items()

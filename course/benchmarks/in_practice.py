@@ -24,7 +24,7 @@ def calibrated_quantization(
     AWQ and SmoothQuant W8A8, calibrated on ``calibration`` (windows, tokens) of the training plays,
     the loss on ``eval_tokens`` of the held-out plays. The loss ratios are each method's excess over
     float32 against round to nearest's (or W8A8 alone's)."""
-    from course import calibrated, corpus, in_practice
+    from course import corpus, gptq_library_check, in_practice
 
     try:
         pretrained.require("llmcompressor")
@@ -33,29 +33,31 @@ def calibrated_quantization(
         return {}
     train = in_practice.encode(tokenizer, corpus.decode(corpus.tokens("train")[:400_000]))
     held_out = in_practice.encode(tokenizer, corpus.decode(corpus.tokens("validation")[:40_000]))[: eval_tokens + 1]
-    windows = calibrated.calibration_windows(train, *calibration)
+    windows = gptq_library_check.calibration_windows(train, *calibration)
     names = [name for name in in_practice.linear_layers(model) if int(name.split(".")[2]) < blocks]
 
     def loss(m):
         return evaluation.text_loss(AsCourseModel(m), held_out, seq_len=256, batch=4)
 
-    gptq = calibrated.compare_gptq(model, tokenizer, pretrained.load, windows, names, loss)
+    gptq = gptq_library_check.compare_gptq(model, tokenizer, pretrained.load, windows, names, loss)
     print(f"GPTQ, 4 bits, groups of 64, {len(names)} layers, calibration {calibration[0]} x {calibration[1]} tokens:")
-    print(calibrated.agreement_reading(gptq.agreements, 4))
+    print(gptq_library_check.agreement_reading(gptq.agreements, 4))
     for label, ratios in gptq.error_ratios.items():
         print(f"{label}: output error {ratios.median():.3f} of round to nearest's (median)")
     losses = dict(gptq.losses)
     losses["llmcompressor's AWQ"] = loss(
-        calibrated.library_quantized(pretrained.load, calibrated.awq_recipe(names, grid=grid), windows, tokenizer)
+        gptq_library_check.library_quantized(
+            pretrained.load, gptq_library_check.awq_recipe(names, grid=grid), windows, tokenizer
+        )
     )
     for label, smooth in (("W8A8", False), ("SmoothQuant + W8A8", True)):
-        recipe = calibrated.smoothquant_recipe(names, smooth=smooth)
-        losses[label] = loss(calibrated.library_quantized(pretrained.load, recipe, windows, tokenizer))
+        recipe = gptq_library_check.smoothquant_recipe(names, smooth=smooth)
+        losses[label] = loss(gptq_library_check.library_quantized(pretrained.load, recipe, windows, tokenizer))
     for label, value in losses.items():
         print(f"{label:22s} held-out loss {value:.4f} nats per token ({eval_tokens} tokens)")
     print(
-        calibrated.losses_reading(
-            losses, "float32", "round to nearest", [*calibrated.GPTQ_METHODS, "llmcompressor's AWQ"]
+        gptq_library_check.losses_reading(
+            losses, "float32", "round to nearest", [*gptq_library_check.GPTQ_METHODS, "llmcompressor's AWQ"]
         )
     )
 

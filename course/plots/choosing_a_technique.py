@@ -10,7 +10,6 @@ from matplotlib.patches import Rectangle
 
 from course import choosing_a_technique as technique
 from course import lora
-from course.advice import HEADROOM, TABLE, recommend, weights_gib
 from course.drafts import DRAFTS, draft_model
 from course.plots._widgets import (
     BLUE,
@@ -26,6 +25,7 @@ from course.plots._widgets import (
     slider,
 )
 from course.stored_weights import CALIBRATED, FORMAT_BITS, GROUPED, weight_bytes
+from course.technique_guide import HEADROOM, TABLE, recommend, weights_gib
 
 GREEN = "#2ca02c"
 PARAMS = [1, 3, 7, 13, 34, 70, 180, 405]  # billions, the sizes people serve

@@ -1,5 +1,5 @@
 """Chapter 9's exercises and their visible checks, a module per exercise: fine_tuning_advice (the
-rule for when to fine-tune, ``advice.py``), pack_int4 (two 4-bit codes to a byte, ``packing.py``),
+rule for when to fine-tune, ``technique_guide.py``), pack_int4 (two 4-bit codes to a byte, ``packing.py``),
 Int4Linear and speculative_greedy (the learner's server, run on the course's models in the sandbox:
 ``int4_layer.py``, ``speculative.py``, both through ``course_models.py``) and
 capstone_configuration (a configuration within the budget, ``capstone.py``). The hidden checks are

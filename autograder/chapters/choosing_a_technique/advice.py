@@ -8,12 +8,12 @@ from __future__ import annotations
 import itertools
 
 from autograder.checks import Check, Exercise, Verdict, judge_raises, judges_value
-from course import advice, withheld
+from course import technique_guide, withheld
 
 ANSWERS = withheld.answers("09_choosing_a_technique")
 MISTAKES = withheld.module("autograder.mistakes.choosing_a_technique")
 
-ALL_CASES = [list(case) for case in itertools.product(advice.NEEDS, (False, True), (False, True))]
+ALL_CASES = [list(case) for case in itertools.product(technique_guide.NEEDS, (False, True), (False, True))]
 # the notes' three cases without fine-tuning, and the rule's case for it
 NOTES_CASES = [["knowledge", False, True], ["format", True, True], ["tone", False, False], ["format", False, True]]
 
@@ -41,19 +41,19 @@ def judge_advice(probe, got):
     cases = probe["args"][0]
     if not isinstance(got, list) or len(got) != len(cases):
         return Verdict(False, f"expected one answer per case, got {got!r}"[:200])
-    labels = [advice.advice_label(value) for value in got]
+    labels = [technique_guide.advice_label(value) for value in got]
     for case, value, label in zip(cases, got, labels, strict=True):
         if label is None:
             return Verdict(
                 False,
                 f"fine_tuning_advice{tuple(case)} returned {value!r}; return one of "
-                + ", ".join(repr(a) for a in advice.ADVICE),
+                + ", ".join(repr(a) for a in technique_guide.ADVICE),
             )
         if value != label:  # the right idea, spelled otherwise: the prompt asks for the exact strings
             return Verdict(
                 False,
                 f"fine_tuning_advice{tuple(case)} returned {value!r}, which means {label!r}: return exactly "
-                + ", ".join(repr(a) for a in advice.ADVICE),
+                + ", ".join(repr(a) for a in technique_guide.ADVICE),
             )
     expected = [ANSWERS.fine_tuning_advice(*case) for case in cases]
     wrong = [i for i, (a, b) in enumerate(zip(labels, expected, strict=True)) if a != b]

@@ -16,7 +16,7 @@ lazy updates. So the losses are compared as results, not code for code.
 
 A worked example::
 
-    agreement = calibrated.layer_agreement(weight, hessian, bits=4, group_size=64)
+    agreement = gptq_library_check.layer_agreement(weight, hessian, bits=4, group_size=64)
     agreement.share  # 0.999...: codes the two choose alike
 
 Not handled: act-order (off on both sides: ``actorder=None``; llmcompressor's default is
