@@ -31,8 +31,17 @@ def require(path: Path) -> Path:
 def chapter_sources() -> list[Path]:
     """The chapters' sources, ``solutions/NN_<slug>.py``, in course order: the one list that the
     release, the grader's registry and the reference numbers are all read from. The learners' copy
-    has no ``solutions/``: there the list is read off its notebooks, ``notebooks/NN_<slug>.ipynb``."""
-    return sorted(SOLUTIONS.glob("[0-9][0-9]_*.py")) or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    has no ``solutions/``: there the list is read off its notebooks, ``notebooks/NN_<slug>.ipynb``,
+    each a chapter whose figures the package has (``course/plots/<slug>.py``): a learner's own copy
+    of a notebook beside them (``09_choosing_a_technique-Copy1.ipynb``, ``09_mine.ipynb``) is not."""
+    sources = sorted(SOLUTIONS.glob("[0-9][0-9]_*.py"))
+    if sources:
+        return sources
+    return [
+        notebook
+        for notebook in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+        if (ROOT / "course" / "plots" / f"{notebook.stem.partition('_')[2]}.py").is_file()
+    ]
 
 
 def slug(chapter: str | Path) -> str:

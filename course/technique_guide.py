@@ -257,7 +257,7 @@ def _adapt(memory: Memory, first_done: bool) -> tuple:
     if base16 <= memory.room:
         return (
             "LoRA",
-            f"The frozen base takes {base16:.1f} GiB in 16 bits, within the {memory.gpu_gib:g} GiB GPU; a full "
+            f"The frozen base takes {base16:.1f} GiB in 16 bits, within {memory.share}; a full "
             f"fine-tune would need about {full:.0f} GiB. Only the small adapters train.",
             None,
             None,
@@ -265,7 +265,7 @@ def _adapt(memory: Memory, first_done: bool) -> tuple:
     if base4 <= memory.room:
         return (
             "QLoRA",
-            f"In 16 bits the base alone takes {base16:.1f} GiB, too much for {memory.gpu_gib:g} GiB; stored in "
+            f"In 16 bits the base alone takes {base16:.1f} GiB, more than {memory.share}; stored in "
             f"4 bits (NF4) it takes {base4:.1f} GiB, and the adapters train on top in 16 bits.",
             None,
             None,
@@ -288,7 +288,8 @@ def _serve(memory: Memory, first_done: bool) -> tuple:
             f"It fits in 16 bits ({w16:.1f} GiB), but 8-bit weights ({w8:.1f} GiB) halve the bytes "
             "every decode step reads"
             if w16 <= room
-            else f"In 16 bits the weights take {w16:.1f} GiB; in 8 bits {w8:.1f} GiB, which fit"
+            else f"In 16 bits the weights take {w16:.1f} GiB, more than {memory.share}; in 8 bits {w8:.1f} GiB, "
+            "which fit"
         )
         return "8-bit weights", f"{fits16}. 8-bit rounding barely changes the outputs; check it.", None, None
     if w4 <= room and not (first_done and w8 > room):

@@ -105,17 +105,24 @@ def _across_the_line(key: str):
 
 def _replayed(key: str, recorded: list) -> dict:
     """What the copy's stand-in for ``key`` does with the arguments of its first recorded call, and
-    with those changed (or with none)."""
+    with those changed: a number in them altered, else the inputs dropped ("no inputs to alter" for
+    a call that has none)."""
     from course import plain_data
 
     function = _across_the_line(key)
     args, kwargs, result = recorded[0]
     args, kwargs = plain_data.decode(args), plain_data.decode(kwargs)
-    altered = _altered(list(args))
-    return {
-        "recorded": _call(function, args, kwargs, expected=result),
-        "altered": _call(function, altered, kwargs) if altered is not None else _call(function, [], {}),
-    }
+    altered_args = _altered(list(args))
+    altered_kwargs = _altered(dict(kwargs)) if altered_args is None else None
+    if altered_args is not None:
+        altered = _call(function, altered_args, kwargs)
+    elif altered_kwargs is not None:
+        altered = _call(function, args, altered_kwargs)
+    elif args or kwargs:  # inputs with no number in them: dropped
+        altered = _call(function, [], {})
+    else:
+        altered = "no inputs to alter"
+    return {"recorded": _call(function, args, kwargs, expected=result), "altered": altered}
 
 
 def probe(names) -> dict:

@@ -589,7 +589,10 @@ def test_a_learners_kernel_shows_no_reference_and_answers_only_from_the_recordin
     # every name the recordings answer across the line: the recorded call answered, an altered one refused
     assert len(learners["replayed"]) > 50, sorted(learners["replayed"])
     for name, calls in learners["replayed"].items():
-        assert calls == {"recorded": "answered", "altered": "raised NotRecorded"}, name
+        assert calls["recorded"] == "answered", name
+        assert calls["altered"] in ("raised NotRecorded", "no inputs to alter"), name
+    refused = [name for name, calls in learners["replayed"].items() if calls["altered"] == "raised NotRecorded"]
+    assert len(refused) > 0.8 * len(learners["replayed"]), sorted(set(learners["replayed"]) - set(refused))
 
 
 def _stub(source: str | None) -> bool:

@@ -156,6 +156,19 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
+def test_a_learners_copy_of_a_notebook_is_not_a_chapter(tmp_path, monkeypatch):
+    """In the learners' copy the chapters are read off notebooks/: a notebook a learner duplicated
+    beside them (JupyterLab's "-Copy1", or any name) made `check` fail in every chapter, its name
+    sought as a chapter's checks module."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for name in ("01_prefill_decode", "09_choosing_a_technique", "09_choosing_a_technique-Copy1", "09_mine"):
+        (notebooks / f"{name}.ipynb").write_text("{}")
+    monkeypatch.setattr(paths, "SOLUTIONS", tmp_path / "solutions")  # none: as in the learners' copy
+    monkeypatch.setattr(paths, "NOTEBOOKS", notebooks)
+    assert [s.stem for s in paths.chapter_sources()] == ["01_prefill_decode", "09_choosing_a_technique"]
+
+
 def test_the_cycle_finder_finds_cycles():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []

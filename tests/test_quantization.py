@@ -535,6 +535,11 @@ def test_the_crossover_reading_follows_the_numbers():
     assert "every size measured" in int4.crossover_reading(rows(1.3, 1.1, 1.2, 5.6))
     assert "slower than float32 at the largest" in int4.crossover_reading(rows(1.3, 1.1, 1.2, 0.9))
     assert "above the bound" in int4.crossover_reading(rows(1.3, 1.1, 1.2, 8.0))
+    noisy = rows(1.3, 0.2, 0.8, 0.5)  # the recorded run a learner's trial met: 64 MiB "slower", spread 320x
+    noisy[-1]["int4_spread"] = 320.18
+    reading = int4.crossover_reading(noisy)
+    assert "fixed costs" not in reading and "4096x4096 (32018%)" in reading and "noise" in reading
+    assert "noise" not in int4.crossover_reading(rows(1.3, 1.1, 1.2, 0.9))
 
 
 def test_speedup_reports_both_times_and_the_bytes_bound():

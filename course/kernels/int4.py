@@ -232,9 +232,13 @@ def stored_bytes(out_features: int, in_features: int, group_size: int) -> int:
     return out_features * in_features // 2 + 4 * out_features * (in_features // group_size)
 
 
+NOISY_SPREAD = 0.5  # repeats spread wider than this (timing.spread) time other work more than the product
+
+
 def crossover_reading(rows: list[dict]) -> str:
     """Where the int4 layer starts to beat float32, read off :func:`speedups`' rows, and how close the
-    largest layer comes to the bytes ratio's bound."""
+    largest layer comes to the bytes ratio's bound; first, the sizes whose repeats spread beyond
+    :data:`NOISY_SPREAD`, whose speed-ups then say more about other work on the machine."""
     from course import readings
 
     rows = sorted(rows, key=lambda r: r["fp32_bytes"])
@@ -255,7 +259,21 @@ def crossover_reading(rows: list[dict]) -> str:
     )
     if share > 1:
         reach += "; above the bound, so float32 read its weight below full bandwidth here (noise, or caches)"
-    return f"{where}; {reach}"
+    noisy = [
+        (size.split(" ")[0], max(r.get("fp32_spread", 0.0), r.get("int4_spread", 0.0)))
+        for size, r in zip(sizes, rows, strict=True)
+        if max(r.get("fp32_spread", 0.0), r.get("int4_spread", 0.0)) > NOISY_SPREAD
+    ]
+    if not noisy:
+        return f"{where}; {reach}"
+    if start is None and noisy[-1][0] == sizes[-1].split(" ")[0]:
+        where = "int4 measured slower than float32 at the largest size, whose repeats are too noisy to say why"
+    listed = ", ".join(f"{size} ({spread:.0%})" for size, spread in noisy)
+    caution = (
+        f"other work shared the machine while these sizes were timed, their repeats spreading widely: {listed}; "
+        "their speed-ups are noise (time them again on a quiet machine)"
+    )
+    return f"{caution}. Otherwise: {where}; {reach}"
 
 
 # --- chapter 3's section 12: they build the course's int4 layer on chapter 9's exercise, pack_int4 ------

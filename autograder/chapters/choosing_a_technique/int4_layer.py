@@ -247,7 +247,7 @@ def judge_model_loss(probe, got):
     if changed:
         return Verdict(
             False,
-            f"{100 * changed:.2g}% of the weights your layers serve are not the code given times its scale: use "
+            f"{100 * changed:.3g}% of the weights your layers serve are not the code given times its scale: use "
             "the codes you are given, packed as they are, and the scale given in float16, without rebuilding the "
             "weight and rounding it to nearest again (that undoes part of GPTQ's work)",
             data=data,
