@@ -446,11 +446,10 @@ except NotImplementedError:
 except ValueError as problem:  # Configuration's own messages say which key is wrong and what it takes
     chosen = technique.Configuration()
     print(f"capstone_configuration(): {problem}; measuring the fp32 target alone instead")
-counted = False  # whether the tokens per call were counted instead of run (the learners' copy, mostly)
 try:
     figures = technique.measure(chosen)
 except withheld.NotRecorded:  # the learners' copy holds the loop's figures of the configurations it was released with
-    figures, counted = technique.counted_figures(chosen), True
+    figures = technique.counted_figures(chosen)
     if chosen.draft != "none":  # without a draft every target call yields one token: nothing is counted
         print("(this copy of the course holds the loop's runs of a few configurations only: these tokens per call")
         print(" are counted from where the draft agrees with the target, which is the loop's count)")
@@ -458,7 +457,7 @@ passed = all(figures.within().values())
 print(f"{chosen.label()}: {figures.summary()}")
 for part, met in figures.within().items():
     print(f"  {part.replace('_', ' ')}: {'within the budget' if met else 'over the budget'}")
-if chosen.draft != "none" and not counted:  # the loop's count beside the count read off the agreements
+if chosen.draft != "none":  # the count read off the agreements (in the learners' copy, where it counted, the same)
     curve = technique.draft_curves(*chosen.format)[chosen.draft][chosen.draft_length - 1]
     print(f"  tokens per call from where the draft agrees with the target, without the loop: {curve:.2f}")
 plots.plot_capstone(chosen.weights, chosen.group_size, chosen.draft, chosen.draft_length, chosen.calibration)
