@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import quantization, withheld
+from course import quantization
 from course.kernels import int4
 from course.kernels.int4 import FusedInt4
 from course.model import LanguageModel
@@ -71,7 +71,7 @@ class StoredLinear(nn.Module):
             return
         if weights == "nf4":
             codes, scale = quantization.quantize_nf4(weight, group_size)  # (out, in) uint8 in 0..15
-            stored = _course().pack_codes(codes, 4)
+            stored = int4.COURSE.pack_codes(codes, 4)
         else:
             codes, scale = (  # (out, in) int32, symmetric
                 quantization.quantize(weight, self.bits, group_size)
@@ -79,7 +79,7 @@ class StoredLinear(nn.Module):
                 else quantization.quantize_gptq(weight, hessian, self.bits, group_size)
             )
             offset = 2 ** (self.bits - 1)
-            stored = codes.to(torch.int8) if self.bits == 8 else _course().pack_codes(codes + offset, self.bits)
+            stored = codes.to(torch.int8) if self.bits == 8 else int4.COURSE.pack_codes(codes + offset, self.bits)
         self.register_buffer("codes", stored)
         self.register_buffer("scale", scale.half())  # (out, groups)
 
@@ -163,10 +163,4 @@ def course_int4_layer(weight: torch.Tensor, group_size: int, codes=None, scale=N
     """The course's stored int4 layer for ``weight``, built as the learner's ``Int4Linear(weight,
     group_size)`` is: chapter 3's codes of ``weight`` and their float16 scales, or the ``codes`` and
     ``scale`` given (GPTQ's), packed by chapter 9's ``pack_int4``, through the fused product."""
-    return FusedInt4(*_course().int4_buffers(weight, group_size, codes, scale))
-
-
-def _course():
-    """The instructor-only module that packs codes through the chapters' answers (the learners' copy
-    answers it from its recordings)."""
-    return withheld.module("course.answers.choosing_a_technique")
+    return FusedInt4(*int4.COURSE.int4_buffers(weight, group_size, codes, scale))

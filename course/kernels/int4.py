@@ -259,11 +259,8 @@ def crossover_reading(rows: list[dict]) -> str:
     )
     if share > 1:
         reach += "; above the bound, so float32 read its weight below full bandwidth here (noise, or caches)"
-    noisy = [
-        (size.split(" ")[0], max(r.get("fp32_spread", 0.0), r.get("int4_spread", 0.0)))
-        for size, r in zip(sizes, rows, strict=True)
-        if max(r.get("fp32_spread", 0.0), r.get("int4_spread", 0.0)) > NOISY_SPREAD
-    ]
+    spreads = [max(r.get("fp32_spread", 0.0), r.get("int4_spread", 0.0)) for r in rows]
+    noisy = [(size.split(" ")[0], spread) for size, spread in zip(sizes, spreads, strict=True) if spread > NOISY_SPREAD]
     if not noisy:
         return f"{where}; {reach}"
     if start is None and noisy[-1][0] == sizes[-1].split(" ")[0]:
@@ -279,15 +276,14 @@ def crossover_reading(rows: list[dict]) -> str:
 # --- chapter 3's section 12: they build the course's int4 layer on chapter 9's exercise, pack_int4 ------
 
 
-def _course():
-    return withheld.module("course.answers.choosing_a_technique")
+COURSE = withheld.module("course.answers.choosing_a_technique")  # the layer's packing: instructor-only, recorded
 
 
 def agreement(size: int = 1024, group_size: int = 64, device_type: str = "cpu", seed: int = 4) -> dict:
     """One token through the int4 layer of ``gaussian_matrix(size, size, seed=seed)`` on
     ``device_type``, fused against dequantize-then-multiply: ``{"layer": its description, "path",
     "why": why the reference runs (or None), "difference": the relative difference of the outputs}``."""
-    return _course().agreement(size, group_size, device_type, seed)
+    return COURSE.agreement(size, group_size, device_type, seed)
 
 
 def speedups(sizes: tuple[int, ...], group_size: int = 64) -> dict:
@@ -298,10 +294,10 @@ def speedups(sizes: tuple[int, ...], group_size: int = 64) -> dict:
     on it (float32 bytes / int4 bytes, :func:`stored_bytes`). Plain data, so that the learners'
     copy, which has no int4 layer until chapter 9's exercise is written, shows those measured when
     it was made."""
-    return _course().speedups(tuple(sizes), group_size)
+    return COURSE.speedups(tuple(sizes), group_size)
 
 
 def pin_threads(size: int, group_size: int = 64) -> str:
     """``course.timing.pin_threads`` on one token through a ``size`` x ``size`` int4 layer on the CPU:
     the thread count it chose for what follows, and its message."""
-    return _course().pin_threads(size, group_size)
+    return COURSE.pin_threads(size, group_size)
